@@ -1,0 +1,171 @@
+"""Generate the SlurmNodePool CRD from the pydantic models.
+
+`python -m slurmpool.crd > crds/slurmpool.io_slurmnodepools.yaml`; a test fails when the
+committed file drifts from this output. pydantic's JSON schema is not a structural schema
+as is, so it is rewritten here: $refs inlined, titles dropped, Optional -> nullable.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import yaml
+
+from .models import GROUP, KIND, PLURAL, VERSION, SlurmNodePoolSpec, SlurmNodePoolStatus
+
+# Cross-field rules the schema alone cannot say. Keyed by the JSON path of the object they sit on.
+CEL_RULES: dict[str, list[dict[str, str]]] = {
+    "spec": [
+        {
+            "rule": "self.slurmNodes >= self.minSlurmNodes",
+            "messageExpression": "'slurmNodes (' + string(self.slurmNodes) + ') is below minSlurmNodes (' + string(self.minSlurmNodes) + ')'",
+            "reason": "FieldValueInvalid",
+            "fieldPath": ".slurmNodes",
+        },
+    ],
+    "spec.slurm.access": [
+        {
+            "rule": "has(self.ssh) != has(self.local)",
+            "message": "set exactly one of slurm.access.ssh and slurm.access.local",
+        }
+    ],
+    "spec.inference.pools[]": [
+        {
+            "rule": "!has(self.maxNodes) || self.minNodes <= self.maxNodes",
+            "message": "an inference pool's minNodes must not exceed its maxNodes",
+        }
+    ],
+}
+PRINTER_COLUMNS = [
+    {"name": "Slurm", "type": "integer", "jsonPath": ".status.slurm.ready", "description": "Nodes serving Slurm"},
+    {"name": "Inference", "type": "integer", "jsonPath": ".status.inference.ready", "description": "Nodes serving inference"},
+    {"name": "Desired", "type": "integer", "jsonPath": ".spec.slurmNodes", "description": "Desired Slurm nodes"},
+    {"name": "Moving", "type": "integer", "jsonPath": ".status.moving", "description": "Moves in flight"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Blocked", "type": "integer", "jsonPath": ".status.blocked", "priority": 1, "description": "Moves blocked by jobs or PDBs"},
+    {"name": "Paused", "type": "boolean", "jsonPath": ".spec.paused", "priority": 1},
+    {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].status", "priority": 1},
+]
+
+
+def structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Rewrite one pydantic JSON schema node into an OpenAPI v3 structural schema node."""
+    if "$ref" in schema:
+        target = defs[schema["$ref"].rsplit("/", 1)[-1]]
+        merged = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+        return structural(merged, defs)
+    out: dict[str, Any] = {}
+    any_of = schema.get("anyOf")
+    if any_of:
+        non_null = [s for s in any_of if s.get("type") != "null"]
+        if len(non_null) == 1:
+            inner = structural(non_null[0], defs)
+            if len(non_null) < len(any_of):
+                inner["nullable"] = True
+            for key in ("description", "default"):
+                if key in schema and schema[key] is not None:
+                    inner[key] = schema[key]
+            return inner
+        raise ValueError(f"cannot express anyOf {any_of} structurally")
+    for key, value in schema.items():
+        if key in ("title", "$defs", "anyOf"):
+            continue
+        if key == "properties":
+            out["properties"] = {name: structural(sub, defs) for name, sub in value.items()}
+        elif key == "items":
+            out["items"] = structural(value, defs)
+        elif key == "additionalProperties":
+            if isinstance(value, dict):
+                out["additionalProperties"] = structural(value, defs)
+        elif key == "default" and value is None:
+            continue
+        else:
+            out[key] = value
+    if "x-kubernetes-int-or-string" in out:
+        out.pop("type", None)
+    if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    return out
+
+
+def _at(schema: dict[str, Any], path: str) -> dict[str, Any]:
+    node = schema
+    for part in path.split("."):
+        if part.endswith("[]"):
+            node = node["properties"][part[:-2]]["items"]
+        else:
+            node = node["properties"][part]
+    return node
+
+
+def openapi_schema() -> dict[str, Any]:
+    spec = SlurmNodePoolSpec.model_json_schema(by_alias=True)
+    status = SlurmNodePoolStatus.model_json_schema(by_alias=True)
+    root: dict[str, Any] = {
+        "type": "object",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": structural(spec, spec.get("$defs", {})),
+            "status": structural(status, status.get("$defs", {})),
+        },
+    }
+    for path, rules in CEL_RULES.items():
+        _at(root, path)["x-kubernetes-validations"] = rules
+    # Named lists, merged by key (API conventions); kubectl apply then patches entries, not the list.
+    pools = _at(root, "spec.inference.pools")
+    pools.update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
+    conditions = _at(root, "status.conditions")
+    conditions.update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
+    moves = _at(root, "status.moves")
+    moves.update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["node"]})
+    return root
+
+
+def crd() -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": "slurmnodepool",
+                "shortNames": ["snp"],
+                "categories": ["slurmpool"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.slurmNodes",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                }
+            ],
+        },
+    }
+
+
+def render() -> str:
+    header = "# Generated by `python -m slurmpool.crd` from operator/slurmpool/models.py. Do not edit.\n"
+    return header + yaml.safe_dump(crd(), sort_keys=False, width=120)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())

@@ -1,0 +1,253 @@
+"""The SlurmNodePool resource: spec and status as pydantic models.
+
+These models are the single source of truth for the CRD (see crd.py), the operator's
+parsing of every body, and the documentation of each field (field descriptions become
+the schema's descriptions, so `kubectl explain snp.spec` shows them).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic.alias_generators import to_camel
+
+GROUP = "slurmpool.io"
+VERSION = "v1alpha1"
+KIND = "SlurmNodePool"
+PLURAL = "slurmnodepools"
+
+DURATION_PATTERN = r"^([0-9]+(ms|s|m|h))+$"
+_DURATION_PART = re.compile(r"([0-9]+)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+
+# Slurm names reach scontrol; keep them to what Slurm itself accepts and no shell syntax.
+SLURM_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
+# int-or-string, as Kubernetes quantities are written (`cpu: 2`, `memory: 4Gi`).
+Quantity = Annotated[int | str, WithJsonSchema({"x-kubernetes-int-or-string": True})]
+
+
+def seconds(duration: str) -> float:
+    """'1h30m' -> 5400.0. The schema has already checked the pattern."""
+    return sum(int(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(duration))
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+# ---------------------------------------------------------------- building blocks
+
+
+class LabelSelectorRequirement(Model):
+    key: str = Field(max_length=317)
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list, max_length=64)
+
+
+class LabelSelector(Model):
+    """A Kubernetes label selector over Nodes."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list, max_length=16)
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        if any(labels.get(k) != v for k, v in self.match_labels.items()):
+            return False
+        for req in self.match_expressions:
+            present = req.key in labels
+            if req.operator == "In" and (not present or labels[req.key] not in req.values):
+                return False
+            if req.operator == "NotIn" and present and labels[req.key] in req.values:
+                return False
+            if req.operator == "Exists" and not present:
+                return False
+            if req.operator == "DoesNotExist" and present:
+                return False
+        return True
+
+    def is_empty(self) -> bool:
+        return not self.match_labels and not self.match_expressions
+
+
+class Taint(Model):
+    key: str = Field(max_length=317)
+    value: str = Field(default="", max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class Toleration(Model):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class EnvVar(Model):
+    name: str = Field(max_length=253)
+    value: str = ""
+
+
+class Resources(Model):
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    limits: dict[str, Quantity] = Field(default_factory=dict)
+
+
+class SecretRef(Model):
+    name: str = Field(max_length=253, description="Secret in the pool's namespace.")
+    private_key_key: str = Field(default="ssh-privatekey", description="Key of the client private key in the Secret.")
+    known_hosts_key: str = Field(default="known_hosts", description="Key of the known_hosts text in the Secret.")
+
+
+# ---------------------------------------------------------------- spec
+
+
+class SshAccess(Model):
+    """Reach scontrol/squeue on a controller or login host over SSH (strict host-key checking)."""
+
+    host: str = Field(max_length=253, pattern=r"^[A-Za-z0-9.:\[\]_-]+$")
+    port: int = Field(default=22, ge=1, le=65535)
+    user: str = Field(default="root", max_length=32, pattern=r"^[a-z_][a-z0-9_-]*[$]?$")
+    secret_ref: SecretRef = Field(description="Secret with the client private key and known_hosts; no host key is ever auto-accepted.")
+
+
+class LocalAccess(Model):
+    """Run scontrol/squeue where the operator runs (a sidecar or a host with the Slurm client)."""
+
+    slurm_conf: str | None = Field(default=None, description="SLURM_CONF for the commands; unset uses the client default.")
+
+
+class SlurmAccess(Model):
+    ssh: SshAccess | None = None
+    local: LocalAccess | None = None
+
+
+class SlurmdPodTemplate(Model):
+    """The pod that runs slurmd on a node while the node serves Slurm."""
+
+    image: str = Field(max_length=512)
+    command: list[str] = Field(min_length=1, max_length=64)
+    args: list[str] = Field(default_factory=list, max_length=64)
+    env: list[EnvVar] = Field(default_factory=list, max_length=64)
+    resources: Resources = Field(default_factory=Resources, json_schema_extra={"default": {}})
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
+    service_account_name: str | None = None
+    priority_class_name: str | None = None
+    termination_grace_period_seconds: int = Field(default=30, ge=0, le=3600)
+
+
+class SlurmSpec(Model):
+    partition: str = Field(pattern=SLURM_NAME_PATTERN, description="Slurm partition whose pending GPU jobs count as Slurm demand.")
+    gres: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$",
+        description="GRES a node must report before it is resumed, e.g. gpu:h100:8.",
+    )
+    features: list[str] = Field(default_factory=list, max_length=32, description="Slurm features the node must report.")
+    slurmd_pod: SlurmdPodTemplate
+    access: SlurmAccess
+    register_timeout: Duration = Field(
+        default="5m", description="How long a started slurmd may take to register and report the GRES; then the move rolls back."
+    )
+
+
+class InferencePool(Model):
+    """A named Kubernetes inference pool: the labels and taints that make a node serve it."""
+
+    name: str = Field(max_length=40, pattern=DNS_LABEL_PATTERN)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list, max_length=16)
+    priority: int = Field(default=0, ge=-1000, le=1000, description="Higher keeps its nodes longer when Slurm grows.")
+    min_nodes: int = Field(default=0, ge=0, le=100000)
+    max_nodes: int | None = Field(default=None, ge=0, le=100000)
+
+
+class InferenceSpec(Model):
+    pools: list[InferencePool] = Field(min_length=1, max_length=16)
+
+
+class DrainSpec(Model):
+    timeout: Duration = Field(default="1h", description="How long a Slurm drain may wait for running jobs.")
+    on_timeout: Literal["Wait", "Requeue", "Cancel", "Rollback"] = Field(
+        default="Wait",
+        description="When the drain times out: keep waiting (and report DrainBlocked), requeue or cancel the node's jobs, or give the node back to Slurm.",
+    )
+    eviction_timeout: Duration = Field(default="10m", description="How long pod evictions may be refused (PDBs) before onEvictionTimeout.")
+    on_eviction_timeout: Literal["Wait", "Rollback"] = Field(
+        default="Wait", description="When evictions time out: keep waiting (never forced) or give the node back to its inference pool."
+    )
+
+
+class SlurmNodePoolSpec(Model):
+    node_selector: LabelSelector = Field(description="Nodes that belong to this pool; a node may belong to one pool only.")
+    slurm_nodes: int = Field(ge=0, le=100000, description="Desired nodes on the Slurm side; the rest serve inference (scale subresource).")
+    min_slurm_nodes: int = Field(default=0, ge=0, le=100000)
+    min_inference_nodes: int = Field(default=0, ge=0, le=100000)
+    max_concurrent_moves: int = Field(default=1, ge=1, le=1000, description="Moves in flight at once (a disruption budget).")
+    paused: bool = Field(default=False, description="No new moves start; moves in flight finish.")
+    slurm: SlurmSpec
+    inference: InferenceSpec
+    drain: DrainSpec = Field(default_factory=DrainSpec, json_schema_extra={"default": {}})
+
+
+# ---------------------------------------------------------------- status
+
+
+class Condition(Model):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+    last_transition_time: str
+    observed_generation: int | None = None
+
+
+class SideCounts(Model):
+    desired: int = 0
+    ready: int = 0
+    moving: int = 0
+
+
+class PoolCounts(SideCounts):
+    name: str
+
+
+class InferenceStatus(SideCounts):
+    pools: list[PoolCounts] = Field(default_factory=list)
+
+
+class MoveStatus(Model):
+    node: str
+    move_id: str
+    from_: str = Field(alias="from")
+    to: str
+    phase: str
+    since: str
+    blocked_by: list[str] = Field(default_factory=list)
+    message: str = ""
+
+
+class SlurmNodePoolStatus(Model):
+    observed_generation: int | None = None
+    selected_nodes: int = 0
+    replicas: int = Field(default=0, description="Nodes serving Slurm (scale subresource).")
+    selector: str = Field(default="", description="Selects the pool's slurmd pods (scale subresource).")
+    slurm: SideCounts = Field(default_factory=SideCounts)
+    inference: InferenceStatus = Field(default_factory=InferenceStatus)
+    moving: int = 0
+    blocked: int = 0
+    moves: list[MoveStatus] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list)
+    last_error: str | None = None
+
+
+class SlurmNodePool(Model):
+    api_version: Literal["slurmpool.io/v1alpha1"] = "slurmpool.io/v1alpha1"
+    kind: Literal["SlurmNodePool"] = "SlurmNodePool"
+    spec: SlurmNodePoolSpec
+    status: SlurmNodePoolStatus | None = None

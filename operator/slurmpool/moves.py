@@ -1,0 +1,388 @@
+"""The per-node move state machine. Pure: given a move, what we observe, the spec and the
+clock, it says which idempotent actions to take now and where the move stands.
+
+Each phase has an *ensure* (actions that are safe to repeat) and a *done* test on fresh
+observations; a phase advances only when its done test passes. So an operator killed at
+any instant re-observes, re-ensures and carries on: no step runs twice harmfully.
+
+    to inference:  Draining -> StoppingSlurmd -> Relabeling -> settled inference:<pool>
+    to Slurm:      Cordoning -> Evicting -> StartingSlurmd -> Registering -> Resuming -> settled slurm
+
+A rollback is a move back the way it came, through the same phases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from .models import InferencePool, SlurmNodePoolSpec, seconds
+from .view import (
+    LABEL_SIDE,
+    NONE,
+    REASON_PREFIX,
+    SLURM,
+    SLURM_TAINT_KEY,
+    MoveRecord,
+    NodeView,
+    PodView,
+    SlurmView,
+    pool_of,
+)
+
+TO_INFERENCE = ("Draining", "StoppingSlurmd", "Relabeling")
+TO_SLURM = ("Cordoning", "Evicting", "StartingSlurmd", "Registering", "Resuming")
+SLURM_TAINT = {"key": SLURM_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
+
+
+# ---------------------------------------------------------------- actions (data; the executor runs them)
+
+
+@dataclass(frozen=True)
+class Drain:
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Resume:
+    node: str
+
+
+@dataclass(frozen=True)
+class Requeue:
+    job_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Cancel:
+    job_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Evict:
+    pod: PodView
+
+
+@dataclass(frozen=True)
+class CreateSlurmdPod:
+    node: str
+
+
+@dataclass(frozen=True)
+class DeleteSlurmdPod:
+    pod: PodView
+
+
+@dataclass(frozen=True)
+class PatchNode:
+    node: str
+    labels: dict[str, str | None]  # None removes the label
+    taints: tuple[dict, ...]
+    unschedulable: bool
+
+
+Action = Drain | Resume | Requeue | Cancel | Evict | CreateSlurmdPod | DeleteSlurmdPod | PatchNode
+
+
+@dataclass
+class Step:
+    move: MoveRecord | None  # the move as it stands now; None once finished
+    settled: str | None = None  # the node's placement once the move finished
+    actions: list[Action] = field(default_factory=list)
+    blocked_by: list[str] = field(default_factory=list)
+    message: str = ""
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    hold_until: datetime | None = None
+
+
+def first_phase(target: str) -> str:
+    return TO_SLURM[0] if target == SLURM else TO_INFERENCE[0]
+
+
+def drain_reason(move: MoveRecord) -> str:
+    return f"{REASON_PREFIX} move {move.id} to {move.target}"
+
+
+def ours(reason: str | None) -> bool:
+    return bool(reason) and reason.startswith(REASON_PREFIX)
+
+
+# ---------------------------------------------------------------- node shapes
+
+
+def _pool(spec: SlurmNodePoolSpec, name: str | None) -> InferencePool | None:
+    return next((p for p in spec.inference.pools if p.name == name), None)
+
+
+def _managed_taint(spec: SlurmNodePoolSpec, taint: dict) -> bool:
+    if taint.get("key") == SLURM_TAINT_KEY:
+        return True
+    return any(taint.get("key") == t.key and taint.get("effect") == t.effect for p in spec.inference.pools for t in p.taints)
+
+
+def _pool_label_keys(spec: SlurmNodePoolSpec) -> set[str]:
+    return {k for p in spec.inference.pools for k in p.labels}
+
+
+def inference_shape(spec: SlurmNodePoolSpec, node: NodeView, pool: InferencePool) -> PatchNode:
+    labels: dict[str, str | None] = {k: None for k in _pool_label_keys(spec) - set(pool.labels)}
+    labels.update(pool.labels)
+    labels[LABEL_SIDE] = "inference"
+    taints = [t for t in node.taints if not _managed_taint(spec, t)]
+    taints += [t.model_dump(exclude_defaults=False) for t in pool.taints]
+    return PatchNode(node.name, labels, tuple(taints), unschedulable=False)
+
+
+def slurm_shape(spec: SlurmNodePoolSpec, node: NodeView, keep_pool_labels: bool = False) -> PatchNode:
+    labels: dict[str, str | None] = {} if keep_pool_labels else {k: None for k in _pool_label_keys(spec)}
+    labels[LABEL_SIDE] = "slurm"
+    kept = [t for t in node.taints if keep_pool_labels or not _managed_taint(spec, t)]
+    if not any(t.get("key") == SLURM_TAINT_KEY for t in kept):
+        kept.append(dict(SLURM_TAINT))
+    return PatchNode(node.name, labels, tuple(kept), unschedulable=True)
+
+
+def _norm_taints(taints) -> set[tuple[str, str, str]]:
+    return {(t.get("key", ""), t.get("value") or "", t.get("effect", "")) for t in taints}
+
+
+def shaped(node: NodeView, patch: PatchNode) -> bool:
+    """True when the node already has the patch's labels, taints and schedulability."""
+    for key, value in patch.labels.items():
+        if node.labels.get(key) != value:
+            return False
+    return node.unschedulable == patch.unschedulable and _norm_taints(node.taints) == _norm_taints(patch.taints)
+
+
+# ---------------------------------------------------------------- the machine
+
+
+def advance(
+    move: MoveRecord,
+    node: NodeView,
+    slurm: SlurmView,
+    spec: SlurmNodePoolSpec,
+    now: datetime,
+) -> Step:
+    """Take the move as far as the current observations allow."""
+    step = Step(move=move)
+    for _ in range(len(TO_SLURM) + len(TO_INFERENCE) + 2):
+        outcome = _PHASES[move.phase](move, node, slurm, spec, now, step)
+        if isinstance(outcome, str) and outcome == "wait":
+            step.move = move
+            return step
+        if isinstance(outcome, _Finish):
+            step.move, step.settled = None, move.target
+            step.events.append(("Normal", "MoveCompleted", f"{node.name} now serves {move.target} (move {move.id})"))
+            return step
+        if isinstance(outcome, _Rollback):
+            back = _rollback(move, spec, now)
+            step.events.append(("Warning", "MoveRolledBack", f"{node.name}: {outcome.why}; returning to {back.target} (move {move.id})"))
+            step.hold_until = now + timedelta(seconds=seconds(spec.drain.timeout))
+            step.actions, step.blocked_by = [], []
+            move = back
+            continue
+        # advance to the next phase; its ensure runs on the same observations
+        step.events.append(("Normal", "MovePhase", f"{node.name}: {move.phase} -> {outcome} (move {move.id} to {move.target})"))
+        move = move.model_copy(update={"phase": outcome, "since": now})
+    step.move = move
+    return step
+
+
+@dataclass(frozen=True)
+class _Finish:
+    pass
+
+
+@dataclass(frozen=True)
+class _Rollback:
+    why: str
+
+
+def _rollback(move: MoveRecord, spec: SlurmNodePoolSpec, now: datetime) -> MoveRecord:
+    source = move.source
+    if source == NONE:  # an adopted node goes back to the most important inference pool
+        top = max(spec.inference.pools, key=lambda p: (p.priority, [-ord(c) for c in p.name]))
+        source = SLURM if move.target != SLURM else f"inference:{top.name}"
+    return MoveRecord(
+        id=f"{move.id}-rb",
+        source=move.target,
+        target=source,
+        phase=first_phase(source),
+        since=now,
+        started=now,
+        cause="rollback",
+        rollback=True,
+    )
+
+
+def _elapsed(move: MoveRecord, now: datetime) -> float:
+    return (now - move.since).total_seconds()
+
+
+# -- to inference
+
+
+def _draining(move, node, slurm: SlurmView, spec, now, step: Step):
+    if not slurm.available:
+        step.blocked_by = ["slurm-unavailable"]
+        step.message = f"waiting for Slurm: {slurm.error or 'unavailable'}"
+        return "wait"
+    sn = slurm.nodes.get(node.name)
+    if sn is None:  # Slurm does not know the node: nothing to drain
+        return "StoppingSlurmd"
+    jobs = slurm.jobs_on(node.name)
+    if not sn.drain_set:
+        step.actions.append(Drain(node.name, drain_reason(move)))
+        step.message = "draining in Slurm"
+    elif not ours(sn.reason):
+        step.message = f"already drained by someone else ({sn.reason}); not touching that drain"
+    if sn.drain_set and not sn.busy and not jobs:
+        return "StoppingSlurmd"
+    step.blocked_by = [f"job/{j.job_id}" for j in jobs]
+    if jobs:
+        step.message = f"waiting for {len(jobs)} job(s) to leave the node"
+    if _elapsed(move, now) < seconds(spec.drain.timeout):
+        return "wait"
+    policy = spec.drain.on_timeout
+    running = tuple(j.job_id for j in jobs if j.state == "RUNNING")
+    if policy == "Rollback":
+        return _Rollback(f"drain timed out after {spec.drain.timeout}")
+    if policy == "Requeue" and running:
+        step.actions.append(Requeue(running))
+        step.events.append(("Warning", "JobsRequeued", f"{node.name}: drain timed out; requeued job(s) {', '.join(running)}"))
+    elif policy == "Cancel" and running:
+        step.actions.append(Cancel(running))
+        step.events.append(("Warning", "JobsCancelled", f"{node.name}: drain timed out; cancelled job(s) {', '.join(running)}"))
+    step.message = f"drain timed out after {spec.drain.timeout} (onTimeout {policy}); " + step.message
+    return "wait"
+
+
+def _stopping_slurmd(move, node: NodeView, slurm, spec, now, step: Step):
+    pod = node.slurmd_pod
+    if pod is None:
+        return "Relabeling"
+    if not pod.deleting:
+        step.actions.append(DeleteSlurmdPod(pod))
+    step.message = f"stopping slurmd pod {pod.key}"
+    return "wait"
+
+
+def _relabeling(move, node, slurm, spec, now, step: Step):
+    pool = _pool(spec, pool_of(move.target))
+    if pool is None:  # the pool was removed from the spec mid-move: stay parked in Slurm's hands
+        step.message = f"inference pool {pool_of(move.target)!r} no longer exists"
+        step.blocked_by = ["missing-pool"]
+        return "wait"
+    patch = inference_shape(spec, node, pool)
+    if shaped(node, patch):
+        return _Finish()
+    step.actions.append(patch)
+    return "wait"
+
+
+# -- to Slurm
+
+
+def _cordoning(move, node, slurm, spec, now, step: Step):
+    patch = slurm_shape(spec, node, keep_pool_labels=True)
+    if node.unschedulable and node.has_taint(SLURM_TAINT_KEY, "NoSchedule"):
+        return "Evicting"
+    step.actions.append(patch)
+    return "wait"
+
+
+def _evicting(move, node: NodeView, slurm, spec, now, step: Step):
+    pending = [p for p in node.pods if p.evictable]
+    if not pending:
+        return "StartingSlurmd"
+    step.actions.extend(Evict(p) for p in pending if not p.deleting)
+    step.blocked_by = [f"pod/{p.key}" for p in pending]
+    step.message = f"evicting {len(pending)} pod(s)"
+    if _elapsed(move, now) >= seconds(spec.drain.eviction_timeout):
+        if spec.drain.on_eviction_timeout == "Rollback":
+            return _Rollback(f"evictions refused for {spec.drain.eviction_timeout}")
+        step.message = f"evictions timed out after {spec.drain.eviction_timeout} (onEvictionTimeout Wait); " + step.message
+    return "wait"
+
+
+def _starting_slurmd(move, node: NodeView, slurm: SlurmView, spec, now, step: Step):
+    if not slurm.available:
+        step.blocked_by = ["slurm-unavailable"]
+        step.message = f"waiting for Slurm: {slurm.error or 'unavailable'}"
+        return "wait"
+    # Hold the node drained in Slurm until we have checked it: no job lands before Resuming.
+    sn = slurm.nodes.get(node.name)
+    if sn is not None and not sn.drain_set:
+        step.actions.append(Drain(node.name, drain_reason(move)))
+    patch = slurm_shape(spec, node)
+    if not shaped(node, patch):
+        step.actions.append(patch)
+    pod = node.slurmd_pod
+    if pod is None:
+        step.actions.append(CreateSlurmdPod(node.name))
+    elif pod.deleting:
+        step.message = "waiting for an old slurmd pod to go"
+        return "wait"
+    if pod is not None and (sn is None or sn.drain_set) and shaped(node, patch):
+        return "Registering"
+    return "wait"
+
+
+def _registering(move, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now, step: Step):
+    if not slurm.available:
+        step.blocked_by = ["slurm-unavailable"]
+        step.message = f"waiting for Slurm: {slurm.error or 'unavailable'}"
+        return "wait"
+    if node.slurmd_pod is None:
+        step.actions.append(CreateSlurmdPod(node.name))
+    sn = slurm.nodes.get(node.name)
+    problem = usable_problem(sn, spec)
+    if problem is None:
+        return "Resuming"
+    step.message = f"waiting for slurmd to register: {problem}"
+    step.blocked_by = ["slurmd-registration"]
+    if _elapsed(move, now) >= seconds(spec.slurm.register_timeout):
+        return _Rollback(f"slurmd did not register within {spec.slurm.register_timeout}: {problem}")
+    return "wait"
+
+
+def usable_problem(sn, spec: SlurmNodePoolSpec) -> str | None:
+    """Why Slurm cannot use the node yet, or None."""
+    if sn is None:
+        return "Slurm does not know the node"
+    if not sn.responding:
+        return f"state {sn.state}{''.join('+' + f for f in sorted(sn.flags))}"
+    if spec.slurm.gres and not set(spec.slurm.gres.split(",")) <= set(sn.gres.split(",")):
+        return f"GRES {sn.gres or 'none'} is not {spec.slurm.gres}"
+    missing = set(spec.slurm.features) - set(sn.features)
+    if missing:
+        return f"missing features {sorted(missing)}"
+    return None
+
+
+def _resuming(move, node, slurm: SlurmView, spec, now, step: Step):
+    if not slurm.available:
+        step.blocked_by = ["slurm-unavailable"]
+        return "wait"
+    sn = slurm.nodes.get(node.name)
+    if sn is None or not sn.drain_set:
+        return _Finish()
+    if not ours(sn.reason):
+        step.events.append(("Warning", "ForeignDrain", f"{node.name} is drained by someone else ({sn.reason}); left drained"))
+        return _Finish()
+    step.actions.append(Resume(node.name))
+    return "wait"
+
+
+_PHASES = {
+    "Draining": _draining,
+    "StoppingSlurmd": _stopping_slurmd,
+    "Relabeling": _relabeling,
+    "Cordoning": _cordoning,
+    "Evicting": _evicting,
+    "StartingSlurmd": _starting_slurmd,
+    "Registering": _registering,
+    "Resuming": _resuming,
+}

@@ -1,0 +1,172 @@
+"""The planner: given the pool's nodes, Slurm's state, the spec and the clock, which moves
+to start now. Pure and O(n log n) in the number of nodes.
+
+1. The desired split: `target_slurm` nodes serve Slurm; the rest go to the inference pools,
+   each first up to its minNodes, then by priority (highest first) up to its maxNodes. So
+   when Slurm grows, the lowest-priority pool is the first to give nodes back.
+2. Pinned nodes that are elsewhere move to their pin.
+3. Groups above their desired count give nodes to groups below it (unadopted nodes first),
+   cheapest node first, within the budget `maxConcurrentMoves - moves in flight`.
+Nothing moves while the spec cannot be met (more desired than selected, floors that
+cannot hold): that is reported instead.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .models import SlurmNodePoolSpec
+from .view import NONE, SLURM, NodeView, SlurmView, inference
+
+NEVER = float("inf")
+
+
+@dataclass(frozen=True)
+class Start:
+    node: str
+    source: str
+    target: str
+    cause: str  # rebalance | pin
+
+
+@dataclass
+class Plan:
+    desired: dict[str, int]
+    problems: list[str] = field(default_factory=list)
+    starts: list[Start] = field(default_factory=list)
+
+
+def placements(spec: SlurmNodePoolSpec) -> list[str]:
+    return [SLURM] + [inference(p.name) for p in spec.inference.pools]
+
+
+def desired_split(spec: SlurmNodePoolSpec, total: int, target_slurm: int | None = None) -> tuple[dict[str, int], list[str]]:
+    """How many nodes each placement should have, and why that cannot be met (if so)."""
+    slurm = spec.slurm_nodes if target_slurm is None else target_slurm
+    problems = []
+    if slurm > total:
+        problems.append(f"{slurm} Slurm nodes wanted but only {total} nodes are selected")
+    if spec.min_slurm_nodes + spec.min_inference_nodes > total:
+        problems.append(
+            f"minSlurmNodes ({spec.min_slurm_nodes}) + minInferenceNodes ({spec.min_inference_nodes}) exceed the {total} selected nodes"
+        )
+    rest = max(0, total - slurm)
+    if slurm <= total and rest < spec.min_inference_nodes:
+        problems.append(f"{slurm} Slurm nodes leave {rest} for inference, below minInferenceNodes ({spec.min_inference_nodes})")
+    pools = sorted(spec.inference.pools, key=lambda p: (-p.priority, p.name))
+    counts = {p.name: 0 for p in pools}
+    floor_sum = sum(p.min_nodes for p in pools)
+    if floor_sum > rest:
+        problems.append(f"the inference pools' minNodes ({floor_sum}) exceed the {rest} inference nodes")
+    left = rest
+    for p in pools:
+        give = min(p.min_nodes, left)
+        counts[p.name] += give
+        left -= give
+    for p in pools:
+        room = (p.max_nodes if p.max_nodes is not None else total) - counts[p.name]
+        give = max(0, min(room, left))
+        counts[p.name] += give
+        left -= give
+    if left > 0:
+        problems.append(f"the inference pools' maxNodes leave {left} node(s) without a pool")
+    desired = {SLURM: slurm}
+    desired.update({inference(name): n for name, n in counts.items()})
+    return desired, problems
+
+
+def current_placement(node: NodeView) -> str:
+    """Where a node counts: the target of its move in flight, else where it is settled."""
+    move = node.move
+    return move.target if move else node.placement
+
+
+def _cost(node: NodeView, slurm: SlurmView) -> tuple:
+    """Lower is cheaper to take away from where the node is now."""
+    placement = node.placement
+    if placement == NONE:
+        return (0, 0, 0.0, node.name)
+    if placement == SLURM:
+        sn = slurm.nodes.get(node.name)
+        jobs = slurm.jobs_on(node.name)
+        if not jobs:
+            # Already draining, or down: nothing to lose. Then idle nodes.
+            rank = 0 if sn is None or sn.drain_set or not sn.responding else 1
+            return (1, rank, 0.0, node.name)
+        ends = [j.end_time.timestamp() if j.end_time else NEVER for j in jobs]
+        return (1, 2, max(ends), node.name)  # soonest free first
+    evictable = sum(1 for p in node.pods if p.evictable)
+    return (1, 0 if node.unschedulable else 1, float(evictable), node.name)
+
+
+def _movable(node: NodeView, now: datetime) -> bool:
+    hold = node.hold_until()
+    return node.move is None and node.pin is None and not (hold and hold > now)
+
+
+def plan(
+    spec: SlurmNodePoolSpec,
+    nodes: list[NodeView],
+    slurm: SlurmView,
+    now: datetime,
+    target_slurm: int | None = None,
+) -> Plan:
+    desired, problems = desired_split(spec, len(nodes), target_slurm)
+    result = Plan(desired=desired, problems=problems)
+    if problems:
+        return result
+    valid = set(placements(spec))
+    in_flight = sum(1 for n in nodes if n.move is not None)
+    budget = 0 if spec.paused else max(0, spec.max_concurrent_moves - in_flight)
+    count = dict.fromkeys(valid, 0)
+    count[NONE] = 0
+    for node in nodes:
+        here = current_placement(node)
+        count[here if here in count else NONE] += 1
+
+    def start(node: NodeView, target: str, cause: str) -> None:
+        source = node.placement if node.placement in valid else NONE
+        result.starts.append(Start(node.name, source, target, cause))
+        count[current_placement(node) if current_placement(node) in count else NONE] -= 1
+        count[target] += 1
+
+    # Pins first: the on-call's word beats the planner's arithmetic.
+    for node in sorted(nodes, key=lambda n: n.name):
+        if budget and node.move is None and node.pin in valid and node.pin != node.placement:
+            start(node, node.pin, "pin")
+            budget -= 1
+
+    desired_with_none = {**desired, NONE: 0}
+    surplus = {g: count[g] - desired_with_none[g] for g in count if count[g] > desired_with_none[g]}
+    by_priority = [inference(p.name) for p in sorted(spec.inference.pools, key=lambda p: (-p.priority, p.name))]
+    deficits = [g for g in [SLURM, *by_priority] if count[g] < desired[g]]
+    if not budget or not surplus or not deficits:
+        return result
+    # One heap of candidates across all groups in surplus; a group stops giving at its surplus.
+    already = {s.node for s in result.starts}
+    candidates = [
+        (_cost(n, slurm), n.name, n)
+        for n in nodes
+        if n.name not in already and _movable(n, now) and (n.placement if n.placement in valid else NONE) in surplus
+    ]
+    heapq.heapify(candidates)
+    order = itertools.chain.from_iterable(itertools.repeat(g, desired[g] - count[g]) for g in deficits)
+    for target in order:
+        if not budget:
+            break
+        node = None
+        while candidates:
+            _, _, cand = heapq.heappop(candidates)
+            group = cand.placement if cand.placement in valid else NONE
+            if surplus.get(group, 0) > 0 and group != target:
+                node = cand
+                surplus[group] -= 1
+                break
+        if node is None:
+            break
+        start(node, target, "rebalance")
+        budget -= 1
+    return result

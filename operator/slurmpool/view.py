@@ -1,0 +1,167 @@
+"""What the operator knows about one node: the pure core's input, built by the adapters.
+
+A node's *placement* is where it serves: "slurm", or "inference:<pool>" for a named
+inference pool. A node the operator has not adopted yet has placement "none".
+The placement and any move in flight live in the Node's annotations, so they survive
+an operator restart.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from typing import Literal
+
+from pydantic import BaseModel, ValidationError
+
+from slurmbridge import SlurmJob, SlurmNode
+
+PREFIX = "slurmpool.io"
+ANN_POOL = f"{PREFIX}/pool"  # namespace/name of the pool that owns the node
+ANN_PLACEMENT = f"{PREFIX}/placement"  # settled placement
+ANN_MOVE = f"{PREFIX}/move"  # JSON MoveRecord while a move is in flight
+ANN_PIN = f"{PREFIX}/pin"  # on-call: keep (or bring) the node at this placement
+ANN_HOLD_UNTIL = f"{PREFIX}/hold-until"  # no new move before this time (after a rollback)
+LABEL_SIDE = f"{PREFIX}/side"  # "slurm" or "inference": for selectors and humans
+LABEL_POOL = f"{PREFIX}/pool"  # on slurmd pods: the owning SlurmNodePool's name
+LABEL_COMPONENT = f"{PREFIX}/component"  # "slurmd" on slurmd pods (the lab agent's contract)
+SLURM_TAINT_KEY = f"{PREFIX}/slurm"  # NoSchedule taint that keeps inference pods off Slurm nodes
+REASON_PREFIX = "slurmpool:"  # every Slurm drain we set; we never touch a drain without it
+
+SLURM = "slurm"
+NONE = "none"
+
+
+def inference(pool: str) -> str:
+    return f"inference:{pool}"
+
+
+def pool_of(placement: str) -> str | None:
+    return placement.split(":", 1)[1] if placement.startswith("inference:") else None
+
+
+def side_of(placement: str) -> str:
+    return placement.split(":", 1)[0]
+
+
+Direction = Literal["ToSlurm", "ToInference"]
+
+
+class MoveRecord(BaseModel):
+    """A move in flight, stored as JSON in the node's slurmpool.io/move annotation."""
+
+    id: str
+    source: str
+    target: str
+    phase: str
+    since: datetime  # start of the current phase
+    started: datetime
+    cause: str = "rebalance"  # rebalance | pin | rollback
+    rollback: bool = False
+
+    @property
+    def direction(self) -> Direction:
+        return "ToSlurm" if self.target == SLURM else "ToInference"
+
+    def to_annotation(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_annotation(cls, text: str | None) -> MoveRecord | None:
+        if not text:
+            return None
+        try:
+            return cls.model_validate(json.loads(text))
+        except (ValueError, ValidationError):
+            return None
+
+
+@dataclass(frozen=True)
+class PodView:
+    namespace: str
+    name: str
+    uid: str
+    owner_kinds: tuple[str, ...] = ()
+    phase: str = "Running"
+    deleting: bool = False
+    ready: bool = False
+    slurmd: bool = False  # our slurmd pod (labelled slurmpool.io/component=slurmd)
+    mirror: bool = False  # static pod: cannot be evicted
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def evictable(self) -> bool:
+        """What `kubectl drain` evicts: not DaemonSet pods, static pods, finished pods or ours."""
+        return not (
+            self.slurmd or self.mirror or "DaemonSet" in self.owner_kinds or self.phase in ("Succeeded", "Failed")
+        )
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    taints: tuple[dict, ...] = ()
+    unschedulable: bool = False
+    ready: bool = True
+    exists: bool = True
+    pods: tuple[PodView, ...] = ()
+
+    @property
+    def placement(self) -> str:
+        return self.annotations.get(ANN_PLACEMENT) or NONE
+
+    @property
+    def move(self) -> MoveRecord | None:
+        return MoveRecord.from_annotation(self.annotations.get(ANN_MOVE))
+
+    @property
+    def pin(self) -> str | None:
+        value = self.annotations.get(ANN_PIN)
+        return value or None
+
+    @property
+    def slurmd_pod(self) -> PodView | None:
+        return next((p for p in self.pods if p.slurmd), None)
+
+    def hold_until(self) -> datetime | None:
+        value = self.annotations.get(ANN_HOLD_UNTIL)
+        try:
+            return datetime.fromisoformat(value) if value else None
+        except ValueError:
+            return None
+
+    def has_taint(self, key: str, effect: str) -> bool:
+        return any(t.get("key") == key and t.get("effect") == effect for t in self.taints)
+
+
+@dataclass(frozen=True)
+class SlurmView:
+    """One poll of Slurm: all nodes and all jobs, or unavailable (then nothing is drained)."""
+
+    available: bool
+    nodes: dict[str, SlurmNode] = field(default_factory=dict)
+    jobs: tuple[SlurmJob, ...] = ()
+    error: str | None = None
+
+    @cached_property
+    def _jobs_by_node(self) -> dict[str, list[SlurmJob]]:
+        index: dict[str, list[SlurmJob]] = {}
+        for job in self.jobs:
+            if job.state in ACTIVE_JOB_STATES:
+                for node in job.nodes:
+                    index.setdefault(node, []).append(job)
+        return index
+
+    def jobs_on(self, node: str) -> list[SlurmJob]:
+        """Jobs holding the node (running, completing, suspended...)."""
+        return self._jobs_by_node.get(node, [])
+
+
+ACTIVE_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING", "STAGE_OUT"})
