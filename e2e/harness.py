@@ -1,0 +1,156 @@
+"""Helpers for the operator's end-to-end tests: run the real operator as a process on the
+lab (so a test can SIGKILL it), and build SlurmNodePools that reach Slurm over the lab's
+real sshd."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+NAMESPACE = "slurmpool-e2e"
+
+
+class Operator:
+    """The operator as a child process, logging to a file under the lab directory."""
+
+    def __init__(self, lab, log_name: str = "operator.log", extra_env: dict | None = None):
+        self.lab = lab
+        self.log_path = Path(lab.dir) / "log" / log_name
+        self.extra_env = extra_env or {}
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Operator:
+        env = {**os.environ, **self.lab.env, "SLURMPOOL_INTERVAL": "0.5", **self.extra_env}
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "slurmpool", "run", "--metrics-port", "0"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            start_new_session=True,
+        )
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no last status write. What a crash looks like."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def pool_manifest(lab, name: str, slurm_nodes: int, **overrides) -> dict:
+    spec = {
+        "nodeSelector": {"matchLabels": {"slurmpool.io/lab": "true"}},
+        "slurmNodes": slurm_nodes,
+        "maxConcurrentMoves": 8,
+        "slurm": {
+            "partition": "gpu",
+            "gres": "gpu:h100:8",
+            "slurmdPod": {"image": "slurmd:22.05", "command": ["slurmd", "-D", "-N", "$(NODE_NAME)"]},
+            "access": {
+                "ssh": {
+                    "host": lab.ssh_host,
+                    "port": int(lab.ssh_port),
+                    "user": lab.ssh_user,
+                    "secretRef": {"name": "slurm-ssh"},
+                }
+            },
+            "registerTimeout": "60s",
+        },
+        "inference": {
+            "pools": [
+                {
+                    "name": "llm",
+                    "labels": {"slurmpool.io/inference-pool": "llm"},
+                    "taints": [{"key": "slurmpool.io/inference", "value": "llm", "effect": "NoSchedule"}],
+                }
+            ]
+        },
+        "drain": {"timeout": "10m"},
+    }
+    _merge(spec, overrides)
+    return {"apiVersion": "slurmpool.io/v1alpha1", "kind": "SlurmNodePool", "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
+
+
+def _merge(base: dict, extra: dict) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+
+
+def apply(lab, obj: dict | list) -> None:
+    docs = obj if isinstance(obj, list) else [obj]
+    lab.kubectl("apply", "-f", "-", input="\n---\n".join(yaml.safe_dump(d) for d in docs))
+
+
+def ensure_namespace_and_secret(lab) -> None:
+    lab.kubectl("create", "namespace", NAMESPACE, check=False)
+    key = Path(lab.ssh_key).read_text()
+    known = Path(lab.ssh_known_hosts).read_text()
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "slurm-ssh", "namespace": NAMESPACE},
+        "stringData": {"ssh-privatekey": key, "known_hosts": known},
+    }
+    apply(lab, secret)
+
+
+def get_json(lab, *args) -> dict:
+    return json.loads(lab.kubectl("get", *args, "-o", "json").stdout)
+
+
+def pool_status(lab, name: str) -> dict:
+    return get_json(lab, "snp", name, "-n", NAMESPACE).get("status") or {}
+
+
+def slurm_states(lab) -> dict[str, str]:
+    """node -> State= as `scontrol show node -o` prints it (e.g. IDLE, IDLE+DRAIN)."""
+    out = lab.slurm("scontrol", "-o", "show", "node").stdout
+    states = {}
+    for line in out.splitlines():
+        fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+        if "NodeName" in fields:
+            states[fields["NodeName"]] = fields.get("State", "")
+    return states
+
+
+def node_placements(lab) -> dict[str, str]:
+    nodes = get_json(lab, "nodes")["items"]
+    return {n["metadata"]["name"]: (n["metadata"].get("annotations") or {}).get("slurmpool.io/placement", "none") for n in nodes}
+
+
+def wait(predicate, timeout: float, interval: float = 0.25, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")

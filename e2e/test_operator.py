@@ -1,0 +1,289 @@
+"""The operator on the real lab (issue 3's acceptance): a real apiserver, real slurmctld and
+slurmd processes started by the lab's node agent, the real sshd. Tests run in order on one
+pool named `gpu` over the lab's 8 nodes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from .harness import (
+    NAMESPACE,
+    Operator,
+    apply,
+    ensure_namespace_and_secret,
+    get_json,
+    node_placements,
+    pool_manifest,
+    pool_status,
+    slurm_states,
+    wait,
+)
+
+pytestmark = pytest.mark.e2e
+POOL = "gpu"
+TIMINGS: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def op(lab):
+    lab.kubectl("apply", "--server-side", "-f", "crds/slurmpool.io_slurmnodepools.yaml")
+    lab.kubectl("wait", "--for=condition=Established", "crd/slurmnodepools.slurmpool.io", "--timeout=30s")
+    ensure_namespace_and_secret(lab)
+    operator = Operator(lab).start()
+    yield operator
+    operator.stop()
+    print(operator.log_tail(20))
+    # Leave the lab as found: no pool, no slurmd pods, nodes uncordoned and unannotated.
+    lab.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=60s", check=False)
+    for node in lab.nodes:
+        lab.kubectl("uncordon", node, check=False)
+        lab.kubectl("annotate", "node", node, "slurmpool.io/placement-", "slurmpool.io/move-", "slurmpool.io/pool-",
+                    "slurmpool.io/hold-until-", "slurmpool.io/pin-", check=False)
+        lab.kubectl("label", "node", node, "slurmpool.io/side-", "slurmpool.io/inference-pool-", check=False)
+        lab.kubectl("taint", "node", node, "slurmpool.io/slurm-", "slurmpool.io/inference-", check=False)
+    print("timings:", TIMINGS)
+
+
+def placements(lab):
+    return node_placements(lab)
+
+
+def settled(lab, slurm: int, inference: int):
+    def check():
+        s = pool_status(lab, POOL)
+        ready = s.get("slurm", {}).get("ready") == slurm and s.get("inference", {}).get("ready") == inference and s.get("moving") == 0
+        return s if ready else None
+
+    return check
+
+
+def idle_in_slurm(lab, count: int):
+    def check():
+        states = slurm_states(lab)
+        idle = [n for n, st in states.items() if st == "IDLE"]
+        return idle if len(idle) == count else None
+
+    return check
+
+
+def test_crd_is_accepted_and_bad_input_is_refused_with_clear_messages(lab, op):
+    good = pool_manifest(lab, "invalid-check", 1)
+    cases = [
+        ({"slurmNodes": -1}, "should be greater than or equal to 0"),
+        ({"slurmNodes": 1, "minSlurmNodes": 3}, "slurmNodes (1) is below minSlurmNodes (3)"),
+        ({"drain": {"onTimeout": "Kill"}}, 'Unsupported value: "Kill"'),
+        ({"slurm": {"access": {"local": {}}}}, "set exactly one of slurm.access.ssh and slurm.access.local"),
+        ({"inference": {"pools": [{"name": "a", "minNodes": 3, "maxNodes": 1}]}}, "minNodes must not exceed its maxNodes"),
+    ]
+    for change, message in cases:
+        bad = pool_manifest(lab, "invalid-check", 1, **change)
+        import yaml
+
+        result = lab.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(bad), check=False)
+        assert result.returncode != 0, f"accepted {change}"
+        assert message in result.stderr, result.stderr
+    import yaml
+
+    ok = lab.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(good), check=False)
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_all_eight_nodes_join_slurm(lab, op):
+    t0 = time.monotonic()
+    apply(lab, pool_manifest(lab, POOL, 8))
+    wait(idle_in_slurm(lab, 8), 120, what="8 idle Slurm nodes")
+    wait(settled(lab, 8, 0), 30, what="status 8/0")
+    TIMINGS["join 8 nodes"] = time.monotonic() - t0
+    assert set(placements(lab).values()) == {"slurm"}
+    pods = get_json(lab, "pods", "-n", NAMESPACE, "-l", "slurmpool.io/component=slurmd")["items"]
+    assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(lab.nodes)
+
+
+def test_scale_to_five_moves_three_to_inference_and_pods_land(lab, op):
+    t0 = time.monotonic()
+    lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"slurmNodes":5}}')
+    wait(settled(lab, 5, 3), 60, what="status 5/3")
+    TIMINGS["move 3 idle nodes to inference"] = time.monotonic() - t0
+    inference_nodes = sorted(n for n, p in placements(lab).items() if p == "inference:llm")
+    assert len(inference_nodes) == 3
+    states = slurm_states(lab)
+    for node in inference_nodes:
+        assert "DRAIN" in states[node], states[node]  # parked drained in Slurm
+        body = get_json(lab, "node", node)
+        assert not body["spec"].get("unschedulable")
+        assert body["metadata"]["labels"]["slurmpool.io/inference-pool"] == "llm"
+    slurmd_nodes = {p["spec"]["nodeName"] for p in get_json(lab, "pods", "-n", NAMESPACE, "-l", "slurmpool.io/component=slurmd")["items"]}
+    assert slurmd_nodes.isdisjoint(inference_nodes)
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "llm", "namespace": NAMESPACE},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "llm"}},
+            "template": {
+                "metadata": {"labels": {"app": "llm"}},
+                "spec": {
+                    "nodeSelector": {"slurmpool.io/inference-pool": "llm"},
+                    "tolerations": [{"key": "slurmpool.io/inference", "operator": "Exists"}],
+                    "topologySpreadConstraints": [
+                        {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+                         "labelSelector": {"matchLabels": {"app": "llm"}}}
+                    ],
+                    "containers": [{"name": "server", "image": "vllm:latest", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+                },
+            },
+        },
+    }
+    apply(lab, deployment)
+    lab.kubectl("rollout", "status", "deployment/llm", "-n", NAMESPACE, "--timeout=60s")
+    pods = get_json(lab, "pods", "-n", NAMESPACE, "-l", "app=llm")["items"]
+    assert sorted(p["spec"]["nodeName"] for p in pods) == inference_nodes
+
+
+def test_pdb_blocks_the_move_back_to_slurm_until_relaxed(lab, op):
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "llm", "namespace": NAMESPACE},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "llm"}}},
+    }
+    apply(lab, pdb)
+    wait(lambda: get_json(lab, "pdb", "llm", "-n", NAMESPACE).get("status", {}).get("expectedPods") == 3, 30, what="PDB observed")
+    lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=6")
+
+    def blocked():
+        s = pool_status(lab, POOL)
+        cond = next((c for c in s.get("conditions", []) if c["type"] == "DrainBlocked"), {})
+        return cond if cond.get("status") == "True" and "pod/" + NAMESPACE + "/llm-" in cond.get("message", "") else None
+
+    cond = wait(blocked, 30, what="DrainBlocked naming the pod")
+    assert cond["reason"] == "EvictionRefused"
+    time.sleep(2)
+    assert len(get_json(lab, "pods", "-n", NAMESPACE, "-l", "app=llm")["items"]) == 3, "a pod was forced out"
+    lab.kubectl("patch", "pdb", "llm", "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"maxUnavailable":1}}')
+    wait(settled(lab, 6, 2), 60, what="status 6/2 after relaxing the PDB")
+    wait(idle_in_slurm(lab, 6), 30, what="6 idle Slurm nodes")
+    lab.kubectl("delete", "pdb", "llm", "-n", NAMESPACE)
+    lab.kubectl("delete", "deployment", "llm", "-n", NAMESPACE)
+
+
+def test_kubectl_scale_and_printer_columns(lab, op):
+    lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=5")
+    wait(settled(lab, 5, 3), 60, what="status 5/3")
+    table = lab.kubectl("get", "snp", "-n", NAMESPACE).stdout
+    header = table.splitlines()[0].split()
+    assert header == ["NAME", "SLURM", "INFERENCE", "DESIRED", "MOVING", "AGE"]
+    assert table.splitlines()[1].split()[:5] == [POOL, "5", "3", "5", "0"]
+    wide = lab.kubectl("get", "snp", "-n", NAMESPACE, "-o", "wide").stdout.splitlines()
+    assert wide[0].split()[6:9] == ["BLOCKED", "PAUSED", "READY"]
+    assert wide[1].split()[6:9] == ["0", "false", "True"]
+    scale = get_json(lab, "snp", POOL, "-n", NAMESPACE, "--subresource=scale")
+    assert scale["spec"]["replicas"] == 5 and scale["status"]["replicas"] == 5
+
+
+def _sbatch(lab, node: str, seconds: int, limit_minutes: int) -> str:
+    out = lab.slurm("sbatch", "--parsable", "-w", node, "--gres=gpu:8", f"--time={limit_minutes}", "-o", "/dev/null",
+                    "--wrap", f"sleep {seconds}").stdout
+    return out.strip().split(";")[0]
+
+
+def _job_state(lab, job_id: str) -> str:
+    out = lab.slurm("squeue", "-h", "-j", job_id, "-o", "%T", check=False).stdout.strip()
+    return out
+
+
+def _slurm_nodes(lab) -> list[str]:
+    return sorted(n for n, p in placements(lab).items() if p == "slurm")
+
+
+def test_a_running_job_holds_the_node_until_it_ends(lab, op):
+    nodes = _slurm_nodes(lab)
+    jobs = {n: _sbatch(lab, n, 600, 30 + i) for i, n in enumerate(nodes)}
+    soon = nodes[-1]
+    lab.slurm("scancel", jobs[soon])
+    jobs[soon] = _sbatch(lab, soon, 12, 2)  # ends first (2 min limit): chosen first
+    wait(lambda: all(_job_state(lab, j) == "RUNNING" for j in jobs.values()), 30, what="jobs running")
+    lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={len(nodes) - 1}")
+
+    def draining():
+        moves = pool_status(lab, POOL).get("moves", [])
+        return moves[0] if moves and moves[0]["phase"] == "Draining" and moves[0]["blockedBy"] else None
+
+    move = wait(draining, 20, what="a move blocked by a job")
+    assert move["node"] == soon and move["blockedBy"] == [f"job/{jobs[soon]}"]
+    assert "DRAIN" in slurm_states(lab)[soon]
+    assert _job_state(lab, jobs[soon]) == "RUNNING"  # never killed
+    wait(settled(lab, len(nodes) - 1, 8 - len(nodes) + 1), 60, what="move done after the job ended")
+    assert placements(lab)[soon] == "inference:llm"
+    for n, j in jobs.items():
+        if n != soon:
+            assert _job_state(lab, j) == "RUNNING"
+    lab.slurm("scancel", *[j for n, j in jobs.items() if n != soon])
+
+
+def test_drain_timeout_requeue_keeps_the_job(lab, op):
+    nodes = _slurm_nodes(lab)
+    lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"drain":{"timeout":"3s","onTimeout":"Requeue"}}}')
+    wait(lambda: not lab.slurm("squeue", "-h").stdout.strip(), 30, what="no jobs left")
+    job = _sbatch(lab, nodes[0], 600, 30)
+    others = [_sbatch(lab, n, 600, 60) for n in nodes[1:]]
+    wait(lambda: _job_state(lab, job) == "RUNNING", 30, what="job running")
+    lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={len(nodes) - 1}")
+    wait(settled(lab, len(nodes) - 1, 8 - len(nodes) + 1), 60, what="node moved after requeue")
+    assert placements(lab)[nodes[0]] == "inference:llm"
+    state = _job_state(lab, job)
+    assert state in ("PENDING", "RUNNING", "CONFIGURING"), f"job {job} lost: {state!r}"
+    events = lab.kubectl("get", "events", "-n", NAMESPACE, "--field-selector", "reason=JobsRequeued", "-o", "name").stdout
+    assert events.strip()
+    lab.slurm("scancel", job, *others)
+
+
+def test_drain_timeout_rollback_gives_the_node_back_to_slurm(lab, op):
+    nodes = _slurm_nodes(lab)
+    lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"drain":{"timeout":"3s","onTimeout":"Rollback"}}}')
+    wait(lambda: not lab.slurm("squeue", "-h").stdout.strip(), 30, what="no jobs left")
+    jobs = [_sbatch(lab, n, 600, 30) for n in nodes]
+    wait(lambda: all(_job_state(lab, j) == "RUNNING" for j in jobs), 30, what="jobs running")
+    lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={len(nodes) - 1}")
+    events = lambda: lab.kubectl("get", "events", "-n", NAMESPACE, "--field-selector", "reason=MoveRolledBack", "-o", "name").stdout.strip()  # noqa: E731
+    wait(events, 30, what="a MoveRolledBack event")
+    wait(lambda: pool_status(lab, POOL).get("moving") == 0, 30, what="rollback finished")
+    assert all(_job_state(lab, j) == "RUNNING" for j in jobs), "a job was touched by a rollback"
+    states = slurm_states(lab)
+    assert all("DRAIN" not in states[n] for n in nodes), states
+    lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={len(nodes)}")
+    lab.slurm("scancel", *jobs)
+    lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"drain":{"timeout":"10m","onTimeout":"Wait"}}}')
+
+
+@pytest.mark.parametrize(
+    "direction,phase",
+    [("to_inference", p) for p in ("Draining", "StoppingSlurmd", "Relabeling")]
+    + [("to_slurm", p) for p in ("Cordoning", "Evicting", "StartingSlurmd", "Registering", "Resuming")],
+)
+def test_sigkill_at_each_phase_resumes_the_move(lab, op, direction, phase):
+    """The operator kills itself (SIGKILL) right after recording `phase` on the node and
+    before acting on it; a fresh operator must finish the move."""
+    wait(lambda: pool_status(lab, POOL).get("moving") == 0, 60, what="no move in flight")
+    wait(lambda: not lab.slurm("squeue", "-h").stdout.strip(), 30, what="no jobs left")
+    current = pool_status(lab, POOL)["slurm"]["ready"]
+    target = current - 1 if direction == "to_inference" else current + 1
+    op.stop()
+    crashing = Operator(lab, "operator-crash.log", {"SLURMPOOL_CRASH_AFTER_PHASE": phase}).start()
+    lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={target}")
+    crashing.proc.wait(60)
+    assert crashing.proc.returncode == -9, crashing.log_tail()
+    moving = pool_status(lab, POOL)
+    op.start()
+    wait(settled(lab, target, 8 - target), 90, what=f"move resumed after a crash in {phase}")
+    assert set(placements(lab).values()) <= {"slurm", "inference:llm"}, "a node is stranded"
+    states = slurm_states(lab)
+    for node, placement in placements(lab).items():
+        if placement == "slurm":
+            assert states[node] == "IDLE" or states[node].startswith("IDLE"), (node, states[node])
+        else:
+            assert "DRAIN" in states[node], (node, states[node])
+    assert moving is not None

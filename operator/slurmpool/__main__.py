@@ -1,0 +1,44 @@
+"""`slurmpool run`: the operator process (kopf, the reconcile loop and the metrics server)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="slurmpool", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the operator")
+    run.add_argument("--metrics-port", type=int, default=int(os.environ.get("SLURMPOOL_METRICS_PORT", "8080")))
+    run.add_argument("--metrics-address", default=os.environ.get("SLURMPOOL_METRICS_ADDRESS", "0.0.0.0"))
+    run.add_argument("--liveness", default=os.environ.get("SLURMPOOL_LIVENESS", ""), help="e.g. http://0.0.0.0:8081/healthz")
+    run.add_argument("--interval", type=float, default=None, help="seconds between reconcile passes (default 1)")
+    run.add_argument("--verbose", action="store_true")
+    sub.add_parser("crd", help="print the CRD YAML")
+    args = parser.parse_args(argv)
+
+    if args.command == "crd":
+        from .crd import render
+
+        sys.stdout.write(render())
+        return 0
+
+    if args.interval is not None:
+        os.environ["SLURMPOOL_INTERVAL"] = str(args.interval)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import kopf
+    from prometheus_client import start_http_server
+
+    from . import handlers  # noqa: F401 - registers the kopf handlers
+
+    if args.metrics_port:
+        start_http_server(args.metrics_port, addr=args.metrics_address)
+    kopf.run(clusterwide=True, standalone=True, liveness_endpoint=args.liveness or None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Slurm backends for the pools' `spec.slurm.access`, built once and shared.
+
+Pools that reach the same controller share one backend (one SSH connection) and one
+observation per reconcile pass, so Slurm sees a constant number of commands per pass.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Awaitable, Callable
+
+from slurmbridge import LocalRunner, ScontrolBackend, SlurmBackend, SshRunner
+
+from .models import SlurmAccess
+from .reconcile import observe_slurm
+from .view import SlurmView
+
+ReadSecret = Callable[[str, str], Awaitable[dict[str, str]]]
+
+
+def access_key(namespace: str, access: SlurmAccess) -> tuple:
+    if access.ssh:
+        s = access.ssh
+        return ("ssh", s.host, s.port, s.user, namespace, s.secret_ref.name)
+    return ("local", access.local.slurm_conf if access.local else None)
+
+
+class SlurmAccessPool:
+    def __init__(self, read_secret: ReadSecret, command_timeout: float = 20.0, retries: int = 1):
+        self._read_secret = read_secret
+        self._backends: dict[tuple, SlurmBackend] = {}
+        self._views: dict[tuple, tuple[float, SlurmView]] = {}
+        self.command_timeout = command_timeout
+        self.retries = retries
+
+    async def backend(self, namespace: str, access: SlurmAccess) -> SlurmBackend:
+        key = access_key(namespace, access)
+        if key not in self._backends:
+            self._backends[key] = await self._build(namespace, access)
+        return self._backends[key]
+
+    async def _build(self, namespace: str, access: SlurmAccess) -> SlurmBackend:
+        if access.ssh:
+            s = access.ssh
+            secret = await self._read_secret(namespace, s.secret_ref.name)
+            for key in (s.secret_ref.private_key_key, s.secret_ref.known_hosts_key):
+                if not secret.get(key):
+                    raise ValueError(f"Secret {namespace}/{s.secret_ref.name} has no key {key!r}")
+            runner = SshRunner(
+                host=s.host,
+                port=s.port,
+                username=s.user,
+                client_key=secret[s.secret_ref.private_key_key],
+                known_hosts=secret[s.secret_ref.known_hosts_key],
+            )
+        else:
+            conf = access.local.slurm_conf if access.local else None
+            runner = LocalRunner(env={"SLURM_CONF": conf} if conf else None)
+        return ScontrolBackend(runner, timeout=self.command_timeout, retries=self.retries)
+
+    async def observe(self, namespace: str, access: SlurmAccess, max_age: float) -> tuple[SlurmBackend | None, SlurmView]:
+        """Slurm's state for this access, polled at most once per `max_age` seconds."""
+        key = access_key(namespace, access)
+        cached = self._views.get(key)
+        if cached and time.monotonic() - cached[0] < max_age:
+            return self._backends.get(key), cached[1]
+        try:
+            backend = await self.backend(namespace, access)
+        except Exception as err:  # noqa: BLE001 - a missing Secret is reported, not raised
+            return None, SlurmView(available=False, error=f"cannot reach Slurm: {err}")
+        view = await observe_slurm(backend)
+        self._views[key] = (time.monotonic(), view)
+        return backend, view
+
+    def forget_views(self) -> None:
+        self._views.clear()
+
+    async def close(self) -> None:
+        for backend in self._backends.values():
+            await backend.close()
+        self._backends.clear()

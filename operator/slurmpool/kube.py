@@ -1,0 +1,181 @@
+"""Kubernetes adapter: reads come from kopf's watch indexes (see handlers.py), writes go
+through the official `kubernetes` client. That client is synchronous, so every call runs
+in a worker thread: kopf's event loop is never blocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kopf
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from .models import SlurmNodePoolSpec
+from .reconcile import PoolRef
+from .view import LABEL_COMPONENT, LABEL_POOL, SLURM_TAINT_KEY, NodeView, PodView
+
+SLURMD_CONTAINER = "slurmd"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def slurmd_pod_name(node: str) -> str:
+    return f"slurmd-{node}"[:253]
+
+
+# ---------------------------------------------------------------- reads: compact views for the indexes
+
+
+def node_view(body: dict) -> NodeView:
+    meta, spec, status = body.get("metadata", {}), body.get("spec", {}) or {}, body.get("status", {}) or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return NodeView(
+        name=meta["name"],
+        labels=dict(meta.get("labels") or {}),
+        annotations={k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("slurmpool.io/")},
+        taints=tuple(
+            {k: t[k] for k in ("key", "value", "effect") if t.get(k) is not None} for t in spec.get("taints") or []
+        ),
+        unschedulable=bool(spec.get("unschedulable")),
+        ready=ready,
+    )
+
+
+def pod_view(body: dict) -> PodView:
+    meta, status = body.get("metadata", {}), body.get("status", {}) or {}
+    annotations = meta.get("annotations") or {}
+    return PodView(
+        namespace=meta.get("namespace", ""),
+        name=meta["name"],
+        uid=meta.get("uid", ""),
+        owner_kinds=tuple(o.get("kind", "") for o in meta.get("ownerReferences") or []),
+        phase=status.get("phase") or "Pending",
+        deleting=bool(meta.get("deletionTimestamp")),
+        ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []),
+        slurmd=(meta.get("labels") or {}).get(LABEL_COMPONENT) == "slurmd",
+        mirror="kubernetes.io/config.mirror" in annotations,
+    )
+
+
+# ---------------------------------------------------------------- writes
+
+
+def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str) -> dict[str, Any]:
+    """The slurmd pod for one node: bound to it directly (the node is cordoned), host network,
+    tolerating the cordon and our Slurm taint. See e2e/lab/README.md for the lab's contract."""
+    t = spec.slurm.slurmd_pod
+    tolerations = [
+        {"key": SLURM_TAINT_KEY, "operator": "Exists"},
+        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+    ] + [x.model_dump(by_alias=True, exclude_none=True) for x in t.tolerations]
+    env = [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    env += [{"name": e.name, "value": e.value} for e in t.env]
+    container: dict[str, Any] = {
+        "name": SLURMD_CONTAINER,
+        "image": t.image,
+        "command": list(t.command),
+        "args": list(t.args),
+        "env": env,
+        "resources": t.resources.model_dump(by_alias=True),
+    }
+    pod_spec: dict[str, Any] = {
+        "nodeName": node,
+        "hostNetwork": True,
+        "restartPolicy": "Always",
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": t.termination_grace_period_seconds,
+        "tolerations": tolerations,
+        "containers": [container],
+    }
+    if t.service_account_name:
+        pod_spec["serviceAccountName"] = t.service_account_name
+    if t.priority_class_name:
+        pod_spec["priorityClassName"] = t.priority_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": slurmd_pod_name(node),
+            "namespace": pool.namespace,
+            # No ownerReference on purpose: deleting a pool must never garbage-collect the
+            # slurmd of a node running jobs. Nodes and pods stay where they are.
+            "labels": {LABEL_COMPONENT: "slurmd", LABEL_POOL: pool.name},
+            "annotations": {"slurmpool.io/node": node},
+        },
+        "spec": pod_spec,
+    }
+
+
+class KubeAdapter:
+    """Implements reconcile.Kube over the kubernetes client, off the event loop."""
+
+    def __init__(self, api_client: client.ApiClient | None = None):
+        self.api = api_client or client.ApiClient()
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.requests = 0  # API requests made (the benchmark counts them per reconcile)
+
+    async def _call(self, fn, *args, **kwargs):
+        self.requests += 1
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def patch_node(self, name: str, patch: dict) -> None:
+        await self._call(self.core.patch_node, name, patch, _content_type=MERGE_PATCH)
+
+    async def create_slurmd_pod(self, pool: PoolRef, spec: SlurmNodePoolSpec, node: str) -> None:
+        try:
+            await self._call(self.core.create_namespaced_pod, pool.namespace, slurmd_pod(pool, spec, node))
+        except ApiException as err:
+            if err.status != 409:  # already there: level-triggered, that is success
+                raise
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
+        try:
+            await self._call(self.core.delete_namespaced_pod, name, namespace, body=body)
+        except ApiException as err:
+            if err.status not in (404, 409):
+                raise
+
+    async def evict(self, namespace: str, name: str) -> str | None:
+        eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
+        try:
+            await self._call(self.core.create_namespaced_pod_eviction, name, namespace, eviction)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            if err.status == 429:  # a PodDisruptionBudget says no: report it, never force
+                return _message(err) or "refused by a PodDisruptionBudget"
+            raise
+        return None
+
+    async def event(self, obj: dict, type_: str, reason: str, message: str) -> None:
+        kopf.event(obj, type=type_, reason=reason, message=message)
+
+    async def patch_pool_status(self, pool: PoolRef, status: dict) -> None:
+        await self._call(
+            self.custom.patch_namespaced_custom_object_status,
+            "slurmpool.io",
+            "v1alpha1",
+            pool.namespace,
+            "slurmnodepools",
+            pool.name,
+            {"status": status},
+            _content_type=MERGE_PATCH,
+        )
+
+    async def read_secret(self, namespace: str, name: str) -> dict[str, str]:
+        import base64
+
+        secret = await self._call(self.core.read_namespaced_secret, name, namespace)
+        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+
+def _message(err: ApiException) -> str:
+    import json
+
+    try:
+        return json.loads(err.body or "{}").get("message", "")
+    except ValueError:
+        return str(err.reason or "")

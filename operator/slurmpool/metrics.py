@@ -1,0 +1,30 @@
+"""Prometheus metrics (prometheus-client), all prefixed slurmpool_.
+
+kopf has no metrics of its own, so reconcile counts and durations follow
+controller-runtime's names; the rest are the domain's.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+RECONCILE_TOTAL = Counter("slurmpool_reconcile_total", "Pool reconciles", ["result"])
+RECONCILE_SECONDS = Histogram(
+    "slurmpool_reconcile_duration_seconds", "Time of one pool reconcile", buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+)
+NODES = Gauge("slurmpool_nodes", "Nodes per pool, placement and phase", ["pool", "placement", "phase"])
+MOVES_STARTED = Counter("slurmpool_moves_started_total", "Moves started", ["direction", "cause"])
+MOVES_COMPLETED = Counter("slurmpool_moves_completed_total", "Moves completed", ["direction"])
+MOVES_FAILED = Counter("slurmpool_moves_failed_total", "Moves that failed or rolled back", ["direction", "reason"])
+MOVE_SECONDS = Histogram(
+    "slurmpool_move_duration_seconds", "Time from a move's start to its end", ["direction"], buckets=(1, 2, 5, 10, 30, 60, 300, 900, 3600, 14400)
+)
+DRAIN_SECONDS = Histogram(
+    "slurmpool_drain_duration_seconds", "Time a node spent draining in Slurm", buckets=(1, 5, 30, 60, 300, 900, 3600, 14400, 86400)
+)
+EVICTIONS_REFUSED = Counter("slurmpool_evictions_refused_total", "Evictions refused (PodDisruptionBudgets)")
+ACTION_ERRORS = Counter("slurmpool_action_errors_total", "Actions that failed", ["action"])
+SLURM_COMMAND_SECONDS = Histogram(
+    "slurmpool_slurm_command_duration_seconds", "Latency of Slurm commands", ["command"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30)
+)
+SLURM_COMMAND_ERRORS = Counter("slurmpool_slurm_command_errors_total", "Slurm commands that failed", ["command"])

@@ -1,0 +1,159 @@
+"""The pool's status, computed from what one reconcile saw and did. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .models import (
+    Condition,
+    InferenceStatus,
+    MoveStatus,
+    PoolCounts,
+    SideCounts,
+    SlurmNodePoolSpec,
+    SlurmNodePoolStatus,
+)
+from .view import LABEL_COMPONENT, LABEL_POOL, SLURM, MoveRecord, NodeView, inference, pool_of
+
+
+@dataclass
+class Observed:
+    """What a reconcile learnt, beyond the nodes themselves."""
+
+    desired: dict[str, int]
+    problems: list[str] = field(default_factory=list)  # the spec cannot be met: nothing moves
+    overlaps: list[str] = field(default_factory=list)  # nodes also selected by another pool
+    slurm_error: str | None = None
+    errors: list[str] = field(default_factory=list)  # actions that failed this round
+    blocked: dict[str, tuple[list[str], str]] = field(default_factory=dict)  # node -> (blocked_by, message)
+
+
+def iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(
+    conditions: list[Condition], type_: str, status: bool, reason: str, message: str, now: datetime, generation: int | None
+) -> list[Condition]:
+    """Replace one condition, keeping lastTransitionTime while its status holds."""
+    value = "True" if status else "False"
+    old = next((c for c in conditions if c.type == type_), None)
+    since = old.last_transition_time if old and old.status == value else iso(now)
+    new = Condition(
+        type=type_, status=value, reason=reason, message=message[:1024], last_transition_time=since, observed_generation=generation
+    )
+    return [c for c in conditions if c.type != type_] + [new]
+
+
+def build_status(
+    name: str,
+    spec: SlurmNodePoolSpec,
+    generation: int | None,
+    nodes: list[NodeView],
+    seen: Observed,
+    previous: list[Condition],
+    now: datetime,
+) -> SlurmNodePoolStatus:
+    moves: list[MoveStatus] = []
+    ready = {SLURM: 0, **{inference(p.name): 0 for p in spec.inference.pools}}
+    moving = dict.fromkeys(ready, 0)
+    for node in nodes:
+        move: MoveRecord | None = node.move
+        if move is None:
+            if node.placement in ready:
+                ready[node.placement] += 1
+            continue
+        if move.target in moving:
+            moving[move.target] += 1
+        blocked_by, message = seen.blocked.get(node.name, ([], ""))
+        moves.append(
+            MoveStatus(
+                node=node.name,
+                move_id=move.id,
+                from_=move.source,
+                to=move.target,
+                phase=move.phase,
+                since=iso(move.since),
+                blocked_by=blocked_by[:20],
+                message=message[:512],
+            )
+        )
+    moves.sort(key=lambda m: m.node)
+    pools = [
+        PoolCounts(
+            name=p.name,
+            desired=seen.desired.get(inference(p.name), 0),
+            ready=ready[inference(p.name)],
+            moving=moving[inference(p.name)],
+        )
+        for p in spec.inference.pools
+    ]
+    blocked = [m for m in moves if any(b.startswith(("job/", "pod/")) for b in m.blocked_by)]
+    status = SlurmNodePoolStatus(
+        observed_generation=generation,
+        selected_nodes=len(nodes),
+        replicas=ready[SLURM],
+        selector=f"{LABEL_COMPONENT}=slurmd,{LABEL_POOL}={name}",
+        slurm=SideCounts(desired=seen.desired.get(SLURM, 0), ready=ready[SLURM], moving=moving[SLURM]),
+        inference=InferenceStatus(
+            desired=sum(p.desired for p in pools),
+            ready=sum(p.ready for p in pools),
+            moving=sum(p.moving for p in pools),
+            pools=pools,
+        ),
+        moving=len(moves),
+        blocked=len(blocked),
+        moves=moves,
+        last_error=(seen.errors[-1][:1024] if seen.errors else None),
+    )
+    status.conditions = _conditions(spec, status, seen, blocked, previous, now, generation)
+    return status
+
+
+def _conditions(spec, status: SlurmNodePoolStatus, seen: Observed, blocked, previous, now, generation) -> list[Condition]:
+    c = list(previous)
+    degraded = []
+    if seen.problems:
+        degraded.append(("InvalidSpec", "; ".join(seen.problems)))
+    if seen.overlaps:
+        degraded.append(("NodeOverlap", f"selected by another SlurmNodePool too, never moved: {', '.join(sorted(seen.overlaps)[:20])}"))
+    if seen.slurm_error:
+        degraded.append(("SlurmUnavailable", seen.slurm_error))
+    if seen.errors:
+        degraded.append(("ActionFailed", seen.errors[-1]))
+    c = set_condition(
+        c,
+        "Degraded",
+        bool(degraded),
+        degraded[0][0] if degraded else "AsExpected",
+        "; ".join(m for _, m in degraded) if degraded else "",
+        now,
+        generation,
+    )
+    if blocked:
+        parts = [f"{m.node} ({m.phase}): {', '.join(b for b in m.blocked_by if b.startswith(('job/', 'pod/')))}" for m in blocked]
+        reason = "EvictionRefused" if any(b.startswith("pod/") for m in blocked for b in m.blocked_by) else "JobsRunning"
+        c = set_condition(c, "DrainBlocked", True, reason, "; ".join(parts), now, generation)
+    else:
+        c = set_condition(c, "DrainBlocked", False, "NotBlocked", "", now, generation)
+    if status.moving:
+        c = set_condition(c, "Progressing", True, "MovesInFlight", f"{status.moving} move(s) in flight", now, generation)
+    elif spec.paused:
+        c = set_condition(c, "Progressing", False, "Paused", "spec.paused is set: no new moves start", now, generation)
+    else:
+        c = set_condition(c, "Progressing", False, "Idle", "", now, generation)
+    settled = status.slurm.ready == status.slurm.desired and all(p.ready == p.desired for p in status.inference.pools)
+    if degraded:
+        ready = (False, degraded[0][0], "; ".join(m for _, m in degraded))
+    elif not settled or status.moving:
+        ready = (False, "Progressing", f"Slurm {status.slurm.ready}/{status.slurm.desired}, inference {status.inference.ready}/{status.inference.desired}")
+    else:
+        ready = (True, "SplitReached", f"Slurm {status.slurm.ready}, inference {status.inference.ready}")
+    c = set_condition(c, "Ready", *ready, now, generation)
+    order = {"Ready": 0, "Progressing": 1, "DrainBlocked": 2, "Degraded": 3}
+    return sorted(c, key=lambda x: order.get(x.type, 9))
+
+
+def pool_label(placement: str) -> str:
+    return pool_of(placement) or placement

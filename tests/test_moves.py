@@ -1,0 +1,195 @@
+"""The move state machine, walked through a simulated world: both directions, drain
+policies, PDB-refused evictions, foreign drains, and a crash at every round."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurmpool.moves import TO_INFERENCE, TO_SLURM, advance
+from slurmpool.view import ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, NodeView, PodView
+
+from .factories import NOW, make_spec, slurm_node
+from .sim import World, run_move, start
+from .test_planner import job
+
+INFERENCE = "inference:default"
+
+
+def slurm_world(**kw) -> World:
+    node = NodeView(
+        name="gpu01",
+        annotations={ANN_PLACEMENT: SLURM},
+        labels={LABEL_SIDE: "slurm"},
+        taints=({"key": SLURM_TAINT_KEY, "value": "true", "effect": "NoSchedule"},),
+        unschedulable=True,
+        pods=(PodView("slurm", "slurmd-gpu01", "u1", slurmd=True, ready=True),),
+    )
+    return World(node=node, slurm_node=slurm_node("gpu01"), **kw)
+
+
+def inference_world(pods=(), **kw) -> World:
+    node = NodeView(name="gpu01", annotations={ANN_PLACEMENT: INFERENCE}, labels={LABEL_SIDE: "inference", "pool": "default"},
+                    taints=({"key": "inference", "value": "default", "effect": "NoSchedule"},), pods=tuple(pods))
+    return World(node=node, slurm_node=slurm_node("gpu01", "DOWN", {"DRAIN", "NOT_RESPONDING"}, reason="slurmpool: move x to inference:default"), **kw)
+
+
+def assert_inference(world: World):
+    n = world.node
+    assert n.move is None and n.placement == INFERENCE
+    assert n.labels[LABEL_SIDE] == "inference" and n.labels["pool"] == "default"
+    assert not n.unschedulable and n.slurmd_pod is None
+    assert {(t["key"], t["effect"]) for t in n.taints} == {("inference", "NoSchedule")}
+    assert world.slurm_node.drain_set and world.slurm_node.reason.startswith("slurmpool:")  # parked
+
+
+def assert_slurm(world: World):
+    n = world.node
+    assert n.move is None and n.placement == SLURM
+    assert n.labels[LABEL_SIDE] == "slurm" and "pool" not in n.labels
+    assert n.unschedulable and n.has_taint(SLURM_TAINT_KEY, "NoSchedule")
+    assert n.slurmd_pod is not None
+    assert not world.slurm_node.drain_set and world.slurm_node.responding
+
+
+def test_idle_node_to_inference():
+    spec = make_spec()
+    world = slurm_world()
+    start(world, SLURM, INFERENCE, NOW)
+    run_move(world, spec, NOW)
+    assert_inference(world)
+    assert world.log[:2] == ["Drain", "DeleteSlurmdPod"]
+
+
+def test_inference_node_to_slurm_evicts_then_starts_slurmd_then_resumes():
+    spec = make_spec()
+    web = PodView("web", "web-1", "u2", owner_kinds=("ReplicaSet",), ready=True)
+    daemon = PodView("kube-system", "dcgm", "u3", owner_kinds=("DaemonSet",), ready=True)
+    world = inference_world(pods=[web, daemon])
+    start(world, INFERENCE, SLURM, NOW)
+    run_move(world, spec, NOW)
+    assert_slurm(world)
+    assert [p.name for p in world.node.pods if not p.slurmd] == ["dcgm"]  # DaemonSet pods stay
+    assert world.log.index("Evict") < world.log.index("CreateSlurmdPod") < world.log.index("Resume")
+
+
+def test_running_job_holds_the_drain_until_it_ends():
+    spec = make_spec(drain={"timeout": "1h"})
+    world = slurm_world(jobs=[job("42", ["gpu01"], end_in=30)])
+    world.slurm_node = slurm_node("gpu01", "MIXED")
+    start(world, SLURM, INFERENCE, NOW)
+    run_move(world, spec, NOW, rounds=10)
+    assert world.node.move.phase == "Draining" and world.node.slurmd_pod is not None
+    step = advance(world.node.move, world.node, world.view(), spec, NOW + timedelta(seconds=10))
+    assert step.blocked_by == ["job/42"]
+    world.finish_jobs()
+    run_move(world, spec, NOW + timedelta(seconds=20))
+    assert_inference(world)
+    assert world.requeued == [] and world.cancelled == []
+
+
+@pytest.mark.parametrize("policy,requeued,cancelled", [("Requeue", ["42"], []), ("Cancel", [], ["42"])])
+def test_drain_timeout_policies(policy, requeued, cancelled):
+    spec = make_spec(drain={"timeout": "5s", "onTimeout": policy})
+    world = slurm_world(jobs=[job("42", ["gpu01"], end_in=3600)])
+    start(world, SLURM, INFERENCE, NOW)
+    run_move(world, spec, NOW, rounds=30)
+    assert_inference(world)
+    assert world.requeued == requeued and world.cancelled == cancelled
+
+
+def test_drain_timeout_wait_never_touches_jobs():
+    spec = make_spec(drain={"timeout": "5s", "onTimeout": "Wait"})
+    world = slurm_world(jobs=[job("42", ["gpu01"], end_in=3600)])
+    start(world, SLURM, INFERENCE, NOW)
+    run_move(world, spec, NOW, rounds=30)
+    assert world.node.move.phase == "Draining"
+    assert world.jobs and world.requeued == [] and world.cancelled == []
+
+
+def test_drain_timeout_rollback_resumes_the_node_in_slurm():
+    spec = make_spec(drain={"timeout": "5s", "onTimeout": "Rollback"})
+    world = slurm_world(jobs=[job("42", ["gpu01"], end_in=3600)])
+    start(world, SLURM, INFERENCE, NOW)
+    run_move(world, spec, NOW, rounds=40)
+    world.finish_jobs()  # not needed for the rollback: the job keeps running in Slurm
+    assert world.node.move is None and world.node.placement == SLURM
+    assert not world.slurm_node.drain_set and world.requeued == [] and world.cancelled == []
+
+
+def test_pdb_refused_eviction_blocks_and_names_the_pod_never_forced():
+    spec = make_spec()
+    web = PodView("web", "web-1", "u2", owner_kinds=("ReplicaSet",), ready=True)
+    world = inference_world(pods=[web], protected={"web/web-1"})
+    start(world, INFERENCE, SLURM, NOW)
+    run_move(world, spec, NOW, rounds=10)
+    assert world.node.move.phase == "Evicting"
+    step = advance(world.node.move, world.node, world.view(), spec, NOW + timedelta(seconds=11))
+    assert step.blocked_by == ["pod/web/web-1"]
+    assert world.node.slurmd_pod is None and "CreateSlurmdPod" not in world.log
+    world.protected.clear()  # the PDB is relaxed
+    run_move(world, spec, NOW + timedelta(seconds=12))
+    assert_slurm(world)
+
+
+def test_slurmd_that_never_registers_rolls_back_to_inference():
+    spec = make_spec()
+    spec.slurm.register_timeout = "10s"
+    world = inference_world(slurmd_registers=False)
+    start(world, INFERENCE, SLURM, NOW)
+    run_move(world, spec, NOW, rounds=60)
+    assert world.node.move is None and world.node.placement == INFERENCE
+    assert world.node.slurmd_pod is None and not world.node.unschedulable
+
+
+def test_foreign_drain_is_never_undone():
+    spec = make_spec()
+    world = inference_world()
+    world.slurm_node = slurm_node("gpu01", "DOWN", {"DRAIN", "NOT_RESPONDING"}, reason="bad GPU, ticket 123")
+    start(world, INFERENCE, SLURM, NOW)
+    run_move(world, spec, NOW)
+    assert world.node.placement == SLURM and "Resume" not in world.log
+    assert world.slurm_node.reason == "bad GPU, ticket 123"
+
+
+def test_slurm_unreachable_fails_closed():
+    spec = make_spec()
+    world = slurm_world(slurm_up=False)
+    start(world, SLURM, INFERENCE, NOW)
+    run_move(world, spec, NOW, rounds=10)
+    assert world.node.move.phase == "Draining" and world.node.slurmd_pod is not None and world.log == []
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    direction=st.sampled_from(["in", "out"]),
+    crash_at=st.integers(0, 12),
+    keeps_slurm=st.booleans(),
+    busy_for=st.sampled_from([None, 2, 4]),
+)
+def test_a_crash_at_any_round_still_settles_the_move(direction, crash_at, keeps_slurm, busy_for):
+    spec = make_spec()
+    if direction == "out":
+        world = slurm_world(jobs=[job("7", ["gpu01"], end_in=60)] if busy_for else [])
+        start(world, SLURM, INFERENCE, NOW)
+    else:
+        world = inference_world(pods=[PodView("web", "w", "u", owner_kinds=("ReplicaSet",))])
+        start(world, INFERENCE, SLURM, NOW)
+    for i in range(40):
+        if busy_for is not None and i == busy_for:
+            world.finish_jobs()
+        run_move(world, spec, NOW + timedelta(seconds=i), rounds=1, crash_at=0 if i == crash_at else None, crash_keeps_slurm=keeps_slurm)
+    if direction == "out":
+        assert_inference(world)
+    else:
+        assert_slurm(world)
+    assert world.requeued == [] and world.cancelled == []
+
+
+def test_phase_lists_cover_the_machine():
+    from slurmpool.moves import _PHASES
+
+    assert set(_PHASES) == set(TO_INFERENCE) | set(TO_SLURM)
