@@ -8,7 +8,7 @@ export LAB_DIR ?= $(CURDIR)/.lab
 
 .PHONY: venv deps lab-build lab-up lab-down unit e2e test demo crds
 
-venv: $(VENV)/.stamp
+venv: deps $(VENV)/.stamp
 $(VENV)/.stamp: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip

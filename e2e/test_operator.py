@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from .harness import (
+from harness import (
     NAMESPACE,
     Operator,
     apply,
@@ -35,7 +35,10 @@ def op(lab):
     yield operator
     operator.stop()
     print(operator.log_tail(20))
-    # Leave the lab as found: no pool, no slurmd pods, nodes uncordoned and unannotated.
+    # Leave the lab as found: no jobs, no pool, no slurmd pods, nodes uncordoned and unannotated.
+    jobs = lab.slurm("squeue", "-h", "-o", "%i").stdout.split()
+    if jobs:
+        lab.slurm("scancel", *jobs)
     lab.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=60s", check=False)
     for node in lab.nodes:
         lab.kubectl("uncordon", node, check=False)
@@ -72,7 +75,7 @@ def test_crd_is_accepted_and_bad_input_is_refused_with_clear_messages(lab, op):
     good = pool_manifest(lab, "invalid-check", 1)
     cases = [
         ({"slurmNodes": -1}, "should be greater than or equal to 0"),
-        ({"slurmNodes": 1, "minSlurmNodes": 3}, "slurmNodes (1) is below minSlurmNodes (3)"),
+        ({"slurmNodes": 1, "minSlurmNodes": 3}, "slurmNodes must not be below minSlurmNodes"),
         ({"drain": {"onTimeout": "Kill"}}, 'Unsupported value: "Kill"'),
         ({"slurm": {"access": {"local": {}}}}, "set exactly one of slurm.access.ssh and slurm.access.local"),
         ({"inference": {"pools": [{"name": "a", "minNodes": 3, "maxNodes": 1}]}}, "minNodes must not exceed its maxNodes"),
@@ -232,7 +235,11 @@ def test_drain_timeout_requeue_keeps_the_job(lab, op):
     others = [_sbatch(lab, n, 600, 60) for n in nodes[1:]]
     wait(lambda: _job_state(lab, job) == "RUNNING", 30, what="job running")
     lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={len(nodes) - 1}")
-    wait(settled(lab, len(nodes) - 1, 8 - len(nodes) + 1), 60, what="node moved after requeue")
+    try:
+        wait(settled(lab, len(nodes) - 1, 8 - len(nodes) + 1), 60, what="node moved after requeue")
+    except AssertionError:
+        print(pool_status(lab, POOL), lab.slurm("squeue").stdout, op.log_tail(40))
+        raise
     assert placements(lab)[nodes[0]] == "inference:llm"
     state = _job_state(lab, job)
     assert state in ("PENDING", "RUNNING", "CONFIGURING"), f"job {job} lost: {state!r}"
@@ -248,13 +255,20 @@ def test_drain_timeout_rollback_gives_the_node_back_to_slurm(lab, op):
     jobs = [_sbatch(lab, n, 600, 30) for n in nodes]
     wait(lambda: all(_job_state(lab, j) == "RUNNING" for j in jobs), 30, what="jobs running")
     lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={len(nodes) - 1}")
-    events = lambda: lab.kubectl("get", "events", "-n", NAMESPACE, "--field-selector", "reason=MoveRolledBack", "-o", "name").stdout.strip()  # noqa: E731
-    wait(events, 30, what="a MoveRolledBack event")
-    wait(lambda: pool_status(lab, POOL).get("moving") == 0, 30, what="rollback finished")
+
+    def rolled_back():
+        out = lab.kubectl("get", "events", "-n", NAMESPACE, "--field-selector", "reason=MoveRolledBack",
+                          "-o", "jsonpath={.items[*].message}").stdout.strip()
+        return out.split(":")[0] if out else None
+
+    node = wait(rolled_back, 30, what="a MoveRolledBack event")
+    # Back to the split it had: the operator stops trying other (busy) nodes.
+    lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={len(nodes)}")
+    wait(settled(lab, len(nodes), 8 - len(nodes)), 60, what="every move turned back")
+    assert placements(lab)[node] == "slurm"
     assert all(_job_state(lab, j) == "RUNNING" for j in jobs), "a job was touched by a rollback"
     states = slurm_states(lab)
     assert all("DRAIN" not in states[n] for n in nodes), states
-    lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={len(nodes)}")
     lab.slurm("scancel", *jobs)
     lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"drain":{"timeout":"10m","onTimeout":"Wait"}}}')
 

@@ -91,6 +91,13 @@ def test_paused_starts_nothing_and_hold_is_respected():
     assert plan(spec, [held], SlurmView(True), NOW).starts == []
 
 
+def test_a_draining_move_the_split_no_longer_wants_is_turned_back():
+    spec = make_spec(slurm_nodes=2, max_moves=2)
+    nodes = [node("a"), node("b", move_target="inference:default")]  # b draining; now 2 Slurm nodes wanted
+    result = plan(spec, nodes, SlurmView(True), NOW)
+    assert result.aborts == ["b"] and result.starts == []
+
+
 def test_unadopted_nodes_are_placed_first():
     spec = make_spec(slurm_nodes=2, max_moves=10)
     nodes = [node(f"n{i}", placement=NONE) for i in range(4)]
@@ -153,6 +160,12 @@ def test_plan_invariants(cluster):
         p = current_placement(n)
         before[p] = before.get(p, 0) + 1
     after = dict(before)
+    for name in result.aborts:  # a turned-back move counts at its source again
+        move = by_name[name].move
+        assert move.phase in ("Draining", "Cordoning", "Evicting") and name not in started
+        after[move.target] -= 1
+        src = move.source if move.source in PLACEMENTS[:3] else NONE
+        after[src] = after.get(src, 0) + 1
     for s in result.starts:
         src = current_placement(by_name[s.node])
         after[src] -= 1

@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.interval is not None:
         os.environ["SLURMPOOL_INTERVAL"] = str(args.interval)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("asyncssh", "kopf.objects"):  # per-command and per-event INFO lines
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     import kopf
     from prometheus_client import start_http_server
 

@@ -11,6 +11,7 @@ from typing import Awaitable, Callable
 
 from slurmbridge import LocalRunner, ScontrolBackend, SlurmBackend, SshRunner
 
+from . import metrics
 from .models import SlurmAccess
 from .reconcile import observe_slurm
 from .view import SlurmView
@@ -23,6 +24,30 @@ def access_key(namespace: str, access: SlurmAccess) -> tuple:
         s = access.ssh
         return ("ssh", s.host, s.port, s.user, namespace, s.secret_ref.name)
     return ("local", access.local.slurm_conf if access.local else None)
+
+
+class Instrumented:
+    """Times every backend call and counts its failures (slurmpool_slurm_command_*)."""
+
+    def __init__(self, backend: SlurmBackend):
+        self.inner = backend
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if name not in ("nodes", "jobs", "drain", "resume", "requeue", "cancel", "ping"):
+            return attr
+
+        async def timed(*args, **kwargs):
+            started = time.monotonic()
+            try:
+                return await attr(*args, **kwargs)
+            except Exception:
+                metrics.SLURM_COMMAND_ERRORS.labels(command=name).inc()
+                raise
+            finally:
+                metrics.SLURM_COMMAND_SECONDS.labels(command=name).observe(time.monotonic() - started)
+
+        return timed
 
 
 class SlurmAccessPool:
@@ -56,7 +81,7 @@ class SlurmAccessPool:
         else:
             conf = access.local.slurm_conf if access.local else None
             runner = LocalRunner(env={"SLURM_CONF": conf} if conf else None)
-        return ScontrolBackend(runner, timeout=self.command_timeout, retries=self.retries)
+        return Instrumented(ScontrolBackend(runner, timeout=self.command_timeout, retries=self.retries))
 
     async def observe(self, namespace: str, access: SlurmAccess, max_age: float) -> tuple[SlurmBackend | None, SlurmView]:
         """Slurm's state for this access, polled at most once per `max_age` seconds."""

@@ -19,7 +19,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
     "spec": [
         {
             "rule": "self.slurmNodes >= self.minSlurmNodes",
-            "messageExpression": "'slurmNodes (' + string(self.slurmNodes) + ') is below minSlurmNodes (' + string(self.minSlurmNodes) + ')'",
+            "message": "slurmNodes must not be below minSlurmNodes",
             "reason": "FieldValueInvalid",
             "fieldPath": ".slurmNodes",
         },

@@ -71,10 +71,14 @@ def pools_index(body, namespace, name, **_):
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def pool_changed(memo: kopf.Memo, **_):
+def pool_changed(memo: kopf.Memo, type, namespace, name, body, **_):
     # Resource handlers only run once every index is filled: from now on the loop may act.
     memo.indexed.set()
-    memo.wake.set()
+    # Wake the loop for spec changes, not for our own status writes.
+    generation = body.get("metadata", {}).get("generation")
+    if type == "DELETED" or memo.generations.get((namespace, name)) != generation:
+        memo.generations[(namespace, name)] = generation
+        memo.wake.set()
 
 
 # ---------------------------------------------------------------- startup: settings and the loop
@@ -90,6 +94,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, nodes_index,
     settings.posting.level = logging.INFO
     memo.indexed = asyncio.Event()
     memo.wake = asyncio.Event()
+    memo.generations = {}
     memo.kube = KubeAdapter(_api_client())
     memo.access = SlurmAccessPool(memo.kube.read_secret)
     memo.loop_task = asyncio.create_task(run_loop(memo, nodes_index, pods_index, pools_index))

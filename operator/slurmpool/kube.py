@@ -6,9 +6,11 @@ in a worker thread: kopf's event loop is never blocked.
 from __future__ import annotations
 
 import asyncio
+import logging
+import socket
+from datetime import datetime, timezone
 from typing import Any
 
-import kopf
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -16,6 +18,7 @@ from .models import SlurmNodePoolSpec
 from .reconcile import PoolRef
 from .view import LABEL_COMPONENT, LABEL_POOL, SLURM_TAINT_KEY, NodeView, PodView
 
+log = logging.getLogger("slurmpool.kube")
 SLURMD_CONTAINER = "slurmd"
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -115,6 +118,8 @@ class KubeAdapter:
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.requests = 0  # API requests made (the benchmark counts them per reconcile)
+        self._events: asyncio.Queue | None = None
+        self._event_task: asyncio.Task | None = None
 
     async def _call(self, fn, *args, **kwargs):
         self.requests += 1
@@ -151,7 +156,23 @@ class KubeAdapter:
         return None
 
     async def event(self, obj: dict, type_: str, reason: str, message: str) -> None:
-        kopf.event(obj, type=type_, reason=reason, message=message)
+        """Queue a Kubernetes Event; a worker posts it, so the reconcile never waits on it.
+        (kopf.event only works inside kopf's own handler tasks, not in our loop.)"""
+        if self._events is None:
+            self._events = asyncio.Queue(maxsize=1000)
+            self._event_task = asyncio.create_task(self._post_events())
+        try:
+            self._events.put_nowait(_event_body(obj, type_, reason, message))
+        except asyncio.QueueFull:
+            log.warning("event queue full; dropped %s %s", reason, message)
+
+    async def _post_events(self) -> None:
+        while True:
+            namespace, body = await self._events.get()
+            try:
+                await self._call(self.core.create_namespaced_event, namespace, body)
+            except Exception as err:  # noqa: BLE001 - an Event is best effort
+                log.warning("could not post event %s: %s", body["reason"], err)
 
     async def patch_pool_status(self, pool: PoolRef, status: dict) -> None:
         await self._call(
@@ -170,6 +191,33 @@ class KubeAdapter:
 
         secret = await self._call(self.core.read_namespaced_secret, name, namespace)
         return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+
+def _event_body(obj: dict, type_: str, reason: str, message: str) -> tuple[str, dict]:
+    meta = obj["metadata"]
+    namespace = meta.get("namespace") or "default"  # events of cluster-scoped objects
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return namespace, {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
+        "involvedObject": {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "name": meta["name"],
+            **({"namespace": meta["namespace"]} if meta.get("namespace") else {}),
+            **({"uid": meta["uid"]} if meta.get("uid") else {}),
+        },
+        "type": type_,
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": "slurmpool"},
+        "reportingComponent": "slurmpool.io/operator",
+        "reportingInstance": socket.gethostname()[:128],
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
 
 
 def _message(err: ApiException) -> str:

@@ -52,7 +52,7 @@ class LabelSelectorRequirement(Model):
 class LabelSelector(Model):
     """A Kubernetes label selector over Nodes."""
 
-    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_labels: dict[str, str] = Field(default_factory=dict, max_length=64)
     match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list, max_length=16)
 
     def matches(self, labels: dict[str, str]) -> bool:
@@ -94,8 +94,8 @@ class EnvVar(Model):
 
 
 class Resources(Model):
-    requests: dict[str, Quantity] = Field(default_factory=dict)
-    limits: dict[str, Quantity] = Field(default_factory=dict)
+    requests: dict[str, Quantity] = Field(default_factory=dict, max_length=32)
+    limits: dict[str, Quantity] = Field(default_factory=dict, max_length=32)
 
 
 class SecretRef(Model):
@@ -160,7 +160,7 @@ class InferencePool(Model):
     """A named Kubernetes inference pool: the labels and taints that make a node serve it."""
 
     name: str = Field(max_length=40, pattern=DNS_LABEL_PATTERN)
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
     taints: list[Taint] = Field(default_factory=list, max_length=16)
     priority: int = Field(default=0, ge=-1000, le=1000, description="Higher keeps its nodes longer when Slurm grows.")
     min_nodes: int = Field(default=0, ge=0, le=100000)

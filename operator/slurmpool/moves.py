@@ -32,6 +32,9 @@ from .view import (
 
 TO_INFERENCE = ("Draining", "StoppingSlurmd", "Relabeling")
 TO_SLURM = ("Cordoning", "Evicting", "StartingSlurmd", "Registering", "Resuming")
+# Phases before anything irreversible (slurmd stopped, slurmd started): a move here can be
+# turned back at once when the split no longer wants it.
+ABORTABLE = frozenset({"Draining", "Cordoning", "Evicting"})
 SLURM_TAINT = {"key": SLURM_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
 
 
@@ -101,7 +104,8 @@ def first_phase(target: str) -> str:
 
 
 def drain_reason(move: MoveRecord) -> str:
-    return f"{REASON_PREFIX} move {move.id} to {move.target}"
+    # No move id in it: moves to the same place share one batched `scontrol update`.
+    return f"{REASON_PREFIX} moving to {move.target}"
 
 
 def ours(reason: str | None) -> bool:
@@ -177,7 +181,7 @@ def advance(
             step.events.append(("Normal", "MoveCompleted", f"{node.name} now serves {move.target} (move {move.id})"))
             return step
         if isinstance(outcome, _Rollback):
-            back = _rollback(move, spec, now)
+            back = reverse(move, spec, now, cause="rollback")
             step.events.append(("Warning", "MoveRolledBack", f"{node.name}: {outcome.why}; returning to {back.target} (move {move.id})"))
             step.hold_until = now + timedelta(seconds=seconds(spec.drain.timeout))
             step.actions, step.blocked_by = [], []
@@ -200,7 +204,8 @@ class _Rollback:
     why: str
 
 
-def _rollback(move: MoveRecord, spec: SlurmNodePoolSpec, now: datetime) -> MoveRecord:
+def reverse(move: MoveRecord, spec: SlurmNodePoolSpec, now: datetime, cause: str) -> MoveRecord:
+    """The move back to where `move` came from, through the normal phases."""
     source = move.source
     if source == NONE:  # an adopted node goes back to the most important inference pool
         top = max(spec.inference.pools, key=lambda p: (p.priority, [-ord(c) for c in p.name]))
@@ -212,7 +217,7 @@ def _rollback(move: MoveRecord, spec: SlurmNodePoolSpec, now: datetime) -> MoveR
         phase=first_phase(source),
         since=now,
         started=now,
-        cause="rollback",
+        cause=cause,
         rollback=True,
     )
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from .models import SlurmNodePoolSpec
+from .moves import ABORTABLE
 from .view import NONE, SLURM, NodeView, SlurmView, inference
 
 NEVER = float("inf")
@@ -37,6 +38,7 @@ class Plan:
     desired: dict[str, int]
     problems: list[str] = field(default_factory=list)
     starts: list[Start] = field(default_factory=list)
+    aborts: list[str] = field(default_factory=list)  # moves to turn back: the split changed under them
 
 
 def placements(spec: SlurmNodePoolSpec) -> list[str]:
@@ -133,13 +135,25 @@ def plan(
         count[current_placement(node) if current_placement(node) in count else NONE] -= 1
         count[target] += 1
 
+    # Moves the split no longer wants, still in a phase that changed nothing for good, go
+    # back (scale 5 -> 4 -> 5 must not keep draining a busy node).
+    desired_with_none = {**desired, NONE: 0}
+    for node in sorted(nodes, key=lambda n: n.name):
+        move = node.move
+        if move is None or move.phase not in ABORTABLE or move.rollback or move.cause == "pin":
+            continue
+        source = move.source if move.source in valid else NONE
+        if count[move.target] > desired[move.target] and count[source] < desired_with_none[source]:
+            result.aborts.append(node.name)
+            count[move.target] -= 1
+            count[source] += 1
+
     # Pins first: the on-call's word beats the planner's arithmetic.
     for node in sorted(nodes, key=lambda n: n.name):
         if budget and node.move is None and node.pin in valid and node.pin != node.placement:
             start(node, node.pin, "pin")
             budget -= 1
 
-    desired_with_none = {**desired, NONE: 0}
     surplus = {g: count[g] - desired_with_none[g] for g in count if count[g] > desired_with_none[g]}
     by_priority = [inference(p.name) for p in sorted(spec.inference.pools, key=lambda p: (-p.priority, p.name))]
     deficits = [g for g in [SLURM, *by_priority] if count[g] < desired[g]]

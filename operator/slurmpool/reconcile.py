@@ -34,6 +34,7 @@ from .moves import (
     advance,
     first_phase,
     ours,
+    reverse,
 )
 from .planner import plan
 from .status import Observed, build_status, iso
@@ -83,6 +84,7 @@ def pool_object(pool: PoolRef) -> dict:
 
 
 def node_object(name: str) -> dict:
+    # kubectl describe node finds events by name (and uid == name, as the kubelet posts them).
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": name}}
 
 
@@ -115,6 +117,13 @@ async def reconcile_pool(
         by_name[name] = _after(by_name[name], step)
     result = plan(spec, list(by_name.values()), slurm, now, target_slurm)
     seen.desired, seen.problems = result.desired, result.problems
+    for name in result.aborts:
+        node = by_name[name]
+        back = reverse(node.move, spec, now, cause="abort")
+        step = advance(back, node, slurm, spec, now)
+        step.events.insert(0, ("Normal", "MoveAborted", f"{name}: the split no longer wants move {node.move.id}; returning to {back.target}"))
+        steps[name] = step
+        by_name[name] = _after(node, step)
     for start in result.starts:
         node = by_name[start.node]
         move = MoveRecord(

@@ -1,0 +1,214 @@
+"""The Slurm backend the operator talks to: one command per call, validated and retried."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Sequence
+from datetime import timezone, tzinfo
+from typing import Protocol, runtime_checkable
+
+from . import validate
+from .errors import SlurmError, SlurmUnavailable
+from .models import SlurmJob, SlurmNode
+from .parse import parse_scontrol_nodes, parse_squeue, squeue_format
+from .runner import CommandRunner
+
+log = logging.getLogger(__name__)
+
+# Outcomes that mean the mutation already holds, so a retried or repeated call succeeds.
+_RESUME_ALREADY = ("invalid node state specified",)  # RESUME on a node that is not drained/down
+# Requeue of a job that is already pending, or one that finished and was purged since it was seen.
+_REQUEUE_ALREADY = ("job is pending execution", "invalid job id specified")
+# Releasing (StartTime=now) a job that already started again, finished, or was purged.
+_RELEASE_ALREADY = ("job is no longer pending execution", "job has already finished", "invalid job id specified")
+# States a requeued job passes through before it is PENDING again.
+_SETTLING = frozenset({"COMPLETING", "STAGE_OUT", "SIGNALING", "REQUEUED"})
+
+
+@runtime_checkable
+class SlurmBackend(Protocol):
+    commands_run: int
+
+    async def nodes(self, names: Sequence[str] | None = None) -> dict[str, SlurmNode]: ...
+    async def jobs(self, partition: str | None = None, states: Sequence[str] | None = None) -> list[SlurmJob]: ...
+    async def drain(self, nodes: Sequence[str], reason: str) -> None: ...
+    async def resume(self, nodes: Sequence[str]) -> None: ...
+    async def requeue(self, job_ids: Sequence[str]) -> None: ...
+    async def cancel(self, job_ids: Sequence[str]) -> None: ...
+    async def ping(self) -> None: ...
+    async def close(self) -> None: ...
+
+
+class ScontrolBackend:
+    """SlurmBackend over scontrol/squeue/scancel run by a CommandRunner (local or SSH).
+
+    Every call is retried on SlurmUnavailable with exponential backoff (at most `retries` extra
+    attempts); mutations are safe to retry because they are idempotent. Other SlurmErrors are
+    raised at once. `commands_run` counts every command started, retries included.
+    """
+
+    def __init__(
+        self,
+        runner: CommandRunner,
+        timeout: float = 20.0,
+        retries: int = 2,
+        backoff: float = 0.5,
+        *,
+        max_backoff: float = 5.0,
+        tz: tzinfo = timezone.utc,
+        requeue_settle: float = 30.0,
+    ) -> None:
+        # 20 s: with slurmctld down, scontrol itself takes ~9 s to give up; let it say why.
+        self.runner = runner
+        self.timeout = timeout
+        self.retries = max(0, retries)
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.tz = tz  # zone of the times Slurm prints; runners pin TZ=UTC, so UTC by default
+        self.requeue_settle = requeue_settle
+        self.commands_run = 0
+
+    async def _run(self, argv: list[str]) -> str:
+        for attempt in range(self.retries + 1):
+            self.commands_run += 1
+            try:
+                return await self.runner.run(argv, self.timeout)
+            except SlurmUnavailable as e:
+                if attempt == self.retries:
+                    raise
+                delay = min(self.max_backoff, self.backoff * 2**attempt)
+                log.warning("%s unavailable (attempt %d), retrying in %.2fs: %s", argv[0], attempt + 1, delay, e)
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def nodes(self, names: Sequence[str] | None = None) -> dict[str, SlurmNode]:
+        argv = ["scontrol", "-o", "-d", "show", "node"]
+        if names is not None:
+            checked = validate.node_names(names)
+            if not checked:
+                return {}
+            argv.append(validate.compress(checked))
+        try:
+            out = await self._run(argv)
+        except SlurmError as e:
+            # Asking for names of which some do not exist: scontrol exits 1 but still prints the
+            # others, with "Node X not found" on stdout. An unknown node is simply absent.
+            if names is None or isinstance(e, SlurmUnavailable) or "not found" not in e.output:
+                raise
+            out = e.stdout
+        return parse_scontrol_nodes(out)
+
+    async def jobs(self, partition: str | None = None, states: Sequence[str] | None = None) -> list[SlurmJob]:
+        # A fresh separator per call: job names are user-chosen (even newlines are allowed), so
+        # only a separator nobody can predict keeps one job from forging another's record.
+        sep = f"|{secrets.token_hex(6)}|"
+        argv = ["squeue", "-h", "-a", "-o", squeue_format(sep)]
+        if partition is not None:
+            argv += ["-p", validate.partition(partition)]
+        if states is not None:
+            checked = validate.job_states(states)
+            if not checked:
+                return []
+            argv += ["-t", ",".join(checked)]
+        out = await self._run(argv)
+        try:
+            return parse_squeue(out, sep, self.tz)
+        except ValueError as e:
+            raise SlurmError(f"cannot parse squeue output: {e}", argv=argv, stdout=out) from e
+
+    async def drain(self, nodes: Sequence[str], reason: str) -> None:
+        checked = validate.node_names(nodes)
+        validate.reason(reason)
+        if not checked:
+            return
+        # scontrol strips one leading and one trailing '"' from Reason; wrapping the reason in
+        # quotes makes that strip exactly our quotes, so any reason (even one ending in '"')
+        # reads back unchanged.
+        await self._run(
+            ["scontrol", "update", f"NodeName={validate.compress(checked)}", "State=DRAIN", f'Reason="{reason}"']
+        )
+
+    async def resume(self, nodes: Sequence[str]) -> None:
+        checked = validate.node_names(nodes)
+        if not checked:
+            return
+        try:
+            await self._run(["scontrol", "update", f"NodeName={validate.compress(checked)}", "State=RESUME"])
+        except SlurmError as e:
+            # scontrol resumes every resumable node of the list and then complains about the rest
+            # ("Invalid node state specified"): those were not drained or down, which is the goal.
+            if isinstance(e, SlurmUnavailable) or not _only(e, _RESUME_ALREADY):
+                raise
+
+    async def requeue(self, job_ids: Sequence[str]) -> None:
+        """Requeue jobs and let them start again at once. A requeued job sits COMPLETING, then
+        PENDING with BeginTime = now+120 s; `StartTime=now` only sticks once it is PENDING, so
+        wait (bounded by `requeue_settle`) for that before clearing it.
+
+        Caution: Slurm also requeues a batch job that has already finished (it runs again), so
+        only requeue jobs just seen RUNNING."""
+        ids = validate.job_ids(job_ids)
+        if not ids:
+            return
+        joined = ",".join(ids)
+        try:
+            await self._run(["scontrol", "requeue", joined])
+        except SlurmError as e:
+            if isinstance(e, SlurmUnavailable) or not _only(e, _REQUEUE_ALREADY):
+                raise
+        await self._wait_pending(ids)
+        try:
+            await self._run(["scontrol", "update", f"JobId={joined}", "StartTime=now"])
+        except SlurmError as e:
+            if isinstance(e, SlurmUnavailable) or not _only(e, _RELEASE_ALREADY):
+                raise
+
+    async def _wait_pending(self, ids: list[str]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.requeue_settle
+        delay = 0.1
+        while True:
+            try:
+                out = await self._run(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T"])
+            except SlurmError as e:
+                if isinstance(e, SlurmUnavailable):
+                    raise
+                return  # every job already purged: nothing left to release
+            states = dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+            if not any(states.get(i, "").strip() in _SETTLING for i in ids):
+                return
+            if loop.time() + delay > deadline:
+                log.warning("requeued jobs %s still settling after %.0fs", ",".join(ids), self.requeue_settle)
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    async def cancel(self, job_ids: Sequence[str]) -> None:
+        ids = validate.job_ids(job_ids)
+        if not ids:
+            return
+        # scancel exits 0 for jobs that are unknown or already finished: idempotent as is.
+        await self._run(["scancel", *ids])
+
+    async def ping(self) -> None:
+        try:
+            await self._run(["scontrol", "ping"])
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:  # "Slurmctld(primary) at X is DOWN" (+ a banner) on stdout, exit 1
+            first = e.stdout.strip().splitlines()[0] if e.stdout.strip() else str(e)
+            raise SlurmUnavailable(f"slurmctld is not responding: {first}", argv=e.argv,
+                                   returncode=e.returncode, stdout=e.stdout, stderr=e.stderr) from e
+
+    async def close(self) -> None:
+        close = getattr(self.runner, "close", None)  # a minimal runner may have nothing to close
+        if close is not None:
+            await close()
+
+
+def _only(error: SlurmError, benign: tuple[str, ...]) -> bool:
+    """True when every error line scontrol printed is one of the benign ones."""
+    lines = [line.strip().lower() for line in error.output.splitlines() if line.strip()]
+    return bool(lines) and all(any(b in line for b in benign) for line in lines)

@@ -1,0 +1,101 @@
+"""Immutable views of Slurm nodes and jobs, as the operator sees them."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+BUSY_STATES = frozenset({"ALLOCATED", "MIXED"})
+UNREACHABLE_STATES = frozenset({"DOWN", "UNKNOWN", "FUTURE"})
+
+# One GRES/TRES entry naming GPUs: "gpu", "gpu:8", "gpu:h100", "gpu:h100:8", "gres:gpu:8",
+# "gres/gpu:h100:4", "gres/gpu=8", each optionally followed by "(IDX:0-3)" or "(S:0-1)".
+_GPU_ENTRY = re.compile(r"^(?:gres[:/])?gpu(?P<rest>(?:[:=][^:=(]*)*)(?:\(.*\))?$")
+
+
+def gpu_count(gres: str) -> int:
+    """Sum of the GPU counts in a GRES/TRES string such as "gpu:h100:8", "gres:gpu:8",
+    "gres/gpu:h100:4", "gpu:2,nic:1" or "gpu:h100:8(S:0-1)". Non-GPU entries are ignored."""
+    total = 0
+    for entry in _split_gres(gres):
+        m = _GPU_ENTRY.match(entry)
+        if not m:
+            continue
+        rest = m.group("rest")
+        if "=" in rest:  # TRES form: gres/gpu[:type]=N
+            count = rest.rsplit("=", 1)[1]
+        else:  # GRES form: gpu[:type][:N]; a missing count means one
+            parts = rest.split(":")[1:]
+            count = parts[-1] if parts and parts[-1].isdigit() else "1"
+        total += int(count) if count.isdigit() else 0
+    return total
+
+
+def _split_gres(gres: str) -> list[str]:
+    """Split on commas that are not inside parentheses ("gpu:h100:8(IDX:0,2-3)" has inner commas)."""
+    parts, depth, cur = [], 0, []
+    for ch in gres:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        if ch == "," and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur).strip())
+    return [p for p in parts if p and p not in ("(null)", "N/A")]
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    state: str  # base state, upper case: IDLE, ALLOCATED, MIXED, DOWN, UNKNOWN, FUTURE, ...
+    flags: frozenset[str]  # DRAIN, NOT_RESPONDING, COMPLETING, PLANNED, MAINTENANCE, ...
+    reason: str | None  # Reason= without the trailing " [user@time]"
+    gres: str
+    gres_used: str
+    features: tuple[str, ...]
+    partitions: tuple[str, ...]
+
+    @property
+    def drain_set(self) -> bool:
+        return "DRAIN" in self.flags
+
+    @property
+    def busy(self) -> bool:
+        return self.state in BUSY_STATES or "COMPLETING" in self.flags
+
+    @property
+    def responding(self) -> bool:
+        return "NOT_RESPONDING" not in self.flags and self.state not in UNREACHABLE_STATES
+
+    @property
+    def drained(self) -> bool:
+        # The caller must also check that no job lists the node (sinfo/scontrol can lag squeue).
+        return self.drain_set and not self.busy
+
+    @property
+    def gpus(self) -> int:
+        return gpu_count(self.gres)
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    job_id: str  # as squeue prints it: "42", or "42_3" for an array task
+    name: str
+    user: str
+    state: str  # PENDING, RUNNING, COMPLETING, ...
+    partition: str
+    nodes: tuple[str, ...]
+    gpus_per_node: int
+    num_nodes: int
+    start_time: datetime | None  # tz-aware; None for N/A, Unknown, NONE
+    end_time: datetime | None
+    reason: str
+
+    @property
+    def gpus_wanted(self) -> int:
+        return self.gpus_per_node * self.num_nodes

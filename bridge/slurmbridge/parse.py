@@ -1,0 +1,172 @@
+"""Pure parsers for Slurm 22.05 command output (no I/O, easy to test against captured text).
+
+- `scontrol -o -d show node`: one line per node of `Key=Value` pairs separated by spaces. Most values
+  have no spaces, but OS= does, and the free-text fields at the end (Reason=, then Comment=, Extra=)
+  can contain anything printable, including "Key=" look-alikes.
+- `squeue -h -a -o FORMAT` with FORMAT from `squeue_format(sep)`: fields joined by `sep`, each record
+  terminated by `sep` and a newline. The job name (user-chosen, may even contain newlines) is the last
+  field, and the caller picks an unguessable `sep` per call, so a job name cannot forge a record.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone, tzinfo
+
+from .models import SlurmJob, SlurmNode, gpu_count
+from .validate import expand
+
+# sinfo-style one-character state suffixes (scontrol spells these as +FLAG, but accept both).
+STATE_SUFFIX_FLAGS = {
+    "*": "NOT_RESPONDING",
+    "~": "POWERED_DOWN",
+    "#": "POWERING_UP",
+    "%": "POWERING_DOWN",
+    "!": "POWER_DOWN",
+    "$": "MAINTENANCE",
+    "@": "REBOOT_REQUESTED",
+    "^": "REBOOT_ISSUED",
+    "-": "PLANNED",
+}
+# Compound sinfo spellings mapped onto scontrol's base+flags. DRAINING stays busy (fail closed).
+STATE_ALIASES = {
+    "DRAINED": ("IDLE", "DRAIN"),
+    "DRAIN": ("IDLE", "DRAIN"),
+    "DRAINING": ("MIXED", "DRAIN"),
+    "ALLOC": ("ALLOCATED", None),
+    "MIX": ("MIXED", None),
+    "COMPLETING": ("IDLE", "COMPLETING"),
+}
+NO_TIME = frozenset({"", "N/A", "UNKNOWN", "NONE", "(NULL)", "INVALID", "0"})
+
+_KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_]*)=")
+# Free text fields scontrol prints last, in this order (22.05: Reason, Comment, Extra).
+_TAIL_START = re.compile(r"(?:^|(?<=\s))(?:Reason|Comment|Extra)=")
+# Reason=<text>[ [user@time]]: the stamp is only counted when the field ends right after it.
+_REASON = re.compile(
+    r"^Reason=(?P<text>.*?)(?: \[(?P<user>[^\s\[\]@]*)@(?P<when>[^\]\s]*)\])?(?= Comment=| Extra=|$)"
+)
+
+SQUEUE_FIELDS = ("%i", "%T", "%P", "%u", "%D", "%N", "%b", "%S", "%e", "%r", "%j")
+DEFAULT_SEP = "|~slurmbridge~|"
+
+
+def parse_state(raw: str) -> tuple[str, frozenset[str]]:
+    """"MIXED+DRAIN" -> ("MIXED", {"DRAIN"}); "IDLE*" -> ("IDLE", {"NOT_RESPONDING"})."""
+    text = raw.strip().upper()
+    flags: set[str] = set()
+    while text and text[-1] in STATE_SUFFIX_FLAGS:
+        flags.add(STATE_SUFFIX_FLAGS[text[-1]])
+        text = text[:-1]
+    base, *rest = text.split("+") if text else ["UNKNOWN"]
+    flags.update(f for f in rest if f)
+    if base in STATE_ALIASES:
+        base, extra = STATE_ALIASES[base]
+        if extra:
+            flags.add(extra)
+    return base or "UNKNOWN", frozenset(flags)
+
+
+def node_fields(line: str) -> dict[str, str]:
+    """Split one `scontrol -o show node` line into its fields (Reason without its stamp)."""
+    line = line.rstrip("\r\n")
+    tail = _TAIL_START.search(line)
+    head = line[: tail.start()] if tail else line
+    fields: dict[str, str] = {}
+    keys = list(_KEY.finditer(head))
+    for i, m in enumerate(keys):
+        end = keys[i + 1].start() if i + 1 < len(keys) else len(head)
+        fields[m.group(1)] = head[m.end() : end].strip()
+    if tail:
+        reason = _REASON.match(line[tail.start() :])
+        if reason:
+            fields["Reason"] = reason.group("text")
+    return fields
+
+
+def _list(value: str | None) -> tuple[str, ...]:
+    if not value or value in ("(null)", "N/A"):
+        return ()
+    return tuple(v for v in value.split(",") if v)
+
+
+def _text(value: str | None) -> str:
+    return "" if value in (None, "(null)") else value
+
+
+def parse_scontrol_nodes(text: str) -> dict[str, SlurmNode]:
+    """Parse `scontrol -o -d show node` output. Lines that are not node records (for example
+    "Node gpu09 not found", which scontrol prints on stdout) are skipped."""
+    nodes: dict[str, SlurmNode] = {}
+    for line in text.splitlines():
+        if not line.startswith("NodeName="):
+            continue
+        f = node_fields(line)
+        name = f.get("NodeName", "")
+        if not name:
+            continue
+        state, flags = parse_state(f.get("State", ""))
+        nodes[name] = SlurmNode(
+            name=name,
+            state=state,
+            flags=flags,
+            reason=f.get("Reason") or None,
+            gres=_text(f.get("Gres")),
+            gres_used=_text(f.get("GresUsed")),
+            features=_list(f.get("AvailableFeatures")),
+            partitions=_list(f.get("Partitions")),
+        )
+    return nodes
+
+
+def parse_time(text: str, tz: tzinfo = timezone.utc) -> datetime | None:
+    """Slurm "standard" time (2026-11-29T15:47:39, the host's local time `tz`) -> aware UTC.
+    "N/A", "Unknown", "NONE" and anything unparseable -> None (a poll must not die on a date)."""
+    text = text.strip()
+    if text.upper() in NO_TIME:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=tz)
+    return value.astimezone(timezone.utc)
+
+
+def squeue_format(sep: str = DEFAULT_SEP) -> str:
+    return sep.join(SQUEUE_FIELDS) + sep
+
+
+def parse_squeue(text: str, sep: str = DEFAULT_SEP, tz: tzinfo = timezone.utc) -> list[SlurmJob]:
+    """Parse `squeue -h -a -o squeue_format(sep)` output. Raises ValueError on a malformed record."""
+    if text.endswith("\n"):
+        text = text[:-1]
+    if not text.strip():
+        return []
+    if not text.endswith(sep):
+        raise ValueError(f"squeue output does not end with the record separator: {text[-80:]!r}")
+    jobs = []
+    for record in text[: -len(sep)].split(sep + "\n"):
+        parts = record.split(sep)
+        if len(parts) != len(SQUEUE_FIELDS):
+            raise ValueError(
+                f"squeue record has {len(parts)} fields, expected {len(SQUEUE_FIELDS)}: {record[:200]!r}"
+            )
+        job_id, state, part, user, num, nodes, tres, start, end, reason, name = parts
+        jobs.append(
+            SlurmJob(
+                job_id=job_id.strip(),
+                name=name,
+                user=user.strip(),
+                state=state.strip().upper(),
+                partition=part.strip(),
+                nodes=expand(nodes),
+                gpus_per_node=gpu_count(tres.strip()),
+                num_nodes=int(num) if num.strip().isdigit() else 0,
+                start_time=parse_time(start, tz),
+                end_time=parse_time(end, tz),
+                reason=reason.strip(),
+            )
+        )
+    return jobs

@@ -1,0 +1,105 @@
+"""Input validation and hostlist helpers. Everything that ends up on a Slurm command line passes
+through here first, so a node, partition or job id can never smuggle shell syntax or options."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+import hostlist
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+JOB_ID_RE = re.compile(r"^[0-9]+(_[0-9]+)?$")
+STATE_RE = re.compile(r"^[A-Za-z_]{1,32}$")
+MAX_REASON = 200
+
+
+def node_name(name: str) -> str:
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise ValueError(
+            f"invalid Slurm node name {name!r}: must match {NAME_RE.pattern} "
+            "(letters, digits, '.', '_', '-'; at most 63 characters)"
+        )
+    return name
+
+
+def node_names(names: Iterable[str]) -> list[str]:
+    if isinstance(names, str):  # a bare string would be iterated character by character
+        raise TypeError("node names must be a sequence of strings, not a string")
+    return [node_name(n) for n in names]
+
+
+def partition(name: str) -> str:
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise ValueError(f"invalid Slurm partition name {name!r}: must match {NAME_RE.pattern}")
+    return name
+
+
+def job_ids(ids: Iterable[str | int]) -> list[str]:
+    if isinstance(ids, str):
+        raise TypeError("job ids must be a sequence, not a string")
+    out = []
+    for job_id in ids:
+        text = str(job_id) if isinstance(job_id, int) and not isinstance(job_id, bool) else job_id
+        if not isinstance(text, str) or not JOB_ID_RE.fullmatch(text):
+            raise ValueError(f"invalid Slurm job id {job_id!r}: must match {JOB_ID_RE.pattern}")
+        out.append(text)
+    return out
+
+
+def job_states(states: Iterable[str]) -> list[str]:
+    if isinstance(states, str):
+        raise TypeError("job states must be a sequence, not a string")
+    out = []
+    for state in states:
+        if not isinstance(state, str) or not STATE_RE.fullmatch(state):
+            raise ValueError(f"invalid Slurm job state {state!r}: must match {STATE_RE.pattern}")
+        out.append(state.upper())
+    return out
+
+
+def reason(text: str) -> str:
+    if not isinstance(text, str):
+        raise ValueError(f"drain reason must be a string, got {type(text).__name__}")
+    if not text.strip():
+        raise ValueError("drain reason must not be empty (Slurm refuses DRAIN without a reason)")
+    if len(text) > MAX_REASON:
+        raise ValueError(f"drain reason is {len(text)} characters long; at most {MAX_REASON} allowed")
+    if not text.isprintable():  # rejects newlines, tabs and other control characters
+        bad = next(c for c in text if not c.isprintable())
+        raise ValueError(f"drain reason contains a non-printable character {bad!r}: {text!r}")
+    return text
+
+
+_TRAILING_NUMBER = re.compile(r"^(.*\D)(\d+)$")
+
+
+def compress(names: Sequence[str]) -> str:
+    """"gpu01,gpu02,gpu03" -> "gpu[01-03]" (names must already be validated).
+
+    Only trailing numbers are ranged: python-hostlist would turn a1b,a2b into "a[1-3]b", which
+    Slurm 22.05 rejects ("Invalid hostlist"), so names without a trailing number stay literal and
+    each group shares everything but its trailing number.
+    """
+    unique = list(dict.fromkeys(names))
+    groups: dict[str, list[str]] = {}
+    parts: list[str] = []
+    for name in unique:
+        m = _TRAILING_NUMBER.match(name)
+        if m:
+            groups.setdefault(m.group(1), []).append(name)
+        else:
+            parts.append(name)
+    parts = [hostlist.collect_hostlist(g) for g in groups.values()] + parts
+    expr = ",".join(parts)
+    if sorted(expand(expr)) != sorted(unique):  # cheap guard: never act on the wrong nodes
+        raise ValueError(f"hostlist {expr!r} does not expand back to {unique!r}")
+    return expr
+
+
+def expand(expr: str) -> tuple[str, ...]:
+    """"gpu[01-03]" -> ("gpu01", "gpu02", "gpu03"); "", "(null)" and "N/A" -> ()."""
+    expr = expr.strip()
+    if not expr or expr in ("(null)", "N/A", "None"):
+        return ()
+    return tuple(hostlist.expand_hostlist(expr))

@@ -1,0 +1,213 @@
+"""Fixtures for end-to-end tests on the local lab (e2e/lab/README.md).
+
+Use the session-scoped ``lab`` fixture::
+
+    import pytest
+    pytestmark = pytest.mark.e2e
+
+    def test_something(lab):
+        nodes = lab.kubectl_json("get", "nodes")["items"]
+        out = lab.slurm("scontrol", "show", "node", "gpu01").stdout
+        lab.wait_for(lambda: lab.node_state("gpu01") == "IDLE", timeout=10)
+
+If ``$LAB_DIR/env`` exists and the lab is healthy (e2e/lab/health.sh), the tests use it and leave
+it running; otherwise the fixture runs e2e/lab/up.sh and, when the last pytest session using the lab
+ends, down.sh. Tests share one lab: leave it as you found it (no pods, jobs, cordons or drains).
+Every test in e2e/ is marked ``e2e`` automatically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LAB_SCRIPTS = REPO / "e2e" / "lab"
+
+
+def lab_dir() -> Path:
+    return Path(os.environ.get("LAB_DIR") or REPO / ".lab")
+
+
+def _read_env(path: Path) -> dict[str, str]:
+    """The variables $LAB_DIR/env exports, as the shell computes them."""
+    out = subprocess.run(["bash", "-c", 'set -a; . "$0" >/dev/null; env -0', str(path)],
+                         check=True, capture_output=True).stdout
+    return dict(kv.split("=", 1) for kv in out.decode().split("\0") if "=" in kv)
+
+
+class LabTimeout(AssertionError):
+    """wait_for gave up."""
+
+
+class LabCommandError(subprocess.CalledProcessError):
+    """A lab command failed; str() includes its output."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+
+
+@dataclass
+class Lab:
+    """A running lab. Paths and settings come from $LAB_DIR/env (written by up.sh)."""
+
+    dir: Path
+    env: dict[str, str]  # full environment for subprocesses: os.environ + the lab's exports
+    kubeconfig: Path
+    slurm_conf: Path
+    bin_dir: Path
+    nodes: list[str]  # gpu01..gpuNN: Kubernetes node names == Slurm node names
+    ssh_host: str
+    ssh_port: int
+    ssh_user: str
+    ssh_key: Path
+    ssh_known_hosts: Path
+    ssh_command: list[str] = field(default_factory=list)  # argv of $LAB_SSH; append the remote command
+    slurmd_timeout: int = 10  # Slurm's SlurmdTimeout in the lab, seconds
+
+    @classmethod
+    def from_env_file(cls, path: Path) -> "Lab":
+        e = _read_env(path)
+        env = dict(os.environ)
+        env.update(e)
+        n = int(e["LAB_NODES"])
+        return cls(dir=Path(e["LAB_DIR"]), env=env, kubeconfig=Path(e["KUBECONFIG"]),
+                   slurm_conf=Path(e["SLURM_CONF"]), bin_dir=Path(e["LAB_BIN"]),
+                   nodes=[f"gpu{i:02d}" for i in range(1, n + 1)],
+                   ssh_host=e["LAB_SSH_HOST"], ssh_port=int(e["LAB_SSH_PORT"]), ssh_user=e["LAB_SSH_USER"],
+                   ssh_key=Path(e["LAB_SSH_KEY"]), ssh_known_hosts=Path(e["LAB_SSH_KNOWN_HOSTS"]),
+                   ssh_command=shlex.split(e["LAB_SSH"]), slurmd_timeout=int(e.get("LAB_SLURMD_TIMEOUT", "10")))
+
+    # --- commands
+    def run(self, *args: str, check: bool = True, input: str | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess:
+        """Run a command with the lab's environment; text output captured. Raises LabCommandError
+        (a subprocess.CalledProcessError whose message shows stdout/stderr) if check and it fails."""
+        p = subprocess.run(list(args), env=self.env, input=input, capture_output=True, text=True,
+                           timeout=timeout)
+        if check and p.returncode != 0:
+            raise LabCommandError(p.returncode, p.args, p.stdout, p.stderr)
+        return p
+
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None,
+                timeout: float = 60) -> subprocess.CompletedProcess:
+        """The lab's kubectl with the lab's admin KUBECONFIG."""
+        return self.run(str(self.bin_dir / "kubectl"), *args, check=check, input=input, timeout=timeout)
+
+    def kubectl_json(self, *args: str) -> Any:
+        """kubectl ... -o json, parsed."""
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    def apply(self, manifest: str) -> subprocess.CompletedProcess:
+        """kubectl apply -f - with a YAML/JSON manifest string."""
+        return self.kubectl("apply", "-f", "-", input=manifest)
+
+    def slurm(self, *args: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
+        """A local Slurm command (scontrol, sinfo, squeue, sbatch, scancel ...) with the lab's SLURM_CONF."""
+        return self.run(*args, check=check, timeout=timeout)
+
+    def ssh(self, command: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
+        """Run a command through the lab's sshd (as the operator reaches Slurm in production)."""
+        return self.run(*self.ssh_command, command, check=check, timeout=timeout)
+
+    def node_state(self, node: str) -> str:
+        """Slurm's State= of a node, e.g. IDLE, IDLE+DRAIN, DOWN+NOT_RESPONDING."""
+        out = self.slurm("scontrol", "show", "node", "-o", node).stdout
+        return next(w.split("=", 1)[1] for w in out.split() if w.startswith("State="))
+
+    # --- polling
+    @staticmethod
+    def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.1,
+                 message: str = "") -> Any:
+        """Call predicate until it returns something truthy (returned) or timeout seconds pass
+        (LabTimeout, with the last value/exception). Exceptions count as 'not yet'."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while True:
+            try:
+                last = predicate()
+                if last:
+                    return last
+            except Exception as e:  # noqa: BLE001 - e.g. a resource not created yet
+                last = e
+            if time.monotonic() >= deadline:
+                raise LabTimeout(f"timed out after {timeout}s waiting for {message or predicate}; last: {last!r}")
+            time.sleep(interval)
+
+
+def _healthy(d: Path) -> bool:
+    if not (d / "env").exists():
+        return False
+    return subprocess.run([str(LAB_SCRIPTS / "health.sh")], env={**os.environ, "LAB_DIR": str(d)},
+                          capture_output=True).returncode == 0
+
+
+@contextlib.contextmanager
+def _lab_lock(d: Path):
+    """The lock up.sh and down.sh take; scripts run inside get LAB_LOCKED=1."""
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / "lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _other_users(users: Path) -> list[int]:
+    """PIDs of other live pytest sessions using this lab (users/<pid> files; stale ones removed)."""
+    live = []
+    for f in users.glob("[0-9]*"):
+        pid = int(f.name)
+        if pid != os.getpid() and Path(f"/proc/{pid}").exists():
+            live.append(pid)
+        elif pid != os.getpid():
+            f.unlink(missing_ok=True)
+    return live
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[Lab]:
+    """The running lab, brought up for this session unless one is already up and healthy.
+
+    Sessions share the lab: each registers in $LAB_DIR/users/<pid>. A lab that a fixture brought up
+    is taken down by the last session using it; a lab brought up by hand (make lab-up) stays up."""
+    d = lab_dir()
+    users = d / "users"
+    started_marker = users / "started-by-pytest"
+    env = {**os.environ, "LAB_DIR": str(d), "LAB_LOCKED": "1"}
+    with _lab_lock(d):
+        users.mkdir(exist_ok=True)
+        (users / str(os.getpid())).touch()
+        if not _healthy(d):
+            p = subprocess.run([str(LAB_SCRIPTS / "up.sh")], env=env, capture_output=True, text=True)
+            if p.returncode != 0:
+                (users / str(os.getpid())).unlink(missing_ok=True)
+                pytest.fail(f"e2e/lab/up.sh failed ({p.returncode}):\n{p.stdout}\n{p.stderr}", pytrace=False)
+            print(p.stdout.strip().splitlines()[-1])
+            started_marker.touch()
+    try:
+        yield Lab.from_env_file(d / "env")
+    finally:
+        with _lab_lock(d):
+            (users / str(os.getpid())).unlink(missing_ok=True)
+            if started_marker.exists() and not _other_users(users):
+                subprocess.run([str(LAB_SCRIPTS / "down.sh")], env=env, capture_output=True)
+                started_marker.unlink(missing_ok=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.path).parents:
+            item.add_marker(pytest.mark.e2e)

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# make demo: on the running lab, install the CRD, start the operator and move nodes:
+# 8 Slurm nodes -> 5 (three go to inference) -> back to 8. The operator keeps running
+# afterwards (PID in .lab/run/operator.pid); `make lab-down` stops it with the lab.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+LAB_DIR=${LAB_DIR:-$repo/.lab}
+# shellcheck disable=SC1091
+. "$LAB_DIR/env"
+ns=slurmpool-demo
+show() { echo; echo "== $*"; kubectl get snp gpu -n $ns -o wide 2>/dev/null || true; sinfo -N -o '%8N %12T %10G' ; }
+wait_split() { # wait_split SLURM INFERENCE
+  for _ in $(seq 1 240); do
+    got=$(kubectl get snp gpu -n $ns -o jsonpath='{.status.slurm.ready}/{.status.inference.ready}/{.status.moving}' 2>/dev/null || true)
+    [ "$got" = "$1/$2/0" ] && return 0
+    sleep 0.5
+  done
+  echo "demo: the split did not reach $1/$2 in 120 s; see $LAB_DIR/log/operator-demo.log" >&2; exit 1
+}
+
+kubectl apply --server-side -f "$repo/crds/slurmpool.io_slurmnodepools.yaml" >/dev/null
+kubectl wait --for=condition=Established crd/slurmnodepools.slurmpool.io --timeout=30s >/dev/null
+kubectl create namespace $ns --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl create secret generic slurm-ssh -n $ns --from-file=ssh-privatekey="$LAB_SSH_KEY" \
+  --from-file=known_hosts="$LAB_SSH_KNOWN_HOSTS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+
+pidfile=$LAB_DIR/run/operator.pid
+if [ -s "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+  echo "demo: operator already running (PID $(cat "$pidfile"))"
+else
+  setsid "$repo/.venv/bin/python" -m slurmpool run --metrics-port 18080 --metrics-address 127.0.0.1 \
+    >> "$LAB_DIR/log/operator-demo.log" 2>&1 < /dev/null &
+  echo $! > "$pidfile"
+  echo "demo: operator started (PID $!, metrics on http://127.0.0.1:18080/metrics, log $LAB_DIR/log/operator-demo.log)"
+fi
+
+kubectl apply -f "$repo/deploy/samples/lab-pool.yaml"
+t0=$(date +%s)
+wait_split 8 0; show "all 8 nodes serve Slurm ($(( $(date +%s) - t0 )) s)"
+kubectl scale snp gpu -n $ns --replicas=5
+t0=$(date +%s)
+wait_split 5 3; show "scaled to 5: three nodes drained in Slurm and serving inference ($(( $(date +%s) - t0 )) s)"
+kubectl get nodes -L slurmpool.io/side,slurmpool.io/inference-pool
+kubectl scale snp gpu -n $ns --replicas=8
+t0=$(date +%s)
+wait_split 8 0; show "back to 8 Slurm nodes ($(( $(date +%s) - t0 )) s)"
+kubectl get events -n $ns --sort-by=.lastTimestamp | tail -n 12
+echo
+echo "demo: done. Try: . $LAB_DIR/env; kubectl scale snp gpu -n $ns --replicas=6; kubectl get snp -n $ns -w"

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# health.sh - exit 0 if the lab under $LAB_DIR (default <repo>/.lab) is up and healthy, else
+# print what is wrong and exit 1. Used by up.sh (idempotency) and e2e/conftest.py.
+# Checks: env file, every daemon's PID alive, apiserver /readyz, all nodes Ready,
+# `scontrol ping`, sshd accepting TCP connections.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+LAB_DIR=${LAB_DIR:-$(cd "$here/../.." && pwd)/.lab}
+bad() { echo "lab not healthy: $*" >&2; exit 1; }
+
+[ -s "$LAB_DIR/env" ] || bad "$LAB_DIR/env missing (run make lab-up)"
+# shellcheck disable=SC1091
+. "$LAB_DIR/env"
+
+alive() { [ -r "/proc/$1/stat" ] && ! awk '{exit !($3=="Z")}' "/proc/$1/stat" 2>/dev/null; }
+for spec in etcd:etcd kube-apiserver:kube-apiserver kube-scheduler:kube-scheduler \
+            kube-controller-manager:kube-controller-manager munged:munged slurmctld:slurmctld \
+            sshd:sshd agent:agent.py; do
+  name=${spec%%:*} exp=${spec##*:}
+  pid=$(cat "$LAB_DIR/run/$name.pid" 2>/dev/null) || bad "no PID file for $name"
+  alive "$pid" && tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "$exp" || bad "$name (pid $pid) is not running"
+done
+
+kubectl --request-timeout=5s get --raw /readyz >/dev/null 2>&1 || bad "kube-apiserver /readyz failed"
+ready=$(kubectl --request-timeout=5s get nodes -l slurmpool.io/lab=true \
+  -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -c True)
+[ "$ready" = "$LAB_NODES" ] || bad "$ready of $LAB_NODES nodes Ready"
+timeout 5 scontrol ping >/dev/null 2>&1 || bad "scontrol ping failed"
+timeout 2 bash -c "exec 3<>/dev/tcp/$LAB_SSH_HOST/$LAB_SSH_PORT" 2>/dev/null || bad "sshd not accepting on $LAB_SSH_HOST:$LAB_SSH_PORT"
+exit 0

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# install-deps.sh - make sure the system packages the lab runs on are present (Debian 12).
+# Idempotent and fast when everything is installed: dpkg is consulted first, and apt-get
+# (including `apt-get update`) runs only for what is missing.
+set -euo pipefail
+
+# python3-venv: `make venv` (the node agent runs in the repo's virtualenv)
+pkgs=(slurmctld slurmd slurm-client munge openssh-server openssh-client openssl iproute2 procps util-linux
+      python3-venv)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  # "install ok installed" is the only status that means the package is usable.
+  [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" = "install ok installed" ] || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  [ "$(id -u)" = 0 ] || { echo "install-deps: need root to install: ${missing[*]}" >&2; exit 1; }
+  command -v apt-get >/dev/null || { echo "install-deps: apt-get not found; install by hand: ${missing[*]}" >&2; exit 1; }
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # Try without refreshing the index first (fast on a machine with fresh lists), then update.
+  if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+fi
+
+command -v go >/dev/null || {
+  echo "install-deps: 'go' is not on PATH; Go is required to build the lab's control plane (https://go.dev/dl/)" >&2; exit 1; }

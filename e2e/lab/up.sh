@@ -1,0 +1,389 @@
+#!/usr/bin/env bash
+# up.sh - bring up the slurmpool lab on this machine (`make lab-up`). See e2e/lab/README.md.
+#
+#   etcd + kube-apiserver + kube-scheduler + kube-controller-manager (built by build.sh),
+#   munged + slurmctld (Debian's Slurm 22.05, static nodes gpu01..gpuNN, no slurmd yet),
+#   sshd on 127.0.0.1:2222, and the node agent (agent.py) that stands in for the kubelet.
+#
+# Everything lives under $LAB_DIR (default <repo>/.lab). Each daemon runs in the foreground
+# under setsid with its PID in $LAB_DIR/run/<name>.pid; down.sh stops exactly those.
+# Idempotent: if the lab is already up and healthy this prints so and exits 0.
+# Knobs: LAB_DIR, LAB_NODES (default 8, max 99), LAB_SLURMD_TIMEOUT (default 10 s).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+export LAB_DIR=${LAB_DIR:-$repo/.lab}
+LAB_NODES=${LAB_NODES:-8}
+SLURMD_TIMEOUT=${LAB_SLURMD_TIMEOUT:-10}
+PY=${LAB_PYTHON:-$repo/.venv/bin/python}
+
+# Ports (all on 127.0.0.1). slurmd of node gpuXX listens on SLURMD_BASE_PORT+XX.
+ETCD_PORT=12379 ETCD_PEER_PORT=12380 API_PORT=16443 CTLD_PORT=16817 SLURMD_BASE_PORT=17000 SSH_PORT=2222
+
+T0=$(date +%s%N)
+ms() { echo $(( ($(date +%s%N) - ${1:-$T0}) / 1000000 )); }
+log() { echo "[lab-up +$(ms)ms] $*"; }
+die() { echo "[lab-up] ERROR: $*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "run as root (slurmd, munged and sshd need it)"
+[[ "$LAB_NODES" =~ ^[0-9]+$ ]] && [ "$LAB_NODES" -ge 1 ] && [ "$LAB_NODES" -le 99 ] || die "LAB_NODES must be 1..99"
+[ -x "$PY" ] || die "$PY not found: run 'make venv' first (the node agent needs the repo's virtualenv)"
+PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
+
+# ---------------------------------------------------------------- one lab-up/lab-down at a time
+# Several people (and pytest sessions) may share one LAB_DIR: serialize up and down, so a second
+# up waits for the first and then finds the lab healthy. LAB_LOCKED=1: the caller holds the lock.
+mkdir -p "$LAB_DIR"
+if [ -z "${LAB_LOCKED:-}" ]; then
+  exec 9>>"$LAB_DIR/lock"
+  flock -w 600 9 || die "timed out waiting for $LAB_DIR/lock (another lab-up or lab-down is running)"
+  export LAB_LOCKED=1
+fi
+
+# ---------------------------------------------------------------- already up?
+# healthy: like health.sh, but a lab whose daemons all run gets a few tries, so a slow answer
+# under load does not make us restart a lab someone is using.
+healthy() {
+  local i
+  [ -s "$LAB_DIR/env" ] || return 1
+  for i in 1 2 3; do
+    "$here/health.sh" >/dev/null 2>&1 && return 0
+    "$here/health.sh" 2>&1 | grep -q "is not running\|PID file" && return 1
+    sleep 2
+  done
+  return 1
+}
+if healthy; then
+  running=$(. "$LAB_DIR/env" && echo "$LAB_NODES")
+  if [ "$running" = "$LAB_NODES" ]; then
+    log "lab already up and healthy ($LAB_NODES nodes); use: . $LAB_DIR/env"
+    exit 0
+  fi
+  log "lab is up with $running nodes but LAB_NODES=$LAB_NODES: restarting it"
+fi
+# Anything left from a previous (partial) run is stopped first, by its PID files.
+if compgen -G "$LAB_DIR/run/*.pid" >/dev/null || [ -d "$LAB_DIR/run/pods" ]; then
+  log "stopping leftovers of a previous lab"
+  "$here/down.sh" | sed 's/^/  /'
+fi
+
+for b in slurmctld slurmd scontrol sinfo munged mungekey sshd ssh ssh-keygen openssl setpriv ss; do
+  command -v "$b" >/dev/null || die "'$b' not found: run 'make deps' (e2e/lab/install-deps.sh)"
+done
+BIN=$("$here/build.sh") || die "e2e/lab/build.sh failed"
+for b in etcd kube-apiserver kube-scheduler kube-controller-manager kubectl; do
+  [ -x "$BIN/$b" ] || die "$BIN/$b missing: build.sh did not produce it"
+done
+log "binaries: $BIN"
+
+NN=$(printf %02d "$LAB_NODES")
+ports=($ETCD_PORT $ETCD_PEER_PORT $API_PORT $CTLD_PORT $SSH_PORT)
+for i in $(seq 1 "$LAB_NODES"); do ports+=($((SLURMD_BASE_PORT + i))); done
+busy=()
+for p in "${ports[@]}"; do
+  if ss -Htln "sport = :$p" | grep -q .; then busy+=("$p"); fi
+done
+[ ${#busy[@]} -eq 0 ] || die "TCP port(s) ${busy[*]} already in use (another lab? run 'make lab-down' or stop it)"
+
+# If anything below fails, stop what was started so a retry starts clean.
+started=0
+on_exit() {
+  local rc=$?
+  if [ $rc -ne 0 ] && [ $started = 1 ] && [ "${LAB_KEEP_ON_FAILURE:-0}" != 1 ]; then
+    echo "[lab-up] failed (rc=$rc); logs are in $LAB_DIR/log; stopping what was started" >&2
+    "$here/down.sh" >&2 || true
+  fi
+}
+trap on_exit EXIT
+
+# ---------------------------------------------------------------- directories
+# State is wiped at each up (etcd data, Slurm state, logs); keys and certificates are kept.
+rm -rf "$LAB_DIR"/{etcd,state,log,run,env}
+# A lab brought up here belongs to whoever ran up.sh; the pytest fixture marks its own afterwards.
+rm -f "$LAB_DIR/users/started-by-pytest"
+mkdir -p "$LAB_DIR"/{etc,pki,ssh,munge,fakedev,etcd,state/ctld,log/pods,run/pods}
+chmod 700 "$LAB_DIR/etcd"
+for i in $(seq 1 "$LAB_NODES"); do mkdir -p "$LAB_DIR/state/gpu$(printf %02d "$i")"; done
+
+# ---------------------------------------------------------------- certificates (envtest style)
+# EC P-256 keys: generating them takes milliseconds (RSA would dominate a warm start).
+P=$LAB_DIR/pki
+if [ ! -e "$P/.complete" ]; then
+  t=$(date +%s%N)
+  rm -f "$P"/*
+  cat > "$P/openssl.cnf" <<'EOF'
+[req]
+distinguished_name = dn
+prompt = no
+[dn]
+[ca]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,keyCertSign,cRLSign,digitalSignature
+subjectKeyIdentifier = hash
+[server]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+[client]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = clientAuth
+EOF
+  newkey() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$P/$1.key" 2>/dev/null; }
+  newkey ca
+  openssl req -x509 -new -config "$P/openssl.cnf" -extensions ca -key "$P/ca.key" \
+    -subj "/CN=slurmpool-lab-ca" -days 3650 -out "$P/ca.crt"
+  # sign NAME SUBJECT EXTENSIONS
+  sign() {
+    newkey "$1"
+    openssl req -new -config "$P/openssl.cnf" -key "$P/$1.key" -subj "$2" -out "$P/$1.csr"
+    openssl x509 -req -in "$P/$1.csr" -CA "$P/ca.crt" -CAkey "$P/ca.key" -set_serial "0x$(openssl rand -hex 8)" \
+      -days 3650 -extfile "$P/openssl.cnf" -extensions "$3" -out "$P/$1.crt" 2>/dev/null
+    rm -f "$P/$1.csr"
+  }
+  sign apiserver "/CN=kube-apiserver" server
+  sign admin "/O=system:masters/CN=lab-admin" client
+  sign scheduler "/CN=system:kube-scheduler" client
+  sign controller-manager "/CN=system:kube-controller-manager" client
+  newkey sa && openssl pkey -in "$P/sa.key" -pubout -out "$P/sa.pub" 2>/dev/null
+  chmod 600 "$P"/*.key
+  touch "$P/.complete"
+  log "certificates generated in $(ms "$t")ms"
+fi
+
+# kubeconfig FILE CERT_NAME (credentials embedded, so the file is self-contained)
+kubeconfig() {
+  cat > "$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: lab
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority-data: $(base64 -w0 "$P/ca.crt")
+users:
+- name: $2
+  user:
+    client-certificate-data: $(base64 -w0 "$P/$2.crt")
+    client-key-data: $(base64 -w0 "$P/$2.key")
+contexts:
+- name: lab
+  context:
+    cluster: lab
+    user: $2
+current-context: lab
+EOF
+  chmod 600 "$1"
+}
+kubeconfig "$LAB_DIR/kubeconfig" admin
+kubeconfig "$LAB_DIR/etc/scheduler.kubeconfig" scheduler
+kubeconfig "$LAB_DIR/etc/controller-manager.kubeconfig" controller-manager
+
+# ---------------------------------------------------------------- munge (lab-private key)
+if [ ! -s "$LAB_DIR/munge/munge.key" ]; then
+  mungekey --create --keyfile="$LAB_DIR/munge/munge.key"
+fi
+chown -R munge:munge "$LAB_DIR/munge"
+chmod 755 "$LAB_DIR/munge"             # munged wants o+x on its socket directory
+chmod 400 "$LAB_DIR/munge/munge.key"
+setpriv --reuid=munge --regid=munge --init-groups test -r "$LAB_DIR/munge/munge.key" ||
+  die "user munge cannot read $LAB_DIR/munge/munge.key: every directory above LAB_DIR=$LAB_DIR must be world-searchable (o+x)"
+
+# ---------------------------------------------------------------- Slurm config
+# Fake GPUs: gres/gpu in 22.05 drops file-less GPUs and warns on regular files, so each GPU is
+# a character device with /dev/null's numbers.
+for i in 0 1 2 3 4 5 6 7; do
+  [ -c "$LAB_DIR/fakedev/nvidia$i" ] || { rm -f "$LAB_DIR/fakedev/nvidia$i"; mknod "$LAB_DIR/fakedev/nvidia$i" c 1 3; }
+done
+export SLURM_CONF=$LAB_DIR/etc/slurm.conf
+cat > "$SLURM_CONF" <<EOF
+# Generated by e2e/lab/up.sh. Static nodes: every gpuXX is defined here, and comes into service
+# when a slurmd pod on the Kubernetes node of the same name runs 'slurmd -N gpuXX' (its own port).
+ClusterName=lab
+SlurmctldHost=localhost
+SlurmctldPort=$CTLD_PORT
+AuthType=auth/munge
+AuthInfo=socket=$LAB_DIR/munge/munge.socket
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$LAB_DIR/state/ctld
+SlurmdSpoolDir=$LAB_DIR/state/%n
+SlurmctldPidFile=$LAB_DIR/state/slurmctld.pid
+SlurmdPidFile=$LAB_DIR/state/slurmd-%n.pid
+SlurmctldLogFile=$LAB_DIR/log/slurmctld.log
+SlurmdLogFile=$LAB_DIR/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+# slurmd reports the configured CPUs/memory/GPUs, not this machine's.
+SlurmdParameters=config_overrides
+# A DOWN node returns to service when its slurmd registers again (a new slurmd pod); a DRAIN
+# set by the operator stays until the operator resumes the node.
+ReturnToService=2
+# How long a node whose slurmd is gone stays "responding": short, so the lab shows it soon.
+SlurmdTimeout=$SLURMD_TIMEOUT
+KillWait=2
+MpiDefault=none
+SwitchType=switch/none
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=5
+MailProg=/bin/true
+NodeName=gpu[01-$NN] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((SLURMD_BASE_PORT + 1))-$((SLURMD_BASE_PORT + LAB_NODES))] CPUs=16 RealMemory=65536 Gres=gpu:h100:8 State=UNKNOWN
+PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+cat > "$LAB_DIR/etc/gres.conf" <<EOF
+AutoDetect=off
+Name=gpu Type=h100 File=$LAB_DIR/fakedev/nvidia[0-7]
+EOF
+# topology.conf mirrors the Kubernetes labels: racks of 2 nodes, blocks of 4, one spine.
+{
+  for r in $(seq 1 $(( (LAB_NODES + 1) / 2 ))); do
+    lo=$(( 2 * r - 1 )); hi=$(( 2 * r < LAB_NODES ? 2 * r : LAB_NODES ))
+    echo "SwitchName=rack-$r Nodes=gpu$(printf %02d $lo)$([ $hi -gt $lo ] && printf ',gpu%02d' $hi)"
+  done
+  blocks=$(( (LAB_NODES + 3) / 4 ))
+  for b in $(seq 1 $blocks); do
+    r1=$(( 2 * b - 1 )); r2=$(( 2 * b ))
+    [ $(( 2 * r2 - 1 )) -le "$LAB_NODES" ] && echo "SwitchName=block-$b Switches=rack-$r1,rack-$r2" || echo "SwitchName=block-$b Switches=rack-$r1"
+  done
+  echo "SwitchName=spine Switches=block-[1-$blocks]"
+} > "$LAB_DIR/etc/topology.conf"
+echo "TopologyPlugin=topology/tree" >> "$SLURM_CONF"
+
+# ---------------------------------------------------------------- sshd config
+S=$LAB_DIR/ssh
+chmod 700 "$S"
+[ -s "$S/ssh_host_ed25519_key" ] || ssh-keygen -q -t ed25519 -N '' -C slurmpool-lab-host -f "$S/ssh_host_ed25519_key"
+[ -s "$S/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C slurmpool-lab-client -f "$S/id_ed25519"
+cp "$S/id_ed25519.pub" "$S/authorized_keys"; chmod 600 "$S/authorized_keys"
+echo "[127.0.0.1]:$SSH_PORT $(cut -d' ' -f1,2 "$S/ssh_host_ed25519_key.pub")" > "$S/known_hosts"
+cat > "$S/sshd_config" <<EOF
+Port $SSH_PORT
+ListenAddress 127.0.0.1
+HostKey $S/ssh_host_ed25519_key
+PidFile none
+AuthorizedKeysFile $S/authorized_keys
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UsePAM no
+# the key files live under LAB_DIR, which need not be root-only
+StrictModes no
+# remote commands (scontrol over SSH, as in production) talk to the lab's slurmctld
+SetEnv SLURM_CONF=$SLURM_CONF
+LogLevel INFO
+EOF
+mkdir -p /run/sshd && chmod 755 /run/sshd   # privilege-separation directory sshd insists on
+sshd -t -f "$S/sshd_config" || die "sshd rejected $S/sshd_config"
+
+# ---------------------------------------------------------------- start everything
+# start_daemon NAME CMD...: setsid'd (own session, survives this script), stdin /dev/null,
+# output to log/NAME.log, PID of the daemon itself (bash execs it) in run/NAME.pid.
+start_daemon() {
+  local name=$1; shift
+  # 9>&-: the daemon must not inherit (and so keep holding) the lab lock
+  setsid bash -c 'echo $$ > "$0"; exec "$@"' "$LAB_DIR/run/$name.pid" "$@" \
+    > "$LAB_DIR/log/$name.log" 2>&1 < /dev/null 9>&- &
+  local i
+  for i in $(seq 1 200); do [ -s "$LAB_DIR/run/$name.pid" ] && return 0; sleep 0.01; done
+  die "$name did not start"
+}
+# wait_for SECONDS DESC CMD...: poll CMD until it succeeds.
+wait_for() {
+  local t=$1 desc=$2 s; s=$(date +%s%N); shift 2
+  until "$@" >/dev/null 2>&1; do
+    if [ $(( ($(date +%s%N) - s) / 1000000000 )) -ge "$t" ]; then
+      die "timeout (${t}s) waiting for $desc; see $LAB_DIR/log/"
+    fi
+    sleep 0.1
+  done
+  log "$desc ready (+$(ms "$s")ms)"
+}
+started=1
+KUBECTL=("$BIN/kubectl" --kubeconfig "$LAB_DIR/kubeconfig")
+
+# Components that retry their upstreams start at once, in parallel; only munged must be up
+# before slurmctld (which exits if it cannot reach munge).
+start_daemon etcd "$BIN/etcd" --name lab --data-dir "$LAB_DIR/etcd" \
+  --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-cluster "lab=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
+start_daemon munged setpriv --reuid=munge --regid=munge --init-groups \
+  munged -F --socket="$LAB_DIR/munge/munge.socket" --key-file="$LAB_DIR/munge/munge.key" \
+  --log-file="$LAB_DIR/log/munged.log" --pid-file="$LAB_DIR/munge/munged.pid" --seed-file="$LAB_DIR/munge/munged.seed"
+start_daemon sshd "$(command -v sshd)" -D -e -f "$S/sshd_config"
+start_daemon kube-apiserver "$BIN/kube-apiserver" \
+  --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+  --bind-address=127.0.0.1 --secure-port="$API_PORT" --advertise-address=127.0.0.1 \
+  --tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" \
+  --client-ca-file="$P/ca.crt" \
+  --authorization-mode=RBAC \
+  --service-cluster-ip-range=10.0.0.0/24 \
+  --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file="$P/sa.pub" --service-account-signing-key-file="$P/sa.key" \
+  --allow-privileged=true \
+  --enable-priority-and-fairness=false --profiling=false \
+  --endpoint-reconciler-type=none \
+  --cert-dir="$LAB_DIR/state/apiserver-certs"
+start_daemon agent "$PY" "$here/agent.py" --lab-dir "$LAB_DIR" --kubeconfig "$LAB_DIR/kubeconfig" \
+  --nodes "$LAB_NODES" --slurm-conf "$SLURM_CONF"
+
+wait_for 10 munged bash -c "munge -n -S '$LAB_DIR/munge/munge.socket' | unmunge -S '$LAB_DIR/munge/munge.socket'"
+start_daemon slurmctld slurmctld -D -i
+wait_for 30 slurmctld scontrol ping
+wait_for 10 sshd bash -c "exec 3<>/dev/tcp/127.0.0.1/$SSH_PORT"
+wait_for 60 kube-apiserver "${KUBECTL[@]}" get --raw /readyz
+# The controller-manager gives up if the apiserver is not healthy within seconds: start it now.
+start_daemon kube-scheduler "$BIN/kube-scheduler" \
+  --kubeconfig="$LAB_DIR/etc/scheduler.kubeconfig" --leader-elect=false --secure-port=0
+# use-service-account-credentials: each controller acts as its own ServiceAccount, as in
+# kubeadm clusters (the controller-manager's own role does not cover every controller).
+# node-monitor-period=1s: new nodes lose their not-ready taint within a second, not five.
+start_daemon kube-controller-manager "$BIN/kube-controller-manager" \
+  --kubeconfig="$LAB_DIR/etc/controller-manager.kubeconfig" --leader-elect=false --secure-port=0 \
+  --use-service-account-credentials=true \
+  --node-monitor-period=1s \
+  --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" \
+  --cluster-signing-cert-file="$P/ca.crt" --cluster-signing-key-file="$P/ca.key"
+
+# Ready nodes with the node lifecycle controller's not-ready taint gone (else nothing schedules).
+nodes_ready() {
+  local n
+  n=$("${KUBECTL[@]}" get nodes -l slurmpool.io/lab=true -o go-template='{{range .items}}{{$tainted := false}}{{range .spec.taints}}{{if eq .key "node.kubernetes.io/not-ready"}}{{$tainted = true}}{{end}}{{end}}{{range .status.conditions}}{{if and (eq .type "Ready") (eq .status "True") (not $tainted)}}x{{end}}{{end}}{{end}}')
+  [ "${#n}" -eq "$LAB_NODES" ]
+}
+wait_for 60 "$LAB_NODES Ready nodes" nodes_ready
+wait_for 60 "default ServiceAccount" "${KUBECTL[@]}" -n default get serviceaccount default
+LAB_SSH="ssh -p $SSH_PORT -i $S/id_ed25519 -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile=$S/known_hosts root@127.0.0.1"
+wait_for 10 "ssh scontrol" $LAB_SSH scontrol ping
+
+# ---------------------------------------------------------------- env file
+cat > "$LAB_DIR/env" <<EOF
+# Generated by e2e/lab/up.sh: source it (. $LAB_DIR/env) to use the lab by hand.
+export LAB_DIR=$LAB_DIR
+export LAB_NODES=$LAB_NODES
+export LAB_BIN=$BIN
+export KUBECONFIG=$LAB_DIR/kubeconfig
+export SLURM_CONF=$SLURM_CONF
+case ":\$PATH:" in *":$BIN:"*) ;; *) export PATH="$BIN:/usr/sbin:\$PATH" ;; esac
+export LAB_SSH_HOST=127.0.0.1
+export LAB_SSH_PORT=$SSH_PORT
+export LAB_SSH_USER=root
+export LAB_SSH_KEY=$S/id_ed25519
+export LAB_SSH_KNOWN_HOSTS=$S/known_hosts
+export LAB_SSH="$LAB_SSH"
+export LAB_APISERVER=https://127.0.0.1:$API_PORT
+export LAB_SLURMD_TIMEOUT=$SLURMD_TIMEOUT
+EOF
+trap - EXIT
+log "lab up: $LAB_NODES nodes in $(ms)ms. Use it with: . $LAB_DIR/env"

@@ -1,0 +1,137 @@
+"""reconcile_pool with recording fakes: what reaches Kubernetes and Slurm, in what order,
+and how many calls a pass makes."""
+
+from __future__ import annotations
+
+import json
+
+from slurmpool.reconcile import PoolRef, reconcile_pool
+from slurmpool.view import ANN_MOVE, ANN_PLACEMENT, SLURM, NodeView, PodView, SlurmView
+
+from .factories import NOW, make_spec, slurm_node
+
+
+class FakeKube:
+    def __init__(self, fail_patch: set[str] = frozenset()):
+        self.calls: list[tuple] = []
+        self.fail_patch = fail_patch
+
+    async def patch_node(self, name, patch):
+        if name in self.fail_patch:
+            raise RuntimeError("apiserver unavailable")
+        self.calls.append(("patch_node", name, json.dumps(patch, sort_keys=True)))
+
+    async def create_slurmd_pod(self, pool, spec, node):
+        self.calls.append(("create_slurmd_pod", node))
+
+    async def delete_pod(self, namespace, name, uid):
+        self.calls.append(("delete_pod", f"{namespace}/{name}"))
+
+    async def evict(self, namespace, name):
+        self.calls.append(("evict", f"{namespace}/{name}"))
+        return "Cannot evict pod as it would violate the pod's disruption budget." if name.startswith("protected") else None
+
+    async def event(self, obj, type_, reason, message):
+        self.calls.append(("event", obj["kind"], reason))
+
+
+class FakeSlurm:
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    async def drain(self, nodes, reason):
+        self.calls.append(("drain", tuple(nodes), reason))
+
+    async def resume(self, nodes):
+        self.calls.append(("resume", tuple(nodes)))
+
+    async def requeue(self, ids):
+        self.calls.append(("requeue", tuple(ids)))
+
+    async def cancel(self, ids):
+        self.calls.append(("cancel", tuple(ids)))
+
+
+POOL = PoolRef("ns", "gpu", "uid-1", 3)
+
+
+def slurm_nodes(n):
+    nodes = [
+        NodeView(name=f"gpu{i:02d}", annotations={ANN_PLACEMENT: SLURM}, unschedulable=True,
+                 pods=(PodView("ns", f"slurmd-gpu{i:02d}", f"u{i}", slurmd=True),))
+        for i in range(n)
+    ]
+    view = SlurmView(True, nodes={n.name: slurm_node(n.name) for n in nodes})
+    return nodes, view
+
+
+async def run(spec, nodes, view, kube=None, slurm=None):
+    kube, slurm = kube or FakeKube(), slurm or FakeSlurm()
+    status = await reconcile_pool(POOL, spec, nodes, [], view, kube, slurm, NOW, None)
+    return status, kube, slurm
+
+
+async def test_starting_moves_records_them_before_draining_in_one_batched_command():
+    nodes, view = slurm_nodes(6)
+    status, kube, slurm = await run(make_spec(slurm_nodes=3, max_moves=3), nodes, view)
+    patched = [c[1] for c in kube.calls if c[0] == "patch_node"]
+    assert len(patched) == 3
+    for call in kube.calls:
+        if call[0] == "patch_node":
+            body = json.loads(call[2])
+            move = json.loads(body["metadata"]["annotations"][ANN_MOVE])
+            assert move["phase"] == "Draining" and move["target"] == "inference:default"
+    assert slurm.calls == [("drain", tuple(sorted(patched)), "slurmpool: moving to inference:default")]
+    assert status.moving == 3 and status.slurm.desired == 3
+    reasons = [c[2] for c in kube.calls if c[0] == "event"]
+    assert reasons.count("MoveStarted") == 6  # on the pool and on each node
+
+
+async def test_a_node_whose_record_cannot_be_written_takes_no_slurm_step():
+    nodes, view = slurm_nodes(2)
+    kube = FakeKube(fail_patch={"gpu00"})
+    status, kube, slurm = await run(make_spec(slurm_nodes=1), nodes, view, kube=kube)
+    assert slurm.calls == []
+    assert status.last_error and "apiserver unavailable" in status.last_error
+    degraded = next(c for c in status.conditions if c.type == "Degraded")
+    assert degraded.status == "True" and degraded.reason == "ActionFailed"
+
+
+async def test_steady_state_makes_no_calls_whatever_the_size():
+    for n in (50, 500):
+        nodes, view = slurm_nodes(n)
+        status, kube, slurm = await run(make_spec(slurm_nodes=n), nodes, view)
+        assert kube.calls == [] and slurm.calls == []
+        ready = next(c for c in status.conditions if c.type == "Ready")
+        assert ready.status == "True", ready
+
+
+async def test_unavailable_slurm_is_degraded_and_nothing_drains():
+    nodes, _ = slurm_nodes(3)
+    view = SlurmView(False, error="cannot connect to 127.0.0.1:2222 over SSH")
+    status, kube, slurm = await run(make_spec(slurm_nodes=2), nodes, view)
+    assert slurm.calls == []
+    degraded = next(c for c in status.conditions if c.type == "Degraded")
+    assert degraded.reason == "SlurmUnavailable" and "SSH" in degraded.message
+
+
+async def test_refused_eviction_is_reported_with_the_pod():
+    web = PodView("web", "protected-1", "u9", owner_kinds=("ReplicaSet",))
+    move = '{"id":"m","source":"inference:default","target":"slurm","phase":"Evicting","since":"2026-11-29T12:00:00Z","started":"2026-11-29T12:00:00Z"}'
+    node = NodeView(name="gpu09", annotations={ANN_PLACEMENT: "inference:default", ANN_MOVE: move}, unschedulable=True,
+                    taints=({"key": "slurmpool.io/slurm", "value": "true", "effect": "NoSchedule"},), pods=(web,))
+    status, kube, _ = await run(make_spec(slurm_nodes=1), [node], SlurmView(True, nodes={"gpu09": slurm_node("gpu09", "DOWN", {"DRAIN"})}))
+    assert ("evict", "web/protected-1") in kube.calls
+    blocked = next(c for c in status.conditions if c.type == "DrainBlocked")
+    assert blocked.status == "True" and blocked.reason == "EvictionRefused" and "pod/web/protected-1" in blocked.message
+    assert "disruption budget" in status.moves[0].message
+
+
+async def test_settled_slurm_node_gets_its_slurmd_back_and_stray_drain_of_ours_resumed():
+    nodes, view = slurm_nodes(2)
+    nodes[0] = NodeView(name="gpu00", annotations={ANN_PLACEMENT: SLURM}, unschedulable=True)
+    view.nodes["gpu01"] = slurm_node("gpu01", "IDLE", {"DRAIN"}, reason="slurmpool: moving to inference:default")
+    _, kube, slurm = await run(make_spec(slurm_nodes=2), nodes, view)
+    assert ("create_slurmd_pod", "gpu00") in kube.calls
+    assert slurm.calls == [("resume", ("gpu01",))]
+
