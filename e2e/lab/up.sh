@@ -19,7 +19,10 @@ SLURMD_TIMEOUT=${LAB_SLURMD_TIMEOUT:-10}
 PY=${LAB_PYTHON:-$repo/.venv/bin/python}
 
 # Ports (all on 127.0.0.1). slurmd of node gpuXX listens on SLURMD_BASE_PORT+XX.
-ETCD_PORT=12379 ETCD_PEER_PORT=12380 API_PORT=16443 CTLD_PORT=16817 SLURMD_BASE_PORT=17000 SSH_PORT=2222
+# LAB_PORT_OFFSET (e.g. 100) shifts them all, so two labs (two LAB_DIRs) can run side by side.
+OFF=${LAB_PORT_OFFSET:-0}
+ETCD_PORT=$((12379 + OFF)) ETCD_PEER_PORT=$((12380 + OFF)) API_PORT=$((16443 + OFF)) CTLD_PORT=$((16817 + OFF))
+SLURMD_BASE_PORT=$((17000 + OFF)) SSH_PORT=$((2222 + OFF))
 
 T0=$(date +%s%N)
 ms() { echo $(( ($(date +%s%N) - ${1:-$T0}) / 1000000 )); }

@@ -183,6 +183,16 @@ class DrainSpec(Model):
     )
 
 
+class TopologySpec(Model):
+    """Where nodes sit (NVLink domains as Slurm blocks, racks): victim choice keeps whole blocks."""
+
+    block_label: str | None = Field(
+        default=None, max_length=317, description="Node label whose value names the node's topology block; unset: no topology."
+    )
+    rack_label: str | None = Field(default=None, max_length=317, description="Node label whose value names the node's rack.")
+    whole_blocks: bool = Field(default=False, description="Move whole blocks only.")
+
+
 class SlurmNodePoolSpec(Model):
     node_selector: LabelSelector = Field(description="Nodes that belong to this pool; a node may belong to one pool only.")
     slurm_nodes: int = Field(ge=0, le=100000, description="Desired nodes on the Slurm side; the rest serve inference (scale subresource).")
@@ -193,6 +203,7 @@ class SlurmNodePoolSpec(Model):
     slurm: SlurmSpec
     inference: InferenceSpec
     drain: DrainSpec = Field(default_factory=DrainSpec, json_schema_extra={"default": {}})
+    topology: TopologySpec = Field(default_factory=TopologySpec, json_schema_extra={"default": {}})
 
 
 # ---------------------------------------------------------------- status
