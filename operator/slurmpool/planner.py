@@ -135,7 +135,13 @@ def plan(
         count[current_placement(node) if current_placement(node) in count else NONE] -= 1
         count[target] += 1
 
-    # Moves the split no longer wants, still in a phase that changed nothing for good, go
+    # Pins first: the on-call's word beats the planner's arithmetic.
+    for node in sorted(nodes, key=lambda n: n.name):
+        if budget and node.move is None and node.pin in valid and node.pin != node.placement:
+            start(node, node.pin, "pin")
+            budget -= 1
+
+    # Then moves the split no longer wants, still in a phase that changed nothing for good, go
     # back (scale 5 -> 4 -> 5 must not keep draining a busy node).
     desired_with_none = {**desired, NONE: 0}
     for node in sorted(nodes, key=lambda n: n.name):
@@ -147,12 +153,6 @@ def plan(
             result.aborts.append(node.name)
             count[move.target] -= 1
             count[source] += 1
-
-    # Pins first: the on-call's word beats the planner's arithmetic.
-    for node in sorted(nodes, key=lambda n: n.name):
-        if budget and node.move is None and node.pin in valid and node.pin != node.placement:
-            start(node, node.pin, "pin")
-            budget -= 1
 
     surplus = {g: count[g] - desired_with_none[g] for g in count if count[g] > desired_with_none[g]}
     by_priority = [inference(p.name) for p in sorted(spec.inference.pools, key=lambda p: (-p.priority, p.name))]
