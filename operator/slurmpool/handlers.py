@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from slurmbridge import SlurmUnavailable
 
-from . import metrics
+from . import metrics, poolmetrics
 from .access import SlurmAccessPool
 from .kube import KubeAdapter, node_view, pod_view
 from .models import GROUP, PLURAL, VERSION, SlurmNodePoolSpec, SlurmNodePoolStatus
@@ -199,6 +199,7 @@ async def _reconcile_one(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, all_
     now = datetime.now(timezone.utc)
     status = await reconcile_pool(pool, spec, mine, overlaps, slurm, memo.kube, backend or _NoSlurm(), now, previous)
     _export_gauges(pool, mine)
+    poolmetrics.export(pool.key, mine, status)
     await _write_status(memo, pool, raw, status)
 
 

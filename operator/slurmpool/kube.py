@@ -42,7 +42,15 @@ def node_view(body: dict) -> NodeView:
         ),
         unschedulable=bool(spec.get("unschedulable")),
         ready=ready,
+        gpus=_gpus((status.get("allocatable") or {}).get("nvidia.com/gpu")),
     )
+
+
+def _gpus(quantity) -> int:
+    try:
+        return int(quantity or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 def pod_view(body: dict) -> PodView:

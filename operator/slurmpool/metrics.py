@@ -28,3 +28,10 @@ SLURM_COMMAND_SECONDS = Histogram(
     "slurmpool_slurm_command_duration_seconds", "Latency of Slurm commands", ["command"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30)
 )
 SLURM_COMMAND_ERRORS = Counter("slurmpool_slurm_command_errors_total", "Slurm commands that failed", ["command"])
+# Per pool, from each reconcile pass (poolmetrics.py): for the dashboard and the alerts.
+GPUS = Gauge("slurmpool_gpus", "GPUs (nvidia.com/gpu allocatable) per pool, placement and phase", ["pool", "placement", "phase"])
+GPU_SECONDS = Counter(
+    "slurmpool_gpu_seconds_total", "GPU-seconds served by nodes settled on a side (slurm or inference)", ["pool", "side"]
+)
+POOL_CONDITION = Gauge("slurmpool_pool_condition", "A pool's status condition: 1 when True, 0 otherwise", ["pool", "type"])
+MOVES_BLOCKED = Gauge("slurmpool_moves_blocked", "Moves in flight that are blocked (jobs, PDBs)", ["pool"])

@@ -112,6 +112,7 @@ class NodeView:
     ready: bool = True
     exists: bool = True
     pods: tuple[PodView, ...] = ()
+    gpus: int = 0  # allocatable nvidia.com/gpu (metrics only)
 
     @property
     def placement(self) -> str:

@@ -1,0 +1,94 @@
+"""Per-pool metrics (poolmetrics.py): GPU-seconds per side, GPUs per placement, conditions as
+gauges, blocked moves, drain durations; and the GPU count read from the Node."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from prometheus_client import REGISTRY
+
+from slurmpool import poolmetrics
+from slurmpool.kube import node_view
+from slurmpool.models import Condition, SlurmNodePoolStatus
+from slurmpool.view import ANN_MOVE, ANN_PLACEMENT, MoveRecord, NodeView
+
+from .factories import NOW
+
+
+def value(name: str, **labels) -> float | None:
+    return REGISTRY.get_sample_value(name, labels)
+
+
+def settled(name: str, placement: str, gpus: int = 8) -> NodeView:
+    return NodeView(name=name, annotations={ANN_PLACEMENT: placement}, gpus=gpus)
+
+
+def moving(name: str, phase: str, move_id: str = "m1", since=NOW, gpus: int = 8) -> NodeView:
+    record = MoveRecord(id=move_id, source="slurm", target="inference:llm", phase=phase, since=since, started=since)
+    return NodeView(name=name, annotations={ANN_PLACEMENT: "slurm", ANN_MOVE: record.to_annotation()}, gpus=gpus)
+
+
+def status(blocked: int = 0, **conditions: bool) -> SlurmNodePoolStatus:
+    return SlurmNodePoolStatus(
+        blocked=blocked,
+        conditions=[
+            Condition(type=t, status="True" if v else "False", reason="R", last_transition_time="2026-11-29T12:00:00Z")
+            for t, v in conditions.items()
+        ],
+    )
+
+
+def test_node_view_reads_allocatable_gpus():
+    body = {"metadata": {"name": "gpu01"}, "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "16"}}}
+    assert node_view(body).gpus == 8
+    assert node_view({"metadata": {"name": "cpu01"}, "status": {"allocatable": {"cpu": "4"}}}).gpus == 0
+    assert node_view({"metadata": {"name": "odd"}, "status": {"allocatable": {"nvidia.com/gpu": "1k"}}}).gpus == 0
+
+
+def test_gpu_seconds_count_settled_nodes_on_the_same_side_across_a_pass():
+    pool = "ns/gpu-seconds"
+    nodes = [settled("a", "slurm"), settled("b", "slurm", gpus=4), settled("c", "inference:llm"), moving("d", "Draining")]
+    poolmetrics.export(pool, nodes, status(), now=100.0, wall=NOW)
+    assert value("slurmpool_gpu_seconds_total", pool=pool, side="slurm") is None  # first pass: no interval yet
+    poolmetrics.export(pool, nodes, status(), now=110.0, wall=NOW)
+    assert value("slurmpool_gpu_seconds_total", pool=pool, side="slurm") == (8 + 4) * 10
+    assert value("slurmpool_gpu_seconds_total", pool=pool, side="inference") == 8 * 10
+    # b changes side between passes: it counts for neither during that interval.
+    nodes[1] = settled("b", "inference:llm", gpus=4)
+    poolmetrics.export(pool, nodes, status(), now=115.0, wall=NOW)
+    assert value("slurmpool_gpu_seconds_total", pool=pool, side="slurm") == 12 * 10 + 8 * 5
+    assert value("slurmpool_gpu_seconds_total", pool=pool, side="inference") == 8 * 10 + 8 * 5
+
+
+def test_gpus_per_placement_and_phase_and_stale_series_go_to_zero():
+    pool = "ns/gpus"
+    poolmetrics.export(pool, [settled("a", "slurm"), moving("b", "Draining")], status(), now=1.0, wall=NOW)
+    assert value("slurmpool_gpus", pool=pool, placement="slurm", phase="Settled") == 8
+    assert value("slurmpool_gpus", pool=pool, placement="inference:llm", phase="Draining") == 8
+    poolmetrics.export(pool, [settled("a", "slurm"), settled("b", "inference:llm")], status(), now=2.0, wall=NOW)
+    assert value("slurmpool_gpus", pool=pool, placement="inference:llm", phase="Draining") == 0
+    assert value("slurmpool_gpus", pool=pool, placement="inference:llm", phase="Settled") == 8
+
+
+def test_conditions_and_blocked_moves_are_gauges():
+    pool = "ns/conditions"
+    poolmetrics.export(pool, [], status(blocked=2, Ready=False, DrainBlocked=True, Degraded=False), now=1.0, wall=NOW)
+    assert value("slurmpool_pool_condition", pool=pool, type="DrainBlocked") == 1
+    assert value("slurmpool_pool_condition", pool=pool, type="Ready") == 0
+    assert value("slurmpool_moves_blocked", pool=pool) == 2
+    poolmetrics.export(pool, [], status(Ready=True), now=2.0, wall=NOW)
+    assert value("slurmpool_pool_condition", pool=pool, type="Ready") == 1
+    assert value("slurmpool_pool_condition", pool=pool, type="DrainBlocked") is None  # gone from status, gone here
+    assert value("slurmpool_moves_blocked", pool=pool) == 0
+
+
+def test_drain_duration_is_observed_when_draining_ends():
+    pool = "ns/drain"
+    before = value("slurmpool_drain_duration_seconds_count") or 0
+    total = value("slurmpool_drain_duration_seconds_sum") or 0
+    poolmetrics.export(pool, [moving("a", "Draining", since=NOW)], status(), now=1.0, wall=NOW + timedelta(seconds=30))
+    assert (value("slurmpool_drain_duration_seconds_count") or 0) == before
+    poolmetrics.export(pool, [moving("a", "StoppingSlurmd", since=NOW + timedelta(seconds=40))], status(), now=2.0,
+                       wall=NOW + timedelta(seconds=41))
+    assert value("slurmpool_drain_duration_seconds_count") == before + 1
+    assert value("slurmpool_drain_duration_seconds_sum") == total + 41
