@@ -284,11 +284,24 @@ def test_sigkill_at_each_phase_resumes_the_move(lab, op, direction, phase):
     wait(lambda: pool_status(lab, POOL).get("moving") == 0, 60, what="no move in flight")
     wait(lambda: not lab.slurm("squeue", "-h").stdout.strip(), 30, what="no jobs left")
     current = pool_status(lab, POOL)["slurm"]["ready"]
+    if (direction == "to_slurm" and current == 8) or (direction == "to_inference" and current == 0):
+        current = 4  # make room for the move under test, with the healthy operator
+        lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={current}")
+        wait(settled(lab, current, 8 - current), 90, what="room for the move")
     target = current - 1 if direction == "to_inference" else current + 1
+    if phase == "Evicting":  # give the eviction something to wait for, on every candidate
+        for node in [n for n, p in placements(lab).items() if p != "slurm"]:
+            apply(lab, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"filler-{node}", "namespace": NAMESPACE},
+                        "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
+                                 "terminationGracePeriodSeconds": 2,
+                                 "containers": [{"name": "c", "image": "busybox"}]}})
     op.stop()
     crashing = Operator(lab, "operator-crash.log", {"SLURMPOOL_CRASH_AFTER_PHASE": phase}).start()
-    lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={target}")
-    crashing.proc.wait(60)
+    try:
+        lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={target}")
+        crashing.proc.wait(60)
+    finally:
+        crashing.stop()
     assert crashing.proc.returncode == -9, crashing.log_tail()
     moving = pool_status(lab, POOL)
     op.start()

@@ -97,6 +97,7 @@ class Step:
     message: str = ""
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     hold_until: datetime | None = None
+    entered: list[str] = field(default_factory=list)  # phases this step moved into
 
 
 def first_phase(target: str) -> str:
@@ -186,10 +187,12 @@ def advance(
             step.hold_until = now + timedelta(seconds=seconds(spec.drain.timeout))
             step.actions, step.blocked_by = [], []
             move = back
+            step.entered.append(back.phase)
             continue
         # advance to the next phase; its ensure runs on the same observations
         step.events.append(("Normal", "MovePhase", f"{node.name}: {move.phase} -> {outcome} (move {move.id} to {move.target})"))
         move = move.model_copy(update={"phase": outcome, "since": now})
+        step.entered.append(outcome)
     step.move = move
     return step
 
