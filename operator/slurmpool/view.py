@@ -24,6 +24,9 @@ ANN_PLACEMENT = f"{PREFIX}/placement"  # settled placement
 ANN_MOVE = f"{PREFIX}/move"  # JSON MoveRecord while a move is in flight
 ANN_PIN = f"{PREFIX}/pin"  # on-call: keep (or bring) the node at this placement
 ANN_HOLD_UNTIL = f"{PREFIX}/hold-until"  # no new move before this time (after a rollback)
+ANN_MOVE_NOW = f"{PREFIX}/move-now"  # on-call: move this node now (a one-shot pin, cleared when done)
+ANN_SLURM = f"{PREFIX}/slurm"  # published by the operator: the node's Slurm state and jobs (JSON)
+ANN_SETTLED = f"{PREFIX}/settled-at"  # when the node last settled at its placement
 LABEL_SIDE = f"{PREFIX}/side"  # "slurm" or "inference": for selectors and humans
 LABEL_POOL = f"{PREFIX}/pool"  # on slurmd pods: the owning SlurmNodePool's name
 LABEL_COMPONENT = f"{PREFIX}/component"  # "slurmd" on slurmd pods (the lab agent's contract)
@@ -114,17 +117,24 @@ class NodeView:
     pods: tuple[PodView, ...] = ()
     gpus: int = 0  # allocatable nvidia.com/gpu (metrics only)
 
-    @property
+    # Cached: the planner reads these for every node, several times per pass (the JSON
+    # parse of the move record dominated the profile). Views are immutable, so it is safe.
+    @cached_property
     def placement(self) -> str:
         return self.annotations.get(ANN_PLACEMENT) or NONE
 
-    @property
+    @cached_property
     def move(self) -> MoveRecord | None:
         return MoveRecord.from_annotation(self.annotations.get(ANN_MOVE))
 
     @property
     def pin(self) -> str | None:
         value = self.annotations.get(ANN_PIN)
+        return value or None
+
+    @property
+    def move_now(self) -> str | None:
+        value = self.annotations.get(ANN_MOVE_NOW)
         return value or None
 
     @property

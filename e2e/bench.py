@@ -1,0 +1,290 @@
+"""`make bench`: the operator's speed and memory figures beside their targets.
+
+Writes bench-results.json: {"name": {"value", "unit", "target", "ok"}}. Figures:
+  planner time for 1k/10k/50k nodes; Slurm commands and Kubernetes API requests per
+  reconcile cycle at 50 and 500 nodes; operator RSS with 5,000 Nodes in the lab's
+  apiserver; wall time to move one idle node each way and eight at once on the lab;
+  whole free Slurm blocks after the planner's moves vs exhaustive search.
+Usage: python e2e/bench.py [--no-lab]   (the lab parts need `make lab-up` or start it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "e2e"))
+sys.path.insert(0, str(REPO))
+
+from slurmbridge import ScontrolBackend, SlurmNode  # noqa: E402
+from slurmpool.planner import plan  # noqa: E402
+from slurmpool.reconcile import PoolRef, observe_slurm, reconcile_pool  # noqa: E402
+from slurmpool.topology import whole_slurm_blocks  # noqa: E402
+from slurmpool.view import ANN_PLACEMENT, SLURM, NodeView, PodView, SlurmView  # noqa: E402
+from tests.factories import NOW, make_spec, slurm_node  # noqa: E402
+
+RESULTS: dict[str, dict] = {}
+
+
+def record(name: str, value: float, unit: str, target: str, ok: bool) -> None:
+    RESULTS[name] = {"value": round(value, 3), "unit": unit, "target": target, "ok": bool(ok)}
+    print(f"{'ok  ' if ok else 'MISS'} {name:<48} {value:>10.3f} {unit:<6} target {target}")
+
+
+# ---------------------------------------------------------------- planner time
+
+
+def synthetic(n: int, busy_every: int = 3):
+    nodes, states = [], {}
+    for i in range(n):
+        name = f"gpu{i:06d}"
+        nodes.append(NodeView(name=name, labels={"topology.slurmpool.io/block": f"b{i // 18}"}, annotations={ANN_PLACEMENT: SLURM}))
+        states[name] = slurm_node(name, "MIXED" if i % busy_every == 0 else "IDLE")
+    return nodes, SlurmView(True, nodes=states)
+
+
+def bench_planner() -> None:
+    times = {}
+    for n in (1_000, 10_000, 50_000):
+        nodes, view = synthetic(n)
+        spec = make_spec(slurm_nodes=n // 2, max_moves=64)
+        spec.topology.block_label = "topology.slurmpool.io/block"
+        best = math.inf
+        for _ in range(5):
+            fresh = [replace(n) for n in nodes]  # as each pass sees them: new views, cold caches
+            t0 = time.perf_counter()
+            plan(spec, fresh, view, NOW)
+            best = min(best, time.perf_counter() - t0)
+        times[n] = best
+        record(f"planner_{n // 1000}k_nodes", best * 1000, "ms", "< 50 ms at 10k" if n == 10_000 else "n log n", n != 10_000 or best < 0.05)
+    # growth: time ratio 50k/10k against (50k log 50k)/(10k log 10k) = 5.88
+    ratio = times[50_000] / times[10_000]
+    bound = (50_000 * math.log(50_000)) / (10_000 * math.log(10_000)) * 1.5  # 1.5: timing noise
+    record("planner_growth_50k_over_10k", ratio, "x", f"<= {bound:.1f} (n log n x1.5)", ratio <= bound)
+
+
+# ---------------------------------------------------------------- calls per cycle
+
+
+class CountingRunner:
+    """Answers scontrol/squeue like a Slurm with n idle nodes; counts commands."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.lines = "\n".join(
+            f"NodeName=gpu{i:04d} Arch=x86_64 CPUTot=16 AvailableFeatures=(null) Gres=gpu:h100:8 GresUsed=gpu:h100:0(IDX:N/A) "
+            f"NodeAddr=127.0.0.1 State=IDLE Partitions=gpu"
+            for i in range(n)
+        )
+
+    async def run(self, argv, timeout):
+        if "squeue" in argv:
+            return ""
+        if "show" in argv:
+            return self.lines + "\n"
+        return ""
+
+    async def close(self):
+        return None
+
+
+class CountingKube:
+    def __init__(self):
+        self.requests = 0
+
+    async def patch_node(self, name, patch):
+        self.requests += 1
+
+    async def create_slurmd_pod(self, pool, spec, node):
+        self.requests += 1
+
+    async def delete_pod(self, namespace, name, uid):
+        self.requests += 1
+
+    async def evict(self, namespace, name):
+        self.requests += 1
+
+    async def event(self, obj, type_, reason, message):
+        self.requests += 1
+
+
+async def _cycle(n: int, moves: int) -> tuple[int, int]:
+    backend = ScontrolBackend(CountingRunner(n), retries=0)
+    nodes = [
+        NodeView(name=f"gpu{i:04d}", annotations={ANN_PLACEMENT: SLURM}, unschedulable=True,
+                 pods=(PodView("ns", f"slurmd-gpu{i:04d}", f"u{i}", slurmd=True),))
+        for i in range(n)
+    ]
+    spec = make_spec(slurm_nodes=n - moves, max_moves=max(1, moves))
+    kube = CountingKube()
+    view = await observe_slurm(backend)
+    await reconcile_pool(PoolRef("ns", "p"), spec, nodes, [], view, kube, backend, NOW, None)
+    # + 1: the status write, at most once per cycle (only when the status changed)
+    return backend.commands_run, kube.requests + 1
+
+
+def bench_calls() -> None:
+    for label, moves in (("steady", 0), ("8_moves_starting", 8)):
+        small, large = asyncio.run(_cycle(50, moves)), asyncio.run(_cycle(500, moves))
+        record(f"slurm_commands_per_cycle_{label}_50_vs_500", small[0], "cmds", f"== {large[0]} (500 nodes)", small[0] == large[0])
+        # Kubernetes writes scale with the moves, not the nodes: reads come from watches.
+        record(f"kube_requests_per_cycle_{label}_50_vs_500", small[1], "reqs", f"== {large[1]} (500 nodes)", small[1] == large[1])
+
+
+# ---------------------------------------------------------------- fragmentation
+
+
+def bench_fragmentation(cases: int = 200) -> None:
+    rng = random.Random(7)
+    equal = 0
+    for _ in range(cases):
+        n_blocks, size = rng.randint(2, 4), rng.randint(2, 4)
+        nodes, states = [], {}
+        for b in range(n_blocks):
+            for i in range(size):
+                name = f"b{b}n{i}"
+                nodes.append(NodeView(name=name, labels={"blk": f"b{b}"}, annotations={ANN_PLACEMENT: SLURM}))
+                kind = rng.choice(["IDLE", "IDLE", "MIXED", "DRAIN"])
+                states[name] = slurm_node(name, "IDLE", {"DRAIN"}, "admin") if kind == "DRAIN" else slurm_node(name, kind)
+        view = SlurmView(True, nodes=states)
+        k = rng.randint(1, len(nodes) - 1)
+        spec = make_spec(slurm_nodes=len(nodes) - k, max_moves=100)
+        spec.topology.block_label = "blk"
+        moved = {s.node for s in plan(spec, nodes, view, NOW).starts}
+        got = whole_slurm_blocks(spec.topology, nodes, view, lambda n: "inference:default" if n.name in moved else n.placement)
+        best = max(
+            whole_slurm_blocks(spec.topology, nodes, view, lambda n, c=set(c): "inference:default" if n.name in c else n.placement)
+            for c in itertools.combinations([n.name for n in nodes], k)
+        )
+        equal += got == best
+    record("fragmentation_cases_equal_to_optimum", equal, "cases", f"== {cases}", equal == cases)
+
+
+# ---------------------------------------------------------------- on the lab
+
+
+def lab_env() -> dict:
+    lab_dir = Path(os.environ.get("LAB_DIR", REPO / ".lab"))
+    if subprocess.run([str(REPO / "e2e/lab/health.sh")], env={**os.environ, "LAB_DIR": str(lab_dir)}, capture_output=True).returncode:
+        subprocess.run([str(REPO / "e2e/lab/up.sh")], env={**os.environ, "LAB_DIR": str(lab_dir)}, check=True)
+    from conftest import Lab
+
+    return Lab.from_env_file(lab_dir / "env")
+
+
+def bench_lab() -> None:
+    from harness import NAMESPACE, Operator, apply, ensure_namespace_and_secret, pool_manifest, pool_status
+
+    lab = lab_env()
+    lab.kubectl("apply", "--server-side", "-f", str(REPO / "crds/slurmpool.io_slurmnodepools.yaml"))
+    lab.kubectl("wait", "--for=condition=Established", "crd/slurmnodepools.slurmpool.io", "--timeout=30s")
+    ensure_namespace_and_secret(lab)
+    op = Operator(lab, "operator-bench.log").start()
+    try:
+        def split(slurm, timeout=120):
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                s = pool_status(lab, "bench")
+                if s.get("slurm", {}).get("ready") == slurm and s.get("inference", {}).get("ready") == 8 - slurm and s.get("moving") == 0:
+                    return
+                time.sleep(0.05)
+            raise RuntimeError(f"split {slurm} not reached")
+
+        apply(lab, pool_manifest(lab, "bench", 8))
+        split(8)
+        for name, frm, to in (("move_1_idle_node_to_inference", 8, 7), ("move_1_idle_node_to_slurm", 7, 8)):
+            t0 = time.monotonic()
+            lab.kubectl("scale", "snp", "bench", "-n", NAMESPACE, f"--replicas={to}")
+            split(to)
+            record(name, time.monotonic() - t0, "s", "< 5 s", time.monotonic() - t0 < 5)
+        one = max(RESULTS["move_1_idle_node_to_inference"]["value"], RESULTS["move_1_idle_node_to_slurm"]["value"])
+        for name, to in (("move_8_idle_nodes_to_inference", 0), ("move_8_idle_nodes_to_slurm", 8)):
+            t0 = time.monotonic()
+            lab.kubectl("scale", "snp", "bench", "-n", NAMESPACE, f"--replicas={to}")
+            split(to)
+            took = time.monotonic() - t0
+            record(name, took, "s", f"< 2 x one node ({2 * one:.2f} s)", took < 2 * one)
+    finally:
+        op.stop()
+        lab.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=60s", check=False)
+    bench_memory(lab)
+
+
+def bench_memory(lab, count: int = 5000) -> None:
+    """RSS of an operator watching 5,000 extra Nodes (and a pool selecting them, paused)."""
+    from harness import NAMESPACE, Operator, apply, ensure_namespace_and_secret, pool_manifest
+
+    from kubernetes import client, config
+
+    api = client.CoreV1Api(config.new_client_from_config(str(lab.kubeconfig)))
+    names = [f"bench-{i:05d}" for i in range(count)]
+
+    def create(chunk):
+        for name in chunk:
+            body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"slurmpool.io/bench": "true"}},
+                    "status": {"capacity": {"nvidia.com/gpu": "8"}}}
+            try:
+                api.create_node(body)
+            except client.exceptions.ApiException as err:
+                if err.status != 409:
+                    raise
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(create, [names[i::8] for i in range(8)]))
+    print(f"     created {count} nodes in {time.monotonic() - t0:.1f} s")
+    ensure_namespace_and_secret(lab)
+    pool_body = pool_manifest(lab, "bench-mem", 0, nodeSelector={"matchLabels": {"slurmpool.io/bench": "true"}}, paused=True)
+    apply(lab, pool_body)
+    op = Operator(lab, "operator-bench-mem.log").start()
+    try:
+        time.sleep(20)  # indexes filled, a few reconcile passes over 5,000 nodes
+        rss = _rss_mib(op.proc.pid)
+        record("operator_rss_5000_nodes", rss, "MiB", "< 200 MiB", rss < 200)
+    finally:
+        op.stop()
+        lab.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=60s", check=False)
+        lab.kubectl("delete", "nodes", "-l", "slurmpool.io/bench=true", "--wait=false", timeout=300, check=False)
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return math.nan
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--no-lab", action="store_true", help="skip the figures that need the lab")
+    parser.add_argument("--out", default=str(REPO / "bench-results.json"))
+    args = parser.parse_args()
+    t0 = time.monotonic()
+    bench_planner()
+    bench_calls()
+    bench_fragmentation()
+    if not args.no_lab:
+        bench_lab()
+    Path(args.out).write_text(json.dumps(RESULTS, indent=2) + "\n")
+    missed = [k for k, v in RESULTS.items() if not v["ok"]]
+    print(f"\n{len(RESULTS) - len(missed)}/{len(RESULTS)} figures meet their targets in {time.monotonic() - t0:.0f} s; wrote {args.out}")
+    if missed:
+        print("missed: " + ", ".join(missed))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

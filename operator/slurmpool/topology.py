@@ -1,0 +1,102 @@
+"""Topology-aware victim order. Pure.
+
+A *block* is a set of nodes that a job wants whole (an NVLink domain exposed to Slurm as a
+topology block), named by a node label (`spec.topology.blockLabel`). A block is *whole* when
+every node of it serves Slurm and Slurm can use it (not drained, not down): taking one node
+from each of four whole blocks leaves 89% of the GPUs free and no block an 18-node job can use.
+
+Objective order, leaving Slurm (to inference):
+  1. keep as many whole blocks as possible: take nodes of already-broken blocks first;
+  2. when a whole block must break, break as few as possible: the block with the most
+     movable nodes first, and take it all before breaking another;
+  3. among equals, the planner's usual order (drained, idle, soonest free).
+Joining Slurm (from inference):
+  1. complete as many blocks as possible: blocks missing the fewest nodes first (only
+     blocks whose every missing node may move);
+  2. among equals, the usual order (cordoned, fewest pods).
+`wholeBlocks` moves whole blocks only: a node of a whole block leaves Slurm only when the
+whole block fits in what is still to move.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+
+from .models import TopologySpec
+from .view import SLURM, NodeView, SlurmView
+
+NO_BLOCK = (1 << 30, 0, "")  # ranks are (tier, order, block)
+
+
+def block_of(topology: TopologySpec, node: NodeView) -> str | None:
+    return node.labels.get(topology.block_label) if topology.block_label else None
+
+
+def usable_in_slurm(node: NodeView, placement: str, slurm: SlurmView) -> bool:
+    """Serves Slurm and Slurm can use it. A node on its way into Slurm counts (it is held
+    drained only until it is resumed); one Slurm does not report cannot be proven unusable."""
+    if placement != SLURM:
+        return False
+    sn = slurm.nodes.get(node.name)
+    return node.move is not None or sn is None or (sn.responding and not sn.drain_set)
+
+
+def ranks(
+    topology: TopologySpec,
+    nodes: Iterable[NodeView],
+    slurm: SlurmView,
+    placement_of: Callable[[NodeView], str],
+    movable: Callable[[NodeView], bool],
+) -> dict[str, tuple]:
+    """node -> a rank tuple that sorts before the planner's own cost (lower moves first)."""
+    if not topology.block_label:
+        return {}
+    blocks: dict[str, list[NodeView]] = defaultdict(list)
+    for node in nodes:
+        block = block_of(topology, node)
+        if block is not None:
+            blocks[block].append(node)
+    out: dict[str, tuple] = {}
+    whole_out: list[tuple[int, str]] = []  # (-movable count, block) of whole Slurm blocks
+    into: list[tuple[int, str]] = []  # (missing, block) of blocks that can be completed
+    for block, members in blocks.items():
+        placed = [(n, placement_of(n)) for n in members]
+        whole = all(usable_in_slurm(n, p, slurm) for n, p in placed)
+        if whole:
+            whole_out.append((-sum(1 for n in members if movable(n)), block))
+        else:
+            for n, p in placed:
+                if p == SLURM:
+                    out[n.name] = (0, 0, "")  # already broken: taking it costs no whole block
+        missing = [n for n, p in placed if p != SLURM]
+        if missing and all(movable(n) for n in missing):
+            into.append((len(missing), block))
+    for order, (_, block) in enumerate(sorted(whole_out)):
+        for n in blocks[block]:
+            out[n.name] = (1, order, block)
+    for order, (missing, block) in enumerate(sorted(into)):
+        for n in blocks[block]:
+            if placement_of(n) != SLURM:
+                out[n.name] = (0, order, block)
+    return out
+
+
+def whole_block_sizes(topology: TopologySpec, nodes: Iterable[NodeView], movable: Callable[[NodeView], bool]) -> dict[str, int]:
+    """block -> its number of movable nodes: what `wholeBlocks` must move at once."""
+    sizes: dict[str, int] = defaultdict(int)
+    for node in nodes:
+        block = block_of(topology, node)
+        if block is not None and movable(node):
+            sizes[block] += 1
+    return dict(sizes)
+
+
+def whole_slurm_blocks(topology: TopologySpec, nodes: Iterable[NodeView], slurm: SlurmView, placement_of) -> int:
+    """How many blocks Slurm can use whole (the benchmark's fragmentation figure)."""
+    blocks: dict[str, bool] = {}
+    for node in nodes:
+        block = block_of(topology, node)
+        if block is not None:
+            blocks[block] = blocks.get(block, True) and usable_in_slurm(node, placement_of(node), slurm)
+    return sum(blocks.values())
