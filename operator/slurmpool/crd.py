@@ -30,6 +30,20 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "message": "set exactly one of slurm.access.ssh and slurm.access.local",
         }
     ],
+    "spec.schedule[]": [
+        {"rule": "has(self.slurmNodes) != has(self.slurmPercent)", "message": "set exactly one of slurmNodes and slurmPercent"},
+        {
+            "rule": "timestamp('2000-01-01T00:00:00Z').getHours(self.timeZone) >= 0",
+            "message": "timeZone must be an IANA time zone such as Europe/Berlin",
+            "fieldPath": ".timeZone",
+        },
+    ],
+    "spec.demand.slurm": [
+        {"rule": "!has(self.maxNodes) || self.minNodes <= self.maxNodes", "message": "demand.slurm.minNodes must not exceed maxNodes"}
+    ],
+    "spec.demand.inference": [
+        {"rule": "!has(self.maxNodes) || self.minNodes <= self.maxNodes", "message": "demand.inference.minNodes must not exceed maxNodes"}
+    ],
     "spec.inference.pools[]": [
         {
             "rule": "!has(self.maxNodes) || self.minNodes <= self.maxNodes",
@@ -46,6 +60,8 @@ PRINTER_COLUMNS = [
     {"name": "Blocked", "type": "integer", "jsonPath": ".status.blocked", "priority": 1, "description": "Moves blocked by jobs or PDBs"},
     {"name": "Paused", "type": "boolean", "jsonPath": ".spec.paused", "priority": 1},
     {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].status", "priority": 1},
+    {"name": "Target", "type": "integer", "jsonPath": ".status.target.slurmNodes", "priority": 1, "description": "Slurm nodes in force"},
+    {"name": "Source", "type": "string", "jsonPath": ".status.target.source", "priority": 1, "description": "Manual, Schedule or Demand"},
 ]
 
 
@@ -120,6 +136,8 @@ def openapi_schema() -> dict[str, Any]:
     pools.update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
     conditions = _at(root, "status.conditions")
     conditions.update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
+    schedule = _at(root, "spec.schedule")
+    schedule.update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
     moves = _at(root, "status.moves")
     moves.update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["node"]})
     return root

@@ -21,12 +21,13 @@ from pydantic import ValidationError
 
 from slurmbridge import SlurmUnavailable
 
-from . import metrics, poolmetrics
+from . import metrics, oncall, poolmetrics
 from .access import SlurmAccessPool
 from .kube import KubeAdapter, node_view, pod_view
 from .models import GROUP, PLURAL, VERSION, SlurmNodePoolSpec, SlurmNodePoolStatus
 from .reconcile import PoolRef, pool_object, reconcile_pool
 from .status import Observed, build_status
+from .target import author
 from .view import NodeView
 
 log = logging.getLogger("slurmpool")
@@ -58,6 +59,12 @@ def pods_index(body, spec, **_):
     return {spec["nodeName"]: pod_view(body)}
 
 
+@kopf.index("pods", when=lambda spec, status, **_: oncall.is_pending_gpu_pod(spec, status))
+def pending_gpu_pods_index(body, **_):
+    # Demand's inference signal: unschedulable pods asking for nvidia.com/gpu (compact views).
+    return {"pending": oncall.pending_pod(body)}
+
+
 @kopf.index(GROUP, VERSION, PLURAL)
 def pools_index(body, namespace, name, **_):
     return {
@@ -66,6 +73,7 @@ def pools_index(body, namespace, name, **_):
             "generation": body.metadata.get("generation"),
             "spec": copy.deepcopy(dict(body.get("spec", {}))),
             "status": copy.deepcopy(dict(body.get("status", {}))),
+            "author": author(body.get("metadata", {}).get("managedFields")),  # of spec.slurmNodes
         }
     }
 
@@ -85,7 +93,7 @@ def pool_changed(memo: kopf.Memo, type, namespace, name, body, **_):
 
 
 @kopf.on.startup()
-async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, nodes_index, pods_index, pools_index, **_):
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, nodes_index, pods_index, pools_index, pending_gpu_pods_index, **_):
     # Watches can stall silently; bound them so kopf re-lists (nolar/kopf#585).
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300
@@ -97,6 +105,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, nodes_index,
     memo.generations = {}
     memo.kube = KubeAdapter(_api_client())
     memo.access = SlurmAccessPool(memo.kube.read_secret)
+    memo.pending_pods, memo.published = pending_gpu_pods_index, {}
     memo.loop_task = asyncio.create_task(run_loop(memo, nodes_index, pods_index, pools_index))
 
 
@@ -197,7 +206,12 @@ async def _reconcile_one(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, all_
     backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=INTERVAL / 2)
     previous = _previous_status(raw)
     now = datetime.now(timezone.utc)
-    status = await reconcile_pool(pool, spec, mine, overlaps, slurm, memo.kube, backend or _NoSlurm(), now, previous)
+    target = await oncall.decide(memo.kube, pool, spec, raw, mine, slurm, previous, now, memo.get("pending_pods"))
+    status = await reconcile_pool(
+        pool, spec, mine, overlaps, slurm, memo.kube, backend or _NoSlurm(), now, previous, target_slurm=target.slurm_nodes
+    )
+    status.target = target.status
+    await oncall.publish(memo.kube, pool, spec, mine, slurm, target.slurm_nodes, memo.setdefault("published", {}))
     _export_gauges(pool, mine)
     poolmetrics.export(pool.key, mine, status)
     await _write_status(memo, pool, raw, status)
@@ -222,6 +236,7 @@ async def _report_invalid(memo, pool: PoolRef, raw, message: str) -> None:
     seen = Observed(desired={}, problems=[f"invalid spec: {message}"])
     now = datetime.now(timezone.utc)
     status = build_status(pool.name, _placeholder_spec(raw), pool.generation, [], seen, previous.conditions if previous else [], now)
+    status.target = previous.target if previous else None  # keeps the audit across a bad edit
     await _write_status(memo, pool, raw, status)
 
 

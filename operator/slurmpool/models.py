@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
 GROUP = "slurmpool.io"
@@ -25,6 +25,11 @@ _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
 # Slurm names reach scontrol; keep them to what Slurm itself accepts and no shell syntax.
 SLURM_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# Five cron fields (minute hour day-of-month month day-of-week) or a macro such as @daily;
+# croniter checks the rest (models.ScheduleWindow) and the operator reports what it refuses.
+_CRON_FIELD = r"[0-9A-Za-z*?/,#-]+"
+CRON_PATTERN = rf"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|{_CRON_FIELD}( +{_CRON_FIELD}){{4}})$"
+TIME_ZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+/-]{0,63}$"
 
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
 # int-or-string, as Kubernetes quantities are written (`cpu: 2`, `memory: 4Gi`).
@@ -193,6 +198,89 @@ class TopologySpec(Model):
     whole_blocks: bool = Field(default=False, description="Move whole blocks only.")
 
 
+class ScheduleWindow(Model):
+    """A recurring window that sets the split while it is open (see README: Schedules)."""
+
+    name: str = Field(max_length=63, pattern=DNS_LABEL_PATTERN, description="Names the window in status and Events.")
+    cron: str = Field(
+        max_length=128,
+        pattern=CRON_PATTERN,
+        description="When the window opens: 5 cron fields (minute hour day-of-month month day-of-week) or @daily etc., "
+        "in timeZone's wall-clock time. A start in the hour skipped by a daylight-saving change opens the window at the "
+        "change; a start in a repeated hour opens it once, at the first occurrence.",
+    )
+    duration: Duration = Field(description="How long the window stays open, in elapsed time (e.g. 8h).")
+    time_zone: str = Field(default="UTC", max_length=64, pattern=TIME_ZONE_PATTERN, description="IANA time zone of cron, e.g. Europe/Berlin.")
+    slurm_nodes: int | None = Field(default=None, ge=0, le=100000, description="Slurm nodes while the window is open.")
+    slurm_percent: int | None = Field(
+        default=None, ge=0, le=100, description="Or: this percentage of the selected nodes (rounded half up) serve Slurm."
+    )
+    priority: int = Field(
+        default=0, ge=-1000, le=1000, description="Among overlapping open windows the highest wins; then the latest started; then list order."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> "ScheduleWindow":
+        if (self.slurm_nodes is None) == (self.slurm_percent is None):
+            raise ValueError("set exactly one of slurmNodes and slurmPercent")
+        if seconds(self.duration) <= 0:
+            raise ValueError("duration must be positive")
+        problem = schedule_problem(self.cron, self.time_zone)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+
+def schedule_problem(cron: str, time_zone: str) -> str | None:
+    """Why a window's cron expression or time zone cannot be used, or None."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from croniter import croniter
+
+    try:
+        ZoneInfo(time_zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        return f"unknown time zone {time_zone!r}"
+    if not cron.startswith("@") and len(cron.split()) != 5:
+        return f"cron {cron!r} must have 5 fields (minute hour day-of-month month day-of-week)"
+    if not croniter.is_valid(cron):
+        return f"invalid cron expression {cron!r}"
+    try:
+        croniter(cron, datetime(2000, 1, 1)).get_next(datetime)
+    except Exception:  # noqa: BLE001 - croniter's CroniterBadDateError: e.g. 30 February
+        return f"cron {cron!r} never matches"
+    return None
+
+
+class DemandBounds(Model):
+    min_nodes: int = Field(default=0, ge=0, le=100000, description="Demand never takes this side below this many nodes.")
+    max_nodes: int | None = Field(default=None, ge=0, le=100000, description="Demand never grows this side above this many nodes.")
+
+
+class DemandSpec(Model):
+    """Follow demand (opt-in): pending GPU jobs in slurm.partition grow Slurm, pending unschedulable
+    GPU pods that fit an inference pool grow inference (see README: Demand)."""
+
+    enabled: bool = Field(default=True, description="Set false to stop demand changes and keep the settings.")
+    slurm: DemandBounds = Field(default_factory=DemandBounds, json_schema_extra={"default": {}})
+    inference: DemandBounds = Field(default_factory=DemandBounds, json_schema_extra={"default": {}})
+    cooldown: Duration = Field(
+        default="5m", description="Least time between two demand changes, and after any manual or schedule change."
+    )
+    hysteresis: int = Field(
+        default=1, ge=1, le=100000, description="A side's unmet need (in nodes) must reach this before demand acts for it."
+    )
+    when_both_want: Literal["PreferSlurm", "PreferInference", "Share"] = Field(
+        default="Share",
+        description="When both sides want nodes: grow Slurm, grow inference, or move toward slurmShare of the nodes.",
+    )
+    slurm_share: int = Field(default=50, ge=0, le=100, description="With Share: percent of the selected nodes for Slurm.")
+    gpus_per_node: int | None = Field(
+        default=None, ge=1, le=1024, description="GPUs of one node; default: the count in slurm.gres, else 8."
+    )
+
+
 class SlurmNodePoolSpec(Model):
     node_selector: LabelSelector = Field(description="Nodes that belong to this pool; a node may belong to one pool only.")
     slurm_nodes: int = Field(ge=0, le=100000, description="Desired nodes on the Slurm side; the rest serve inference (scale subresource).")
@@ -204,6 +292,10 @@ class SlurmNodePoolSpec(Model):
     inference: InferenceSpec
     drain: DrainSpec = Field(default_factory=DrainSpec, json_schema_extra={"default": {}})
     topology: TopologySpec = Field(default_factory=TopologySpec, json_schema_extra={"default": {}})
+    schedule: list[ScheduleWindow] = Field(
+        default_factory=list, max_length=64, description="Windows that set the split while open; outside them slurmNodes holds."
+    )
+    demand: DemandSpec | None = Field(default=None, description="Follow demand within bounds (opt-in).")
 
 
 # ---------------------------------------------------------------- status
@@ -243,6 +335,37 @@ class MoveStatus(Model):
     message: str = ""
 
 
+class DemandStatus(Model):
+    slurm_nodes: int | None = Field(default=None, description="The Slurm count demand has set on top of the base (manual or schedule).")
+    base: int | None = Field(default=None, description="The base count demand adjusts.")
+    base_key: str = Field(default="", description="Identifies the base; a new base (manual change, window edge) resets demand.")
+    last_change: str | None = Field(default=None, description="Last demand change or base change: the cooldown counts from it.")
+    pending_jobs: int = Field(default=0, description="Pending Slurm jobs in the partition that want GPUs and wait for resources.")
+    pending_job_gpus: int = 0
+    pending_pods: int = Field(default=0, description="Pending unschedulable pods requesting nvidia.com/gpu that fit an inference pool.")
+    pending_pod_gpus: int = 0
+    slurm_wants: int = Field(default=0, description="Nodes Slurm still needs (pending need minus idle and incoming nodes).")
+    inference_wants: int = Field(default=0, description="Nodes inference still needs.")
+    message: str = ""
+
+
+class TargetStatus(Model):
+    """The Slurm count the operator works toward, and who or what set it."""
+
+    slurm_nodes: int = Field(description="The Slurm node count in force.")
+    source: Literal["Manual", "Schedule", "Demand"] = Field(description="What set it: spec.slurmNodes, a schedule window, or demand.")
+    reason: str = Field(default="", description="Why, in words: the window, the author of a manual change, demand's signals.")
+    since: str = Field(description="When this source set this count.")
+    by: str | None = Field(default=None, description="Author of the last manual change of spec.slurmNodes (from managedFields).")
+    window: str | None = Field(default=None, description="The open schedule window, if any.")
+    next_change: str | None = Field(default=None, description="The next schedule edge (a window opens or closes).")
+    spec_slurm_nodes: int | None = Field(default=None, description="spec.slurmNodes last seen: a different value is a manual change.")
+    manual_since: str | None = Field(default=None, description="When the operator saw spec.slurmNodes change last.")
+    manual_until: str | None = Field(default=None, description="A manual change made during a window holds until this edge.")
+    base_key: str | None = Field(default=None, description="Identifies the current manual or schedule base (demand resets when it changes).")
+    demand: DemandStatus | None = None
+
+
 class SlurmNodePoolStatus(Model):
     observed_generation: int | None = None
     selected_nodes: int = 0
@@ -255,6 +378,7 @@ class SlurmNodePoolStatus(Model):
     moves: list[MoveStatus] = Field(default_factory=list)
     conditions: list[Condition] = Field(default_factory=list)
     last_error: str | None = None
+    target: TargetStatus | None = Field(default=None, description="The current target and its source (an audit).")
 
 
 class SlurmNodePool(Model):

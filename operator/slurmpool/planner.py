@@ -30,7 +30,7 @@ class Start:
     node: str
     source: str
     target: str
-    cause: str  # rebalance | pin
+    cause: str  # rebalance | pin | move-now
 
 
 @dataclass
@@ -106,7 +106,49 @@ def _cost(node: NodeView, slurm: SlurmView) -> tuple:
 
 def _movable(node: NodeView, now: datetime) -> bool:
     hold = node.hold_until()
-    return node.move is None and node.pin is None and not (hold and hold > now)
+    return node.move is None and node.pin is None and node.move_now is None and not (hold and hold > now)
+
+
+def move_now_target(node: NodeView, spec: SlurmNodePoolSpec, desired: dict[str, int], count: dict[str, int]) -> str | None:
+    """Where a slurmpool.io/move-now annotation asks the node to go: `slurm`, `inference:<pool>`,
+    or `inference` (the highest-priority pool short of its desired count, else the highest
+    priority pool). None when unset or naming no placement of this pool.
+
+    Semantics: a one-shot pin. The node moves at once (within maxConcurrentMoves, not while
+    paused, even if held after a rollback; never against a pin), is never chosen as a victim
+    while the annotation is on it, and its move is never turned back. The split is unchanged,
+    so the planner moves another node the other way. The operator removes the annotation
+    when the node is there and the split is whole again (`move_now_done`)."""
+    value = node.move_now
+    if not value:
+        return None
+    pools = sorted(spec.inference.pools, key=lambda p: (-p.priority, p.name))
+    if value == "inference":
+        if node.placement.startswith("inference:"):
+            return node.placement
+        short = [inference(p.name) for p in pools if count.get(inference(p.name), 0) < desired.get(inference(p.name), 0)]
+        return (short or [inference(pools[0].name)])[0] if pools else None
+    return value if value in placements(spec) else None
+
+
+def move_now_done(spec: SlurmNodePoolSpec, nodes: list[NodeView], target_slurm: int | None = None) -> list[str]:
+    """Nodes whose move-now request is fulfilled (settled where asked) once the split is whole
+    again (every placement at its desired count, counting moves in flight), or that ask for
+    a placement the pool does not have, or against the node's pin: their annotation can go."""
+    desired, problems = desired_split(spec, len(nodes), target_slurm)
+    count: dict[str, int] = {}
+    for node in nodes:
+        here = current_placement(node)
+        count[here] = count.get(here, 0) + 1
+    whole = not problems and all(count.get(g, 0) == n for g, n in desired.items())
+    done = []
+    for node in nodes:
+        if node.move_now is None or node.move is not None:
+            continue
+        want = move_now_target(node, spec, desired, count)
+        if want is None or (node.pin is not None and node.pin != want) or (want == node.placement and whole):
+            done.append(node.name)
+    return done
 
 
 def plan(
@@ -140,13 +182,21 @@ def plan(
         if budget and node.move is None and node.pin in valid and node.pin != node.placement:
             start(node, node.pin, "pin")
             budget -= 1
+    # Then move-now requests: a one-shot pin (see move_now_target); the split is unchanged, so
+    # the rebalance below sends another node the other way (a swap).
+    for node in sorted((n for n in nodes if n.move_now), key=lambda n: n.name):
+        want = move_now_target(node, spec, desired, count)
+        if budget and node.move is None and want and want != node.placement and node.pin is None:
+            start(node, want, "move-now")
+            budget -= 1
+
 
     # Then moves the split no longer wants, still in a phase that changed nothing for good, go
     # back (scale 5 -> 4 -> 5 must not keep draining a busy node).
     desired_with_none = {**desired, NONE: 0}
     for node in sorted(nodes, key=lambda n: n.name):
         move = node.move
-        if move is None or move.phase not in ABORTABLE or move.rollback or move.cause == "pin":
+        if move is None or move.phase not in ABORTABLE or move.rollback or move.cause in ("pin", "move-now"):
             continue
         source = move.source if move.source in valid else NONE
         if count[move.target] > desired[move.target] and count[source] < desired_with_none[source]:

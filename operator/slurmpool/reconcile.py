@@ -14,7 +14,7 @@ import signal
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Protocol
 
 from slurmbridge import SlurmBackend, SlurmError
@@ -38,7 +38,7 @@ from .moves import (
 )
 from .planner import plan
 from .status import Observed, build_status, iso
-from .view import ANN_HOLD_UNTIL, ANN_MOVE, ANN_PLACEMENT, ANN_POOL, SLURM, MoveRecord, NodeView, SlurmView
+from .view import ANN_HOLD_UNTIL, ANN_MOVE, ANN_PLACEMENT, ANN_POOL, ANN_SETTLED, SLURM, MoveRecord, NodeView, SlurmView
 
 log = logging.getLogger("slurmpool.reconcile")
 
@@ -268,6 +268,7 @@ def _node_patch(pool: PoolRef, node: NodeView, step: Step) -> dict:
         annotations[ANN_MOVE] = new_move
     if step.settled and node.placement != step.settled:
         annotations[ANN_PLACEMENT] = step.settled
+        annotations[ANN_SETTLED] = iso(datetime.now(timezone.utc))  # for `kubectl slurmpool status`
     if (step.move or step.settled) and node.annotations.get(ANN_POOL) != pool.key:
         annotations[ANN_POOL] = pool.key
     if step.hold_until:

@@ -1,0 +1,493 @@
+"""`kubectl slurmpool`: the on-call's view of a SlurmNodePool, a dry-run planner, and the knobs.
+
+    kubectl slurmpool status POOL [-n NS] [-o json]        every node: side, phase, time in it, jobs, pods
+    kubectl slurmpool plan POOL [--slurm-nodes N] [-o json] which nodes would move, what they would disturb
+    kubectl slurmpool move NODE --to slurm|inference[:POOL] ask for one node to move now (move-now annotation)
+    kubectl slurmpool pause POOL / resume POOL             spec.paused
+
+Installed with the package as the console script `kubectl-slurmpool`, so kubectl finds it on
+PATH. It reads the same kubeconfig as kubectl (KUBECONFIG, or --kubeconfig/--context). It needs
+no Slurm access: the operator publishes each node's Slurm state and jobs in the node
+annotation `slurmpool.io/slurm`. `plan` runs the operator's own planner on that state and
+changes nothing. No kopf import here: the command starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from dataclasses import replace
+from datetime import datetime, timezone
+from typing import Any
+
+from slurmbridge import SlurmJob, SlurmNode
+
+from .models import GROUP, PLURAL, VERSION, SlurmNodePoolSpec
+from .planner import current_placement, desired_split, plan
+from .view import (
+    ANN_MOVE,
+    ANN_MOVE_NOW,
+    ANN_PLACEMENT,
+    ANN_SETTLED,
+    ANN_SLURM,
+    SLURM,
+    NodeView,
+    PodView,
+    SlurmView,
+)
+
+MAX_WAVES = 100
+
+
+# ---------------------------------------------------------------- pure: state from API objects
+
+
+def parse_time(value: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+    except (ValueError, AttributeError):
+        return None
+
+
+def published(node: NodeView) -> dict:
+    """The operator's `slurmpool.io/slurm` annotation of the node, parsed ({} if none)."""
+    try:
+        value = json.loads(node.annotations.get(ANN_SLURM) or "{}")
+        return value if isinstance(value, dict) else {}
+    except ValueError:
+        return {}
+
+
+def slurm_view(nodes: list[NodeView]) -> SlurmView:
+    """Slurm as the operator last published it: enough for the planner's victim order."""
+    snodes: dict[str, SlurmNode] = {}
+    jobs: list[SlurmJob] = []
+    for node in nodes:
+        info = published(node)
+        if not info:
+            continue
+        state, *flags = (info.get("state") or "UNKNOWN").split("+")
+        snodes[node.name] = SlurmNode(
+            name=node.name, state=state, flags=frozenset(flags), reason=info.get("reason") or None, gres="", gres_used="",
+            features=(), partitions=(),
+        )
+        for j in info.get("jobs") or []:
+            jobs.append(
+                SlurmJob(
+                    job_id=str(j.get("id")), name=j.get("name") or "", user=j.get("user") or "", state=j.get("state") or "RUNNING",
+                    partition="", nodes=(node.name,), gpus_per_node=0, num_nodes=1, start_time=None,
+                    end_time=parse_time(j.get("end")), reason="",
+                )
+            )
+    return SlurmView(available=True, nodes=snodes, jobs=tuple(jobs))
+
+
+def pool_nodes(spec: SlurmNodePoolSpec, node_bodies: list[dict], pod_bodies: list[dict]) -> list[NodeView]:
+    from .kube import node_view, pod_view  # the kubernetes client, not kopf
+
+    pods: dict[str, list[PodView]] = {}
+    for body in pod_bodies:
+        node_name = (body.get("spec") or {}).get("nodeName")
+        if node_name:
+            pods.setdefault(node_name, []).append(pod_view(body))
+    nodes = []
+    for body in node_bodies:
+        view = node_view(body)
+        if not spec.node_selector.is_empty() and spec.node_selector.matches(view.labels):
+            nodes.append(replace(view, pods=tuple(pods.get(view.name, ()))))
+    return sorted(nodes, key=lambda n: n.name)
+
+
+def age(since: datetime | None, now: datetime) -> str:
+    if since is None:
+        return "-"
+    s = max(0, int((now - since).total_seconds()))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d"
+
+
+def node_rows(nodes: list[NodeView], now: datetime) -> list[dict[str, Any]]:
+    rows = []
+    for node in nodes:
+        move = node.move
+        info = published(node)
+        since = move.since if move else parse_time(node.annotations.get(ANN_SETTLED))
+        rows.append(
+            {
+                "node": node.name,
+                "side": node.placement,
+                "phase": move.phase if move else "Settled",
+                "to": move.target if move else None,
+                "moveId": move.id if move else None,
+                "since": since.strftime("%Y-%m-%dT%H:%M:%SZ") if since else None,
+                "age": age(since, now),
+                "slurmState": info.get("state"),
+                "jobs": [j.get("id") for j in info.get("jobs") or []],
+                "pods": [p.key for p in node.pods if not p.slurmd and p.phase not in ("Succeeded", "Failed")],
+                "pin": node.pin,
+                "moveNow": node.move_now,
+                "cordoned": node.unschedulable,
+            }
+        )
+    return rows
+
+
+def status_view(pool: dict, nodes: list[NodeView], now: datetime) -> dict[str, Any]:
+    meta, spec, status = pool.get("metadata", {}), pool.get("spec", {}), pool.get("status") or {}
+    return {
+        "pool": meta.get("name"),
+        "namespace": meta.get("namespace"),
+        "paused": bool(spec.get("paused")),
+        "spec": {"slurmNodes": spec.get("slurmNodes")},
+        "target": status.get("target"),
+        "slurm": status.get("slurm"),
+        "inference": {k: v for k, v in (status.get("inference") or {}).items() if k != "pools"},
+        "moving": status.get("moving", 0),
+        "conditions": {c["type"]: f"{c['status']} {c.get('reason', '')}".strip() for c in status.get("conditions") or []},
+        "nodes": node_rows(nodes, now),
+    }
+
+
+def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: datetime, slurm_nodes: int | None) -> dict[str, Any]:
+    """Run the planner wave after wave (each wave's moves assumed done) until the split is reached."""
+    status = pool.get("status") or {}
+    target = slurm_nodes
+    if target is None:
+        target = (status.get("target") or {}).get("slurmNodes", spec.slurm_nodes)
+    slurm = slurm_view(nodes)
+    jobs_by_node = {n.name: [j for j in published(n).get("jobs") or []] for n in nodes}
+    before = _counts(nodes)
+    desired, problems = desired_split(spec, len(nodes), target)
+    moves: list[dict[str, Any]] = []
+    in_flight = [
+        {"wave": 0, "node": n.name, "from": n.move.source, "to": n.move.target, "cause": f"in flight ({n.move.phase})", "jobs": [], "pods": []}
+        for n in nodes
+        if n.move
+    ]
+    current = list(nodes)
+    for wave in range(1, MAX_WAVES + 1):
+        result = plan(spec, current, slurm, now, target)
+        problems = result.problems
+        if not result.starts and not result.aborts:
+            break
+        by_name = {n.name: n for n in current}
+        for start in result.starts:
+            node = by_name[start.node]
+            disturbs_jobs = jobs_by_node.get(node.name, []) if node.placement == SLURM else []
+            disturbs_pods = [p.key for p in node.pods if p.evictable] if start.target == SLURM else []
+            moves.append(
+                {
+                    "wave": wave,
+                    "node": node.name,
+                    "from": start.source,
+                    "to": start.target,
+                    "cause": start.cause,
+                    "jobs": [j.get("id") for j in disturbs_jobs],
+                    "jobDetails": disturbs_jobs,
+                    "pods": disturbs_pods,
+                }
+            )
+        for name in result.aborts:
+            moves.append({"wave": wave, "node": name, "from": by_name[name].move.target, "to": by_name[name].move.source,
+                          "cause": "abort", "jobs": [], "jobDetails": [], "pods": []})
+        current = [_settle(n, result) for n in current]
+        if spec.paused:
+            break
+    return {
+        "pool": pool.get("metadata", {}).get("name"),
+        "namespace": pool.get("metadata", {}).get("namespace"),
+        "slurmNodes": target,
+        "paused": spec.paused,
+        "before": before,
+        "desired": desired,
+        "problems": problems,
+        "inFlight": in_flight,
+        "moves": moves,
+        "waves": max([m["wave"] for m in moves] or [0]),
+    }
+
+
+def _counts(nodes: list[NodeView]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for n in nodes:
+        out[current_placement(n)] = out.get(current_placement(n), 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _settle(node: NodeView, result) -> NodeView:
+    """The node once this wave (and any move in flight) is done."""
+    start = next((s for s in result.starts if s.node == node.name), None)
+    target = start.target if start else (node.move.source if node.name in result.aborts else (node.move.target if node.move else None))
+    if target is None:
+        return node
+    ann = {k: v for k, v in node.annotations.items() if k not in (ANN_MOVE, ANN_MOVE_NOW)}
+    ann[ANN_PLACEMENT] = target
+    return replace(node, annotations=ann, pods=tuple(p for p in node.pods if not p.evictable) if target == SLURM else node.pods)
+
+
+# ---------------------------------------------------------------- pure: rendering
+
+
+def width() -> int:
+    return max(80, min(120, shutil.get_terminal_size((100, 24)).columns))
+
+
+def clip(items: list[str], room: int) -> str:
+    """'a,b,c' cut to about `room` characters, with '+N' for the items that do not fit."""
+    if not items:
+        return "-"
+    shown: list[str] = []
+    for i, item in enumerate(items):
+        rest = len(items) - i - 1
+        if len(",".join(shown + [item])) + (len(f" +{rest}") if rest else 0) > room:
+            break
+        shown.append(item)
+    if not shown:
+        return (items[0][: max(1, room - 4)] + (f" +{len(items) - 1}" if len(items) > 1 else ""))[:room]
+    left = len(items) - len(shown)
+    return ",".join(shown) + (f" +{left}" if left else "")
+
+
+def table(headers: list[str], rows: list[list[str]], total: int) -> str:
+    """Columns sized to their content; the last column takes what is left of `total`."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row[:-1]):
+            widths[i] = max(widths[i], len(cell))
+    lines = []
+    for row in [headers, *rows]:
+        head = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1]))
+        lines.append((head + "  " + row[-1])[:total].rstrip())
+    return "\n".join(lines)
+
+
+def render_status(view: dict[str, Any], total: int = 100) -> str:
+    t = view.get("target") or {}
+    lines = [
+        f"SlurmNodePool {view['namespace']}/{view['pool']}: spec.slurmNodes {view['spec']['slurmNodes']}"
+        + (", PAUSED" if view["paused"] else "")
+    ]
+    if t:
+        lines.append(f"Target: {t.get('slurmNodes')} Slurm node(s), source {t.get('source')} since {t.get('since')}"
+                     + (f" by {t['by']}" if t.get("by") else ""))
+        if t.get("reason"):
+            lines.append(f"  why: {t['reason']}"[:total])
+        if t.get("nextChange"):
+            lines.append(f"  next schedule edge: {t['nextChange']}")
+        d = t.get("demand")
+        if d:
+            lines.append(f"  demand: {d.get('pendingJobs', 0)} pending job(s) ({d.get('pendingJobGpus', 0)} GPUs), "
+                         f"{d.get('pendingPods', 0)} pending pod(s) ({d.get('pendingPodGpus', 0)} GPUs)"[:total])
+    s, i = view.get("slurm") or {}, view.get("inference") or {}
+    lines.append(f"Slurm {s.get('ready', 0)}/{s.get('desired', 0)} ready, inference {i.get('ready', 0)}/{i.get('desired', 0)} ready, "
+                 f"{view.get('moving', 0)} moving")
+    shown = [f"{k}={v}" for k, v in view.get("conditions", {}).items() if k == "Ready" or v.startswith("True")]
+    if shown:
+        lines.append(("Conditions: " + ", ".join(shown))[:total])
+    rows = []
+    for r in view["nodes"]:
+        phase = r["phase"] if not r["to"] else f"{r['phase']}>{_short(r['to'])}"
+        marks = "".join(m for m, on in (("P", r["pin"]), ("M", r["moveNow"]), ("C", r["cordoned"])) if on)
+        rows.append([r["node"], _short(r["side"]), phase, r["age"], sinfo_state(r["slurmState"]), marks or "-", ""])
+    fixed = table(["NODE", "SIDE", "PHASE", "AGE", "SLURM", "FLAGS", "WORKLOAD"], [row for row in rows], total)
+    # Fill the last column (jobs or pods) with what room is left on each line.
+    header_line = fixed.splitlines()[0]
+    start = header_line.index("WORKLOAD")
+    room = max(12, total - start)
+    out = [header_line]
+    for line, r in zip(fixed.splitlines()[1:], view["nodes"]):
+        work = ("jobs " + clip(r["jobs"], room - 5)) if r["jobs"] else ("pods " + clip(r["pods"], room - 5)) if r["pods"] else "-"
+        out.append((line.ljust(start) + work)[:total])
+    lines.append("")
+    lines.extend(out)
+    lines.append("FLAGS: P pinned, M move-now asked, C cordoned. AGE: time in the phase.")
+    return "\n".join(line[:total] for line in lines)
+
+
+_SINFO = {"IDLE": "idle", "ALLOCATED": "alloc", "MIXED": "mix", "DOWN": "down", "UNKNOWN": "unk", "FUTURE": "futr"}
+
+
+def sinfo_state(state: str | None) -> str:
+    """Slurm's state as sinfo abbreviates it: idle, mix, alloc, drain, drng (draining), '*' not responding."""
+    if not state:
+        return "-"
+    base, *flags = state.split("+")
+    text = _SINFO.get(base, base.lower()[:5])
+    if "DRAIN" in flags:
+        text = "drng" if base in ("ALLOCATED", "MIXED") or "COMPLETING" in flags else "drain"
+    elif "COMPLETING" in flags:
+        text = "comp"
+    return text + ("*" if "NOT_RESPONDING" in flags else "")
+
+
+def _short(placement: str) -> str:
+    return placement.replace("inference:", "inf:") if placement else "-"
+
+
+def render_plan(view: dict[str, Any], total: int = 100) -> str:
+    before, desired = view["before"], view["desired"]
+    lines = [f"Plan for {view['namespace']}/{view['pool']} at {view['slurmNodes']} Slurm node(s) (dry run: nothing changes)"]
+    lines.append("  now:     " + ", ".join(f"{k} {v}" for k, v in before.items()))
+    lines.append("  desired: " + ", ".join(f"{k} {v}" for k, v in desired.items()))
+    for p in view["problems"]:
+        lines.append(f"  cannot plan: {p}"[:total])
+    if view["paused"]:
+        lines.append("  the pool is paused: no move starts until `kubectl slurmpool resume`")
+    for m in view["inFlight"]:
+        lines.append(f"  in flight: {m['node']} {m['from']} -> {m['to']} {m['cause']}"[:total])
+    if not view["moves"]:
+        lines.append("No move needed." if not view["problems"] else "Nothing would move.")
+        return "\n".join(lines)
+    lines.append(f"{len(view['moves'])} move(s) in {view['waves']} wave(s) of at most maxConcurrentMoves:")
+    rows = [[str(m["wave"]), m["node"], _short(m["from"]), _short(m["to"]), m["cause"], ""] for m in view["moves"]]
+    fixed = table(["WAVE", "NODE", "FROM", "TO", "CAUSE", "DISTURBS"], rows, total)
+    header = fixed.splitlines()[0]
+    start = header.index("DISTURBS")
+    room = max(12, total - start)
+    lines.append(header)
+    for line, m in zip(fixed.splitlines()[1:], view["moves"]):
+        if m["jobs"]:
+            work = "jobs " + clip(m["jobs"], room - 5)
+        elif m["pods"]:
+            work = "pods " + clip(m["pods"], room - 5)
+        else:
+            work = "nothing (idle)"
+        lines.append((line.ljust(start) + work)[:total])
+    if view["waves"] > 1:
+        lines.append("Waves after the first are a forecast: they depend on how Slurm looks then.")
+    return "\n".join(line[:total] for line in lines)
+
+
+# ---------------------------------------------------------------- I/O: the Kubernetes API
+
+
+class Api:
+    def __init__(self, kubeconfig: str | None, context: str | None):
+        from kubernetes import client, config
+
+        try:
+            config.load_kube_config(config_file=kubeconfig, context=context)
+        except config.ConfigException:
+            config.load_incluster_config()
+        self.api = client.ApiClient()
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+
+    @staticmethod
+    def default_namespace(kubeconfig: str | None, context: str | None) -> str:
+        from kubernetes import config
+
+        try:
+            _, active = config.list_kube_config_contexts(config_file=kubeconfig)
+            if context:
+                contexts, _ = config.list_kube_config_contexts(config_file=kubeconfig)
+                active = next((c for c in contexts if c["name"] == context), active)
+            return (active or {}).get("context", {}).get("namespace") or "default"
+        except Exception:  # noqa: BLE001 - no kubeconfig: in-cluster
+            return "default"
+
+    def pool(self, namespace: str, name: str) -> dict:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+    def nodes(self) -> list[dict]:
+        return self.api.sanitize_for_serialization(self.core.list_node()).get("items", [])
+
+    def pods(self) -> list[dict]:
+        out = self.core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed")
+        return self.api.sanitize_for_serialization(out).get("items", [])
+
+    def patch_pool(self, namespace: str, name: str, patch: dict) -> None:
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, patch)
+
+    def patch_node(self, name: str, patch: dict) -> dict:
+        return self.api.sanitize_for_serialization(self.core.patch_node(name, patch))
+
+
+def _load(api: Api, namespace: str, name: str) -> tuple[dict, SlurmNodePoolSpec, list[NodeView]]:
+    pool = api.pool(namespace, name)
+    spec = SlurmNodePoolSpec.model_validate(pool.get("spec") or {})
+    return pool, spec, pool_nodes(spec, api.nodes(), api.pods())
+
+
+def _emit(data: Any, text: str, output: str) -> None:
+    if output == "json":
+        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+    else:
+        print(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kubectl slurmpool", description="On-call tools for SlurmNodePools.")
+    parser.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
+    parser.add_argument("--context", default=None)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-n", "--namespace", default=None)
+    common.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("status", parents=[common], help="every node of a pool: side, phase, time in phase, jobs or pods")
+    p.add_argument("pool")
+    p = sub.add_parser("plan", parents=[common], help="dry run: which nodes would move and which jobs and pods they disturb")
+    p.add_argument("pool")
+    p.add_argument("--slurm-nodes", type=int, default=None, help="plan for this Slurm count (default: the current target)")
+    p = sub.add_parser("move", parents=[common], help="ask the operator to move one node now (slurmpool.io/move-now)")
+    p.add_argument("node")
+    p.add_argument("--to", required=True, help="slurm, inference or inference:POOL")
+    for verb in ("pause", "resume"):
+        p = sub.add_parser(verb, parents=[common], help=f"{verb} a pool (spec.paused)")
+        p.add_argument("pool")
+    args = parser.parse_args(argv)
+    if args.command == "move" and not (args.to in ("slurm", "inference") or args.to.startswith("inference:")):
+        parser.error("--to must be slurm, inference or inference:POOL")
+
+    try:
+        api = Api(args.kubeconfig, args.context)
+        namespace = args.namespace or Api.default_namespace(args.kubeconfig, args.context)
+        now = datetime.now(timezone.utc)
+        if args.command == "status":
+            pool, spec, nodes = _load(api, namespace, args.pool)
+            view = status_view(pool, nodes, now)
+            _emit(view, render_status(view, width()), args.output)
+        elif args.command == "plan":
+            pool, spec, nodes = _load(api, namespace, args.pool)
+            view = plan_view(spec, pool, nodes, now, args.slurm_nodes)
+            _emit(view, render_plan(view, width()), args.output)
+        elif args.command == "move":
+            body = api.patch_node(args.node, {"metadata": {"annotations": {ANN_MOVE_NOW: args.to}}})
+            owner = (body.get("metadata", {}).get("annotations") or {}).get("slurmpool.io/pool")
+            note = f"; pool {owner} will move it" if owner else "; no SlurmNodePool has adopted this node yet"
+            _emit({"node": args.node, "moveNow": args.to, "pool": owner},
+                  f"node/{args.node} annotated {ANN_MOVE_NOW}={args.to}{note} (the split is kept: another node moves the other way)",
+                  args.output)
+        else:
+            paused = args.command == "pause"
+            api.patch_pool(namespace, args.pool, {"spec": {"paused": paused}})
+            _emit({"pool": args.pool, "namespace": namespace, "paused": paused},
+                  f"slurmnodepool {namespace}/{args.pool} {'paused: no new moves start; moves in flight finish' if paused else 'resumed'}",
+                  args.output)
+    except Exception as err:  # noqa: BLE001 - one clear line for the on-call, not a traceback
+        from kubernetes.client.rest import ApiException
+
+        if isinstance(err, ApiException):
+            try:
+                message = json.loads(err.body or "{}").get("message") or err.reason
+            except ValueError:
+                message = err.reason
+            print(f"error: {message}", file=sys.stderr)
+        else:
+            print(f"error: {err}", file=sys.stderr)
+        if os.environ.get("SLURMPOOL_DEBUG"):
+            raise
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""Demand: grow the side that waits for GPUs, within bounds, without flapping. Pure.
+
+Signals, read each pass:
+- Slurm: jobs PENDING in `spec.slurm.partition` that want GPUs and wait for resources
+  (squeue reason Resources, Priority, ReqNodeNotAvail...; not jobs held, waiting on a
+  dependency, a begin time or a limit: more nodes would not start those). Their need in
+  nodes is max(ceil(GPUs wanted / GPUs per node), the largest job's node count), less the
+  idle Slurm nodes and the nodes already promised to Slurm but not serving it yet.
+- Inference: pods Pending and Unschedulable that request nvidia.com/gpu and would fit one
+  of the pool's inference pools (their nodeSelector is met by the pool's labels or the
+  nodes' own labels, and they tolerate the pool's taints). Need: ceil(GPUs / GPUs per node)
+  less the nodes promised to inference but not serving it yet.
+
+Decision (one change at most per `cooldown`; the cooldown also restarts at every manual or
+schedule change, so a person's or a window's count holds at least that long):
+- a side *wants* nodes when its need reaches `hysteresis` nodes;
+- only Slurm wants: grow Slurm by its need, up to its bound; only inference wants: the same
+  the other way; neither: no change (nodes stay where they are);
+- both want: `whenBothWant` decides: PreferSlurm or PreferInference (that side grows; once
+  it is at its bound, the other side may grow), or Share: move toward `slurmShare` percent
+  of the selected nodes (a fixed point: no back and forth while both sides stay hungry).
+Bounds: Slurm in [slurm.minNodes, slurm.maxNodes], inference in [inference.minNodes,
+inference.maxNodes], and the pool's own floors (minSlurmNodes, minInferenceNodes, the
+inference pools' maxNodes). Demand's count starts from the base (the manual or schedule
+count) and is reset to it whenever the base changes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from slurmbridge.models import gpu_count
+
+from .models import DemandSpec, DemandStatus, InferencePool, SlurmNodePoolSpec, seconds
+from .view import SLURM, NodeView, SlurmView, pool_of
+
+DEFAULT_GPUS_PER_NODE = 8
+# squeue %r of a pending job that more nodes would start. Others (Dependency, BeginTime,
+# JobHeldUser, QOS and association limits, PartitionDown...) are not demand for nodes.
+WAITING_REASONS = ("Resources", "Priority", "ReqNodeNotAvail", "Nodes_required", "NodeDown", "PartitionNodeLimit")
+
+
+@dataclass(frozen=True)
+class PendingPod:
+    """A pod the scheduler could not place that asks for GPUs (from the operator's index)."""
+
+    namespace: str
+    name: str
+    gpus: int
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[tuple[str, str, str, str], ...] = ()  # (key, operator, value, effect)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Signals:
+    pending_jobs: int = 0
+    job_gpus: int = 0
+    job_nodes: int = 0  # nodes the pending jobs need in all
+    pending_pods: int = 0
+    pod_gpus: int = 0
+    pod_nodes: int = 0
+    slurm_idle: int = 0  # settled Slurm nodes idle in Slurm: pending jobs could use them already
+    slurm_ready: int = 0  # settled on each side, no move in flight
+    inference_ready: int = 0
+
+
+def gpus_per_node(spec: SlurmNodePoolSpec) -> int:
+    if spec.demand and spec.demand.gpus_per_node:
+        return spec.demand.gpus_per_node
+    return gpu_count(spec.slurm.gres or "") or DEFAULT_GPUS_PER_NODE
+
+
+def job_waits_for_nodes(reason: str) -> bool:
+    return reason.startswith(WAITING_REASONS)
+
+
+def tolerates(pod: PendingPod, taint: dict) -> bool:
+    if taint.get("effect") == "PreferNoSchedule":
+        return True
+    for key, op, value, effect in pod.tolerations:
+        if effect and effect != taint.get("effect"):
+            continue
+        if op == "Exists" and (not key or key == taint.get("key")):
+            return True
+        if key == taint.get("key") and (value or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def fits(pod: PendingPod, pool: InferencePool, node_labels: list[dict[str, str]]) -> bool:
+    """Would the pod run on a node of this inference pool? (nodeSelector and taints only.)"""
+    for key, value in pod.node_selector:
+        if key in pool.labels:
+            if pool.labels[key] != value:
+                return False
+        elif not any(labels.get(key) == value for labels in node_labels):
+            return False
+    return all(tolerates(pod, t.model_dump()) for t in pool.taints)
+
+
+def signals(spec: SlurmNodePoolSpec, nodes: list[NodeView], slurm: SlurmView, pods: list[PendingPod]) -> Signals:
+    gpn = gpus_per_node(spec)
+    jobs = [
+        j
+        for j in slurm.jobs
+        if j.state == "PENDING"
+        and spec.slurm.partition in j.partition.split(",")
+        and j.gpus_wanted > 0
+        and job_waits_for_nodes(j.reason)
+    ]
+    job_gpus = sum(j.gpus_wanted for j in jobs)
+    job_nodes = max([math.ceil(job_gpus / gpn)] + [j.num_nodes for j in jobs]) if jobs else 0
+    idle = ready_slurm = ready_inf = 0
+    for node in nodes:
+        if node.move is not None:
+            continue
+        if node.placement == SLURM:
+            ready_slurm += 1
+            sn = slurm.nodes.get(node.name) if slurm.available else None
+            if sn is not None and sn.state == "IDLE" and not sn.drain_set and sn.responding and not slurm.jobs_on(node.name):
+                idle += 1
+        elif pool_of(node.placement):
+            ready_inf += 1
+    # Node labels as inference would see them: without the pool-managed ones, which fits() checks.
+    managed = {k for p in spec.inference.pools for k in p.labels}
+    labels = [{k: v for k, v in n.labels.items() if k not in managed} for n in nodes]
+    fitting = [p for p in pods if p.gpus > 0 and any(fits(p, pool, labels) for pool in spec.inference.pools)]
+    pod_gpus = sum(p.gpus for p in fitting)
+    return Signals(
+        pending_jobs=len(jobs),
+        job_gpus=job_gpus,
+        job_nodes=job_nodes,
+        pending_pods=len(fitting),
+        pod_gpus=pod_gpus,
+        pod_nodes=math.ceil(pod_gpus / gpn) if pod_gpus else 0,
+        slurm_idle=idle,
+        slurm_ready=ready_slurm,
+        inference_ready=ready_inf,
+    )
+
+
+def bounds(spec: SlurmNodePoolSpec, total: int) -> tuple[int, int]:
+    """The Slurm counts demand may set: [lo, hi] (lo > hi: no room)."""
+    d = spec.demand or DemandSpec()
+    lo = max(d.slurm.min_nodes, spec.min_slurm_nodes)
+    hi = min(d.slurm.max_nodes if d.slurm.max_nodes is not None else total, total - spec.min_inference_nodes, total - d.inference.min_nodes)
+    if d.inference.max_nodes is not None:
+        lo = max(lo, total - d.inference.max_nodes)
+    if all(p.max_nodes is not None for p in spec.inference.pools):
+        lo = max(lo, total - sum(p.max_nodes or 0 for p in spec.inference.pools))
+    return lo, hi
+
+
+@dataclass
+class Outcome:
+    slurm_nodes: int
+    status: DemandStatus
+    changed: bool = False  # demand changed its count this pass (an Event says why)
+    message: str = ""
+
+
+def _iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse(value: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
+
+
+def decide(
+    spec: SlurmNodePoolSpec,
+    total: int,
+    base: int,
+    base_key: str,
+    base_since: datetime,
+    previous: DemandStatus | None,
+    sig: Signals,
+    now: datetime,
+) -> Outcome:
+    """Demand's count for this pass, from the base, the previous state and the signals."""
+    d = spec.demand or DemandSpec()
+    if previous is not None and previous.base_key == base_key and previous.slurm_nodes is not None:
+        current = previous.slurm_nodes
+        last = _parse(previous.last_change) or base_since
+    else:
+        current, last = base, base_since  # a new base: demand starts over, after a cooldown
+    incoming_slurm = max(0, current - sig.slurm_ready)
+    incoming_inf = max(0, (total - current) - sig.inference_ready)
+    slurm_wants = max(0, sig.job_nodes - sig.slurm_idle - incoming_slurm)
+    inf_wants = max(0, sig.pod_nodes - incoming_inf)
+    status = DemandStatus(
+        slurm_nodes=current,
+        base=base,
+        base_key=base_key,
+        last_change=_iso(last),
+        pending_jobs=sig.pending_jobs,
+        pending_job_gpus=sig.job_gpus,
+        pending_pods=sig.pending_pods,
+        pending_pod_gpus=sig.pod_gpus,
+        slurm_wants=slurm_wants,
+        inference_wants=inf_wants,
+    )
+    lo, hi = bounds(spec, total)
+    if lo > hi:
+        status.message = f"bounds leave no room: Slurm would need at least {lo} and at most {hi} nodes"
+        return Outcome(current, status)
+    ws, wi = slurm_wants >= d.hysteresis, inf_wants >= d.hysteresis
+    proposal, why = current, ""
+    slurm_text = f"{sig.pending_jobs} pending job(s) want {sig.job_gpus} GPU(s): Slurm needs {slurm_wants} more node(s)"
+    inf_text = f"{sig.pending_pods} unschedulable pod(s) want {sig.pod_gpus} GPU(s): inference needs {inf_wants} more node(s)"
+    if ws and wi:
+        # The preferred side gets nodes while it can grow; at its bound, the other side may.
+        if d.when_both_want == "PreferSlurm" and current < hi:
+            proposal, why = min(hi, current + slurm_wants), f"both sides want nodes, Slurm preferred; {slurm_text}; {inf_text}"
+        elif d.when_both_want == "PreferSlurm":
+            proposal, why = max(lo, current - inf_wants), f"both sides want nodes, Slurm preferred but at its bound ({hi}); {inf_text}"
+        elif d.when_both_want == "PreferInference" and current > lo:
+            proposal, why = max(lo, current - inf_wants), f"both sides want nodes, inference preferred; {inf_text}; {slurm_text}"
+        elif d.when_both_want == "PreferInference":
+            proposal, why = min(hi, current + slurm_wants), f"both sides want nodes, inference preferred but at its bound ({total - lo}); {slurm_text}"
+        else:
+            share = min(hi, max(lo, (d.slurm_share * total + 50) // 100))
+            if current < share:
+                proposal = min(share, current + slurm_wants)
+            elif current > share:
+                proposal = max(share, current - inf_wants)
+            why = f"both sides want nodes, sharing {d.slurm_share}% for Slurm ({share} node(s)); {slurm_text}; {inf_text}"
+    elif ws:
+        proposal, why = (min(hi, current + slurm_wants) if current < hi else current), slurm_text
+        if current >= hi:
+            why += f" but Slurm is at its bound ({hi})"
+    elif wi:
+        proposal, why = (max(lo, current - inf_wants) if current > lo else current), inf_text
+        if current <= lo:
+            why += f" but inference is at its bound ({total - lo})"
+    if proposal == current:
+        status.message = why or "no unmet demand"
+        return Outcome(current, status)
+    ready_at = last + timedelta(seconds=seconds(d.cooldown))
+    if now < ready_at:
+        status.message = f"cooldown until {_iso(ready_at)}: then {current} -> {proposal} Slurm node(s) ({why})"
+        return Outcome(current, status)
+    status.slurm_nodes = proposal
+    status.last_change = _iso(now)
+    status.message = f"{current} -> {proposal} Slurm node(s): {why}"
+    return Outcome(proposal, status, changed=True, message=status.message)

@@ -1,0 +1,140 @@
+"""kubectl slurmpool: state from API objects, the dry-run plan, and output that fits a terminal."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from slurmpool import cli
+from slurmpool.oncall import slurm_annotation
+from slurmpool.view import ANN_MOVE, ANN_PLACEMENT, ANN_SETTLED, ANN_SLURM, SLURM, MoveRecord, SlurmView
+
+from slurmbridge import SlurmJob
+
+from .factories import NOW, make_spec, slurm_node
+
+SPEC = make_spec(slurm_nodes=3, max_moves=8)
+
+
+def job(job_id, node, minutes):
+    return SlurmJob(job_id=job_id, name="train", user="alice", state="RUNNING", partition="gpu", nodes=(node,), gpus_per_node=8,
+                    num_nodes=1, start_time=NOW, end_time=NOW + timedelta(minutes=minutes), reason="None")
+
+
+def node_body(name, placement, slurm=None, move=None, settled=None):
+    ann = {ANN_PLACEMENT: placement}
+    if slurm:
+        ann[ANN_SLURM] = slurm
+    if move:
+        ann[ANN_MOVE] = move.to_annotation()
+    if settled:
+        ann[ANN_SETTLED] = settled
+    return {"metadata": {"name": name, "labels": {"gpu": "true"}, "annotations": ann}, "spec": {}, "status": {}}
+
+
+def pod_body(name, node, kind="ReplicaSet"):
+    return {"metadata": {"namespace": "serve", "name": name, "uid": name, "ownerReferences": [{"kind": kind}]},
+            "spec": {"nodeName": node}, "status": {"phase": "Running"}}
+
+
+def world():
+    jobs = (job("101", "n1", 50), job("102", "n2", 5), job("103", "n2", 7))
+    view = SlurmView(True, nodes={f"n{i}": slurm_node(f"n{i}", "MIXED" if i in (1, 2) else "IDLE") for i in (1, 2, 3)}, jobs=jobs)
+    view_inf = {"n4": slurm_node("n4", "IDLE", {"DRAIN", "NOT_RESPONDING"}, reason="slurmpool: moving to inference:default")}
+    nodes = [
+        node_body("n1", SLURM, slurm_annotation("n1", view), settled="2026-11-29T11:00:00Z"),
+        node_body("n2", SLURM, slurm_annotation("n2", view)),
+        node_body("n3", SLURM, slurm_annotation("n3", view)),
+        node_body("n4", "inference:default", slurm_annotation("n4", SlurmView(True, nodes=view_inf))),
+        node_body("n5", "inference:default", move=MoveRecord(id="abc", source="inference:default", target=SLURM, phase="Evicting",
+                                                              since=NOW - timedelta(minutes=3), started=NOW)),
+        {"metadata": {"name": "other", "labels": {}}, "spec": {}, "status": {}},
+    ]
+    pods = [pod_body("llm-1", "n4"), pod_body("llm-2", "n4"), pod_body("agent", "n4", kind="DaemonSet"), pod_body("llm-3", "n5")]
+    pool = {"metadata": {"name": "gpu", "namespace": "ns"}, "spec": SPEC.model_dump(by_alias=True, exclude_none=True),
+            "status": {"target": {"slurmNodes": 3, "source": "Schedule", "since": "2026-11-29T11:00:00Z", "window": "night",
+                                  "reason": "window night open", "nextChange": "2026-11-30T05:00:00Z"},
+                       "slurm": {"ready": 3, "desired": 3}, "inference": {"ready": 1, "desired": 2}, "moving": 1}}
+    return pool, cli.pool_nodes(SPEC, nodes, pods)
+
+
+def test_published_annotation_round_trips_into_a_slurm_view():
+    pool, nodes = world()
+    view = cli.slurm_view(nodes)
+    assert [j.job_id for j in view.jobs_on("n2")] == ["102", "103"]
+    assert view.nodes["n4"].drain_set and not view.nodes["n4"].responding
+    assert view.jobs_on("n1")[0].end_time == NOW + timedelta(minutes=50)
+    assert json.loads(slurm_annotation("n1", SlurmView(True, nodes={"n1": slurm_node("n1")}, jobs=(job("9", "n1", 1),))))["jobs"][0]["user"] == "alice"
+
+
+def test_status_rows_name_side_phase_age_and_workload():
+    pool, nodes = world()
+    view = cli.status_view(pool, nodes, NOW)
+    rows = {r["node"]: r for r in view["nodes"]}
+    assert set(rows) == {"n1", "n2", "n3", "n4", "n5"}  # only the pool's nodes
+    assert rows["n2"]["jobs"] == ["102", "103"] and rows["n2"]["slurmState"] == "MIXED"
+    assert sorted(rows["n4"]["pods"]) == ["serve/agent", "serve/llm-1", "serve/llm-2"]
+    assert rows["n5"]["phase"] == "Evicting" and rows["n5"]["to"] == SLURM and rows["n5"]["age"] == "3m"
+    assert rows["n1"]["age"] == "60m" and rows["n3"]["age"] == "-"
+    text = cli.render_status(view, 80)
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert "source Schedule" in text and "n5" in text and "Evicting>slurm" in text and "jobs 102,103" in text
+    assert "drain*" in text
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_every_line_fits(width):
+    pool, nodes = world()
+    many = [f"{1000 + i}" for i in range(200)]
+    view = cli.status_view(pool, nodes, NOW)
+    view["nodes"][0]["jobs"] = many
+    for line in cli.render_status(view, width).splitlines():
+        assert len(line) <= width
+    plan = cli.plan_view(SPEC, pool, nodes, NOW, 1)
+    for line in cli.render_plan(plan, width).splitlines():
+        assert len(line) <= width
+
+
+def test_plan_lists_the_nodes_and_what_they_disturb_and_changes_nothing():
+    pool, nodes = world()
+    before = [n.annotations.copy() for n in nodes]
+    plan = cli.plan_view(SPEC, pool, nodes, NOW, 1)
+    moves = [(m["node"], m["to"], m["jobs"]) for m in plan["moves"]]
+    # n5's move to Slurm (still evicting) turns back; n3 idle first, then n2 (its jobs end sooner than n1's)
+    assert moves == [("n3", "inference:default", []), ("n2", "inference:default", ["102", "103"]), ("n5", "inference:default", [])]
+    assert plan["moves"][-1]["cause"] == "abort"
+    assert plan["inFlight"][0]["node"] == "n5"
+    grow = cli.plan_view(SPEC, pool, nodes, NOW, 5)
+    assert [(m["node"], m["pods"]) for m in grow["moves"]] == [("n4", ["serve/llm-1", "serve/llm-2"])]
+    assert [n.annotations for n in nodes] == before
+    text = cli.render_plan(plan, 100)
+    assert "jobs 102,103" in text and "dry run" in text
+
+
+def test_plan_in_waves_when_the_budget_is_small():
+    spec = make_spec(slurm_nodes=3, max_moves=1)
+    pool, nodes = world()
+    nodes = [n for n in nodes if n.name != "n5"]
+    plan = cli.plan_view(spec, pool, nodes, NOW, 0)
+    assert [m["wave"] for m in plan["moves"]] == [1, 2, 3]
+    assert [m["node"] for m in plan["moves"]] == ["n3", "n2", "n1"]
+
+
+def test_clip():
+    assert cli.clip([], 10) == "-"
+    assert cli.clip(["1", "2", "3"], 10) == "1,2,3"
+    assert cli.clip([str(i) for i in range(100, 120)], 12) == "100,101 +18"
+    assert len(cli.clip(["a-very-long-pod-name-indeed"], 10)) <= 10
+
+
+def test_sinfo_states():
+    assert [cli.sinfo_state(s) for s in ("IDLE", "MIXED+DRAIN", "IDLE+DRAIN+NOT_RESPONDING", "ALLOCATED", None)] == [
+        "idle", "drng", "drain*", "alloc", "-"]
+
+
+def test_move_rejects_unknown_sides(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["move", "n1", "--to", "kubernetes"])
+    assert "--to must be slurm, inference or inference:POOL" in capsys.readouterr().err

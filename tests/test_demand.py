@@ -1,0 +1,176 @@
+"""Demand: signals from Slurm jobs and unschedulable pods, bounds, contention, and no flapping."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurmbridge import SlurmJob
+from slurmpool.demand import PendingPod, Signals, bounds, decide, signals
+from slurmpool.models import SlurmNodePoolSpec
+from slurmpool.oncall import is_pending_gpu_pod, pending_pod
+from slurmpool.target import decide_target
+from slurmpool.view import ANN_PLACEMENT, SLURM, NodeView, SlurmView
+
+from .factories import NOW, make_spec, slurm_node
+
+
+def spec_with(demand: dict, slurm_nodes=4, **kw) -> SlurmNodePoolSpec:
+    body = make_spec(slurm_nodes=slurm_nodes, **kw).model_dump(by_alias=True, exclude_none=True)
+    body["demand"] = demand
+    return SlurmNodePoolSpec.model_validate(body)
+
+
+def pending(job_id, gpus=8, nodes=1, partition="gpu", reason="Resources", state="PENDING") -> SlurmJob:
+    return SlurmJob(job_id=job_id, name="train", user="u", state=state, partition=partition, nodes=(), gpus_per_node=gpus,
+                    num_nodes=nodes, start_time=None, end_time=None, reason=reason)
+
+
+def cluster(n_slurm: int, n_inf: int, busy: int = 0):
+    nodes = [NodeView(f"s{i}", annotations={ANN_PLACEMENT: SLURM}) for i in range(n_slurm)]
+    nodes += [NodeView(f"i{i}", annotations={ANN_PLACEMENT: "inference:default"}, labels={"gpu": "true"}) for i in range(n_inf)]
+    states = {f"s{i}": slurm_node(f"s{i}", "ALLOCATED" if i < busy else "IDLE") for i in range(n_slurm)}
+    return nodes, states
+
+
+def test_slurm_signal_counts_only_pending_gpu_jobs_of_the_partition_that_wait_for_resources():
+    spec = spec_with({})
+    nodes, states = cluster(4, 4, busy=4)
+    jobs = (
+        pending("1"), pending("2", gpus=4), pending("3", nodes=2), pending("4", partition="cpu"), pending("5", gpus=0),
+        pending("6", reason="Dependency"), pending("7", reason="JobHeldUser"), pending("8", partition="cpu,gpu", reason="Priority"),
+        pending("9", state="RUNNING"),
+    )
+    sig = signals(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [])
+    assert sig.pending_jobs == 4 and sig.job_gpus == 8 + 4 + 16 + 8
+    assert sig.job_nodes == 5  # ceil(36 / 8)
+    assert sig.slurm_idle == 0 and sig.slurm_ready == 4 and sig.inference_ready == 4
+
+
+def test_pod_signal_counts_pods_that_fit_an_inference_pool():
+    spec = make_spec()  # pool "default": label pool=default, taint inference=default:NoSchedule
+    nodes, states = cluster(2, 2)
+    tol = (("inference", "Exists", "", ""),)
+    pods = [
+        PendingPod("ns", "fits", 8, (("pool", "default"),), tol),
+        PendingPod("ns", "fits-by-node-label", 4, (("gpu", "true"),), tol),
+        PendingPod("ns", "no-toleration", 8, (("pool", "default"),), ()),
+        PendingPod("ns", "other-pool", 8, (("pool", "other"),), tol),
+        PendingPod("ns", "unknown-label", 8, (("zone", "x"),), tol),
+    ]
+    sig = signals(spec, nodes, SlurmView(True, nodes=states), pods)
+    assert sig.pending_pods == 2 and sig.pod_gpus == 12 and sig.pod_nodes == 2
+
+
+def test_pending_pod_index_filter():
+    base = {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}], "nodeSelector": {"pool": "default"},
+            "tolerations": [{"key": "inference", "operator": "Exists"}]}
+    unsched = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    assert is_pending_gpu_pod(base, unsched)
+    assert not is_pending_gpu_pod({**base, "nodeName": "n1"}, unsched)
+    assert not is_pending_gpu_pod(base, {"phase": "Pending", "conditions": []})
+    assert not is_pending_gpu_pod({"containers": [{}]}, unsched)
+    pod = pending_pod({"metadata": {"namespace": "ns", "name": "p"}, "spec": base})
+    assert pod.gpus == 8 and pod.node_selector == (("pool", "default"),) and pod.tolerations == (("inference", "Exists", "", ""),)
+
+
+def sig(jobs_nodes=0, pod_nodes=0, slurm_ready=4, inference_ready=4, idle=0) -> Signals:
+    return Signals(pending_jobs=jobs_nodes, job_gpus=8 * jobs_nodes, job_nodes=jobs_nodes, pending_pods=pod_nodes,
+                   pod_gpus=8 * pod_nodes, pod_nodes=pod_nodes, slurm_idle=idle, slurm_ready=slurm_ready, inference_ready=inference_ready)
+
+
+def test_slurm_grows_up_to_its_max_and_waits_for_the_cooldown():
+    spec = spec_with({"slurm": {"maxNodes": 6}, "cooldown": "1m"})
+    start = NOW - timedelta(minutes=5)
+    out = decide(spec, 8, 4, "k", start, None, sig(jobs_nodes=5), NOW)
+    assert out.changed and out.slurm_nodes == 6 and "pending job" in out.message
+    # the nodes are promised: the same jobs do not ask for more (and the bound holds anyway)
+    again = decide(spec, 8, 4, "k", start, out.status, sig(jobs_nodes=5), NOW + timedelta(minutes=2))
+    assert not again.changed and again.slurm_nodes == 6
+    # inference asks right after: the cooldown holds the count
+    held = decide(spec, 8, 4, "k", start, out.status, sig(pod_nodes=3, slurm_ready=6, inference_ready=2), NOW + timedelta(seconds=30))
+    assert not held.changed and held.slurm_nodes == 6 and "cooldown until" in held.status.message
+    later = decide(spec, 8, 4, "k", start, out.status, sig(pod_nodes=3, slurm_ready=6, inference_ready=2), NOW + timedelta(minutes=1))
+    assert later.changed and later.slurm_nodes == 3
+
+
+def test_idle_and_incoming_slurm_nodes_are_subtracted():
+    spec = spec_with({"cooldown": "0s"})
+    assert not decide(spec, 8, 4, "k", NOW, None, sig(jobs_nodes=2, idle=2), NOW).changed
+    assert decide(spec, 8, 4, "k", NOW, None, sig(jobs_nodes=3, idle=2), NOW).slurm_nodes == 5
+    assert not decide(spec, 8, 6, "k", NOW, None, sig(jobs_nodes=2, slurm_ready=4), NOW).changed  # 2 already coming
+
+
+def test_hysteresis_ignores_small_needs():
+    spec = spec_with({"cooldown": "0s", "hysteresis": 2})
+    assert not decide(spec, 8, 4, "k", NOW, None, sig(jobs_nodes=1), NOW).changed
+    assert decide(spec, 8, 4, "k", NOW, None, sig(jobs_nodes=2), NOW).slurm_nodes == 6
+
+
+def test_bounds_combine_demand_and_pool_floors():
+    spec = spec_with({"slurm": {"minNodes": 1, "maxNodes": 7}, "inference": {"minNodes": 2, "maxNodes": 5}}, min_slurm=2)
+    assert bounds(spec, 8) == (3, 6)
+
+
+def test_both_sides_want_nodes():
+    both = sig(jobs_nodes=4, pod_nodes=4)
+    for policy, expected in (("PreferSlurm", 8), ("PreferInference", 0), ("Share", 4)):
+        spec = spec_with({"cooldown": "0s", "whenBothWant": policy, "slurmShare": 50})
+        assert decide(spec, 8, 4, "k", NOW, None, both, NOW).slurm_nodes == expected, policy
+    spec = spec_with({"cooldown": "0s", "whenBothWant": "Share", "slurmShare": 75})
+    out = decide(spec, 8, 2, "k", NOW, None, sig(jobs_nodes=1, pod_nodes=1, slurm_ready=2, inference_ready=6), NOW)
+    assert out.slurm_nodes == 3  # toward 6 (75%), by what Slurm needs
+    # at the share both stay put: a fixed point, no back and forth
+    at_share = decide(spec, 8, 6, "k", NOW, None, sig(jobs_nodes=3, pod_nodes=3, slurm_ready=6, inference_ready=2), NOW)
+    assert not at_share.changed
+
+
+def test_a_new_base_resets_demand_and_restarts_the_cooldown():
+    spec = spec_with({"cooldown": "5m"})
+    first = decide(spec, 8, 4, "manual:a", NOW - timedelta(hours=1), None, sig(jobs_nodes=2), NOW)
+    assert first.slurm_nodes == 6
+    reset = decide(spec, 8, 3, "schedule:night", NOW, first.status, sig(jobs_nodes=2, slurm_ready=3, inference_ready=5), NOW + timedelta(seconds=1))
+    assert reset.slurm_nodes == 3 and not reset.changed and "cooldown" in reset.status.message
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    cooldown=st.integers(1, 600),
+    ticks=st.lists(st.tuples(st.integers(1, 120), st.integers(0, 4), st.integers(0, 4)), min_size=1, max_size=80),
+)
+def test_alternating_demand_never_changes_faster_than_the_cooldown(cooldown, ticks):
+    """Demand that flips between the sides at arbitrary times: every change is at least one
+    cooldown after the previous one (and after the base was set), counted on the clock."""
+    spec = spec_with({"cooldown": f"{cooldown}s"})
+    now = NOW
+    base_since = NOW
+    status, count = None, 4
+    changes = []
+    for gap, jobs, pods in ticks:
+        now += timedelta(seconds=gap)
+        out = decide(spec, 8, 4, "k", base_since, status, sig(jobs_nodes=jobs, pod_nodes=pods, slurm_ready=count, inference_ready=8 - count), now)
+        if out.changed:
+            changes.append(now)
+        status, count = out.status, out.slurm_nodes
+        assert 0 <= count <= 8
+    stamps = [base_since, *changes]
+    assert all((b - a).total_seconds() >= cooldown for a, b in zip(stamps, stamps[1:]))
+    assert len(changes) <= (now - base_since).total_seconds() // cooldown
+
+
+def test_status_names_demand_as_the_source_and_an_event_explains_it():
+    spec = spec_with({"cooldown": "1m", "slurm": {"maxNodes": 6}}, slurm_nodes=4)
+    first = decide_target(spec, 8, NOW, None, by="kubectl", signals=sig())
+    assert first.status.source == "Manual" and first.status.demand.slurm_nodes == 4
+    nodes_pending = sig(jobs_nodes=3)
+    early = decide_target(spec, 8, NOW + timedelta(seconds=30), first.status, "kubectl", nodes_pending)
+    assert early.slurm_nodes == 4 and early.events == []
+    later = decide_target(spec, 8, NOW + timedelta(minutes=1), early.status, "kubectl", nodes_pending)
+    assert later.slurm_nodes == 6 and later.status.source == "Demand"
+    assert [e[1] for e in later.events] == ["DemandChanged"] and "3 pending job(s) want 24 GPU(s)" in later.events[0][2]
+    assert "demand on top of manual count 4" in later.status.reason
+    # Slurm unreachable (no signals): demand's count holds
+    held = decide_target(spec, 8, NOW + timedelta(minutes=2), later.status, "kubectl", None)
+    assert held.slurm_nodes == 6 and held.status.source == "Demand"
