@@ -6,7 +6,8 @@ VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 export LAB_DIR ?= $(CURDIR)/.lab
 
-.PHONY: venv deps lab-build lab-up lab-down unit e2e test demo crds
+.PHONY: venv deps lab-build lab-up lab-down unit e2e test demo crds tools chart manifests image-check
+CHART := deploy/helm/slurmpool
 
 venv: deps $(VENV)/.stamp
 $(VENV)/.stamp: pyproject.toml
@@ -30,14 +31,38 @@ lab-down:
 
 crds: venv
 	$(BIN)/python -m slurmpool.crd > crds/slurmpool.io_slurmnodepools.yaml
+	deploy/render-manifests.sh --crds-only
 
-unit: venv
-	$(BIN)/pytest -q tests
+# Helm and a PromQL parser, built from Go modules (e2e/lab/build-{helm,promql}.sh; cached
+# under ~/.cache/slurmpool).
+tools: deps
+	e2e/lab/build-helm.sh >/dev/null
+	e2e/lab/build-promql.sh >/dev/null
+
+# The chart: helm lint and template (defaults and every option on); deploy/manifests/ current.
+chart: tools
+	h=$$(e2e/lab/build-helm.sh) && $$h lint --strict $(CHART) && \
+	  $$h template slurmpool $(CHART) -n slurmpool-system >/dev/null && \
+	  $$h template slurmpool $(CHART) -n slurmpool-system --set metrics.serviceMonitor.enabled=true \
+	    --set metrics.prometheusRule.enabled=true --set cadence.createRole=true \
+	    --set 'rbac.poolNamespaces={gpu-a,gpu-b}' >/dev/null
+	deploy/render-manifests.sh --check
+
+# Plain manifests for users without Helm, rendered from the chart.
+manifests: tools
+	deploy/render-manifests.sh
+
+# The image's pieces: the wheel builds, its entrypoint runs from a fresh venv, hadolint.
+image-check: venv
+	deploy/docker/check.sh
+
+unit: venv tools
+	SLURMPOOL_REQUIRE_TOOLS=1 $(BIN)/pytest -q tests
 
 e2e: deps venv
 	$(BIN)/pytest -q e2e
 
-test: unit e2e
+test: chart unit image-check e2e
 
 demo: lab-up
 	e2e/demo.sh

@@ -19,19 +19,31 @@ NAMESPACE = "slurmpool-e2e"
 
 
 class Operator:
-    """The operator as a child process, logging to a file under the lab directory."""
+    """The operator as a child process, logging to a file under the lab directory.
 
-    def __init__(self, lab, log_name: str = "operator.log", extra_env: dict | None = None):
+    It runs as the chart's ServiceAccount (identity "serviceaccount", the default): the RBAC of
+    deploy/manifests/slurmpool.yaml is applied to the lab and the operator gets a kubeconfig with
+    that account's token (e2e/identity.py), so a permission the chart lacks fails the test.
+    identity="admin" (or SLURMPOOL_E2E_IDENTITY=admin) uses the lab's admin kubeconfig instead."""
+
+    def __init__(self, lab, log_name: str = "operator.log", extra_env: dict | None = None, identity: str | None = None,
+                 args: list[str] | None = None):
         self.lab = lab
+        self.args = args or ["run", "--metrics-port", "0"]  # e.g. the chart Deployment's args
         self.log_path = Path(lab.dir) / "log" / log_name
         self.extra_env = extra_env or {}
+        self.identity = identity or os.environ.get("SLURMPOOL_E2E_IDENTITY", "serviceaccount")
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Operator:
         env = {**os.environ, **self.lab.env, "SLURMPOOL_INTERVAL": "0.5", **self.extra_env}
+        if self.identity == "serviceaccount" and "KUBECONFIG" not in self.extra_env:
+            from identity import operator_kubeconfig
+
+            env["KUBECONFIG"] = str(operator_kubeconfig(self.lab))
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "slurmpool", "run", "--metrics-port", "0"],
+            [sys.executable, "-m", "slurmpool", *self.args],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

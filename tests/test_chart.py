@@ -1,0 +1,213 @@
+"""The Helm chart (deploy/helm/slurmpool) and the plain manifests rendered from it.
+
+Static checks read deploy/manifests/ and the dashboard; the others run Helm and Prometheus'
+PromQL parser, built from Go modules by e2e/lab/build-helm.sh and build-promql.sh. Without a
+built tool they are skipped, unless SLURMPOOL_REQUIRE_TOOLS=1 (make test sets it), which builds it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client import REGISTRY
+
+import slurmpool.metrics  # noqa: F401 - registers the metrics
+
+REPO = Path(__file__).resolve().parents[1]
+CHART = REPO / "deploy" / "helm" / "slurmpool"
+MANIFESTS = REPO / "deploy" / "manifests"
+DASHBOARD = CHART / "files" / "grafana" / "slurmpool.json"
+
+
+def load(name: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all((MANIFESTS / name).read_text()) if d]
+
+
+def go_tool(script_name: str) -> str:
+    script = REPO / "e2e" / "lab" / script_name
+    if os.environ.get("SLURMPOOL_REQUIRE_TOOLS") == "1":
+        return subprocess.run([str(script)], check=True, capture_output=True, text=True).stdout.strip()
+    found = subprocess.run([str(script), "--cached"], capture_output=True, text=True)
+    if found.returncode != 0:
+        pytest.skip(f"not built: e2e/lab/{script_name} (make tools; SLURMPOOL_REQUIRE_TOOLS=1 builds it)")
+    return found.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    return go_tool("build-helm.sh")
+
+
+@pytest.fixture(scope="module")
+def promql() -> str:
+    return go_tool("build-promql.sh")
+
+
+def template(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([helm, "template", "slurmpool", str(CHART), "-n", "slurmpool-system", *args],
+                          capture_output=True, text=True, check=check)
+
+
+def objects(text: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+# ---------------------------------------------------------------- with Helm
+
+
+def test_helm_lint_strict(helm):
+    out = subprocess.run([helm, "lint", "--strict", str(CHART)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_manifests_are_current(helm):
+    out = subprocess.run([str(REPO / "deploy" / "render-manifests.sh"), "--check"], capture_output=True, text=True,
+                         env={**os.environ, "HELM": helm})
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+def test_pool_namespaces_bind_pod_and_secret_rights_only_there(helm):
+    docs = objects(template(helm, "--set", "rbac.poolNamespaces={gpu-a,gpu-b}").stdout)
+    bindings = [d for d in docs if d.get("roleRef", {}).get("name") == "slurmpool-pools"]
+    assert sorted((d["kind"], d["metadata"]["namespace"]) for d in bindings) == [("RoleBinding", "gpu-a"), ("RoleBinding", "gpu-b")]
+    # the cluster-wide rules stay cluster-wide
+    assert any(d["kind"] == "ClusterRoleBinding" and d["roleRef"]["name"] == "slurmpool" for d in docs)
+
+
+def test_cadence_role_allows_only_reading_pools_and_their_scale(helm):
+    subjects = '{"cadence":{"createRole":true,"subjects":[{"kind":"ServiceAccount","name":"nightly","namespace":"batch"}]}}'
+    values = REPO / ".pytest_cache" / "cadence-values.json"
+    values.parent.mkdir(exist_ok=True)
+    values.write_text(subjects)
+    docs = objects(template(helm, "-f", str(values), "--show-only", "templates/cadence-rbac.yaml").stdout)
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    assert role["metadata"]["name"] == "slurmpool-cadence"
+    assert role["rules"] == [
+        {"apiGroups": ["slurmpool.io"], "resources": ["slurmnodepools"], "verbs": ["get"]},
+        {"apiGroups": ["slurmpool.io"], "resources": ["slurmnodepools/scale"], "verbs": ["get", "patch", "update"]},
+    ]
+    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "nightly", "namespace": "batch"}]
+    assert template(helm, "--show-only", "templates/cadence-rbac.yaml", check=False).returncode != 0  # off by default
+
+
+def test_image_by_digest(helm):
+    digest = "sha256:" + "ab" * 32
+    docs = objects(template(helm, "--set", f"image.digest={digest}", "--show-only", "templates/deployment.yaml").stdout)
+    assert docs[0]["spec"]["template"]["spec"]["containers"][0]["image"] == f"ghcr.io/slurmpool/slurmpool@{digest}"
+
+
+@pytest.mark.parametrize(
+    "setting",
+    ["operator.interval=-1", "bogus=1", "image.digest=latest", "rbac.poolNamespaces={Bad_NS}",
+     "metrics.prometheusRule.drainBlockedFor=soon", "image.pullPolicy=Sometimes", "replicas=2"],
+)
+def test_values_schema_refuses_bad_values(helm, setting):
+    out = template(helm, "--set", setting, check=False)
+    assert out.returncode != 0 and "schema" in out.stderr.lower(), (setting, out.stderr)
+
+
+def test_service_monitor_needs_the_service(helm):
+    out = template(helm, "--set", "metrics.serviceMonitor.enabled=true,metrics.service.enabled=false", check=False)
+    assert out.returncode != 0 and "needs metrics.service.enabled" in out.stderr
+
+
+# ---------------------------------------------------------------- the rendered manifests
+
+
+def test_deployment_is_locked_down_and_single():
+    deployment = next(d for d in load("slurmpool.yaml") if d["kind"] == "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert "--liveness=http://0.0.0.0:8081/healthz" in container["args"] and "--metrics-port=8080" in container["args"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    assert pod["serviceAccountName"] == "slurmpool"
+    service = next(d for d in load("slurmpool.yaml") if d["kind"] == "Service")
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert service["spec"]["selector"].items() <= pod_labels(deployment).items()
+
+
+def pod_labels(deployment: dict) -> dict:
+    return deployment["spec"]["template"]["metadata"]["labels"]
+
+
+def known_metric_names() -> set[str]:
+    names = set()
+    for collector in list(REGISTRY._collector_to_names):  # noqa: SLF001 - the names each collector exposes
+        names |= set(REGISTRY._collector_to_names[collector])
+    return {n for n in names if n.startswith("slurmpool_")}
+
+
+METRIC = re.compile(r"\b(slurmpool_[a-z_]+)")
+
+
+def test_alerts_use_only_metrics_the_operator_exports():
+    rule = next(d for d in load("monitoring.yaml") if d["kind"] == "PrometheusRule")
+    alerts = rule["spec"]["groups"][0]["rules"]
+    assert {a["alert"] for a in alerts} >= {"SlurmPoolDrainBlocked", "SlurmPoolDegraded", "SlurmPoolMovesFailing", "SlurmPoolOperatorDown"}
+    known = known_metric_names()
+    for alert in alerts:
+        for name in METRIC.findall(alert["expr"]):
+            assert name in known, f"{alert['alert']}: {name} is not exported (metrics.py)"
+        assert alert["labels"]["severity"] in ("warning", "critical")
+        assert alert["annotations"]["summary"] and alert["annotations"]["description"]
+    monitor = next(d for d in load("monitoring.yaml") if d["kind"] == "ServiceMonitor")
+    service = next(d for d in load("slurmpool.yaml") if d["kind"] == "Service")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+
+
+def test_dashboard_panels_use_only_exported_metrics_and_cover_the_brief():
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    known = known_metric_names()
+    used = set()
+    for panel in panels:
+        assert panel["datasource"]["uid"] == "${datasource}"
+        for target in panel["targets"]:
+            for name in METRIC.findall(target["expr"]):
+                base = re.sub(r"_(bucket|sum|count)$", "", name)
+                assert name in known or base in known, f"panel {panel['title']!r}: {name} is not exported"
+                used.add(base)
+    # nodes and GPUs per side over time, GPU-hours by side, moves, drain durations, blocked moves
+    assert {"slurmpool_nodes", "slurmpool_gpus", "slurmpool_gpu_seconds_total", "slurmpool_moves_started_total",
+            "slurmpool_drain_duration_seconds", "slurmpool_moves_blocked"} <= used
+    configmap = next(d for d in load("slurmpool.yaml") if d["kind"] == "ConfigMap")
+    assert json.loads(configmap["data"]["slurmpool.json"]) == dashboard
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+
+
+GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__range": "1d", "$__interval": "1m", "$pool": ".*"}
+
+
+def test_alert_and_dashboard_queries_parse_as_promql(promql):
+    rule = next(d for d in load("monitoring.yaml") if d["kind"] == "PrometheusRule")
+    exprs = [a["expr"] for a in rule["spec"]["groups"][0]["rules"]]
+    for panel in json.loads(DASHBOARD.read_text())["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            for variable, value in GRAFANA_VARIABLES.items():
+                expr = expr.replace(variable, value)
+            exprs.append(expr)
+    out = subprocess.run([promql], input=json.dumps(exprs), capture_output=True, text=True, check=True)
+    errors = {e: err for e, err in zip(exprs, json.loads(out.stdout)) if err}
+    assert not errors
+    # the checker does catch errors
+    bad = subprocess.run([promql], input=json.dumps(["sum(rate(x[5m])"]), capture_output=True, text=True, check=True)
+    assert json.loads(bad.stdout)[0]
