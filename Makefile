@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 export LAB_DIR ?= $(CURDIR)/.lab
 
-.PHONY: venv deps lab-build lab-up lab-down unit e2e test demo crds tools chart manifests image-check
+.PHONY: venv deps lab-build lab-up lab-down unit e2e test demo crds tools chart manifests image-check bench
 CHART := deploy/helm/slurmpool
 
 venv: deps $(VENV)/.stamp
@@ -66,3 +66,7 @@ test: chart unit image-check e2e
 
 demo: lab-up
 	e2e/demo.sh
+
+# Speed and memory figures beside their targets (writes bench-results.json); uses the lab.
+bench: deps venv
+	$(BIN)/python e2e/bench.py

@@ -41,6 +41,8 @@ class Operator:
             from identity import operator_kubeconfig
 
             env["KUBECONFIG"] = str(operator_kubeconfig(self.lab))
+            # The chart grants the Lease only in the release namespace (leader-rbac.yaml).
+            env.setdefault("SLURMPOOL_LEASE_NAMESPACE", "slurmpool-system")
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "slurmpool", *self.args],

@@ -98,6 +98,11 @@ def test_a_draining_move_the_split_no_longer_wants_is_turned_back():
     assert result.aborts == ["b"] and result.starts == []
 
 
+def test_no_new_move_while_slurm_cannot_be_seen():
+    spec = make_spec(slurm_nodes=0)
+    assert plan(spec, [node("a")], SlurmView(False, error="ssh refused"), NOW).starts == []
+
+
 def test_unadopted_nodes_are_placed_first():
     spec = make_spec(slurm_nodes=2, max_moves=10)
     nodes = [node(f"n{i}", placement=NONE) for i in range(4)]

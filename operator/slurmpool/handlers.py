@@ -24,6 +24,7 @@ from slurmbridge import SlurmUnavailable
 from . import metrics, oncall, poolmetrics
 from .access import SlurmAccessPool
 from .kube import KubeAdapter, node_view, pod_view
+from .leader import LeaderElector
 from .models import GROUP, PLURAL, VERSION, SlurmNodePoolSpec, SlurmNodePoolStatus
 from .reconcile import PoolRef, pool_object, reconcile_pool
 from .status import Observed, build_status
@@ -104,6 +105,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, nodes_index,
     memo.wake = asyncio.Event()
     memo.generations = {}
     memo.kube = KubeAdapter(_api_client())
+    memo.leader = LeaderElector(memo.kube.api)
     memo.access = SlurmAccessPool(memo.kube.read_secret)
     memo.pending_pods, memo.published = pending_gpu_pods_index, {}
     memo.loop_task = asyncio.create_task(run_loop(memo, nodes_index, pods_index, pools_index))
@@ -134,7 +136,9 @@ async def run_loop(memo, nodes_index, pods_index, pools_index) -> None:
     while True:
         memo.wake.clear()
         try:
-            await reconcile_all(memo, nodes_index, pods_index, pools_index)
+            # Every replica watches; only the Lease holder acts (two replicas never both move).
+            if await memo.leader.ensure():
+                await reconcile_all(memo, nodes_index, pods_index, pools_index)
         except Exception:  # noqa: BLE001 - the loop must outlive any one bad pass
             log.exception("reconcile pass failed")
             metrics.RECONCILE_TOTAL.labels(result="error").inc()

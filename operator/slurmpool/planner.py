@@ -18,6 +18,7 @@ import itertools
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from . import topology
 from .models import SlurmNodePoolSpec
 from .moves import ABORTABLE
 from .view import NONE, SLURM, NodeView, SlurmView, inference
@@ -86,22 +87,23 @@ def current_placement(node: NodeView) -> str:
     return move.target if move else node.placement
 
 
-def _cost(node: NodeView, slurm: SlurmView) -> tuple:
-    """Lower is cheaper to take away from where the node is now."""
+def _cost(node: NodeView, slurm: SlurmView, topology_rank: tuple = topology.NO_BLOCK) -> tuple:
+    """Lower is cheaper to take away from where the node is now: unadopted nodes first, then
+    the topology rank (see topology.py), then drained or down, idle, soonest free (Slurm
+    side) or cordoned, fewest pods (inference side)."""
     placement = node.placement
+    name = node.name
     if placement == NONE:
-        return (0, 0, 0.0, node.name)
+        return (0, *topology_rank, 0, 0.0, name)
     if placement == SLURM:
-        sn = slurm.nodes.get(node.name)
-        jobs = slurm.jobs_on(node.name)
+        jobs = slurm.jobs_on(name)
         if not jobs:
+            sn = slurm.nodes.get(name)
             # Already draining, or down: nothing to lose. Then idle nodes.
-            rank = 0 if sn is None or sn.drain_set or not sn.responding else 1
-            return (1, rank, 0.0, node.name)
-        ends = [j.end_time.timestamp() if j.end_time else NEVER for j in jobs]
-        return (1, 2, max(ends), node.name)  # soonest free first
+            return (1, *topology_rank, 0 if sn is None or sn.drain_set or not sn.responding else 1, 0.0, name)
+        return (1, *topology_rank, 2, max(j.end_time.timestamp() if j.end_time else NEVER for j in jobs), name)
     evictable = sum(1 for p in node.pods if p.evictable)
-    return (1, 0 if node.unschedulable else 1, float(evictable), node.name)
+    return (1, *topology_rank, 0 if node.unschedulable else 1, float(evictable), name)
 
 
 def _movable(node: NodeView, now: datetime) -> bool:
@@ -164,7 +166,8 @@ def plan(
         return result
     valid = set(placements(spec))
     in_flight = sum(1 for n in nodes if n.move is not None)
-    budget = 0 if spec.paused else max(0, spec.max_concurrent_moves - in_flight)
+    # No new move while Slurm cannot be seen: the victim choice needs its jobs and states.
+    budget = 0 if spec.paused or not slurm.available else max(0, spec.max_concurrent_moves - in_flight)
     count = dict.fromkeys(valid, 0)
     count[NONE] = 0
     for node in nodes:
@@ -178,7 +181,7 @@ def plan(
         count[target] += 1
 
     # Pins first: the on-call's word beats the planner's arithmetic.
-    for node in sorted(nodes, key=lambda n: n.name):
+    for node in sorted((n for n in nodes if n.pin), key=lambda n: n.name):
         if budget and node.move is None and node.pin in valid and node.pin != node.placement:
             start(node, node.pin, "pin")
             budget -= 1
@@ -190,11 +193,10 @@ def plan(
             start(node, want, "move-now")
             budget -= 1
 
-
     # Then moves the split no longer wants, still in a phase that changed nothing for good, go
     # back (scale 5 -> 4 -> 5 must not keep draining a busy node).
     desired_with_none = {**desired, NONE: 0}
-    for node in sorted(nodes, key=lambda n: n.name):
+    for node in sorted((n for n in nodes if n.move is not None), key=lambda n: n.name):
         move = node.move
         if move is None or move.phase not in ABORTABLE or move.rollback or move.cause in ("pin", "move-now"):
             continue
@@ -211,12 +213,18 @@ def plan(
         return result
     # One heap of candidates across all groups in surplus; a group stops giving at its surplus.
     already = {s.node for s in result.starts}
+    movable = [n for n in nodes if n.name not in already and _movable(n, now)]
+    movable_names = {n.name for n in movable}
+    topo = topology.ranks(spec.topology, nodes, slurm, current_placement, lambda n: n.name in movable_names)
     candidates = [
-        (_cost(n, slurm), n.name, n)
-        for n in nodes
-        if n.name not in already and _movable(n, now) and (n.placement if n.placement in valid else NONE) in surplus
+        (_cost(n, slurm, topo.get(n.name, topology.NO_BLOCK)), n.name, n)
+        for n in movable
+        if (n.placement if n.placement in valid else NONE) in surplus
     ]
     heapq.heapify(candidates)
+    whole_only = spec.topology.whole_blocks and spec.topology.block_label
+    block_sizes = topology.whole_block_sizes(spec.topology, movable, lambda n: True) if whole_only else {}
+    opened: set[str] = set()
     order = itertools.chain.from_iterable(itertools.repeat(g, desired[g] - count[g]) for g in deficits)
     for target in order:
         if not budget:
@@ -225,6 +233,11 @@ def plan(
         while candidates:
             _, _, cand = heapq.heappop(candidates)
             group = cand.placement if cand.placement in valid else NONE
+            if whole_only and group == SLURM and topo.get(cand.name, topology.NO_BLOCK)[0] == 1:
+                block = topology.block_of(spec.topology, cand)
+                if block not in opened and surplus.get(group, 0) < block_sizes.get(block, 1):
+                    continue  # moving it would break a block that cannot move whole
+                opened.add(block)
             if surplus.get(group, 0) > 0 and group != target:
                 node = cand
                 surplus[group] -= 1

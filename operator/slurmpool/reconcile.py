@@ -136,6 +136,7 @@ async def reconcile_pool(
             cause=start.cause,
         )
         step = advance(move, node, slurm, spec, now)
+        step.entered.insert(0, move.phase)
         step.events.insert(0, ("Normal", "MoveStarted", f"{node.name}: {start.source} -> {start.target} ({start.cause}, move {move.id})"))
         steps[node.name] = step
         by_name[node.name] = _after(node, step)
@@ -253,9 +254,10 @@ async def _guard(seen: Observed, what: str, coro, ok=None):
 
 def _crash_point(patch: dict, step: Step) -> None:
     """Fault injection for the crash tests: SLURMPOOL_CRASH_AFTER_PHASE=<phase> makes the
-    operator SIGKILL itself right after recording that phase, before acting on it."""
+    operator SIGKILL itself right after recording a step that entered that phase, before
+    any Slurm or pod action of the step (the worst moment: record written, nothing done)."""
     phase = os.environ.get("SLURMPOOL_CRASH_AFTER_PHASE")
-    if phase and step.move and step.move.phase == phase and ANN_MOVE in patch.get("metadata", {}).get("annotations", {}):
+    if phase and phase in step.entered and ANN_MOVE in patch.get("metadata", {}).get("annotations", {}):
         log.warning("SLURMPOOL_CRASH_AFTER_PHASE=%s: killing myself", phase)
         os.kill(os.getpid(), signal.SIGKILL)
 
