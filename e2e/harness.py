@@ -168,3 +168,18 @@ def wait(predicate, timeout: float, interval: float = 0.25, what: str = "conditi
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+
+
+def reset_lab(lab) -> None:
+    """Leave the lab as a test found it: no jobs, no test namespace (so no pools and no
+    slurmd pods), nodes uncordoned and without anything slurmpool put on them."""
+    jobs = lab.slurm("squeue", "-h", "-o", "%i").stdout.split()
+    if jobs:
+        lab.slurm("scancel", *jobs)
+    lab.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=60s", check=False)
+    for node in lab.nodes:
+        lab.kubectl("uncordon", node, check=False)
+        lab.kubectl("annotate", "node", node, "slurmpool.io/placement-", "slurmpool.io/move-", "slurmpool.io/pool-",
+                    "slurmpool.io/hold-until-", "slurmpool.io/pin-", "slurmpool.io/move-now-", check=False)
+        lab.kubectl("label", "node", node, "slurmpool.io/side-", "slurmpool.io/inference-pool-", check=False)
+        lab.kubectl("taint", "node", node, "slurmpool.io/slurm-", "slurmpool.io/inference-", check=False)

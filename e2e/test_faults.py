@@ -12,7 +12,18 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import NAMESPACE, Operator, apply, ensure_namespace_and_secret, get_json, node_placements, pool_manifest, pool_status, wait
+from harness import (
+    NAMESPACE,
+    Operator,
+    apply,
+    ensure_namespace_and_secret,
+    get_json,
+    node_placements,
+    pool_manifest,
+    pool_status,
+    reset_lab,
+    wait,
+)
 
 pytestmark = pytest.mark.e2e
 POOL = "faults"
@@ -28,16 +39,7 @@ def pool(lab):
     wait(lambda: pool_status(lab, POOL).get("slurm", {}).get("ready") == 8, 120, what="8 Slurm nodes")
     op.stop()
     yield
-    jobs = lab.slurm("squeue", "-h", "-o", "%i").stdout.split()
-    if jobs:
-        lab.slurm("scancel", *jobs)
-    lab.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=60s", check=False)
-    for node in lab.nodes:
-        lab.kubectl("uncordon", node, check=False)
-        lab.kubectl("annotate", "node", node, "slurmpool.io/placement-", "slurmpool.io/move-", "slurmpool.io/pool-",
-                    "slurmpool.io/hold-until-", check=False)
-        lab.kubectl("label", "node", node, "slurmpool.io/side-", "slurmpool.io/inference-pool-", check=False)
-        lab.kubectl("taint", "node", node, "slurmpool.io/slurm-", "slurmpool.io/inference-", check=False)
+    reset_lab(lab)
 
 
 def condition(lab, type_):

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from harness import (
+    reset_lab,
     NAMESPACE,
     Operator,
     apply,
@@ -36,16 +37,7 @@ def op(lab):
     operator.stop()
     print(operator.log_tail(20))
     # Leave the lab as found: no jobs, no pool, no slurmd pods, nodes uncordoned and unannotated.
-    jobs = lab.slurm("squeue", "-h", "-o", "%i").stdout.split()
-    if jobs:
-        lab.slurm("scancel", *jobs)
-    lab.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=60s", check=False)
-    for node in lab.nodes:
-        lab.kubectl("uncordon", node, check=False)
-        lab.kubectl("annotate", "node", node, "slurmpool.io/placement-", "slurmpool.io/move-", "slurmpool.io/pool-",
-                    "slurmpool.io/hold-until-", "slurmpool.io/pin-", check=False)
-        lab.kubectl("label", "node", node, "slurmpool.io/side-", "slurmpool.io/inference-pool-", check=False)
-        lab.kubectl("taint", "node", node, "slurmpool.io/slurm-", "slurmpool.io/inference-", check=False)
+    reset_lab(lab)
     print("timings:", TIMINGS)
 
 

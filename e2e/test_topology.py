@@ -1,0 +1,43 @@
+"""Topology-aware choice on real objects (issue 5): the lab's nodes carry block labels
+(gpu01-04 in block-1, gpu05-08 in block-2). With one node of block-1 drained by an admin,
+taking two nodes from Slurm must take them from block-1 and leave block-2 whole."""
+
+from __future__ import annotations
+
+import pytest
+from harness import NAMESPACE, Operator, apply, ensure_namespace_and_secret, node_placements, pool_manifest, pool_status, reset_lab, wait
+
+pytestmark = pytest.mark.e2e
+POOL = "blocks"
+
+
+def settled(lab, slurm):
+    s = pool_status(lab, POOL)
+    return s.get("slurm", {}).get("ready") == slurm and s.get("inference", {}).get("ready") == 8 - slurm and s.get("moving") == 0
+
+
+def test_moves_keep_whole_blocks_in_slurm(lab):
+    lab.kubectl("apply", "--server-side", "-f", "crds/slurmpool.io_slurmnodepools.yaml")
+    lab.kubectl("wait", "--for=condition=Established", "crd/slurmnodepools.slurmpool.io", "--timeout=30s")
+    ensure_namespace_and_secret(lab)
+    op = Operator(lab, "operator-topology.log").start()
+    try:
+        apply(lab, pool_manifest(lab, POOL, 8, topology={"blockLabel": "topology.slurmpool.io/block"}))
+        wait(lambda: settled(lab, 8), 120, what="8 Slurm nodes")
+        # An admin drains gpu03 (a bad GPU): block-1 is broken for Slurm.
+        lab.slurm("scontrol", "update", "nodename=gpu03", "state=drain", "reason=bad GPU, ticket 42")
+        lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=6")
+        wait(lambda: settled(lab, 6), 60, what="6/2")
+        moved = sorted(n for n, p in node_placements(lab).items() if p != "slurm")
+        assert "gpu03" in moved and all(n in ("gpu01", "gpu02", "gpu03", "gpu04") for n in moved), moved
+        # block-2 stays whole and usable: an 4-node job fits in it at once
+        job = lab.slurm("sbatch", "--parsable", "-N", "4", "-w", "gpu[05-08]", "--gres=gpu:8", "-o", "/dev/null",
+                        "--wrap", "sleep 1").stdout.strip()
+        wait(lambda: lab.slurm("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() in ("RUNNING", "COMPLETING", ""), 30,
+             what="the 4-node job to start in block-2")
+        # the admin's drain is never undone by the operator
+        assert "Reason=bad GPU, ticket 42" in lab.slurm("scontrol", "show", "node", "gpu03").stdout
+    finally:
+        op.stop()
+        lab.slurm("scontrol", "update", "nodename=gpu03", "state=resume", check=False)
+        reset_lab(lab)
