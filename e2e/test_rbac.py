@@ -43,7 +43,8 @@ def test_rendered_manifests_apply_to_the_lab(installed):
     lab = installed
     everything = manifest_objects("slurmpool.yaml")
     kinds = sorted({o["kind"] for o in everything})
-    assert kinds == sorted(["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment", "ConfigMap"])
+    assert kinds == sorted(["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                            "Service", "Deployment", "ConfigMap"])
     # RBAC is applied for real (above); the Deployment, Service and dashboard with a dry run:
     # the lab has no images, so the operator itself runs as a process under the same identity.
     result = apply_objects(lab, everything, "--dry-run=server")
@@ -89,9 +90,9 @@ def granted_rules(lab, namespace: str, user: str = SA) -> set[tuple[str, str, st
     return granted
 
 
-def chart_rules() -> set[tuple[str, str, str]]:
+def chart_rules(kinds: tuple[str, ...] = ("ClusterRole",)) -> set[tuple[str, str, str]]:
     rules = set()
-    for role in manifest_objects("slurmpool.yaml", ("ClusterRole",)):
+    for role in manifest_objects("slurmpool.yaml", kinds):
         for rule in role["rules"]:
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
@@ -107,6 +108,10 @@ def test_the_service_account_has_exactly_the_charts_rules(installed):
     assert ("authorization.k8s.io", "selfsubjectrulesreviews", "create") in baseline
     granted = granted_rules(lab, "some-pool-namespace") - baseline
     assert granted == chart_rules()
+    # In its own namespace it also has the Role's rules (the Lease for leader election).
+    own = granted_rules(lab, OPERATOR_NAMESPACE) - granted_rules(lab, OPERATOR_NAMESPACE, service_account_user("default", "nobody"))
+    assert own == chart_rules(("ClusterRole", "Role"))
+    assert ("coordination.k8s.io", "leases", "update") in own
     # A few things the operator must never be able to do, asked of the apiserver directly.
     for verb, resource in [("delete", "nodes"), ("update", "nodes"), ("list", "secrets"), ("watch", "secrets"),
                            ("patch", "slurmnodepools.slurmpool.io"), ("delete", "slurmnodepools.slurmpool.io"),

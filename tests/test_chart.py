@@ -105,11 +105,17 @@ def test_image_by_digest(helm):
 @pytest.mark.parametrize(
     "setting",
     ["operator.interval=-1", "bogus=1", "image.digest=latest", "rbac.poolNamespaces={Bad_NS}",
-     "metrics.prometheusRule.drainBlockedFor=soon", "image.pullPolicy=Sometimes", "replicas=2"],
+     "metrics.prometheusRule.drainBlockedFor=soon", "image.pullPolicy=Sometimes", "replicas=0"],
 )
 def test_values_schema_refuses_bad_values(helm, setting):
     out = template(helm, "--set", setting, check=False)
     assert out.returncode != 0 and "schema" in out.stderr.lower(), (setting, out.stderr)
+
+
+def test_standby_replicas_roll_one_at_a_time(helm):
+    (deployment,) = objects(template(helm, "--set", "replicas=2", "--show-only", "templates/deployment.yaml").stdout)
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
 
 
 def test_service_monitor_needs_the_service(helm):
@@ -136,6 +142,9 @@ def test_deployment_is_locked_down_and_single():
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 8080, "health": 8081}
     assert pod["serviceAccountName"] == "slurmpool"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"  # leader.default_identity
+    assert env["SLURMPOOL_LEASE_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     service = next(d for d in load("slurmpool.yaml") if d["kind"] == "Service")
     assert service["spec"]["ports"][0]["targetPort"] == "metrics"
     assert service["spec"]["selector"].items() <= pod_labels(deployment).items()
