@@ -180,6 +180,8 @@ def reset_lab(lab) -> None:
     for node in lab.nodes:
         lab.kubectl("uncordon", node, check=False)
         lab.kubectl("annotate", "node", node, "slurmpool.io/placement-", "slurmpool.io/move-", "slurmpool.io/pool-",
-                    "slurmpool.io/hold-until-", "slurmpool.io/pin-", "slurmpool.io/move-now-", check=False)
+                    "slurmpool.io/hold-until-", "slurmpool.io/pin-", "slurmpool.io/move-now-", "slurmpool.io/slurm-",
+                    "slurmpool.io/settled-at-", check=False)
         lab.kubectl("label", "node", node, "slurmpool.io/side-", "slurmpool.io/inference-pool-", check=False)
-        lab.kubectl("taint", "node", node, "slurmpool.io/slurm-", "slurmpool.io/inference-", check=False)
+        for key in ("slurmpool.io/slurm", "slurmpool.io/inference"):  # one by one: a missing key fails the call
+            lab.kubectl("taint", "node", node, f"{key}-", check=False)

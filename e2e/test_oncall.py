@@ -15,7 +15,18 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from harness import NAMESPACE, Operator, apply, ensure_namespace_and_secret, get_json, node_placements, pool_manifest, pool_status, wait
+from harness import (
+    NAMESPACE,
+    Operator,
+    apply,
+    ensure_namespace_and_secret,
+    get_json,
+    node_placements,
+    pool_manifest,
+    pool_status,
+    reset_lab,
+    wait,
+)
 
 pytestmark = pytest.mark.e2e
 POOL = "oncall"
@@ -32,18 +43,7 @@ def op(lab):
     yield operator
     operator.stop()
     print(operator.log_tail(30))
-    jobs = lab.slurm("squeue", "-h", "-o", "%i").stdout.split()
-    if jobs:
-        lab.slurm("scancel", *jobs)
-    lab.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=60s", check=False)
-    for node in lab.nodes:
-        lab.kubectl("uncordon", node, check=False)
-        lab.kubectl("annotate", "node", node, "slurmpool.io/placement-", "slurmpool.io/move-", "slurmpool.io/pool-",
-                    "slurmpool.io/hold-until-", "slurmpool.io/pin-", "slurmpool.io/move-now-", "slurmpool.io/slurm-",
-                    "slurmpool.io/settled-at-", check=False)
-        lab.kubectl("label", "node", node, "slurmpool.io/side-", "slurmpool.io/inference-pool-", check=False)
-        for taint in ("slurmpool.io/slurm-", "slurmpool.io/inference-"):  # one at a time: a missing one fails the call
-            lab.kubectl("taint", "node", node, taint, check=False)
+    reset_lab(lab)
     print("timings:", TIMINGS)
 
 
