@@ -184,11 +184,10 @@ def lab_env() -> dict:
 
 
 def bench_lab() -> None:
-    from harness import NAMESPACE, Operator, apply, ensure_namespace_and_secret, pool_manifest, pool_status
+    from harness import NAMESPACE, Operator, apply, ensure_namespace_and_secret, install_crd, pool_manifest, pool_status
 
     lab = lab_env()
-    lab.kubectl("apply", "--server-side", "-f", str(REPO / "crds/slurmpool.io_slurmnodepools.yaml"))
-    lab.kubectl("wait", "--for=condition=Established", "crd/slurmnodepools.slurmpool.io", "--timeout=30s")
+    install_crd(lab)
     ensure_namespace_and_secret(lab)
     op = Operator(lab, "operator-bench.log").start()
     try:

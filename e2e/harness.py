@@ -122,7 +122,14 @@ def apply(lab, obj: dict | list) -> None:
     lab.kubectl("apply", "-f", "-", input="\n---\n".join(yaml.safe_dump(d) for d in docs))
 
 
+def install_crd(lab) -> None:
+    """The generated CRD, applied and Established (server-side, so re-applies never conflict)."""
+    lab.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds/slurmpool.io_slurmnodepools.yaml"))
+    lab.kubectl("wait", "--for=condition=Established", "crd/slurmnodepools.slurmpool.io", "--timeout=30s")
+
+
 def ensure_namespace_and_secret(lab) -> None:
+    """The test namespace with the Secret that lets the operator reach the lab's sshd."""
     lab.kubectl("create", "namespace", NAMESPACE, check=False)
     key = Path(lab.ssh_key).read_text()
     known = Path(lab.ssh_known_hosts).read_text()

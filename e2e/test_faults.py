@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from harness import (
+    install_crd,
     NAMESPACE,
     Operator,
     apply,
@@ -31,8 +32,7 @@ POOL = "faults"
 
 @pytest.fixture(scope="module")
 def pool(lab):
-    lab.kubectl("apply", "--server-side", "-f", "crds/slurmpool.io_slurmnodepools.yaml")
-    lab.kubectl("wait", "--for=condition=Established", "crd/slurmnodepools.slurmpool.io", "--timeout=30s")
+    install_crd(lab)
     ensure_namespace_and_secret(lab)
     op = Operator(lab, "operator-faults.log").start()
     apply(lab, pool_manifest(lab, POOL, 8))

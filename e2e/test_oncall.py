@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from harness import (
+    install_crd,
     NAMESPACE,
     Operator,
     apply,
@@ -36,8 +37,7 @@ VENV_BIN = Path(sys.executable).parent  # where `pip install` put kubectl-slurmp
 
 @pytest.fixture(scope="module")
 def op(lab):
-    lab.kubectl("apply", "--server-side", "--force-conflicts", "-f", "crds/slurmpool.io_slurmnodepools.yaml")
-    lab.kubectl("wait", "--for=condition=Established", "crd/slurmnodepools.slurmpool.io", "--timeout=30s")
+    install_crd(lab)
     ensure_namespace_and_secret(lab)
     operator = Operator(lab, "operator-oncall.log").start()
     yield operator

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from harness import (
+    install_crd,
     reset_lab,
     NAMESPACE,
     Operator,
@@ -29,8 +30,7 @@ TIMINGS: dict[str, float] = {}
 
 @pytest.fixture(scope="module")
 def op(lab):
-    lab.kubectl("apply", "--server-side", "-f", "crds/slurmpool.io_slurmnodepools.yaml")
-    lab.kubectl("wait", "--for=condition=Established", "crd/slurmnodepools.slurmpool.io", "--timeout=30s")
+    install_crd(lab)
     ensure_namespace_and_secret(lab)
     operator = Operator(lab).start()
     yield operator

@@ -5,7 +5,7 @@ taking two nodes from Slurm must take them from block-1 and leave block-2 whole.
 from __future__ import annotations
 
 import pytest
-from harness import NAMESPACE, Operator, apply, ensure_namespace_and_secret, node_placements, pool_manifest, pool_status, reset_lab, wait
+from harness import NAMESPACE, Operator, apply, ensure_namespace_and_secret, install_crd, node_placements, pool_manifest, pool_status, reset_lab, wait
 
 pytestmark = pytest.mark.e2e
 POOL = "blocks"
@@ -17,8 +17,7 @@ def settled(lab, slurm):
 
 
 def test_moves_keep_whole_blocks_in_slurm(lab):
-    lab.kubectl("apply", "--server-side", "-f", "crds/slurmpool.io_slurmnodepools.yaml")
-    lab.kubectl("wait", "--for=condition=Established", "crd/slurmnodepools.slurmpool.io", "--timeout=30s")
+    install_crd(lab)
     ensure_namespace_and_secret(lab)
     op = Operator(lab, "operator-topology.log").start()
     try:
