@@ -34,7 +34,8 @@ else
   echo "demo: operator started (PID $!, metrics on http://127.0.0.1:18080/metrics, log $LAB_DIR/log/operator-demo.log)"
 fi
 
-kubectl apply -f "$repo/deploy/samples/lab-pool.yaml"
+# The sample names the lab's default sshd port; a lab started with LAB_PORT_OFFSET has another.
+sed "s/port: 2222/port: $LAB_SSH_PORT/" "$repo/deploy/samples/lab-pool.yaml" | kubectl apply -f -
 t0=$(date +%s)
 wait_split 8 0; show "all 8 nodes serve Slurm ($(( $(date +%s) - t0 )) s)"
 kubectl scale snp gpu -n $ns --replicas=5
