@@ -60,7 +60,7 @@ unit: venv tools
 	SLURMPOOL_REQUIRE_TOOLS=1 $(BIN)/pytest -q tests
 
 e2e: deps venv
-	$(BIN)/pytest -q e2e
+	$(BIN)/pytest -q --durations=25 e2e
 
 test: chart unit image-check e2e
 
