@@ -117,25 +117,20 @@ class NodeView:
     pods: tuple[PodView, ...] = ()
     gpus: int = 0  # allocatable nvidia.com/gpu (metrics only)
 
-    # Cached: the planner reads these for every node, several times per pass (the JSON
-    # parse of the move record dominated the profile). Views are immutable, so it is safe.
-    @cached_property
-    def placement(self) -> str:
-        return self.annotations.get(ANN_PLACEMENT) or NONE
+    # Computed once per view: the planner reads them for every node, several times per pass
+    # (the JSON parse of the move record dominated the profile). Views are immutable.
+    placement: str = field(init=False, repr=False)
+    move: MoveRecord | None = field(init=False, repr=False)
+    pin: str | None = field(init=False, repr=False)
+    move_now: str | None = field(init=False, repr=False)
 
-    @cached_property
-    def move(self) -> MoveRecord | None:
-        return MoveRecord.from_annotation(self.annotations.get(ANN_MOVE))
-
-    @property
-    def pin(self) -> str | None:
-        value = self.annotations.get(ANN_PIN)
-        return value or None
-
-    @property
-    def move_now(self) -> str | None:
-        value = self.annotations.get(ANN_MOVE_NOW)
-        return value or None
+    def __post_init__(self) -> None:
+        get = self.annotations.get
+        text = get(ANN_MOVE)
+        object.__setattr__(self, "placement", get(ANN_PLACEMENT) or NONE)
+        object.__setattr__(self, "move", MoveRecord.from_annotation(text) if text else None)
+        object.__setattr__(self, "pin", get(ANN_PIN) or None)
+        object.__setattr__(self, "move_now", get(ANN_MOVE_NOW) or None)
 
     @property
     def slurmd_pod(self) -> PodView | None:
