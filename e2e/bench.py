@@ -184,7 +184,7 @@ def lab_env() -> dict:
 
 
 def bench_lab() -> None:
-    from harness import NAMESPACE, Operator, apply, ensure_namespace_and_secret, install_crd, pool_manifest, pool_status
+    from harness import NAMESPACE, Operator, apply, ensure_namespace_and_secret, install_crd, pool_manifest, pool_status, reset_lab
 
     lab = lab_env()
     install_crd(lab)
@@ -216,7 +216,7 @@ def bench_lab() -> None:
             record(name, took, "s", f"< 2 x one node ({2 * one:.2f} s)", took < 2 * one)
     finally:
         op.stop()
-        lab.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=60s", check=False)
+        reset_lab(lab)
     bench_memory(lab)
 
 
