@@ -189,12 +189,11 @@ class DrainSpec(Model):
 
 
 class TopologySpec(Model):
-    """Where nodes sit (NVLink domains as Slurm blocks, racks): victim choice keeps whole blocks."""
+    """Where nodes sit (NVLink domains as Slurm blocks): victim choice keeps whole blocks."""
 
     block_label: str | None = Field(
         default=None, max_length=317, description="Node label whose value names the node's topology block; unset: no topology."
     )
-    rack_label: str | None = Field(default=None, max_length=317, description="Node label whose value names the node's rack.")
     whole_blocks: bool = Field(default=False, description="Move whole blocks only.")
 
 
