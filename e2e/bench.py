@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "e2e"))
 sys.path.insert(0, str(REPO))
 
-from slurmbridge import ScontrolBackend, SlurmNode  # noqa: E402
+from slurmbridge import ScontrolBackend  # noqa: E402
 from slurmpool.planner import plan  # noqa: E402
 from slurmpool.reconcile import PoolRef, observe_slurm, reconcile_pool  # noqa: E402
 from slurmpool.topology import whole_slurm_blocks  # noqa: E402

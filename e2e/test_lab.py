@@ -100,8 +100,8 @@ def test_slurmd_pod_lifecycle(lab, tmp_path, capsys):
                            f"--field-selector=spec.nodeName={node}", "-o", "name").stdout.strip(), \
         f"a slurmd pod already runs on {node}"
     # A slurmd stopped by an earlier test is noticed by Slurm only after SlurmdTimeout (~20 s).
-    before = lab.wait_for(lambda: (st := lab.node_state(node)) and ("NOT_RESPONDING" in st or st.startswith(("UNKNOWN", "DOWN"))) and st,
-                          timeout=60, interval=0.5, message=f"{node} out of Slurm service before the test")
+    lab.wait_for(lambda: (st := lab.node_state(node)) and ("NOT_RESPONDING" in st or st.startswith(("UNKNOWN", "DOWN"))) and st,
+                 timeout=60, interval=0.5, message=f"{node} out of Slurm service before the test")
 
     with slurm_node_cleanup(lab, node):
         # 1. a slurmd pod brings the node into Slurm: idle with 8 GPUs within 10 s

@@ -5,7 +5,6 @@ Slurm jobs and real unschedulable pods. Tests run in order on one pool over the 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time

@@ -7,7 +7,7 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmbridge import SlurmJob, SlurmNode
+from slurmbridge import SlurmJob
 from slurmpool.planner import current_placement, desired_split, plan
 from slurmpool.view import ANN_HOLD_UNTIL, ANN_MOVE, ANN_PIN, ANN_PLACEMENT, NONE, SLURM, MoveRecord, NodeView, SlurmView
 

@@ -14,7 +14,7 @@ from .models import (
     SlurmNodePoolSpec,
     SlurmNodePoolStatus,
 )
-from .view import LABEL_COMPONENT, LABEL_POOL, SLURM, MoveRecord, NodeView, inference, pool_of
+from .view import LABEL_COMPONENT, LABEL_POOL, SLURM, MoveRecord, NodeView, inference
 
 
 @dataclass
@@ -154,6 +154,3 @@ def _conditions(spec, status: SlurmNodePoolStatus, seen: Observed, blocked, prev
     order = {"Ready": 0, "Progressing": 1, "DrainBlocked": 2, "Degraded": 3}
     return sorted(c, key=lambda x: order.get(x.type, 9))
 
-
-def pool_label(placement: str) -> str:
-    return pool_of(placement) or placement
