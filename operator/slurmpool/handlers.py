@@ -205,8 +205,11 @@ async def _reconcile_one(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, all_
         pods = tuple(pods_index.get(node.name, ()))
         mine.append(replace(node, pods=pods))
     # One Event per change of the overlap, not one per pass.
-    if overlaps and memo.setdefault("overlaps", {}).get(key) != set(overlaps):
-        memo.overlaps[key] = set(overlaps)
+    seen_overlaps = memo.setdefault("overlaps", {})
+    if not overlaps:
+        seen_overlaps.pop(key, None)
+    elif seen_overlaps.get(key) != set(overlaps):
+        seen_overlaps[key] = set(overlaps)
         others = sorted({f"{ns}/{n}" for name in overlaps for ns, n in owners[name] if (ns, n) != key})
         await memo.kube.event(pool_object(pool), "Warning", "NodeOverlap", f"nodes {', '.join(sorted(overlaps)[:10])} are also selected by {', '.join(others)}")
     backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=INTERVAL / 2)
