@@ -34,6 +34,7 @@ from datetime import datetime, timedelta
 from slurmbridge.models import gpu_count
 
 from .models import DemandSpec, DemandStatus, InferencePool, SlurmNodePoolSpec, seconds
+from .status import iso, parse_time
 from .view import SLURM, NodeView, SlurmView, pool_of
 
 DEFAULT_GPUS_PER_NODE = 8
@@ -165,17 +166,6 @@ class Outcome:
     message: str = ""
 
 
-def _iso(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse(value: str | None) -> datetime | None:
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
-    except ValueError:
-        return None
-
-
 def decide(
     spec: SlurmNodePoolSpec,
     total: int,
@@ -190,7 +180,7 @@ def decide(
     d = spec.demand or DemandSpec()
     if previous is not None and previous.base_key == base_key and previous.slurm_nodes is not None:
         current = previous.slurm_nodes
-        last = _parse(previous.last_change) or base_since
+        last = parse_time(previous.last_change) or base_since
     else:
         current, last = base, base_since  # a new base: demand starts over, after a cooldown
     incoming_slurm = max(0, current - sig.slurm_ready)
@@ -201,7 +191,7 @@ def decide(
         slurm_nodes=current,
         base=base,
         base_key=base_key,
-        last_change=_iso(last),
+        last_change=iso(last),
         pending_jobs=sig.pending_jobs,
         pending_job_gpus=sig.job_gpus,
         pending_pods=sig.pending_pods,
@@ -247,9 +237,9 @@ def decide(
         return Outcome(current, status)
     ready_at = last + timedelta(seconds=seconds(d.cooldown))
     if now < ready_at:
-        status.message = f"cooldown until {_iso(ready_at)}: then {current} -> {proposal} Slurm node(s) ({why})"
+        status.message = f"cooldown until {iso(ready_at)}: then {current} -> {proposal} Slurm node(s) ({why})"
         return Outcome(current, status)
     status.slurm_nodes = proposal
-    status.last_change = _iso(now)
+    status.last_change = iso(now)
     status.message = f"{current} -> {proposal} Slurm node(s): {why}"
     return Outcome(proposal, status, changed=True, message=status.message)

@@ -33,6 +33,14 @@ def iso(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def parse_time(value: str | None) -> datetime | None:
+    """The inverse of iso(), tolerant: None for an empty or malformed value."""
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
+
+
 def set_condition(
     conditions: list[Condition], type_: str, status: bool, reason: str, message: str, now: datetime, generation: int | None
 ) -> list[Condition]:

@@ -26,19 +26,9 @@ from datetime import datetime
 from . import schedule as sched
 from .demand import Outcome, Signals, decide
 from .models import DemandStatus, SlurmNodePoolSpec, TargetStatus
+from .status import iso, parse_time
 
 Event = tuple[str, str, str]  # (type, reason, message)
-
-
-def iso(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse(value: str | None) -> datetime | None:
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
-    except ValueError:
-        return None
 
 
 @dataclass
@@ -94,8 +84,8 @@ def decide_target(
 
     # -- manual changes
     seen = previous.spec_slurm_nodes if previous else None
-    manual_since = parse(previous.manual_since) if previous else None
-    manual_until = parse(previous.manual_until) if previous else None
+    manual_since = parse_time(previous.manual_since) if previous else None
+    manual_until = parse_time(previous.manual_until) if previous else None
     changed = seen is not None and seen != spec.slurm_nodes
     if changed or manual_since is None:
         manual_since = now
