@@ -34,7 +34,8 @@ class World:
     # -- world dynamics between reconciles
     def tick(self) -> None:
         sn = self.slurm_node
-        if sn is None:
+        if sn is None:  # Slurm does not know the node: only the pods move on
+            self.node = replace(self.node, pods=tuple(p for p in self.node.pods if not p.deleting))
             return
         has_slurmd = self.node.slurmd_pod is not None
         busy = any(self.node.name in j.nodes for j in self.jobs)
@@ -127,4 +128,4 @@ def run_move(world: World, spec, now: datetime, rounds=40, crash_at: int | None 
 def start(world: World, source: str, target: str, now: datetime) -> None:
     from slurmpool.moves import first_phase
 
-    world.record(MoveRecord(id="m1", source=source, target=target, phase=first_phase(target), since=now, started=now), None)
+    world.record(MoveRecord(id="m1", source=source, target=target, phase=first_phase(target, source), since=now, started=now), None)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmpool.moves import TO_INFERENCE, TO_SLURM, advance
+from slurmpool.moves import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, advance
 from slurmpool.view import ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, NodeView, PodView
 
 from .factories import NOW, make_spec, slurm_node
@@ -192,4 +192,4 @@ def test_a_crash_at_any_round_still_settles_the_move(direction, crash_at, keeps_
 def test_phase_lists_cover_the_machine():
     from slurmpool.moves import _PHASES
 
-    assert set(_PHASES) == set(TO_INFERENCE) | set(TO_SLURM)
+    assert set(_PHASES) == set(TO_INFERENCE) | set(TO_SLURM) | set(BETWEEN_POOLS)

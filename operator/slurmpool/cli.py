@@ -26,6 +26,7 @@ from typing import Any
 from slurmbridge import SlurmJob, SlurmNode
 
 from .models import GROUP, PLURAL, VERSION, SlurmNodePoolSpec
+from .moves import disturbed_pods
 from .planner import current_placement, desired_split, plan
 from .view import (
     ANN_MOVE,
@@ -162,10 +163,11 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
     target = slurm_nodes
     if target is None:
         target = (status.get("target") or {}).get("slurmNodes", spec.slurm_nodes)
+    pool_counts = (status.get("target") or {}).get("inference")  # None: the spec's own counts
     slurm = slurm_view(nodes)
     jobs_by_node = {n.name: [j for j in published(n).get("jobs") or []] for n in nodes}
     before = _counts(nodes)
-    desired, problems = desired_split(spec, len(nodes), target)
+    desired, problems = desired_split(spec, len(nodes), target, pool_counts)
     moves: list[dict[str, Any]] = []
     in_flight = [
         {"wave": 0, "node": n.name, "from": n.move.source, "to": n.move.target, "cause": f"in flight ({n.move.phase})", "jobs": [], "pods": []}
@@ -174,7 +176,7 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
     ]
     current = list(nodes)
     for wave in range(1, MAX_WAVES + 1):
-        result = plan(spec, current, slurm, now, target)
+        result = plan(spec, current, slurm, now, target, pool_counts)
         problems = result.problems
         if not result.starts and not result.aborts:
             break
@@ -182,7 +184,7 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
         for start in result.starts:
             node = by_name[start.node]
             disturbs_jobs = jobs_by_node.get(node.name, []) if node.placement == SLURM else []
-            disturbs_pods = [p.key for p in node.pods if p.evictable] if start.target == SLURM else []
+            disturbs_pods = [p.key for p in disturbed_pods(spec, node, start.target)]
             moves.append(
                 {
                     "wave": wave,

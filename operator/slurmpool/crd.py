@@ -23,6 +23,12 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "reason": "FieldValueInvalid",
             "fieldPath": ".slurmNodes",
         },
+        {
+            "rule": "!has(self.schedule) || self.schedule.all(w, !has(w.inference) || "
+            "w.inference.all(k, self.inference.pools.exists(p, p.name == k)))",
+            "message": "a schedule window's inference counts must name pools of spec.inference.pools",
+            "fieldPath": ".schedule",
+        },
     ],
     "spec.slurm.access": [
         {
@@ -48,7 +54,12 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
         {
             "rule": "!has(self.maxNodes) || self.minNodes <= self.maxNodes",
             "message": "an inference pool's minNodes must not exceed its maxNodes",
-        }
+        },
+        {
+            "rule": "!has(self.nodes) || (self.nodes >= self.minNodes && (!has(self.maxNodes) || self.nodes <= self.maxNodes))",
+            "message": "an inference pool's nodes must lie within its minNodes and maxNodes",
+            "fieldPath": ".nodes",
+        },
     ],
 }
 PRINTER_COLUMNS = [
@@ -62,6 +73,7 @@ PRINTER_COLUMNS = [
     {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].status", "priority": 1},
     {"name": "Target", "type": "integer", "jsonPath": ".status.target.slurmNodes", "priority": 1, "description": "Slurm nodes in force"},
     {"name": "Source", "type": "string", "jsonPath": ".status.target.source", "priority": 1, "description": "Manual, Schedule or Demand"},
+    {"name": "Pools", "type": "string", "jsonPath": ".status.inference.byPool", "priority": 1, "description": "Ready/desired per inference pool"},
 ]
 
 

@@ -9,7 +9,8 @@ Signals, read each pass:
 - Inference: pods Pending and Unschedulable that request nvidia.com/gpu and would fit one
   of the pool's inference pools (their nodeSelector is met by the pool's labels or the
   nodes' own labels, and they tolerate the pool's taints). Need: ceil(GPUs / GPUs per node)
-  less the nodes promised to inference but not serving it yet.
+  less the nodes promised to inference but not serving it yet. Each pod counts for the
+  highest-priority pool it fits, so the need is also known per named pool.
 
 Decision (one change at most per `cooldown`; the cooldown also restarts at every manual or
 schedule change, so a person's or a window's count holds at least that long):
@@ -19,6 +20,11 @@ schedule change, so a person's or a window's count holds at least that long):
 - both want: `whenBothWant` decides: PreferSlurm or PreferInference (that side grows; once
   it is at its bound, the other side may grow), or Share: move toward `slurmShare` percent
   of the selected nodes (a fixed point: no back and forth while both sides stay hungry).
+- pools by name: with the inference side wanting, every pool whose own pods wait gets a
+  count (its nodes now plus its need, within its maxNodes) in `status.target.demand.pools`;
+  the planner serves such counts before pools without one. So the nodes inference gains go
+  to the pool whose pods wait, and with Slurm at its bound that pool takes nodes from
+  pools without waiting pods (a move between pools). These counts hold until the base changes.
 Bounds: Slurm in [slurm.minNodes, slurm.maxNodes], inference in [inference.minNodes,
 inference.maxNodes], and the pool's own floors (minSlurmNodes, minInferenceNodes, the
 inference pools' maxNodes). Demand's count starts from the base (the manual or schedule
@@ -33,6 +39,7 @@ from datetime import datetime, timedelta
 
 from slurmbridge.models import gpu_count
 
+from .fit import tolerates
 from .models import DemandSpec, DemandStatus, InferencePool, SlurmNodePoolSpec, seconds
 from .status import iso, parse_time
 from .view import SLURM, NodeView, SlurmView, pool_of
@@ -69,6 +76,9 @@ class Signals:
     slurm_idle: int = 0  # settled Slurm nodes idle in Slurm: pending jobs could use them already
     slurm_ready: int = 0  # settled on each side, no move in flight
     inference_ready: int = 0
+    pool_nodes: tuple[tuple[str, int], ...] = ()  # (pool, nodes its waiting pods need)
+    pool_incoming: tuple[tuple[str, int], ...] = ()  # (pool, nodes on their way to it)
+    pool_here: tuple[tuple[str, int], ...] = ()  # (pool, nodes at it or on their way)
 
 
 def gpus_per_node(spec: SlurmNodePoolSpec) -> int:
@@ -81,19 +91,6 @@ def job_waits_for_nodes(reason: str) -> bool:
     return reason.startswith(WAITING_REASONS)
 
 
-def tolerates(pod: PendingPod, taint: dict) -> bool:
-    if taint.get("effect") == "PreferNoSchedule":
-        return True
-    for key, op, value, effect in pod.tolerations:
-        if effect and effect != taint.get("effect"):
-            continue
-        if op == "Exists" and (not key or key == taint.get("key")):
-            return True
-        if key == taint.get("key") and (value or "") == (taint.get("value") or ""):
-            return True
-    return False
-
-
 def fits(pod: PendingPod, pool: InferencePool, node_labels: list[dict[str, str]]) -> bool:
     """Would the pod run on a node of this inference pool? (nodeSelector and taints only.)"""
     for key, value in pod.node_selector:
@@ -102,7 +99,7 @@ def fits(pod: PendingPod, pool: InferencePool, node_labels: list[dict[str, str]]
                 return False
         elif not any(labels.get(key) == value for labels in node_labels):
             return False
-    return all(tolerates(pod, t.model_dump()) for t in pool.taints)
+    return all(tolerates(pod.tolerations, t.model_dump()) for t in pool.taints)
 
 
 def signals(spec: SlurmNodePoolSpec, nodes: list[NodeView], slurm: SlurmView, pods: list[PendingPod]) -> Signals:
@@ -118,8 +115,15 @@ def signals(spec: SlurmNodePoolSpec, nodes: list[NodeView], slurm: SlurmView, po
     job_gpus = sum(j.gpus_wanted for j in jobs)
     job_nodes = max([math.ceil(job_gpus / gpn)] + [j.num_nodes for j in jobs]) if jobs else 0
     idle = ready_slurm = ready_inf = 0
+    incoming: dict[str, int] = {}
+    here: dict[str, int] = {}
     for node in nodes:
+        goes = node.move.target if node.move is not None else node.placement
+        if pool_of(goes):
+            here[pool_of(goes)] = here.get(pool_of(goes), 0) + 1
         if node.move is not None:
+            if pool_of(node.move.target):
+                incoming[pool_of(node.move.target)] = incoming.get(pool_of(node.move.target), 0) + 1
             continue
         if node.placement == SLURM:
             ready_slurm += 1
@@ -131,7 +135,14 @@ def signals(spec: SlurmNodePoolSpec, nodes: list[NodeView], slurm: SlurmView, po
     # Node labels as inference would see them: without the pool-managed ones, which fits() checks.
     managed = {k for p in spec.inference.pools for k in p.labels}
     labels = [{k: v for k, v in n.labels.items() if k not in managed} for n in nodes]
-    fitting = [p for p in pods if p.gpus > 0 and any(fits(p, pool, labels) for pool in spec.inference.pools)]
+    by_priority = sorted(spec.inference.pools, key=lambda p: (-p.priority, p.name))
+    fitting = []
+    pool_gpus: dict[str, int] = {}
+    for pod in pods:
+        pool = next((q for q in by_priority if fits(pod, q, labels)), None) if pod.gpus > 0 else None
+        if pool is not None:
+            fitting.append(pod)
+            pool_gpus[pool.name] = pool_gpus.get(pool.name, 0) + pod.gpus
     pod_gpus = sum(p.gpus for p in fitting)
     return Signals(
         pending_jobs=len(jobs),
@@ -143,6 +154,9 @@ def signals(spec: SlurmNodePoolSpec, nodes: list[NodeView], slurm: SlurmView, po
         slurm_idle=idle,
         slurm_ready=ready_slurm,
         inference_ready=ready_inf,
+        pool_nodes=tuple(sorted((name, math.ceil(g / gpn)) for name, g in pool_gpus.items())),
+        pool_incoming=tuple(sorted(incoming.items())),
+        pool_here=tuple(sorted(here.items())),
     )
 
 
@@ -179,14 +193,16 @@ def decide(
     """Demand's count for this pass, from the base, the previous state and the signals."""
     d = spec.demand or DemandSpec()
     if previous is not None and previous.base_key == base_key and previous.slurm_nodes is not None:
-        current = previous.slurm_nodes
+        current, current_pools = previous.slurm_nodes, dict(previous.pools)
         last = parse_time(previous.last_change) or base_since
     else:
-        current, last = base, base_since  # a new base: demand starts over, after a cooldown
+        current, current_pools, last = base, {}, base_since  # a new base: demand starts over, after a cooldown
     incoming_slurm = max(0, current - sig.slurm_ready)
     incoming_inf = max(0, (total - current) - sig.inference_ready)
     slurm_wants = max(0, sig.job_nodes - sig.slurm_idle - incoming_slurm)
     inf_wants = max(0, sig.pod_nodes - incoming_inf)
+    incoming_pool = dict(sig.pool_incoming)
+    pool_wants = {p: w for p, need in sig.pool_nodes if (w := max(0, need - incoming_pool.get(p, 0))) > 0}
     status = DemandStatus(
         slurm_nodes=current,
         base=base,
@@ -198,6 +214,8 @@ def decide(
         pending_pod_gpus=sig.pod_gpus,
         slurm_wants=slurm_wants,
         inference_wants=inf_wants,
+        pool_wants=pool_wants,
+        pools=current_pools,
     )
     lo, hi = bounds(spec, total)
     if lo > hi:
@@ -232,14 +250,29 @@ def decide(
         proposal, why = (max(lo, current - inf_wants) if current > lo else current), inf_text
         if current <= lo:
             why += f" but inference is at its bound ({total - lo})"
-    if proposal == current:
+    pools = _pool_counts(spec, total, current_pools, pool_wants, dict(sig.pool_here)) if wi else current_pools
+    if proposal == current and pools == current_pools:
         status.message = why or "no unmet demand"
         return Outcome(current, status)
+    change = "; ".join(
+        ([f"{current} -> {proposal} Slurm node(s)"] if proposal != current else [])
+        + [f"pool {p} {current_pools.get(p, '-')} -> {n}" for p, n in sorted(pools.items()) if current_pools.get(p) != n]
+    )
     ready_at = last + timedelta(seconds=seconds(d.cooldown))
     if now < ready_at:
-        status.message = f"cooldown until {iso(ready_at)}: then {current} -> {proposal} Slurm node(s) ({why})"
+        status.message = f"cooldown until {iso(ready_at)}: then {change} ({why})"
         return Outcome(current, status)
-    status.slurm_nodes = proposal
+    status.slurm_nodes, status.pools = proposal, pools
     status.last_change = iso(now)
-    status.message = f"{current} -> {proposal} Slurm node(s): {why}"
+    status.message = f"{change}: {why}"
     return Outcome(proposal, status, changed=True, message=status.message)
+
+
+def _pool_counts(spec: SlurmNodePoolSpec, total: int, current: dict[str, int], wants: dict[str, int], here: dict[str, int]) -> dict[str, int]:
+    """Each pool whose pods wait asks for its nodes now plus its need, within its maxNodes."""
+    counts = dict(current)
+    for pool in spec.inference.pools:
+        if pool.name in wants:
+            cap = pool.max_nodes if pool.max_nodes is not None else total
+            counts[pool.name] = min(cap, max(current.get(pool.name, 0), here.get(pool.name, 0)) + wants[pool.name])
+    return counts

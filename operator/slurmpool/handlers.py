@@ -217,10 +217,11 @@ async def _reconcile_one(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, all_
     now = datetime.now(timezone.utc)
     target = await oncall.decide(memo.kube, pool, spec, raw, mine, slurm, previous, now, memo.get("pending_pods"))
     status = await reconcile_pool(
-        pool, spec, mine, overlaps, slurm, memo.kube, backend or _NoSlurm(), now, previous, target_slurm=target.slurm_nodes
+        pool, spec, mine, overlaps, slurm, memo.kube, backend or _NoSlurm(), now, previous,
+        target_slurm=target.slurm_nodes, pool_counts=target.pool_counts,
     )
     status.target = target.status
-    await oncall.publish(memo.kube, pool, spec, mine, slurm, target.slurm_nodes, memo.setdefault("published", {}))
+    await oncall.publish(memo.kube, pool, spec, mine, slurm, target, memo.setdefault("published", {}))
     _export_gauges(pool, mine)
     poolmetrics.export(pool.key, mine, status)
     await _write_status(memo, pool, raw, status)

@@ -14,6 +14,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from .fit import needs_of
 from .models import SlurmNodePoolSpec
 from .reconcile import PoolRef
 from .view import LABEL_COMPONENT, LABEL_POOL, SLURM_TAINT_KEY, NodeView, PodView
@@ -66,6 +67,7 @@ def pod_view(body: dict) -> PodView:
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []),
         slurmd=(meta.get("labels") or {}).get(LABEL_COMPONENT) == "slurmd",
         mirror="kubernetes.io/config.mirror" in annotations,
+        needs=needs_of(body.get("spec") or {}),
     )
 
 

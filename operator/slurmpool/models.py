@@ -170,6 +170,16 @@ class InferencePool(Model):
     priority: int = Field(default=0, ge=-1000, le=1000, description="Higher keeps its nodes longer when Slurm grows.")
     min_nodes: int = Field(default=0, ge=0, le=100000)
     max_nodes: int | None = Field(default=None, ge=0, le=100000)
+    nodes: int | None = Field(
+        default=None,
+        ge=0,
+        le=100000,
+        description="An explicit count for this pool: served (highest priority first) before pools without one get the rest. "
+        "Unset: the pool gets what its priority and bounds give it. A schedule window or demand may set it for a while.",
+    )
+
+
+PoolCountMap = Annotated[dict[str, Annotated[int, Field(ge=0, le=100000)]], Field(max_length=16)]
 
 
 class InferenceSpec(Model):
@@ -213,6 +223,11 @@ class ScheduleWindow(Model):
     slurm_nodes: int | None = Field(default=None, ge=0, le=100000, description="Slurm nodes while the window is open.")
     slurm_percent: int | None = Field(
         default=None, ge=0, le=100, description="Or: this percentage of the selected nodes (rounded half up) serve Slurm."
+    )
+    inference: PoolCountMap | None = Field(
+        default=None,
+        description="Explicit counts of named inference pools while the window is open, e.g. {llm: 4, batch: 2}; "
+        "pools not named keep their spec count (if any) or share the rest by priority.",
     )
     priority: int = Field(
         default=0, ge=-1000, le=1000, description="Among overlapping open windows the highest wins; then the latest started; then list order."
@@ -321,6 +336,7 @@ class PoolCounts(SideCounts):
 
 class InferenceStatus(SideCounts):
     pools: list[PoolCounts] = Field(default_factory=list)
+    by_pool: str = Field(default="", description="Ready/desired per pool, e.g. 'llm 4/4, batch 1/2' (a printer column).")
 
 
 class MoveStatus(Model):
@@ -345,6 +361,10 @@ class DemandStatus(Model):
     pending_pod_gpus: int = 0
     slurm_wants: int = Field(default=0, description="Nodes Slurm still needs (pending need minus idle and incoming nodes).")
     inference_wants: int = Field(default=0, description="Nodes inference still needs.")
+    pool_wants: dict[str, int] = Field(default_factory=dict, description="Nodes each inference pool still needs for its pending pods.")
+    pools: dict[str, int] = Field(
+        default_factory=dict, description="Counts demand has asked for named inference pools (they hold until the base changes)."
+    )
     message: str = ""
 
 
@@ -362,6 +382,9 @@ class TargetStatus(Model):
     manual_since: str | None = Field(default=None, description="When the operator saw spec.slurmNodes change last.")
     manual_until: str | None = Field(default=None, description="A manual change made during a window holds until this edge.")
     base_key: str | None = Field(default=None, description="Identifies the current manual or schedule base (demand resets when it changes).")
+    inference: dict[str, int] = Field(
+        default_factory=dict, description="Explicit counts of named inference pools in force (from the spec, the open window or demand)."
+    )
     demand: DemandStatus | None = None
 
 

@@ -7,6 +7,7 @@ any instant re-observes, re-ensures and carries on: no step runs twice harmfully
 
     to inference:  Draining -> StoppingSlurmd -> Relabeling -> settled inference:<pool>
     to Slurm:      Cordoning -> Evicting -> StartingSlurmd -> Registering -> Resuming -> settled slurm
+    between pools: Relabeling -> EvictingMisfits -> settled inference:<other pool>   (no Slurm step)
 
 A rollback is a move back the way it came, through the same phases.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from .fit import misfit
 from .models import InferencePool, SlurmNodePoolSpec, seconds
 from .view import (
     LABEL_SIDE,
@@ -32,6 +34,7 @@ from .view import (
 
 TO_INFERENCE = ("Draining", "StoppingSlurmd", "Relabeling")
 TO_SLURM = ("Cordoning", "Evicting", "StartingSlurmd", "Registering", "Resuming")
+BETWEEN_POOLS = ("Relabeling", "EvictingMisfits")
 # Phases before anything irreversible (slurmd stopped, slurmd started): a move here can be
 # turned back at once when the split no longer wants it.
 ABORTABLE = frozenset({"Draining", "Cordoning", "Evicting"})
@@ -100,8 +103,21 @@ class Step:
     entered: list[str] = field(default_factory=list)  # phases this step moved into
 
 
-def first_phase(target: str) -> str:
+def between_pools(source: str, target: str) -> bool:
+    """A move from one inference pool to another: relabel and evict misfits, no Slurm step."""
+    return pool_of(source) is not None and pool_of(target) is not None
+
+
+def first_phase(target: str, source: str = NONE) -> str:
+    if between_pools(source, target):
+        return BETWEEN_POOLS[0]
     return TO_SLURM[0] if target == SLURM else TO_INFERENCE[0]
+
+
+def abortable(move: MoveRecord) -> bool:
+    """Can the move be turned back at once? Moves between pools only ever relabel (undone by
+    relabelling back) and evict pods that would not fit the new pool anyway."""
+    return move.phase in ABORTABLE or between_pools(move.source, move.target)
 
 
 def drain_reason(move: MoveRecord) -> str:
@@ -148,6 +164,19 @@ def slurm_shape(spec: SlurmNodePoolSpec, node: NodeView, keep_pool_labels: bool 
     return PatchNode(node.name, labels, tuple(kept), unschedulable=True)
 
 
+def disturbed_pods(spec: SlurmNodePoolSpec, node: NodeView, target: str) -> list[PodView]:
+    """The pods a move of the node to `target` would evict: every evictable pod on the way to
+    Slurm; between inference pools, those the new pool's labels and taints would not admit."""
+    if target == SLURM:
+        return [p for p in node.pods if p.evictable]
+    pool = _pool(spec, pool_of(target))
+    if pool is None or not between_pools(node.placement, target):
+        return []
+    shape = inference_shape(spec, node, pool)
+    labels = {k: v for k, v in {**node.labels, **shape.labels}.items() if v is not None}
+    return [p for p in node.pods if p.evictable and misfit(p.needs, labels, shape.taints)]
+
+
 def _norm_taints(taints) -> set[tuple[str, str, str]]:
     return {(t.get("key", ""), t.get("value") or "", t.get("effect", "")) for t in taints}
 
@@ -172,7 +201,7 @@ def advance(
 ) -> Step:
     """Take the move as far as the current observations allow."""
     step = Step(move=move)
-    for _ in range(len(TO_SLURM) + len(TO_INFERENCE) + 2):
+    for _ in range(len(TO_SLURM) + len(TO_INFERENCE) + len(BETWEEN_POOLS) + 2):
         outcome = _PHASES[move.phase](move, node, slurm, spec, now, step)
         if isinstance(outcome, str) and outcome == "wait":
             step.move = move
@@ -217,7 +246,7 @@ def reverse(move: MoveRecord, spec: SlurmNodePoolSpec, now: datetime, cause: str
         id=f"{move.id}-rb",
         source=move.target,
         target=source,
-        phase=first_phase(source),
+        phase=first_phase(source, move.target),
         since=now,
         started=now,
         cause=cause,
@@ -285,8 +314,25 @@ def _relabeling(move, node, slurm, spec, now, step: Step):
         return "wait"
     patch = inference_shape(spec, node, pool)
     if shaped(node, patch):
-        return _Finish()
+        return "EvictingMisfits" if between_pools(move.source, move.target) else _Finish()
     step.actions.append(patch)
+    return "wait"
+
+
+def _evicting_misfits(move, node: NodeView, slurm, spec, now, step: Step):
+    """Pods the new pool's labels and taints would not admit leave through the Eviction API
+    (PDBs honoured, never forced); pods that fit stay and keep serving."""
+    misfits = [(p, why) for p in node.pods if p.evictable and (why := misfit(p.needs, node.labels, node.taints))]
+    if not misfits:
+        return _Finish()
+    step.actions.extend(Evict(p) for p, _ in misfits if not p.deleting)
+    step.blocked_by = [f"pod/{p.key}" for p, _ in misfits]
+    step.message = f"evicting {len(misfits)} pod(s) that do not fit {move.target} (" + "; ".join(
+        f"{p.key}: {why}" for p, why in misfits[:3]) + ")"
+    if _elapsed(move, now) >= seconds(spec.drain.eviction_timeout):
+        if spec.drain.on_eviction_timeout == "Rollback":
+            return _Rollback(f"evictions refused for {spec.drain.eviction_timeout}")
+        step.message = f"evictions timed out after {spec.drain.eviction_timeout} (onEvictionTimeout Wait); " + step.message
     return "wait"
 
 
@@ -388,6 +434,7 @@ _PHASES = {
     "Draining": _draining,
     "StoppingSlurmd": _stopping_slurmd,
     "Relabeling": _relabeling,
+    "EvictingMisfits": _evicting_misfits,
     "Cordoning": _cordoning,
     "Evicting": _evicting,
     "StartingSlurmd": _starting_slurmd,

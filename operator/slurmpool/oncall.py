@@ -116,7 +116,7 @@ def slurm_annotation(name: str, slurm: SlurmView) -> str | None:
 
 
 async def publish(kube, pool: PoolRef, spec: SlurmNodePoolSpec, nodes: list[NodeView], slurm: SlurmView,
-                  target_slurm: int, written: dict[str, tuple[str, float]]) -> None:
+                  target: Decision, written: dict[str, tuple[str, float]]) -> None:
     """`written` remembers what this process last wrote per node, and when (the index may lag)."""
     if slurm.available:
         for node in nodes:
@@ -131,10 +131,10 @@ async def publish(kube, pool: PoolRef, spec: SlurmNodePoolSpec, nodes: list[Node
                 written[node.name] = (value, time.monotonic())
             except Exception as err:  # noqa: BLE001 - best effort: retried next pass
                 log.warning("could not publish Slurm state of %s: %s", node.name, err)
-    done = move_now_done(spec, nodes, target_slurm)
+    done = move_now_done(spec, nodes, target.slurm_nodes, target.pool_counts)
     if not done:
         return
-    desired, _ = desired_split(spec, len(nodes), target_slurm)
+    desired, _ = desired_split(spec, len(nodes), target.slurm_nodes, target.pool_counts)
     count: dict[str, int] = {}
     for n in nodes:
         count[_here(n)] = count.get(_here(n), 0) + 1

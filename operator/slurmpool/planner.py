@@ -2,8 +2,9 @@
 to start now. Pure and O(n log n) in the number of nodes.
 
 1. The desired split: `target_slurm` nodes serve Slurm; the rest go to the inference pools,
-   each first up to its minNodes, then by priority (highest first) up to its maxNodes. So
-   when Slurm grows, the lowest-priority pool is the first to give nodes back.
+   each first up to its minNodes, then to explicit per-pool counts, then by priority
+   (highest first) up to its maxNodes (desired_split). So when Slurm grows, the
+   lowest-priority pool is the first to give nodes back.
 2. Pinned nodes that are elsewhere move to their pin.
 3. Groups above their desired count give nodes to groups below it (unadopted nodes first),
    cheapest node first, within the budget `maxConcurrentMoves - moves in flight`.
@@ -20,7 +21,7 @@ from datetime import datetime
 
 from . import topology
 from .models import SlurmNodePoolSpec
-from .moves import ABORTABLE
+from .moves import abortable
 from .view import NONE, SLURM, NodeView, SlurmView, inference
 
 NEVER = float("inf")
@@ -46,9 +47,22 @@ def placements(spec: SlurmNodePoolSpec) -> list[str]:
     return [SLURM] + [inference(p.name) for p in spec.inference.pools]
 
 
-def desired_split(spec: SlurmNodePoolSpec, total: int, target_slurm: int | None = None) -> tuple[dict[str, int], list[str]]:
-    """How many nodes each placement should have, and why that cannot be met (if so)."""
+def explicit_counts(spec: SlurmNodePoolSpec) -> dict[str, int]:
+    """The spec's own per-pool counts (`inference.pools[].nodes`)."""
+    return {p.name: p.nodes for p in spec.inference.pools if p.nodes is not None}
+
+
+def desired_split(
+    spec: SlurmNodePoolSpec, total: int, target_slurm: int | None = None, pool_counts: dict[str, int] | None = None
+) -> tuple[dict[str, int], list[str]]:
+    """How many nodes each placement should have, and why that cannot be met (if so).
+
+    Inference nodes go: every pool to its minNodes; then pools with an explicit count
+    (`pool_counts`, default the spec's) up to it, highest priority first; then pools without
+    one by priority up to their maxNodes; what is left, to any pool by priority up to its
+    maxNodes. So an explicit count is a request the higher-priority pools are served first."""
     slurm = spec.slurm_nodes if target_slurm is None else target_slurm
+    requests = explicit_counts(spec) if pool_counts is None else pool_counts
     problems = []
     if slurm > total:
         problems.append(f"{slurm} Slurm nodes wanted but only {total} nodes are selected")
@@ -65,15 +79,24 @@ def desired_split(spec: SlurmNodePoolSpec, total: int, target_slurm: int | None 
     if floor_sum > rest:
         problems.append(f"the inference pools' minNodes ({floor_sum}) exceed the {rest} inference nodes")
     left = rest
-    for p in pools:
-        give = min(p.min_nodes, left)
-        counts[p.name] += give
+
+    def fill(pool, up_to: int) -> None:
+        nonlocal left
+        cap = pool.max_nodes if pool.max_nodes is not None else total
+        give = max(0, min(min(up_to, cap) - counts[pool.name], left))
+        counts[pool.name] += give
         left -= give
+
     for p in pools:
-        room = (p.max_nodes if p.max_nodes is not None else total) - counts[p.name]
-        give = max(0, min(room, left))
-        counts[p.name] += give
-        left -= give
+        fill(p, p.min_nodes)
+    for p in pools:
+        if p.name in requests:
+            fill(p, requests[p.name])
+    for p in pools:
+        if p.name not in requests:
+            fill(p, total)
+    for p in pools:
+        fill(p, total)
     if left > 0:
         problems.append(f"the inference pools' maxNodes leave {left} node(s) without a pool")
     desired = {SLURM: slurm}
@@ -133,11 +156,13 @@ def move_now_target(node: NodeView, spec: SlurmNodePoolSpec, desired: dict[str, 
     return value if value in placements(spec) else None
 
 
-def move_now_done(spec: SlurmNodePoolSpec, nodes: list[NodeView], target_slurm: int | None = None) -> list[str]:
+def move_now_done(
+    spec: SlurmNodePoolSpec, nodes: list[NodeView], target_slurm: int | None = None, pool_counts: dict[str, int] | None = None
+) -> list[str]:
     """Nodes whose move-now request is fulfilled (settled where asked) once the split is whole
     again (every placement at its desired count, counting moves in flight), or that ask for
     a placement the pool does not have, or against the node's pin: their annotation can go."""
-    desired, problems = desired_split(spec, len(nodes), target_slurm)
+    desired, problems = desired_split(spec, len(nodes), target_slurm, pool_counts)
     count: dict[str, int] = {}
     for node in nodes:
         here = current_placement(node)
@@ -159,8 +184,9 @@ def plan(
     slurm: SlurmView,
     now: datetime,
     target_slurm: int | None = None,
+    pool_counts: dict[str, int] | None = None,
 ) -> Plan:
-    desired, problems = desired_split(spec, len(nodes), target_slurm)
+    desired, problems = desired_split(spec, len(nodes), target_slurm, pool_counts)
     result = Plan(desired=desired, problems=problems)
     if problems:
         return result
@@ -198,7 +224,7 @@ def plan(
     desired_with_none = {**desired, NONE: 0}
     for node in sorted((n for n in nodes if n.move is not None), key=lambda n: n.name):
         move = node.move
-        if move is None or move.phase not in ABORTABLE or move.rollback or move.cause in ("pin", "move-now"):
+        if move is None or not abortable(move) or move.rollback or move.cause in ("pin", "move-now"):
             continue
         source = move.source if move.source in valid else NONE
         if count[move.target] > desired[move.target] and count[source] < desired_with_none[source]:

@@ -32,13 +32,14 @@ from .moves import (
     Resume,
     Step,
     advance,
+    between_pools,
     first_phase,
     ours,
     reverse,
 )
 from .planner import plan
 from .status import Observed, build_status, iso
-from .view import ANN_HOLD_UNTIL, ANN_MOVE, ANN_PLACEMENT, ANN_POOL, ANN_SETTLED, SLURM, MoveRecord, NodeView, SlurmView
+from .view import ANN_HOLD_UNTIL, ANN_MOVE, ANN_PLACEMENT, ANN_POOL, ANN_SETTLED, NONE, SLURM, MoveRecord, NodeView, SlurmView
 
 log = logging.getLogger("slurmpool.reconcile")
 
@@ -99,6 +100,7 @@ async def reconcile_pool(
     now: datetime,
     previous: SlurmNodePoolStatus | None,
     target_slurm: int | None = None,
+    pool_counts: dict[str, int] | None = None,
 ) -> SlurmNodePoolStatus:
     seen = Observed(desired={}, overlaps=overlaps, slurm_error=None if slurm.available else (slurm.error or "unavailable"))
     by_name = {n.name: n for n in nodes}
@@ -115,7 +117,7 @@ async def reconcile_pool(
     # Plan on the nodes as the steps leave them, so finished moves free budget at once.
     for name, step in steps.items():
         by_name[name] = _after(by_name[name], step)
-    result = plan(spec, list(by_name.values()), slurm, now, target_slurm)
+    result = plan(spec, list(by_name.values()), slurm, now, target_slurm, pool_counts)
     seen.desired, seen.problems = result.desired, result.problems
     for name in result.aborts:
         node = by_name[name]
@@ -130,7 +132,7 @@ async def reconcile_pool(
             id=uuid.uuid4().hex[:8],
             source=start.source,
             target=start.target,
-            phase=first_phase(start.target),
+            phase=first_phase(start.target, start.source),
             since=now,
             started=now,
             cause=start.cause,
@@ -140,7 +142,7 @@ async def reconcile_pool(
         step.events.insert(0, ("Normal", "MoveStarted", f"{node.name}: {start.source} -> {start.target} ({start.cause}, move {move.id})"))
         steps[node.name] = step
         by_name[node.name] = _after(node, step)
-        metrics.MOVES_STARTED.labels(direction=_direction(start.target), cause=start.cause).inc()
+        metrics.MOVES_STARTED.labels(direction=_direction(start.source, start.target), cause=start.cause).inc()
 
     await _execute(pool, spec, nodes, steps, kube, backend, seen)
     for name, step in steps.items():
@@ -161,7 +163,9 @@ def _repair_slurm_node(node: NodeView, slurm: SlurmView) -> list:
     return actions
 
 
-def _direction(target: str) -> str:
+def _direction(source: str, target: str) -> str:
+    if between_pools(source, target):
+        return "between_pools"
     return "to_slurm" if target == SLURM else "to_inference"
 
 
@@ -206,13 +210,14 @@ async def _execute(pool, spec, before: list[NodeView], steps: dict[str, Step], k
             await kube.event(pool_object(pool), type_, reason, message)
             await kube.event(node_object(name), type_, reason, message)
         if step.settled:
-            metrics.MOVES_COMPLETED.labels(direction=_direction(step.settled)).inc()
+            direction = _direction(node.move.source if node.move else NONE, step.settled)
+            metrics.MOVES_COMPLETED.labels(direction=direction).inc()
             if node.move:
-                metrics.MOVE_SECONDS.labels(direction=_direction(step.settled)).observe(
+                metrics.MOVE_SECONDS.labels(direction=direction).observe(
                     max(0.0, (datetime.now(node.move.started.tzinfo) - node.move.started).total_seconds())
                 )
-        if any(r == "MoveRolledBack" for _, r, _ in step.events):
-            metrics.MOVES_FAILED.labels(direction=_direction(node.move.target if node.move else SLURM), reason="rollback").inc()
+        if any(r == "MoveRolledBack" for _, r, _ in step.events) and node.move:
+            metrics.MOVES_FAILED.labels(direction=_direction(node.move.source, node.move.target), reason="rollback").inc()
     # 2. Slurm: batched, one command per kind.
     for reason, names in drains.items():
         await _guard(seen, "scontrol drain", backend.drain(sorted(set(names)), reason))

@@ -109,6 +109,7 @@ def build_status(
             ready=sum(p.ready for p in pools),
             moving=sum(p.moving for p in pools),
             pools=pools,
+            by_pool=", ".join(f"{p.name} {p.ready}/{p.desired}" for p in pools),
         ),
         moving=len(moves),
         blocked=len(blocked),

@@ -10,7 +10,10 @@
 2. **Demand** (when `spec.demand` is set and enabled) adjusts the base within its bounds
    (demand.py); every new base resets it and restarts its cooldown, so a person's or a
    window's count holds at least one cooldown.
-3. The result is `status.target`: the count, its source (Manual, Schedule, Demand), why,
+3. Per-pool counts go the same way: the spec's `inference.pools[].nodes`, replaced for
+   the pools a window names (`schedule[].inference`) while its count is the base, then
+   raised by demand's counts for pools whose pods wait (`status.target.inference`).
+4. The result is `status.target`: the count, its source (Manual, Schedule, Demand), why,
    since when, who (the manager of spec.slurmNodes in managedFields), the open window and
    the next schedule edge. Each automatic change is also an Event.
 
@@ -39,6 +42,10 @@ class Decision:
     @property
     def slurm_nodes(self) -> int:
         return self.status.slurm_nodes
+
+    @property
+    def pool_counts(self) -> dict[str, int]:
+        return self.status.inference
 
 
 def author(managed_fields: list[dict] | None) -> str | None:
@@ -99,9 +106,11 @@ def decide_target(
             events.append(("Normal", "ManualHoldEnded", f"the manual count held until the schedule edge; window {active.name} applies"))
 
     # -- the base: a held manual change, else the open window, else spec.slurmNodes
+    pool_counts = {p.name: p.nodes for p in spec.inference.pools if p.nodes is not None}
     if active and manual_until is None:
         count, note = _clamp_to_floors(spec, total, active.slurm_nodes)
         w = spec.schedule[active.index]
+        pool_counts.update(w.inference or {})
         base = count
         source, since, who = "Schedule", active.start, None
         base_key = f"schedule:{state.key}"
@@ -109,7 +118,8 @@ def decide_target(
     else:
         base = spec.slurm_nodes
         source, since, who = "Manual", manual_since, by
-        base_key = f"manual:{iso(manual_since)}:{spec.slurm_nodes}"
+        # A change of the spec's pool counts is a new base too: demand starts over from it.
+        base_key = f"manual:{iso(manual_since)}:{spec.slurm_nodes}" + "".join(f":{k}={v}" for k, v in sorted(pool_counts.items()))
         if active:
             reason = f"spec.slurmNodes set by {by or 'unknown'} during window {active.name}; holds until {iso(manual_until)}"
         elif spec.schedule:
@@ -135,6 +145,7 @@ def decide_target(
         manual_since=iso(manual_since),
         manual_until=iso(manual_until) if manual_until else None,
         base_key=base_key,
+        inference=pool_counts,
     )
 
     # -- demand on top (without fresh signals, e.g. Slurm unreachable, its count holds)
@@ -148,6 +159,8 @@ def decide_target(
         else:
             outcome = Outcome(base, DemandStatus(slurm_nodes=base, base=base, base_key=base_key, last_change=iso(now), message="no signals yet"))
         target.demand = outcome.status
+        for name, n in outcome.status.pools.items():
+            target.inference[name] = max(n, target.inference.get(name, 0))
         if outcome.changed:
             events.append(("Normal", "DemandChanged", outcome.message))
         if outcome.slurm_nodes != base:

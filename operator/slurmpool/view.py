@@ -18,6 +18,8 @@ from pydantic import BaseModel, ValidationError
 
 from slurmbridge import SlurmJob, SlurmNode
 
+from .fit import PodNeeds
+
 PREFIX = "slurmpool.io"
 ANN_POOL = f"{PREFIX}/pool"  # namespace/name of the pool that owns the node
 ANN_PLACEMENT = f"{PREFIX}/placement"  # settled placement
@@ -49,7 +51,7 @@ def side_of(placement: str) -> str:
     return placement.split(":", 1)[0]
 
 
-Direction = Literal["ToSlurm", "ToInference"]
+Direction = Literal["ToSlurm", "ToInference", "BetweenPools"]
 
 
 class MoveRecord(BaseModel):
@@ -66,6 +68,8 @@ class MoveRecord(BaseModel):
 
     @property
     def direction(self) -> Direction:
+        if pool_of(self.source) and pool_of(self.target):
+            return "BetweenPools"
         return "ToSlurm" if self.target == SLURM else "ToInference"
 
     def to_annotation(self) -> str:
@@ -92,6 +96,7 @@ class PodView:
     ready: bool = False
     slurmd: bool = False  # our slurmd pod (labelled slurmpool.io/component=slurmd)
     mirror: bool = False  # static pod: cannot be evicted
+    needs: PodNeeds = PodNeeds()  # what it asks of a node (a move between inference pools checks it)
 
     @property
     def key(self) -> str:
