@@ -55,8 +55,9 @@ def world():
     pods = [pod_body("llm-1", "n4"), pod_body("llm-2", "n4"), pod_body("agent", "n4", kind="DaemonSet"), pod_body("llm-3", "n5")]
     pool = {"metadata": {"name": "gpu", "namespace": "ns"}, "spec": SPEC.model_dump(by_alias=True, exclude_none=True),
             "status": {"target": {"slurmNodes": 3, "source": "Schedule", "since": "2026-11-29T11:00:00Z", "window": "night",
-                                  "reason": "window night open", "nextChange": "2026-11-30T05:00:00Z"},
-                       "slurm": {"ready": 3, "desired": 3}, "inference": {"ready": 1, "desired": 2}, "moving": 1}}
+                                  "reason": "window night open", "nextChange": "2026-11-30T05:00:00Z", "inference": {"default": 2}},
+                       "slurm": {"ready": 3, "desired": 3}, "moving": 1,
+                       "inference": {"ready": 1, "desired": 2, "pools": [{"name": "default", "ready": 1, "desired": 2, "moving": 1}]}}}
     return pool, cli.pool_nodes(SPEC, nodes, pods)
 
 
@@ -82,6 +83,8 @@ def test_status_rows_name_side_phase_age_and_workload():
     assert all(len(line) <= 80 for line in text.splitlines())
     assert "source Schedule" in text and "n5" in text and "Evicting>slurm" in text and "jobs 102,103" in text
     assert "drain*" in text
+    assert "Inference pools (ready/desired): default 1/2 (count 2)" in text
+    assert view["inference"]["pools"] == [{"name": "default", "ready": 1, "desired": 2, "moving": 1}]
 
 
 @pytest.mark.parametrize("width", [80, 100, 120])

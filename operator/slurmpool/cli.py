@@ -150,7 +150,7 @@ def status_view(pool: dict, nodes: list[NodeView], now: datetime) -> dict[str, A
         "spec": {"slurmNodes": spec.get("slurmNodes")},
         "target": status.get("target"),
         "slurm": status.get("slurm"),
-        "inference": {k: v for k, v in (status.get("inference") or {}).items() if k != "pools"},
+        "inference": {k: v for k, v in (status.get("inference") or {}).items() if k != "byPool"},
         "moving": status.get("moving", 0),
         "conditions": {c["type"]: f"{c['status']} {c.get('reason', '')}".strip() for c in status.get("conditions") or []},
         "nodes": node_rows(nodes, now),
@@ -291,6 +291,11 @@ def render_status(view: dict[str, Any], total: int = 100) -> str:
     s, i = view.get("slurm") or {}, view.get("inference") or {}
     lines.append(f"Slurm {s.get('ready', 0)}/{s.get('desired', 0)} ready, inference {i.get('ready', 0)}/{i.get('desired', 0)} ready, "
                  f"{view.get('moving', 0)} moving")
+    counts = t.get("inference") or {}
+    pools = [f"{p['name']} {p.get('ready', 0)}/{p.get('desired', 0)}" + (f" (count {counts[p['name']]})" if p["name"] in counts else "")
+             for p in i.get("pools") or []]
+    if pools:
+        lines.append(("Inference pools (ready/desired): " + ", ".join(pools))[:total])
     shown = [f"{k}={v}" for k, v in view.get("conditions", {}).items() if k == "Ready" or v.startswith("True")]
     if shown:
         lines.append(("Conditions: " + ", ".join(shown))[:total])
