@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make demo: on the running lab, install the CRD, start the operator and move nodes:
-# 8 Slurm nodes -> 5 (three go to inference) -> back to 8. The operator keeps running
+# 8 Slurm nodes -> 5 (three go to inference) -> one of them moves to a second inference
+# pool -> back to 8. The operator keeps running
 # afterwards (PID in .lab/run/operator.pid); `make lab-down` stops it with the lab.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,6 +43,16 @@ kubectl scale snp gpu -n $ns --replicas=5
 t0=$(date +%s)
 wait_split 5 3; show "scaled to 5: three nodes drained in Slurm and serving inference ($(( $(date +%s) - t0 )) s)"
 kubectl get nodes -L slurmpool.io/side,slurmpool.io/inference-pool
+# A count for the second pool: one llm node moves to batch (relabel, evict misfits, no Slurm step).
+kubectl patch snp gpu -n $ns --type=json -p '[{"op": "add", "path": "/spec/inference/pools/1/nodes", "value": 1}]'
+t0=$(date +%s)
+for _ in $(seq 1 240); do
+  [ "$(kubectl get snp gpu -n $ns -o jsonpath='{.status.inference.byPool}/{.status.moving}')" = "llm 2/2, batch 1/1/0" ] && break
+  sleep 0.5
+done
+show "batch pool count 1: one node moved from llm to batch ($(( $(date +%s) - t0 )) s)"
+kubectl get nodes -L slurmpool.io/side,slurmpool.io/inference-pool
+kubectl patch snp gpu -n $ns --type=json -p '[{"op": "remove", "path": "/spec/inference/pools/1/nodes"}]'
 kubectl scale snp gpu -n $ns --replicas=8
 t0=$(date +%s)
 wait_split 8 0; show "back to 8 Slurm nodes ($(( $(date +%s) - t0 )) s)"
