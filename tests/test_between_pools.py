@@ -220,3 +220,22 @@ def test_demand_pool_counts_reach_the_target():
     later = decide_target(spec, 8, NOW + timedelta(minutes=2), first.status, signals=sig)
     assert later.slurm_nodes == 3 and later.pool_counts == {"batch": 3}
     assert any(reason == "DemandChanged" and "pool batch - -> 3" in msg for _, reason, msg in later.events)
+
+
+def test_demand_reads_the_node_affinity_of_waiting_pods():
+    spec = spec_with(demand={})
+    zone_nodes = [NodeView(f"n{i}", labels={"zone": z}) for i, z in enumerate(["a", "a", "b"])]
+
+    def wants(expressions) -> PendingPod:
+        needs = needs_of({"tolerations": [{"key": "inference", "operator": "Exists"}],
+                          "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                              "nodeSelectorTerms": [{"matchExpressions": expressions}]}}}})
+        return PendingPod("serve", "p", 8, tolerations=needs.tolerations, affinity=needs.affinity)
+
+    sig = signals(spec, zone_nodes, SlurmView(True), [
+        wants([{"key": "zone", "operator": "In", "values": ["b"]}]),  # a zone some node is in
+        wants([{"key": "zone", "operator": "In", "values": ["c"]}]),  # no node is in zone c
+        wants([{"key": "pool", "operator": "In", "values": ["batch"]}, {"key": "zone", "operator": "NotIn", "values": ["a"]}]),
+    ])
+    # The first fits llm (highest priority); the third only batch, on the zone-b node.
+    assert sig.pending_pods == 2 and dict(sig.pool_nodes) == {"llm": 1, "batch": 1}

@@ -7,8 +7,8 @@ Signals, read each pass:
   nodes is max(ceil(GPUs wanted / GPUs per node), the largest job's node count), less the
   idle Slurm nodes and the nodes already promised to Slurm but not serving it yet.
 - Inference: pods Pending and Unschedulable that request nvidia.com/gpu and would fit one
-  of the pool's inference pools (their nodeSelector is met by the pool's labels or the
-  nodes' own labels, and they tolerate the pool's taints). Need: ceil(GPUs / GPUs per node)
+  of the pool's inference pools (their nodeSelector and required node affinity are met by
+  the pool's labels over a node's own labels, and they tolerate the pool's taints). Need: ceil(GPUs / GPUs per node)
   less the nodes promised to inference but not serving it yet. Each pod counts for the
   highest-priority pool it fits, so the need is also known per named pool.
 
@@ -39,7 +39,7 @@ from datetime import datetime, timedelta
 
 from slurmbridge.models import gpu_count
 
-from .fit import tolerates
+from .fit import PodNeeds, misfit
 from .models import DemandSpec, DemandStatus, InferencePool, SlurmNodePoolSpec, seconds
 from .status import iso, parse_time
 from .view import SLURM, NodeView, SlurmView, pool_of
@@ -59,10 +59,15 @@ class PendingPod:
     gpus: int
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[tuple[str, str, str, str], ...] = ()  # (key, operator, value, effect)
+    affinity: tuple = ()  # required node affinity terms, as fit.PodNeeds has them
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def needs(self) -> PodNeeds:
+        return PodNeeds(self.node_selector, self.affinity, self.tolerations)
 
 
 @dataclass(frozen=True)
@@ -91,15 +96,24 @@ def job_waits_for_nodes(reason: str) -> bool:
     return reason.startswith(WAITING_REASONS)
 
 
-def fits(pod: PendingPod, pool: InferencePool, node_labels: list[dict[str, str]]) -> bool:
-    """Would the pod run on a node of this inference pool? (nodeSelector and taints only.)"""
-    for key, value in pod.node_selector:
-        if key in pool.labels:
-            if pool.labels[key] != value:
-                return False
-        elif not any(labels.get(key) == value for labels in node_labels):
-            return False
-    return all(tolerates(pod.tolerations, t.model_dump()) for t in pool.taints)
+def fits(pod: PendingPod, pool: InferencePool, node_labels: list[dict[str, str]], cache: dict | None = None) -> bool:
+    """Would the pod run on some node of this inference pool? The node's own labels with the
+    pool's on top must meet its nodeSelector and required node affinity, and it must
+    tolerate the pool's taints. Nodes are judged only by the label keys the pod asks about,
+    so a Deployment's many pods cost one look at the nodes (`cache`, per pass)."""
+    needs = pod.needs
+    keys = tuple(sorted({k for k, _ in needs.node_selector} | {r[0] for term in needs.affinity for r in term}))
+    if cache is None:
+        cache = {}
+    if keys not in cache:
+        cache[keys] = {tuple((k, labels.get(k)) for k in keys) for labels in node_labels}
+    taints = [t.model_dump() for t in pool.taints]
+    for seen in cache[keys]:
+        labels = {k: v for k, v in seen if v is not None}
+        labels.update(pool.labels)
+        if misfit(needs, labels, taints) is None:
+            return True
+    return False
 
 
 def signals(spec: SlurmNodePoolSpec, nodes: list[NodeView], slurm: SlurmView, pods: list[PendingPod]) -> Signals:
@@ -138,8 +152,9 @@ def signals(spec: SlurmNodePoolSpec, nodes: list[NodeView], slurm: SlurmView, po
     by_priority = sorted(spec.inference.pools, key=lambda p: (-p.priority, p.name))
     fitting = []
     pool_gpus: dict[str, int] = {}
+    cache: dict = {}
     for pod in pods:
-        pool = next((q for q in by_priority if fits(pod, q, labels)), None) if pod.gpus > 0 else None
+        pool = next((q for q in by_priority if fits(pod, q, labels, cache)), None) if pod.gpus > 0 else None
         if pool is not None:
             fitting.append(pod)
             pool_gpus[pool.name] = pool_gpus.get(pool.name, 0) + pod.gpus

@@ -16,6 +16,7 @@ import math
 import time
 
 from .demand import PendingPod, signals
+from .fit import needs_of
 from .models import SlurmNodePoolSpec, SlurmNodePoolStatus
 from .planner import desired_split, move_now_done, move_now_target
 from .planner import current_placement as _here
@@ -64,16 +65,14 @@ def is_pending_gpu_pod(spec: dict, status: dict) -> bool:
 
 def pending_pod(body: dict) -> PendingPod:
     meta, spec = body.get("metadata", {}), body.get("spec", {}) or {}
-    tolerations = tuple(
-        (t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or "")
-        for t in spec.get("tolerations") or []
-    )
+    needs = needs_of(spec)
     return PendingPod(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
         gpus=pod_gpus(spec),
-        node_selector=tuple(sorted((spec.get("nodeSelector") or {}).items())),
-        tolerations=tolerations,
+        node_selector=needs.node_selector,
+        tolerations=needs.tolerations,
+        affinity=needs.affinity,
     )
 
 
