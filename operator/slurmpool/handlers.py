@@ -174,6 +174,7 @@ async def reconcile_all(memo, nodes_index, pods_index, pools_index) -> None:
             if isinstance(spec, SlurmNodePoolSpec) and not spec.node_selector.is_empty() and spec.node_selector.matches(node.labels):
                 owners.setdefault(node.name, []).append(key)
     memo.access.forget_views()
+    errors = memo.setdefault("reconcile_errors", {})
     for namespace, name, raw in pools:
         started = time.monotonic()
         pool = PoolRef(namespace, name, raw["uid"], raw["generation"])
@@ -184,10 +185,14 @@ async def reconcile_all(memo, nodes_index, pods_index, pools_index) -> None:
                 continue
             await _reconcile_one(memo, pool, spec, raw, all_nodes, owners, pods_index)
             metrics.RECONCILE_TOTAL.labels(result="ok").inc()
+            errors.pop(pool.key, None)
         except Exception as err:  # noqa: BLE001
             log.exception("reconcile of %s failed", pool.key)
             metrics.RECONCILE_TOTAL.labels(result="error").inc()
-            await memo.kube.event(pool_object(pool), "Warning", "ReconcileError", str(err)[:500])
+            message = str(err)[:500]
+            if errors.get(pool.key) != message:  # one Event per distinct failure, not one per pass
+                errors[pool.key] = message
+                await memo.kube.event(pool_object(pool), "Warning", "ReconcileError", message)
         finally:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
