@@ -1,6 +1,7 @@
 """Topology-aware choice on real objects (issue 5): the lab's nodes carry block labels
-(gpu01-04 in block-1, gpu05-08 in block-2). With one node of block-1 drained by an admin,
-taking two nodes from Slurm must take them from block-1 and leave block-2 whole."""
+(gpu01-04 in block-1, gpu05-08 in block-2), and its slurm.conf has the same blocks as tree
+switches. With one node of block-2 drained by an admin, taking two nodes from Slurm must take
+them from block-2 and leave block-1 whole, whichever the source of the blocks."""
 
 from __future__ import annotations
 
@@ -16,27 +17,34 @@ def settled(lab, slurm):
     return s.get("slurm", {}).get("ready") == slurm and s.get("inference", {}).get("ready") == 8 - slurm and s.get("moving") == 0
 
 
-def test_moves_keep_whole_blocks_in_slurm(lab):
+# Blocks from the Node labels, or from Slurm's own topology.conf (the lab's level-1 switches
+# block-1 and block-2 hold the same nodes as the labels say).
+SOURCES = {"labels": {"blockLabel": "topology.slurmpool.io/block"}, "slurm": {"fromSlurm": True, "slurmLevel": 1}}
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+def test_moves_keep_whole_blocks_in_slurm(lab, source):
     install_crd(lab)
     ensure_namespace_and_secret(lab)
-    op = Operator(lab, "operator-topology.log").start()
+    op = Operator(lab, f"operator-topology-{source}.log").start()
     try:
-        apply(lab, pool_manifest(lab, POOL, 8, topology={"blockLabel": "topology.slurmpool.io/block"}))
+        apply(lab, pool_manifest(lab, POOL, 8, topology=SOURCES[source]))
         wait(lambda: settled(lab, 8), 120, what="8 Slurm nodes")
-        # An admin drains gpu03 (a bad GPU): block-1 is broken for Slurm.
-        lab.slurm("scontrol", "update", "nodename=gpu03", "state=drain", "reason=bad GPU, ticket 42")
+        # An admin drains gpu07 (a bad GPU): block-2 is broken for Slurm. Without topology the
+        # planner would take gpu07 and then the first idle node by name, gpu01, breaking block-1 too.
+        lab.slurm("scontrol", "update", "nodename=gpu07", "state=drain", "reason=bad GPU, ticket 42")
         lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=6")
         wait(lambda: settled(lab, 6), 60, what="6/2")
         moved = sorted(n for n, p in node_placements(lab).items() if p != "slurm")
-        assert "gpu03" in moved and all(n in ("gpu01", "gpu02", "gpu03", "gpu04") for n in moved), moved
-        # block-2 stays whole and usable: an 4-node job fits in it at once
-        job = lab.slurm("sbatch", "--parsable", "-N", "4", "-w", "gpu[05-08]", "--gres=gpu:8", "-o", "/dev/null",
+        assert "gpu07" in moved and all(n in ("gpu05", "gpu06", "gpu07", "gpu08") for n in moved), moved
+        # block-1 stays whole and usable: a 4-node job fits in it at once
+        job = lab.slurm("sbatch", "--parsable", "-N", "4", "-w", "gpu[01-04]", "--gres=gpu:8", "-o", "/dev/null",
                         "--wrap", "sleep 1").stdout.strip()
         wait(lambda: lab.slurm("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() in ("RUNNING", "COMPLETING", ""), 30,
-             what="the 4-node job to start in block-2")
+             what="the 4-node job to start in block-1")
         # the admin's drain is never undone by the operator
-        assert "Reason=bad GPU, ticket 42" in lab.slurm("scontrol", "show", "node", "gpu03").stdout
+        assert "Reason=bad GPU, ticket 42" in lab.slurm("scontrol", "show", "node", "gpu07").stdout
     finally:
         op.stop()
-        lab.slurm("scontrol", "update", "nodename=gpu03", "state=resume", check=False)
+        lab.slurm("scontrol", "update", "nodename=gpu07", "state=resume", check=False)
         reset_lab(lab)

@@ -487,3 +487,32 @@ async def test_ssh_runner_connection_refused_is_unavailable():
                        connect_timeout=2)
     with pytest.raises(SlurmUnavailable, match="cannot connect"):
         await runner.run(["scontrol", "ping"], 5)
+
+
+# ---------------------------------------------------------------- topology
+TREE = """SwitchName=rack-1 Level=0 LinkSpeed=1 Nodes=gpu01,gpu02
+SwitchName=rack-2 Level=0 LinkSpeed=1 Nodes=gpu03,gpu04
+SwitchName=block-1 Level=1 LinkSpeed=1 Nodes=gpu[01-04] Switches=rack-1,rack-2
+SwitchName=empty Level=0 LinkSpeed=1 Nodes=(null)
+SwitchName=spine Level=2 LinkSpeed=1 Nodes=gpu[01-04] Switches=block-1
+"""
+BLOCKS = "BlockName=b1 BlockIndex=0 Nodes=gpu[01-04] BlockSize=4\nBlockName=b2 BlockIndex=1 Nodes=gpu[05-08] BlockSize=4\n"
+
+
+async def test_topology_reads_switches_with_levels_and_blocks():
+    b, r = backend(TREE)
+    groups = await b.topology()
+    assert r.calls == [["scontrol", "show", "topology"]]
+    assert [(g.name, g.level, g.nodes) for g in groups] == [
+        ("rack-1", 0, ("gpu01", "gpu02")), ("rack-2", 0, ("gpu03", "gpu04")),
+        ("block-1", 1, ("gpu01", "gpu02", "gpu03", "gpu04")), ("spine", 2, ("gpu01", "gpu02", "gpu03", "gpu04"))]
+    b, _ = backend(BLOCKS)
+    assert [(g.name, g.kind, len(g.nodes)) for g in await b.topology()] == [("b1", "block", 4), ("b2", "block", 4)]
+
+
+async def test_no_topology_plugin_is_no_blocks_but_slurm_down_is_an_error():
+    b, _ = backend(failed(stdout="No topology information available"))
+    assert await b.topology() == []
+    b, _ = backend(down(), down(), down())
+    with pytest.raises(SlurmUnavailable):
+        await b.topology()

@@ -118,3 +118,24 @@ def test_planner_keeps_as_many_whole_blocks_as_exhaustive_search(case):
     assert len(result.starts) == k
     got = whole_slurm_blocks(spec.topology, nodes, view, after(nodes, result))
     assert got == optimum(nodes, view, k, spec.topology)
+
+
+def test_blocks_can_come_from_slurms_topology():
+    from slurmbridge import TopologyGroup
+
+    from slurmpool.models import TopologySpec
+    from slurmpool.topology import block_of, ranks
+
+    groups = (TopologyGroup("rack-1", 0, ("n1", "n2")), TopologyGroup("rack-2", 0, ("n3", "n4")),
+              TopologyGroup("block-1", 1, ("n1", "n2", "n3", "n4")), TopologyGroup("spine", 2, ("n1", "n2", "n3", "n4", "n5")))
+    slurm = SlurmView(True, nodes={f"n{i}": slurm_node(f"n{i}") for i in range(1, 6)}, topology=groups)
+    topo = TopologySpec(from_slurm=True, slurm_level=0, block_label="blk")
+    n5 = NodeView("n5", labels={"blk": "from-label"})
+    assert block_of(topo, NodeView("n3"), slurm) == "rack-2"
+    assert block_of(topo, n5, slurm) == "from-label"  # no leaf switch: the label decides
+    assert block_of(TopologySpec(from_slurm=True, slurm_level=1), NodeView("n3"), slurm) == "block-1"
+    # ranks follow Slurm's blocks: with n2 drained, rack-1 is broken, so n1 and n2 go first.
+    drained = SlurmView(True, nodes={**slurm.nodes, "n2": slurm_node("n2", "IDLE", {"DRAIN"}, reason="bad")}, topology=groups)
+    nodes = [NodeView(f"n{i}", annotations={ANN_PLACEMENT: SLURM}) for i in range(1, 5)]
+    got = ranks(topo, nodes, drained, lambda n: n.placement, lambda n: True)
+    assert got["n1"][0] == 0 and got["n2"][0] == 0 and got["n3"][0] == 1 and got["n4"][0] == 1

@@ -2,7 +2,7 @@
 
 from .backend import ScontrolBackend, SlurmBackend
 from .errors import SlurmError, SlurmUnavailable
-from .models import SlurmJob, SlurmNode
+from .models import SlurmJob, SlurmNode, TopologyGroup
 from .parse import parse_scontrol_nodes, parse_squeue
 from .runner import CommandRunner, LocalRunner
 from .ssh import SshRunner
@@ -17,6 +17,7 @@ __all__ = [
     "SlurmNode",
     "SlurmUnavailable",
     "SshRunner",
+    "TopologyGroup",
     "parse_scontrol_nodes",
     "parse_squeue",
 ]

@@ -11,8 +11,8 @@ from typing import Protocol, runtime_checkable
 
 from . import validate
 from .errors import SlurmError, SlurmUnavailable
-from .models import SlurmJob, SlurmNode
-from .parse import parse_scontrol_nodes, parse_squeue, squeue_format
+from .models import SlurmJob, SlurmNode, TopologyGroup
+from .parse import parse_scontrol_nodes, parse_squeue, parse_topology, squeue_format
 from .runner import CommandRunner
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,7 @@ class SlurmBackend(Protocol):
 
     async def nodes(self, names: Sequence[str] | None = None) -> dict[str, SlurmNode]: ...
     async def jobs(self, partition: str | None = None, states: Sequence[str] | None = None) -> list[SlurmJob]: ...
+    async def topology(self) -> list[TopologyGroup]: ...
     async def drain(self, nodes: Sequence[str], reason: str) -> None: ...
     async def resume(self, nodes: Sequence[str]) -> None: ...
     async def requeue(self, job_ids: Sequence[str]) -> None: ...
@@ -99,6 +100,16 @@ class ScontrolBackend:
                 raise
             out = e.stdout
         return parse_scontrol_nodes(out)
+
+    async def topology(self) -> list[TopologyGroup]:
+        """Switches (topology/tree) or blocks (topology/block); empty without a topology plugin."""
+        try:
+            return parse_topology(await self._run(["scontrol", "show", "topology"]))
+        except SlurmError as e:
+            # topology/flat (or none): scontrol says there is no topology; that is no blocks.
+            if isinstance(e, SlurmUnavailable) or "topology" not in e.output.lower():
+                raise
+            return []
 
     async def jobs(self, partition: str | None = None, states: Sequence[str] | None = None) -> list[SlurmJob]:
         # A fresh separator per call: job names are user-chosen (even newlines are allowed), so

@@ -83,6 +83,16 @@ class SlurmNode:
 
 
 @dataclass(frozen=True)
+class TopologyGroup:
+    """One switch of topology/tree (with its level, 0 = leaf) or one block of topology/block."""
+
+    name: str
+    level: int
+    nodes: tuple[str, ...]
+    kind: str = "switch"  # switch | block
+
+
+@dataclass(frozen=True)
 class SlurmJob:
     job_id: str  # as squeue prints it: "42", or "42_3" for an array task
     name: str

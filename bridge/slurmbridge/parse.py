@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone, tzinfo
 
-from .models import SlurmJob, SlurmNode, gpu_count
+from .models import SlurmJob, SlurmNode, TopologyGroup, gpu_count
 from .validate import expand
 
 # sinfo-style one-character state suffixes (scontrol spells these as +FLAG, but accept both).
@@ -170,3 +170,24 @@ def parse_squeue(text: str, sep: str = DEFAULT_SEP, tz: tzinfo = timezone.utc) -
             )
         )
     return jobs
+
+
+def parse_topology(text: str) -> list[TopologyGroup]:
+    """`scontrol show topology`: `SwitchName=s Level=0 LinkSpeed=1 Nodes=gpu[01-04] Switches=...`
+    (topology/tree) or `BlockName=b1 BlockIndex=0 Nodes=gpu[01-04] BlockSize=4` (topology/block,
+    Slurm 23.11+). Lines without nodes (an empty switch) are skipped."""
+    groups = []
+    for line in text.splitlines():
+        fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+        nodes = fields.get("Nodes", "")
+        if not nodes or nodes in ("(null)", "(NULL)"):
+            continue
+        if "BlockName" in fields:
+            groups.append(TopologyGroup(fields["BlockName"], 0, tuple(expand(nodes)), "block"))
+        elif "SwitchName" in fields:
+            try:
+                level = int(fields.get("Level", "0"))
+            except ValueError:
+                continue
+            groups.append(TopologyGroup(fields["SwitchName"], level, tuple(expand(nodes)), "switch"))
+    return groups

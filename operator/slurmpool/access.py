@@ -6,10 +6,12 @@ observation per reconcile pass, so Slurm sees a constant number of commands per 
 
 from __future__ import annotations
 
+import logging
 import time
+from dataclasses import replace
 from typing import Awaitable, Callable
 
-from slurmbridge import LocalRunner, ScontrolBackend, SlurmBackend, SshRunner
+from slurmbridge import LocalRunner, ScontrolBackend, SlurmBackend, SlurmError, SshRunner
 
 from . import metrics
 from .models import SlurmAccess
@@ -17,6 +19,8 @@ from .reconcile import observe_slurm
 from .view import SlurmView
 
 ReadSecret = Callable[[str, str], Awaitable[dict[str, str]]]
+TOPOLOGY_MAX_AGE = 60.0  # seconds: slurm.conf's topology changes with a reconfigure, rarely
+log = logging.getLogger("slurmpool.access")
 
 
 def access_key(namespace: str, access: SlurmAccess) -> tuple:
@@ -55,6 +59,7 @@ class SlurmAccessPool:
         self._read_secret = read_secret
         self._backends: dict[tuple, SlurmBackend] = {}
         self._views: dict[tuple, tuple[float, SlurmView]] = {}
+        self._topology: dict[tuple, tuple[float, tuple]] = {}  # key -> (when, groups): changes rarely
         self.command_timeout = command_timeout
         self.retries = retries
 
@@ -83,19 +88,40 @@ class SlurmAccessPool:
             runner = LocalRunner(env={"SLURM_CONF": conf} if conf else None)
         return Instrumented(ScontrolBackend(runner, timeout=self.command_timeout, retries=self.retries))
 
-    async def observe(self, namespace: str, access: SlurmAccess, max_age: float) -> tuple[SlurmBackend | None, SlurmView]:
-        """Slurm's state for this access, polled at most once per `max_age` seconds."""
+    async def observe(
+        self, namespace: str, access: SlurmAccess, max_age: float, topology: bool = False
+    ) -> tuple[SlurmBackend | None, SlurmView]:
+        """Slurm's state for this access, polled at most once per `max_age` seconds; with
+        `topology`, its switches or blocks too, polled at most once per TOPOLOGY_MAX_AGE."""
         key = access_key(namespace, access)
         cached = self._views.get(key)
         if cached and time.monotonic() - cached[0] < max_age:
-            return self._backends.get(key), cached[1]
+            backend, view = self._backends.get(key), cached[1]
+            if topology and view.available and not view.topology and backend is not None:
+                view = replace(view, topology=await self._groups(key, backend))  # another pool polled without it
+                self._views[key] = (cached[0], view)
+            return backend, view
         try:
             backend = await self.backend(namespace, access)
         except Exception as err:  # noqa: BLE001 - a missing Secret is reported, not raised
             return None, SlurmView(available=False, error=f"cannot reach Slurm: {err}")
         view = await observe_slurm(backend)
+        if topology and view.available:
+            view = replace(view, topology=await self._groups(key, backend))
         self._views[key] = (time.monotonic(), view)
         return backend, view
+
+    async def _groups(self, key: tuple, backend: SlurmBackend) -> tuple:
+        known = self._topology.get(key)
+        if known and time.monotonic() - known[0] < TOPOLOGY_MAX_AGE:
+            return known[1]
+        try:
+            groups = tuple(await backend.topology())
+        except SlurmError as err:  # keep what we knew; without it, blocks fall back to labels
+            log.warning("cannot read Slurm's topology: %s", err)
+            return known[1] if known else ()
+        self._topology[key] = (time.monotonic(), groups)
+        return groups
 
     def forget_views(self) -> None:
         self._views.clear()

@@ -44,6 +44,13 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".timeZone",
         },
     ],
+    "spec.topology": [
+        {
+            "rule": "!has(self.wholeBlocks) || !self.wholeBlocks || has(self.blockLabel) || (has(self.fromSlurm) && self.fromSlurm)",
+            "message": "topology.wholeBlocks needs blocks: set blockLabel or fromSlurm",
+            "fieldPath": ".wholeBlocks",
+        }
+    ],
     "spec.demand.slurm": [
         {"rule": "!has(self.maxNodes) || self.minNodes <= self.maxNodes", "message": "demand.slurm.minNodes must not exceed maxNodes"}
     ],

@@ -217,7 +217,7 @@ async def _reconcile_one(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, all_
         seen_overlaps[key] = set(overlaps)
         others = sorted({f"{ns}/{n}" for name in overlaps for ns, n in owners[name] if (ns, n) != key})
         await memo.kube.event(pool_object(pool), "Warning", "NodeOverlap", f"nodes {', '.join(sorted(overlaps)[:10])} are also selected by {', '.join(others)}")
-    backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=INTERVAL / 2)
+    backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=INTERVAL / 2, topology=spec.topology.from_slurm)
     previous = _previous_status(raw)
     now = datetime.now(timezone.utc)
     target = await oncall.decide(memo.kube, pool, spec, raw, mine, slurm, previous, now, memo.get("pending_pods"))

@@ -204,7 +204,17 @@ class TopologySpec(Model):
     block_label: str | None = Field(
         default=None, max_length=317, description="Node label whose value names the node's topology block; unset: no topology."
     )
+    from_slurm: bool = Field(
+        default=False,
+        description="Read blocks from Slurm (`scontrol show topology`, every minute): the switches of slurmLevel "
+        "(topology/tree) or the blocks (topology/block). A node Slurm puts in no block falls back to blockLabel.",
+    )
+    slurm_level: int = Field(default=0, ge=0, le=16, description="With fromSlurm and topology/tree: the switch level whose switches are blocks (0: leaf switches).")
     whole_blocks: bool = Field(default=False, description="Move whole blocks only.")
+
+    @property
+    def enabled(self) -> bool:
+        return self.from_slurm or bool(self.block_label)
 
 
 class ScheduleWindow(Model):

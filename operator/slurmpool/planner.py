@@ -248,8 +248,8 @@ def plan(
         if (n.placement if n.placement in valid else NONE) in surplus
     ]
     heapq.heapify(candidates)
-    whole_only = spec.topology.whole_blocks and spec.topology.block_label
-    block_sizes = topology.whole_block_sizes(spec.topology, movable, lambda n: True) if whole_only else {}
+    whole_only = spec.topology.whole_blocks and spec.topology.enabled
+    block_sizes = topology.whole_block_sizes(spec.topology, movable, lambda n: True, slurm) if whole_only else {}
     opened: set[str] = set()
     order = itertools.chain.from_iterable(itertools.repeat(g, desired[g] - count[g]) for g in deficits)
     for target in order:
@@ -260,7 +260,7 @@ def plan(
             _, _, cand = heapq.heappop(candidates)
             group = cand.placement if cand.placement in valid else NONE
             if whole_only and group == SLURM and topo.get(cand.name, topology.NO_BLOCK)[0] == 1:
-                block = topology.block_of(spec.topology, cand)
+                block = topology.block_of(spec.topology, cand, slurm)
                 if block not in opened and surplus.get(group, 0) < block_sizes.get(block, 1):
                     continue  # moving it would break a block that cannot move whole
                 opened.add(block)

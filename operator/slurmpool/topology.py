@@ -1,7 +1,8 @@
 """Topology-aware victim order. Pure.
 
 A *block* is a set of nodes that a job wants whole (an NVLink domain exposed to Slurm as a
-topology block), named by a node label (`spec.topology.blockLabel`). A block is *whole* when
+topology block), named by a node label (`spec.topology.blockLabel`) or read from Slurm's own
+topology (`fromSlurm`: the switches of one level of topology/tree, or topology/block's blocks). A block is *whole* when
 every node of it serves Slurm and Slurm can use it (not drained, not down): taking one node
 from each of four whole blocks leaves 89% of the GPUs free and no block an 18-node job can use.
 
@@ -29,7 +30,11 @@ from .view import SLURM, NodeView, SlurmView
 NO_BLOCK = (1 << 30, 0, "")  # ranks are (tier, order, block)
 
 
-def block_of(topology: TopologySpec, node: NodeView) -> str | None:
+def block_of(topology: TopologySpec, node: NodeView, slurm: SlurmView | None = None) -> str | None:
+    if topology.from_slurm and slurm is not None:
+        block = slurm.blocks(topology.slurm_level).get(node.name)
+        if block is not None:
+            return block
     return node.labels.get(topology.block_label) if topology.block_label else None
 
 
@@ -50,11 +55,11 @@ def ranks(
     movable: Callable[[NodeView], bool],
 ) -> dict[str, tuple]:
     """node -> a rank tuple that sorts before the planner's own cost (lower moves first)."""
-    if not topology.block_label:
+    if not topology.enabled:
         return {}
     blocks: dict[str, list[NodeView]] = defaultdict(list)
     for node in nodes:
-        block = block_of(topology, node)
+        block = block_of(topology, node, slurm)
         if block is not None:
             blocks[block].append(node)
     out: dict[str, tuple] = {}
@@ -82,11 +87,13 @@ def ranks(
     return out
 
 
-def whole_block_sizes(topology: TopologySpec, nodes: Iterable[NodeView], movable: Callable[[NodeView], bool]) -> dict[str, int]:
+def whole_block_sizes(
+    topology: TopologySpec, nodes: Iterable[NodeView], movable: Callable[[NodeView], bool], slurm: SlurmView | None = None
+) -> dict[str, int]:
     """block -> its number of movable nodes: what `wholeBlocks` must move at once."""
     sizes: dict[str, int] = defaultdict(int)
     for node in nodes:
-        block = block_of(topology, node)
+        block = block_of(topology, node, slurm)
         if block is not None and movable(node):
             sizes[block] += 1
     return dict(sizes)
@@ -96,7 +103,7 @@ def whole_slurm_blocks(topology: TopologySpec, nodes: Iterable[NodeView], slurm:
     """How many blocks Slurm can use whole (the benchmark's fragmentation figure)."""
     blocks: dict[str, bool] = {}
     for node in nodes:
-        block = block_of(topology, node)
+        block = block_of(topology, node, slurm)
         if block is not None:
             blocks[block] = blocks.get(block, True) and usable_in_slurm(node, placement_of(node), slurm)
     return sum(blocks.values())

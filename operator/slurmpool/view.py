@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
-from slurmbridge import SlurmJob, SlurmNode
+from slurmbridge import SlurmJob, SlurmNode, TopologyGroup
 
 from .fit import PodNeeds
 
@@ -160,6 +160,16 @@ class SlurmView:
     nodes: dict[str, SlurmNode] = field(default_factory=dict)
     jobs: tuple[SlurmJob, ...] = ()
     error: str | None = None
+    topology: tuple[TopologyGroup, ...] = ()  # polled only for pools with topology.fromSlurm
+    _blocks: dict = field(default_factory=dict, compare=False, repr=False)  # level -> {node: block}
+
+    def blocks(self, level: int) -> dict[str, str]:
+        """node -> its block: the switch of that level (topology/tree) or its block (topology/block)."""
+        if level not in self._blocks:
+            self._blocks[level] = {
+                node: g.name for g in self.topology if g.kind == "block" or g.level == level for node in g.nodes
+            }
+        return self._blocks[level]
 
     @cached_property
     def _jobs_by_node(self) -> dict[str, list[SlurmJob]]:
