@@ -239,3 +239,13 @@ def test_demand_reads_the_node_affinity_of_waiting_pods():
     ])
     # The first fits llm (highest priority); the third only batch, on the zone-b node.
     assert sig.pending_pods == 2 and dict(sig.pool_nodes) == {"llm": 1, "batch": 1}
+
+
+def test_a_move_to_a_pool_removed_from_the_spec_goes_back_whatever_its_phase():
+    spec = make_spec(slurm_nodes=0, pools=[("llm", 10, 0, None)])  # batch is gone
+    record = MoveRecord(id="m", source=LLM, target=BATCH, phase="EvictingMisfits", since=NOW, started=NOW)
+    from_slurm = MoveRecord(id="s", source="slurm", target=BATCH, phase="Relabeling", since=NOW, started=NOW)
+    nodes = [NodeView("a", annotations={ANN_PLACEMENT: LLM, ANN_MOVE: record.to_annotation()}),
+             NodeView("b", annotations={ANN_PLACEMENT: "slurm", ANN_MOVE: from_slurm.to_annotation()})]
+    result = plan(spec, nodes, SlurmView(True), NOW)
+    assert sorted(result.aborts) == ["a", "b"] and not result.problems

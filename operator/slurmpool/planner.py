@@ -224,9 +224,19 @@ def plan(
     desired_with_none = {**desired, NONE: 0}
     for node in sorted((n for n in nodes if n.move is not None), key=lambda n: n.name):
         move = node.move
-        if move is None or not abortable(move) or move.rollback or move.cause in ("pin", "move-now"):
+        if move is None:
             continue
         source = move.source if move.source in valid else NONE
+        if move.target not in valid:
+            # Its inference pool was removed from the spec: whatever the phase, go back where
+            # it came from rather than wait for a pool that will not return.
+            if move.source in valid:
+                result.aborts.append(node.name)
+                count[NONE] -= 1
+                count[source] += 1
+            continue
+        if not abortable(move) or move.rollback or move.cause in ("pin", "move-now"):
+            continue
         if count[move.target] > desired[move.target] and count[source] < desired_with_none[source]:
             result.aborts.append(node.name)
             count[move.target] -= 1
