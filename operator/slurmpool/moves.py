@@ -308,7 +308,7 @@ def _stopping_slurmd(move, node: NodeView, slurm, spec, now, step: Step):
 
 def _relabeling(move, node, slurm, spec, now, step: Step):
     pool = _pool(spec, pool_of(move.target))
-    if pool is None:  # the pool was removed from the spec mid-move: stay parked in Slurm's hands
+    if pool is None:  # the pool was removed from the spec mid-move: the planner turns the move back
         step.message = f"inference pool {pool_of(move.target)!r} no longer exists"
         step.blocked_by = ["missing-pool"]
         return "wait"
