@@ -45,6 +45,7 @@ chart: tools
 	  $$h template slurmpool $(CHART) -n slurmpool-system >/dev/null && \
 	  $$h template slurmpool $(CHART) -n slurmpool-system --set metrics.serviceMonitor.enabled=true \
 	    --set metrics.prometheusRule.enabled=true --set cadence.createRole=true \
+	    --set oncall.createRole=true \
 	    --set 'rbac.poolNamespaces={gpu-a,gpu-b}' >/dev/null
 	deploy/render-manifests.sh --check
 

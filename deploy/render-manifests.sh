@@ -5,6 +5,7 @@
 #                                       Service, Deployment, Grafana dashboard ConfigMap
 #   deploy/manifests/monitoring.yaml    ServiceMonitor and PrometheusRule (Prometheus Operator)
 #   deploy/manifests/cadence-role.yaml  the optional ClusterRole for cadence jobs (docs/cadence.md)
+#   deploy/manifests/oncall-role.yaml   the optional ClusterRole for the on-call (docs/rbac.md)
 # `make manifests` runs it; `--check` renders to a temporary directory and fails if the
 # committed files differ (make test runs that). `--crds-only` copies crds/ into the chart and
 # writes crds.yaml, without Helm (`make crds` runs that).
@@ -55,10 +56,14 @@ YAML
   header "cadence.createRole"
   t --set cadence.createRole=true --show-only templates/cadence-rbac.yaml
 } > "$out/cadence-role.yaml"
+{
+  header "oncall.createRole"
+  t --set oncall.createRole=true --show-only templates/oncall-rbac.yaml
+} > "$out/oncall-role.yaml"
 
 if [ $check = 1 ]; then
   rc=0
-  for f in crds.yaml slurmpool.yaml monitoring.yaml cadence-role.yaml; do
+  for f in crds.yaml slurmpool.yaml monitoring.yaml cadence-role.yaml oncall-role.yaml; do
     if ! diff -u "$here/manifests/$f" "$out/$f" >&2; then rc=1; fi
   done
   [ $rc = 0 ] || { echo "deploy/manifests/ is not current: run 'make manifests'" >&2; exit 1; }

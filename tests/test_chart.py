@@ -96,6 +96,36 @@ def test_cadence_role_allows_only_reading_pools_and_their_scale(helm):
     assert template(helm, "--show-only", "templates/cadence-rbac.yaml", check=False).returncode != 0  # off by default
 
 
+ONCALL_RULES = [
+    {"apiGroups": ["slurmpool.io"], "resources": ["slurmnodepools"], "verbs": ["get", "list", "patch"]},
+    {"apiGroups": ["slurmpool.io"], "resources": ["slurmnodepools/scale"], "verbs": ["patch"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
+]
+
+
+def test_oncall_role_allows_only_the_plugin_and_the_runbook(helm):
+    subjects = '{"oncall":{"createRole":true,"subjects":[{"kind":"Group","name":"gpu-oncall","apiGroup":"rbac.authorization.k8s.io"}]}}'
+    values = REPO / ".pytest_cache" / "oncall-values.json"
+    values.parent.mkdir(exist_ok=True)
+    values.write_text(subjects)
+    docs = objects(template(helm, "-f", str(values), "--show-only", "templates/oncall-rbac.yaml").stdout)
+    assert [d["kind"] for d in docs] == ["ClusterRole", "ClusterRoleBinding"]
+    role, binding = docs
+    assert role["metadata"]["name"] == "slurmpool-oncall"
+    assert role["rules"] == ONCALL_RULES  # why each: docs/rbac.md; tied to cli.py by tests/test_oncall_role.py
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "slurmpool-oncall"}
+    assert binding["subjects"] == [{"kind": "Group", "name": "gpu-oncall", "apiGroup": "rbac.authorization.k8s.io"}]
+    # no subjects: the role alone (bind it yourself); off by default
+    (alone,) = objects(template(helm, "--set", "oncall.createRole=true", "--show-only", "templates/oncall-rbac.yaml").stdout)
+    assert alone["kind"] == "ClusterRole" and alone["rules"] == ONCALL_RULES
+    assert template(helm, "--show-only", "templates/oncall-rbac.yaml", check=False).returncode != 0
+    assert load("oncall-role.yaml") == [alone]  # deploy/manifests/oncall-role.yaml is that role
+    bad = template(helm, "--set", "oncall.createRole=yes", check=False)
+    assert bad.returncode != 0 and "schema" in bad.stderr.lower(), bad.stderr
+
+
 def test_image_by_digest(helm):
     digest = "sha256:" + "ab" * 32
     docs = objects(template(helm, "--set", f"image.digest={digest}", "--show-only", "templates/deployment.yaml").stdout)
