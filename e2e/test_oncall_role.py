@@ -1,0 +1,316 @@
+"""The optional on-call ClusterRole (deploy/manifests/oncall-role.yaml, rendered from the chart's
+templates/oncall-rbac.yaml) on the real lab: a ServiceAccount bound to it and to nothing else runs
+`kubectl slurmpool status/plan/move/pause/resume` (the plugin found on PATH, through the lab's
+kubectl) and the README's runbook commands against a running operator and pool, and all of it
+works; each rule of the role is needed (the role without it makes a named command fail with the
+apiserver's Forbidden for exactly that verb and resource); and what the on-call must not do is
+refused. Every request is made with a kubeconfig holding only the account's token.
+
+tests/test_oncall_role.py derives the same rules from cli.py and the runbook without a lab."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import (
+    NAMESPACE,
+    Operator,
+    apply,
+    ensure_namespace_and_secret,
+    get_json,
+    install_crd,
+    node_placements,
+    pool_manifest,
+    pool_status,
+    reset_lab,
+    wait,
+)
+from identity import apply_objects, manifest_objects, service_account_user, token_kubeconfig
+
+pytestmark = pytest.mark.e2e
+POOL = "gpu"
+SA_NAMESPACE = "slurmpool-e2e-oncall-sa"
+ONCALL = "oncall"  # bound to slurmpool-oncall
+MINUS = "oncall-minus"  # bound to slurmpool-oncall less one rule (test_each_rule_is_needed)
+NOBODY = "nobody"  # bound to nothing: what any ServiceAccount may do
+BINDINGS = ("slurmpool-oncall-e2e", "slurmpool-oncall-minus-e2e")
+VENV_BIN = Path(sys.executable).parent  # where `pip install` put kubectl-slurmpool
+
+
+def flat(rules: list[dict]) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for rule in rules for g in rule.get("apiGroups") or [""] for r in rule.get("resources") or []
+            for v in rule.get("verbs") or []}
+
+
+ROLE = manifest_objects("oncall-role.yaml")[0]
+GRANTED = flat(ROLE["rules"])
+
+
+class As:
+    """kubectl and the kubectl plugin with one ServiceAccount's token, and nothing else."""
+
+    def __init__(self, lab, name: str):
+        self.lab = lab
+        self.user = service_account_user(SA_NAMESPACE, name)
+        self.kubeconfig = token_kubeconfig(lab, SA_NAMESPACE, name, Path(lab.dir) / f"{name}-sa.kubeconfig")
+        self.env = {**lab.env, "KUBECONFIG": str(self.kubeconfig), "PATH": f"{VENV_BIN}:{lab.env['PATH']}", "COLUMNS": "100"}
+
+    def kubectl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([str(self.lab.bin_dir / "kubectl"), *args], env=self.env, input=input,
+                              capture_output=True, text=True, timeout=60)
+
+    def plugin(self, *args: str) -> subprocess.CompletedProcess:
+        """`kubectl slurmpool ...`, as the on-call runs it."""
+        return self.kubectl("slurmpool", *args)
+
+    def ok(self, *args: str, plugin: bool = False, input: str | None = None) -> str:
+        p = self.plugin(*args) if plugin else self.kubectl(*args, input=input)
+        assert p.returncode == 0, f"{'kubectl slurmpool' if plugin else 'kubectl'} {' '.join(args)} as {self.user}:\n{p.stderr}"
+        return p.stdout
+
+    def rules(self, namespace: str) -> set[tuple[str, str, str]]:
+        """What the apiserver says this account may do there (SelfSubjectRulesReview)."""
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview", "spec": {"namespace": namespace}}
+        out = self.ok("create", "--validate=false", "-f", "-", "-o", "json", input=json.dumps(review))
+        return flat(json.loads(out)["status"]["resourceRules"])
+
+
+def binding(name: str, role: str, account: str) -> dict:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": SA_NAMESPACE}]}
+
+
+def settled(lab, slurm: int):
+    def check():
+        s = pool_status(lab, POOL)
+        ok = (s.get("slurm", {}).get("ready") == slurm and s.get("inference", {}).get("ready") == len(lab.nodes) - slurm
+              and s.get("moving") == 0)
+        return s if ok else None
+
+    return check
+
+
+def placements(lab) -> dict[str, str]:
+    return {n: p for n, p in node_placements(lab).items() if n in lab.nodes}
+
+
+def pool(lab) -> dict:
+    return get_json(lab, "snp", POOL, "-n", NAMESPACE)
+
+
+@pytest.fixture(scope="module")
+def oncall(lab):
+    install_crd(lab)
+    ensure_namespace_and_secret(lab)
+    apply_objects(lab, [ROLE])
+    lab.kubectl("create", "namespace", SA_NAMESPACE, check=False)
+    apply_objects(lab, [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": n, "namespace": SA_NAMESPACE}}
+                        for n in (ONCALL, MINUS, NOBODY)])
+    apply_objects(lab, [binding(BINDINGS[0], ROLE["metadata"]["name"], ONCALL)])
+    operator = Operator(lab, "operator-oncall-role.log").start()
+    try:
+        apply(lab, pool_manifest(lab, POOL, 5))
+        wait(settled(lab, 5), 120, what="5/3")
+        yield As(lab, ONCALL)
+    finally:
+        operator.stop()
+        print(operator.log_tail(30))
+        lab.kubectl("delete", "clusterrolebinding", *BINDINGS, "--ignore-not-found", check=False)
+        lab.kubectl("delete", "clusterrole", "slurmpool-oncall-minus", "--ignore-not-found", check=False)
+        lab.kubectl("delete", "namespace", SA_NAMESPACE, "--wait=true", "--timeout=60s", check=False)
+        reset_lab(lab)
+
+
+def test_the_account_has_exactly_the_role(lab, oncall):
+    assert lab.kubectl_json("get", "clusterrole", "slurmpool-oncall")["rules"] == ROLE["rules"]
+    who = json.loads(oncall.ok("auth", "whoami", "-o", "json"))
+    assert who["status"]["userInfo"]["username"] == oncall.user
+    baseline = As(lab, NOBODY).rules(NAMESPACE)
+    assert not any(g == "slurmpool.io" or r in ("nodes", "pods", "events") for g, r, _ in baseline)
+    assert oncall.rules(NAMESPACE) - baseline == GRANTED
+    assert oncall.rules(SA_NAMESPACE) - baseline == GRANTED  # cluster-wide: every namespace alike
+
+
+def test_status_and_plan(lab, oncall):
+    before = placements(lab)
+    view = json.loads(oncall.ok("status", POOL, "-n", NAMESPACE, "-o", "json", plugin=True))
+    assert [n["node"] for n in view["nodes"]] == lab.nodes
+    assert sum(n["side"] == "slurm" for n in view["nodes"]) == 5 and view["spec"]["slurmNodes"] == 5
+    assert all(n["slurmState"] for n in view["nodes"])  # the operator's slurmpool.io/slurm annotation, read through nodes
+    text = oncall.ok("status", POOL, "-n", NAMESPACE, plugin=True)
+    assert f"SlurmNodePool {NAMESPACE}/{POOL}" in text and all(n in text for n in lab.nodes), text
+    plan = json.loads(oncall.ok("plan", POOL, "-n", NAMESPACE, "--slurm-nodes", "3", "-o", "json", plugin=True))
+    assert len(plan["moves"]) == 2 and all(m["from"] == "slurm" and m["to"] == "inference:llm" for m in plan["moves"])
+    assert "Plan for" in oncall.ok("plan", POOL, "-n", NAMESPACE, plugin=True)
+    assert placements(lab) == before  # a dry run
+
+
+def test_status_shows_pods_of_any_namespace(lab, oncall):
+    """status lists pods across namespaces (list_pod_for_all_namespaces): a serving pod in a
+    namespace the pool knows nothing of shows up on its node."""
+    node = sorted(n for n, p in placements(lab).items() if p == "inference:llm")[0]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "serve-1", "namespace": SA_NAMESPACE},
+           "spec": {"nodeName": node, "tolerations": [{"key": "slurmpool.io/inference", "operator": "Exists"}],
+                    "containers": [{"name": "llm", "image": "llm:1"}]}}
+    apply(lab, pod)
+    try:
+        wait(lambda: get_json(lab, "pod", "serve-1", "-n", SA_NAMESPACE).get("status", {}).get("phase") == "Running", 30,
+             what="serve-1 running")
+        view = json.loads(oncall.ok("status", POOL, "-n", NAMESPACE, "-o", "json", plugin=True))
+        rows = {n["node"]: n["pods"] for n in view["nodes"]}
+        assert f"{SA_NAMESPACE}/serve-1" in rows[node], rows
+    finally:
+        lab.kubectl("delete", "pod", "serve-1", "-n", SA_NAMESPACE, "--wait=true", "--timeout=30s", check=False)
+
+
+def test_move_now_and_its_events(lab, oncall):
+    node = sorted(n for n, p in placements(lab).items() if p == "slurm")[0]
+    out = oncall.ok("move", node, "--to", "inference", plugin=True)
+    assert "move-now=inference" in out and f"pool {NAMESPACE}/{POOL} will move it" in out, out
+    wait(lambda: placements(lab)[node] == "inference:llm", 90, what=f"{node} moved now")
+    wait(settled(lab, 5), 90, what="the split kept at 5/3 (a swap)")
+    wait(lambda: "slurmpool.io/move-now" not in (get_json(lab, "node", node)["metadata"].get("annotations") or {}), 30,
+         what="move-now cleared")
+    # Reading the operator's Events, as the runbook does.
+    wait(lambda: "MoveNowDone" in oncall.ok("events", "-n", NAMESPACE), 30, what="MoveNowDone in kubectl events")
+    described = oncall.ok("describe", "snp", POOL, "-n", NAMESPACE)
+    assert "MoveNowDone" in described and "Conditions" in described, described
+    status = oncall.ok("get", f"snp/{POOL}", "-n", NAMESPACE, "-o", "jsonpath={.status.moves}")
+    assert status in ("", "[]"), status  # nothing in flight
+    assert POOL in oncall.ok("get", "snp", "-n", NAMESPACE)
+
+
+def test_pause_and_resume(lab, oncall):
+    assert json.loads(oncall.ok("pause", POOL, "-n", NAMESPACE, "-o", "json", plugin=True))["paused"] is True
+    assert pool(lab)["spec"]["paused"] is True
+    assert "resumed" in oncall.ok("resume", POOL, "-n", NAMESPACE, plugin=True)
+    assert pool(lab)["spec"]["paused"] is False
+    # the runbook's way
+    oncall.ok("patch", f"snp/{POOL}", "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"paused":true}}')
+    assert pool(lab)["spec"]["paused"] is True
+    oncall.ok("patch", f"snp/{POOL}", "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"paused":false}}')
+    assert pool(lab)["spec"]["paused"] is False
+
+
+def test_scale_and_pin_from_the_runbook(lab, oncall):
+    oncall.ok("scale", f"snp/{POOL}", "-n", NAMESPACE, "--replicas=4")
+    assert pool(lab)["spec"]["slurmNodes"] == 4
+    wait(settled(lab, 4), 90, what="4/4")
+    pinned = sorted(n for n, p in placements(lab).items() if p != "slurm")[0]
+    oncall.ok("annotate", "node", pinned, "slurmpool.io/pin=slurm", "--overwrite")
+    wait(lambda: placements(lab)[pinned] == "slurm", 90, what=f"pinned {pinned} brought to Slurm")
+    wait(settled(lab, 4), 90, what="4/4 with the pin")
+    oncall.ok("annotate", "node", pinned, "slurmpool.io/pin-")
+    assert "slurmpool.io/pin" not in (get_json(lab, "node", pinned)["metadata"].get("annotations") or {})
+    oncall.ok("scale", f"snp/{POOL}", "-n", NAMESPACE, "--replicas=5")
+    wait(settled(lab, 5), 90, what="5/3")
+
+
+def test_a_node_patch_is_not_limited_to_annotations(lab, oncall):
+    """What docs/rbac.md warns about: RBAC grants `patch` on a node, whatever the patch changes."""
+    node = lab.nodes[-1]
+    oncall.ok("label", "node", node, "oncall-e2e/probe=yes")
+    try:
+        assert get_json(lab, "node", node)["metadata"]["labels"]["oncall-e2e/probe"] == "yes"
+    finally:
+        lab.kubectl("label", "node", node, "oncall-e2e/probe-")
+
+
+REFUSED = [
+    ("get", "secret", "slurm-ssh", "-n", NAMESPACE),
+    ("get", "secrets", "-A"),
+    ("get", "pod", "{slurmd_pod}", "-n", NAMESPACE),  # list only: no get, so no logs or exec either
+    ("delete", "pod", "{slurmd_pod}", "-n", NAMESPACE),
+    ("create", "--raw", f"/api/v1/namespaces/{NAMESPACE}/pods/{{slurmd_pod}}/eviction", "-f", "-"),
+    ("run", "oncall-was-here", "-n", NAMESPACE, "--image=busybox", "--restart=Never"),
+    ("create", "-f", "-"),  # a new SlurmNodePool
+    ("delete", "snp", POOL, "-n", NAMESPACE),
+    ("replace", "-f", "-"),  # PUT of the pool: only merge patches
+    ("patch", "snp", POOL, "-n", NAMESPACE, "--subresource=status", "--type=merge", "-p", '{"status":{"moving":3}}'),
+    ("scale", f"snp/{POOL}", "-n", NAMESPACE, "--current-replicas=5", "--replicas=2"),  # get/update of scale
+    ("get", "snp", "-n", NAMESPACE, "--watch", "--request-timeout=2s"),
+    ("delete", "node", "{node}"),
+    ("get", "lease", "slurmpool", "-n", "slurmpool-system"),
+    ("create", "namespace", "oncall-was-here"),
+    ("get", "configmaps", "-n", NAMESPACE),
+    ("patch", "crd", "slurmnodepools.slurmpool.io", "--type=merge", "-p", '{"metadata":{"labels":{"x":"y"}}}'),
+    ("get", "nodes", "--as=system:admin"),  # no impersonation
+]
+
+
+def refused_input(lab, args: tuple[str, ...], pod: str) -> str | None:
+    if args[:2] == ("create", "--raw"):
+        return json.dumps({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": NAMESPACE}})
+    if args == ("create", "-f", "-"):
+        other = pool_manifest(lab, "oncall-was-here", 1)
+        return json.dumps(other)
+    if args == ("replace", "-f", "-"):
+        body = pool(lab)
+        body["spec"]["slurmNodes"] = 2
+        return json.dumps(body)
+    return None
+
+
+@pytest.mark.parametrize("args", REFUSED, ids=lambda a: " ".join(a[:3]))
+def test_everything_else_is_refused(lab, oncall, args):
+    pods = get_json(lab, "pods", "-n", NAMESPACE, "-l", "slurmpool.io/component=slurmd")["items"]
+    pod = pods[0]["metadata"]["name"]
+    resolved = tuple(a.replace("{slurmd_pod}", pod).replace("{node}", lab.nodes[-1]) for a in args)
+    before = pool(lab)
+    result = oncall.kubectl(*resolved, input=refused_input(lab, args, pod))
+    assert result.returncode != 0, result.stdout
+    assert "forbidden" in result.stderr.lower(), result.stderr
+    after = pool(lab)
+    assert after["spec"] == before["spec"] and after.get("status", {}).get("moving") == before.get("status", {}).get("moving")
+    assert pod in {p["metadata"]["name"] for p in get_json(lab, "pods", "-n", NAMESPACE)["items"]}
+    assert lab.kubectl("get", "snp", "oncall-was-here", "-n", NAMESPACE, check=False).returncode != 0
+
+
+# Each rule of the role -> a command of the plugin or the runbook that fails without it. The
+# commands are harmless if they wrongly succeed (resume an unpaused pool, move a node to its side,
+# scale to the current count, remove an absent pin).
+NEEDED_BY = {
+    ("slurmpool.io", "slurmnodepools", "get"): ("plugin", "status", POOL, "-n", NAMESPACE),
+    ("slurmpool.io", "slurmnodepools", "list"): ("kubectl", "get", "snp", "-n", NAMESPACE),
+    ("slurmpool.io", "slurmnodepools", "patch"): ("plugin", "resume", POOL, "-n", NAMESPACE),
+    ("slurmpool.io", "slurmnodepools/scale", "patch"): ("kubectl", "scale", f"snp/{POOL}", "-n", NAMESPACE, "--replicas=5"),
+    ("", "nodes", "get"): ("kubectl", "annotate", "node", "{node}", "slurmpool.io/pin-"),
+    ("", "nodes", "list"): ("plugin", "plan", POOL, "-n", NAMESPACE),
+    ("", "nodes", "patch"): ("plugin", "move", "{node}", "--to", "{side}"),
+    ("", "pods", "list"): ("plugin", "status", POOL, "-n", NAMESPACE, "-o", "json"),
+    ("", "events", "list"): ("kubectl", "events", "-n", NAMESPACE),
+}
+
+
+def test_needed_by_covers_the_role():
+    assert set(NEEDED_BY) == GRANTED
+
+
+@pytest.fixture(scope="module")
+def minus(lab, oncall):
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "slurmpool-oncall-minus"},
+            "rules": ROLE["rules"]}
+    apply_objects(lab, [role, binding(BINDINGS[1], "slurmpool-oncall-minus", MINUS)])
+    return As(lab, MINUS), As(lab, NOBODY).rules(NAMESPACE)
+
+
+@pytest.mark.parametrize("rule", sorted(NEEDED_BY), ids=lambda r: f"{r[1]} {r[2]}")
+def test_each_rule_is_needed(lab, minus, rule):
+    account, baseline = minus
+    group, resource, verb = rule
+    rules = [{"apiGroups": [g], "resources": [r], "verbs": [v]} for g, r, v in sorted(GRANTED - {rule})]
+    apply_objects(lab, [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                         "metadata": {"name": "slurmpool-oncall-minus"}, "rules": rules}])
+    wait(lambda: account.rules(NAMESPACE) - baseline == GRANTED - {rule}, 30, what=f"the role without {rule} in force")
+    node = lab.nodes[0]
+    kind, *args = NEEDED_BY[rule]
+    args = [a.replace("{node}", node).replace("{side}", placements(lab)[node]) for a in args]
+    result = account.plugin(*args) if kind == "plugin" else account.kubectl(*args)
+    assert result.returncode != 0, f"{kind} {' '.join(args)} worked without {rule}:\n{result.stdout}"
+    assert f'cannot {verb} resource "{resource}" in API group "{group}"' in result.stderr, result.stderr
