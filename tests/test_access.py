@@ -1,9 +1,11 @@
-"""Shared Slurm access: one poll per pass for all pools, and Slurm's topology at most once a minute."""
+"""Shared Slurm access: one poll per pass for all pools, Slurm's topology at most once a minute, and
+a growing back-off while Slurm fails, reset by a success."""
 
 from __future__ import annotations
 
-from slurmbridge import TopologyGroup
+from slurmbridge import SlurmUnavailable, TopologyGroup
 from slurmpool import access
+from slurmpool.access import SlurmAccessPool
 from slurmpool.models import SlurmAccess
 
 from .factories import slurm_node
@@ -49,3 +51,49 @@ async def test_topology_is_polled_only_for_pools_that_want_it_and_at_most_once_a
     clock[0] += access.TOPOLOGY_MAX_AGE
     await pool.observe("ns", spec, max_age=0.5, topology=True)
     assert fake.calls.count("topology") == 2
+
+
+class Clock:
+    t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+class Backend:
+    def __init__(self):
+        self.up, self.polls = False, 0
+
+    async def nodes(self):
+        self.polls += 1
+        if not self.up:
+            raise SlurmUnavailable("Munge encode failed")
+        return {}
+
+    async def jobs(self):
+        return []
+
+
+async def test_failures_back_off_and_a_success_resets():
+    clock, backend = Clock(), Backend()
+    pool = SlurmAccessPool(lambda *_: None, backoff_base=1, backoff_max=4, clock=clock)
+    access = SlurmAccess.model_validate({"local": {}})
+    pool._backends[("local", None)] = backend
+    polls_at = []
+    for tick in range(40):  # 20 s of passes every 0.5 s
+        clock.t = tick * 0.5
+        before = backend.polls
+        _, view = await pool.observe("ns", access, max_age=0)
+        if backend.polls > before:
+            polls_at.append(clock.t)
+        assert not view.available and "Munge" in view.error
+    assert polls_at[:5] == [0.0, 1.0, 3.0, 7.0, 11.0]  # 1, 2, 4, then at most 4 s apart
+    assert "next try in 4s" in view.error
+    backend.up = True
+    clock.t = 100
+    _, view = await pool.observe("ns", access, max_age=0)
+    assert view.available
+    backend.up = False
+    clock.t = 100.5
+    _, view = await pool.observe("ns", access, max_age=0)
+    assert "failed 1 time(s)" in view.error  # the count starts again

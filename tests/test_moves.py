@@ -3,14 +3,15 @@ policies, PDB-refused evictions, foreign drains, and a crash at every round."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmpool.moves import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, advance
-from slurmpool.view import ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, NodeView, PodView
+from slurmpool.moves import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, Drain, PatchNode, advance
+from slurmpool.view import ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, MoveRecord, NodeView, PodView
 
 from .factories import NOW, make_spec, slurm_node
 from .sim import World, run_move, start
@@ -193,3 +194,47 @@ def test_phase_lists_cover_the_machine():
     from slurmpool.moves import _PHASES
 
     assert set(_PHASES) == set(TO_INFERENCE) | set(TO_SLURM) | set(BETWEEN_POOLS)
+
+
+def _events(step) -> list[str]:
+    return [reason for _, reason, _ in step.events]
+
+
+def _uncordoned(node: NodeView) -> NodeView:
+    return replace(node, unschedulable=False)
+
+
+def test_a_hand_uncordon_mid_move_to_slurm_is_restored_and_reported_once():
+    spec = make_spec()
+    world = inference_world(pods=[PodView("web", "protected-1", "u9", owner_kinds=("ReplicaSet",))], protected={"web/protected-1"})
+    start(world, INFERENCE, SLURM, NOW)
+    run_move(world, spec, NOW, rounds=3)
+    assert world.node.move.phase == "Evicting" and world.node.unschedulable
+    step = advance(world.node.move, _uncordoned(world.node), world.view(), spec, NOW)
+    assert _events(step).count("CordonRestored") == 1
+    patch = next(a for a in step.actions if isinstance(a, PatchNode))
+    assert patch.unschedulable and any(t["key"] == SLURM_TAINT_KEY for t in patch.taints)
+    assert "pool" not in patch.labels  # the pool's labels are neither removed nor changed here
+    step = advance(world.node.move, world.node, world.view(), spec, NOW)
+    assert "CordonRestored" not in _events(step)  # cordoned: nothing to say
+
+
+def test_a_rollback_towards_inference_does_not_restore_a_cordon():
+    spec = make_spec()
+    world = slurm_world()
+    move = MoveRecord(id="m1-rb", source=SLURM, target=INFERENCE, phase="Draining", since=NOW, started=NOW, rollback=True)
+    step = advance(move, _uncordoned(world.node), world.view(), spec, NOW)
+    assert "CordonRestored" not in _events(step)
+    step = advance(move.model_copy(update={"rollback": False}), _uncordoned(world.node), world.view(), spec, NOW)
+    assert "CordonRestored" in _events(step)
+
+
+def test_a_foreign_drain_mid_move_to_inference_is_reported_and_left():
+    spec = make_spec()
+    world = slurm_world()
+    world.slurm_node = slurm_node("gpu01", "IDLE", {"DRAIN"}, reason="maintenance: fan")
+    start(world, SLURM, INFERENCE, NOW)
+    step = advance(world.node.move, world.node, world.view(), spec, NOW)
+    assert "ForeignDrain" in _events(step) and not any(isinstance(a, Drain) for a in step.actions)
+    run_move(world, spec, NOW)
+    assert world.node.placement == INFERENCE and world.slurm_node.reason == "maintenance: fan"

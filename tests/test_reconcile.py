@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from slurmpool.reconcile import PoolRef, reconcile_pool
-from slurmpool.view import ANN_MOVE, ANN_PLACEMENT, SLURM, NodeView, PodView, SlurmView
+from slurmpool.models import MoveStatus, SlurmNodePoolStatus
+from slurmpool.view import ANN_MOVE, ANN_PLACEMENT, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 
@@ -53,11 +54,12 @@ class FakeSlurm:
 
 
 POOL = PoolRef("ns", "gpu", "uid-1", 3)
+SLURM_TAINT = {"key": SLURM_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
 
 
 def slurm_nodes(n):
     nodes = [
-        NodeView(name=f"gpu{i:02d}", annotations={ANN_PLACEMENT: SLURM}, unschedulable=True,
+        NodeView(name=f"gpu{i:02d}", annotations={ANN_PLACEMENT: SLURM}, unschedulable=True, taints=(SLURM_TAINT,),
                  pods=(PodView("ns", f"slurmd-gpu{i:02d}", f"u{i}", slurmd=True),))
         for i in range(n)
     ]
@@ -65,9 +67,9 @@ def slurm_nodes(n):
     return nodes, view
 
 
-async def run(spec, nodes, view, kube=None, slurm=None):
+async def run(spec, nodes, view, kube=None, slurm=None, previous=None, orphans=()):
     kube, slurm = kube or FakeKube(), slurm or FakeSlurm()
-    status = await reconcile_pool(POOL, spec, nodes, [], view, kube, slurm, NOW, None)
+    status = await reconcile_pool(POOL, spec, nodes, [], view, kube, slurm, NOW, previous, orphans=list(orphans))
     return status, kube, slurm
 
 
@@ -135,3 +137,41 @@ async def test_settled_slurm_node_gets_its_slurmd_back_and_stray_drain_of_ours_r
     assert ("create_slurmd_pod", "gpu00") in kube.calls
     assert slurm.calls == [("resume", ("gpu01",))]
 
+
+
+async def test_a_hand_uncordon_of_a_settled_slurm_node_is_restored_and_reported():
+    nodes, view = slurm_nodes(2)
+    nodes[0] = NodeView(name="gpu00", annotations={ANN_PLACEMENT: SLURM}, unschedulable=False, taints=(),
+                        pods=nodes[0].pods)
+    _, kube, _ = await run(make_spec(slurm_nodes=2), nodes, view)
+    patch = json.loads(next(c[2] for c in kube.calls if c[0] == "patch_node" and c[1] == "gpu00"))
+    assert patch["spec"]["unschedulable"] is True and patch["spec"]["taints"] == [SLURM_TAINT]
+    assert ("event", "SlurmNodePool", "CordonRestored") in kube.calls
+    assert not [c for c in kube.calls if c[0] == "patch_node" and c[1] == "gpu01"]  # untouched
+
+
+async def test_a_node_deleted_mid_move_is_reported_once_and_the_rest_go_on():
+    nodes, view = slurm_nodes(3)
+    previous = SlurmNodePoolStatus(moves=[MoveStatus(node="gpu09", move_id="m1", from_="slurm", to="inference:default",
+                                                     phase="Draining", since="2026-11-29T12:00:00Z")])
+    status, kube, _ = await run(make_spec(slurm_nodes=3), nodes, view, previous=previous)
+    assert [c for c in kube.calls if c[0] == "event"] == [("event", "SlurmNodePool", "NodeDeleted")]
+    assert status.moving == 0 and status.slurm.ready == 3
+    status, kube, _ = await run(make_spec(slurm_nodes=3), nodes, view, previous=status)
+    assert kube.calls == []  # once
+
+
+async def test_an_orphan_slurmd_pod_is_deleted_only_once_slurm_no_longer_uses_the_node():
+    nodes, view = slurm_nodes(2)
+    orphan = PodView("ns", "slurmd-gpu09", "u9", slurmd=True, node="gpu09", pool="gpu")
+    view.nodes["gpu09"] = slurm_node("gpu09", "ALLOCATED")  # a job runs there: keep its slurmd
+    status, kube, _ = await run(make_spec(slurm_nodes=2), nodes, view, orphans=[orphan])
+    assert not [c for c in kube.calls if c[0] == "delete_pod"]
+    degraded = next(c for c in status.conditions if c.type == "Degraded")
+    assert degraded.status == "True" and degraded.reason == "NodeMissing" and "slurmd-gpu09" in degraded.message
+    view.nodes["gpu09"] = slurm_node("gpu09", "IDLE", {"DRAIN"}, reason="slurmpool: moving to inference:default")
+    status, kube, _ = await run(make_spec(slurm_nodes=2), nodes, view, orphans=[orphan])
+    assert ("delete_pod", "ns/slurmd-gpu09") in kube.calls and ("event", "SlurmNodePool", "OrphanSlurmdDeleted") in kube.calls
+    assert next(c for c in status.conditions if c.type == "Degraded").status == "False"
+    status, kube, _ = await run(make_spec(slurm_nodes=2), nodes, SlurmView(False, error="munge"), orphans=[orphan])
+    assert not [c for c in kube.calls if c[0] == "delete_pod"]  # fail closed

@@ -55,13 +55,21 @@ class Instrumented:
 
 
 class SlurmAccessPool:
-    def __init__(self, read_secret: ReadSecret, command_timeout: float = 20.0, retries: int = 1):
+    """`backoff`: after a failed poll, the next one waits 1, 2, 4 ... x `backoff_base` seconds, at
+    most `backoff_max` (munge or slurmctld down: no hammering, one SSH login per pass); the
+    failed view, with the retry time in its error, stands in meanwhile. Reset on success."""
+
+    def __init__(self, read_secret: ReadSecret, command_timeout: float = 20.0, retries: int = 1,
+                 backoff_base: float = 1.0, backoff_max: float = 10.0, clock=None):
         self._read_secret = read_secret
         self._backends: dict[tuple, SlurmBackend] = {}
         self._views: dict[tuple, tuple[float, SlurmView]] = {}
         self._topology: dict[tuple, tuple[float, tuple]] = {}  # key -> (when, groups): changes rarely
+        self._failing: dict[tuple, tuple[int, float, SlurmView]] = {}  # key -> (failures, retry at, view)
         self.command_timeout = command_timeout
         self.retries = retries
+        self.backoff_base, self.backoff_max = backoff_base, backoff_max
+        self.clock = clock or (lambda: time.monotonic())
 
     async def backend(self, namespace: str, access: SlurmAccess) -> SlurmBackend:
         key = access_key(namespace, access)
@@ -94,21 +102,33 @@ class SlurmAccessPool:
         """Slurm's state for this access, polled at most once per `max_age` seconds; with
         `topology`, its switches or blocks too, polled at most once per TOPOLOGY_MAX_AGE."""
         key = access_key(namespace, access)
+        now = self.clock()
         cached = self._views.get(key)
-        if cached and time.monotonic() - cached[0] < max_age:
+        if cached and now - cached[0] < max_age:
             backend, view = self._backends.get(key), cached[1]
             if topology and view.available and not view.topology and backend is not None:
                 view = replace(view, topology=await self._groups(key, backend))  # another pool polled without it
                 self._views[key] = (cached[0], view)
             return backend, view
+        failing = self._failing.get(key)
+        if failing and now < failing[1]:
+            return self._backends.get(key), failing[2]
         try:
             backend = await self.backend(namespace, access)
         except Exception as err:  # noqa: BLE001 - a missing Secret is reported, not raised
-            return None, SlurmView(available=False, error=f"cannot reach Slurm: {err}")
-        view = await observe_slurm(backend)
-        if topology and view.available:
-            view = replace(view, topology=await self._groups(key, backend))
-        self._views[key] = (time.monotonic(), view)
+            backend, view = None, SlurmView(available=False, error=f"cannot reach Slurm: {err}")
+        else:
+            view = await observe_slurm(backend)
+            if topology and view.available:
+                view = replace(view, topology=await self._groups(key, backend))
+        if view.available:
+            self._failing.pop(key, None)
+        else:
+            failures = (failing[0] if failing else 0) + 1
+            delay = min(self.backoff_max, self.backoff_base * 2 ** (failures - 1))
+            view = replace(view, error=f"{view.error} (failed {failures} time(s); next try in {delay:g}s)")
+            self._failing[key] = (failures, self.clock() + delay, view)
+        self._views[key] = (self.clock(), view)
         return backend, view
 
     async def _groups(self, key: tuple, backend: SlurmBackend) -> tuple:

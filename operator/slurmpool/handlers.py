@@ -173,6 +173,8 @@ async def reconcile_all(memo, nodes_index, pods_index, pools_index) -> None:
         for key, spec in parsed.items():
             if isinstance(spec, SlurmNodePoolSpec) and not spec.node_selector.is_empty() and spec.node_selector.matches(node.labels):
                 owners.setdefault(node.name, []).append(key)
+    # Pods bound to a node that is no Node (deleted): their slurmd pods are reported and cleaned up.
+    gone = [pod for node in list(pods_index) if node not in nodes_index for pod in pods_index.get(node, ()) if pod.slurmd]
     memo.access.forget_views()
     errors = memo.setdefault("reconcile_errors", {})
     for namespace, name, raw in pools:
@@ -183,7 +185,8 @@ async def reconcile_all(memo, nodes_index, pods_index, pools_index) -> None:
             if isinstance(spec, str):
                 await _report_invalid(memo, pool, raw, spec)
                 continue
-            await _reconcile_one(memo, pool, spec, raw, all_nodes, owners, pods_index)
+            orphans = [p for p in gone if p.pool == name and p.namespace == namespace]
+            await _reconcile_one(memo, pool, spec, raw, all_nodes, owners, pods_index, orphans)
             metrics.RECONCILE_TOTAL.labels(result="ok").inc()
             errors.pop(pool.key, None)
         except Exception as err:  # noqa: BLE001
@@ -197,7 +200,7 @@ async def reconcile_all(memo, nodes_index, pods_index, pools_index) -> None:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
 
-async def _reconcile_one(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, all_nodes, owners, pods_index) -> None:
+async def _reconcile_one(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, all_nodes, owners, pods_index, orphans=()) -> None:
     key = (pool.namespace, pool.name)
     mine: list[NodeView] = []
     overlaps: list[str] = []
@@ -223,7 +226,7 @@ async def _reconcile_one(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, all_
     target = await oncall.decide(memo.kube, pool, spec, raw, mine, slurm, previous, now, memo.get("pending_pods"))
     status = await reconcile_pool(
         pool, spec, mine, overlaps, slurm, memo.kube, backend or _NoSlurm(), now, previous,
-        target_slurm=target.slurm_nodes, pool_counts=target.pool_counts,
+        target_slurm=target.slurm_nodes, pool_counts=target.pool_counts, orphans=orphans,
     )
     status.target = target.status
     await oncall.publish(memo.kube, pool, spec, mine, slurm, target, memo.setdefault("published", {}))

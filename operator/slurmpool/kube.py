@@ -68,6 +68,8 @@ def pod_view(body: dict) -> PodView:
         slurmd=(meta.get("labels") or {}).get(LABEL_COMPONENT) == "slurmd",
         mirror="kubernetes.io/config.mirror" in annotations,
         needs=needs_of(body.get("spec") or {}),
+        node=(body.get("spec") or {}).get("nodeName") or "",
+        pool=(meta.get("labels") or {}).get(LABEL_POOL, ""),
     )
 
 

@@ -181,6 +181,20 @@ def _norm_taints(taints) -> set[tuple[str, str, str]]:
     return {(t.get("key", ""), t.get("value") or "", t.get("effect", "")) for t in taints}
 
 
+def restore_cordon(node: NodeView, spec: SlurmNodePoolSpec, step: Step, during: str) -> None:
+    """The cordon and the slurmpool.io/slurm taint are the operator's while the node is on the
+    Slurm side: from Cordoning of a move to Slurm until Relabeling of a move to inference lifts
+    them. A person's uncordon then is restored and reported, never silently: a pod landing on a
+    node that runs (or is about to run) Slurm jobs would share its GPUs. Nothing is removed."""
+    if node.unschedulable and node.has_taint(SLURM_TAINT_KEY, "NoSchedule"):
+        return
+    if any(reason == "CordonRestored" for _, reason, _ in step.events):
+        return  # already done by an earlier phase of this same step
+    step.actions.append(slurm_shape(spec, node, keep_pool_labels=True))
+    step.events.append(("Warning", "CordonRestored", f"{node.name} was uncordoned or lost its {SLURM_TAINT_KEY} taint {during}; "
+                        "restored: the node belongs to Slurm (to hand it to inference, scale or `kubectl slurmpool move`)"))
+
+
 def shaped(node: NodeView, patch: PatchNode) -> bool:
     """True when the node already has the patch's labels, taints and schedulability."""
     for key, value in patch.labels.items():
@@ -266,6 +280,8 @@ def _draining(move, node, slurm: SlurmView, spec, now, step: Step):
         step.blocked_by = ["slurm-unavailable"]
         step.message = f"waiting for Slurm: {slurm.error or 'unavailable'}"
         return "wait"
+    if move.source == SLURM and not move.rollback:
+        restore_cordon(node, spec, step, f"during move {move.id} (Draining)")
     sn = slurm.nodes.get(node.name)
     if sn is None:  # Slurm does not know the node: nothing to drain
         return "StoppingSlurmd"
@@ -276,6 +292,9 @@ def _draining(move, node, slurm: SlurmView, spec, now, step: Step):
     elif not ours(sn.reason):
         step.message = f"already drained by someone else ({sn.reason}); not touching that drain"
     if sn.drain_set and not sn.busy and not jobs:
+        if not ours(sn.reason):  # the node leaves Slurm drained either way; their drain stays
+            step.events.append(("Warning", "ForeignDrain", f"{node.name} is drained by someone else ({sn.reason}) during move {move.id}; "
+                                "the move goes on and that drain is left in place"))
         return "StoppingSlurmd"
     step.blocked_by = [f"job/{j.job_id}" for j in jobs]
     if jobs:
@@ -297,6 +316,8 @@ def _draining(move, node, slurm: SlurmView, spec, now, step: Step):
 
 
 def _stopping_slurmd(move, node: NodeView, slurm, spec, now, step: Step):
+    if move.source == SLURM and not move.rollback:
+        restore_cordon(node, spec, step, f"during move {move.id} (StoppingSlurmd)")
     pod = node.slurmd_pod
     if pod is None:
         return "Relabeling"
@@ -348,6 +369,7 @@ def _cordoning(move, node, slurm, spec, now, step: Step):
 
 
 def _evicting(move, node: NodeView, slurm, spec, now, step: Step):
+    restore_cordon(node, spec, step, f"during move {move.id} (Evicting)")
     pending = [p for p in node.pods if p.evictable]
     if not pending:
         return "StartingSlurmd"
@@ -389,6 +411,7 @@ def _registering(move, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec
         step.blocked_by = ["slurm-unavailable"]
         step.message = f"waiting for Slurm: {slurm.error or 'unavailable'}"
         return "wait"
+    restore_cordon(node, spec, step, f"during move {move.id} (Registering)")
     if node.slurmd_pod is None:
         step.actions.append(CreateSlurmdPod(node.name))
     sn = slurm.nodes.get(node.name)
@@ -417,6 +440,7 @@ def usable_problem(sn, spec: SlurmNodePoolSpec) -> str | None:
 
 
 def _resuming(move, node, slurm: SlurmView, spec, now, step: Step):
+    restore_cordon(node, spec, step, f"during move {move.id} (Resuming)")
     if not slurm.available:
         step.blocked_by = ["slurm-unavailable"]
         return "wait"

@@ -35,11 +35,12 @@ from .moves import (
     between_pools,
     first_phase,
     ours,
+    restore_cordon,
     reverse,
 )
 from .planner import plan
 from .status import Observed, build_status, iso
-from .view import ANN_HOLD_UNTIL, ANN_MOVE, ANN_PLACEMENT, ANN_POOL, ANN_SETTLED, NONE, SLURM, MoveRecord, NodeView, SlurmView
+from .view import ANN_HOLD_UNTIL, ANN_MOVE, ANN_PLACEMENT, ANN_POOL, ANN_SETTLED, NONE, SLURM, MoveRecord, NodeView, PodView, SlurmView
 
 log = logging.getLogger("slurmpool.reconcile")
 
@@ -101,7 +102,9 @@ async def reconcile_pool(
     previous: SlurmNodePoolStatus | None,
     target_slurm: int | None = None,
     pool_counts: dict[str, int] | None = None,
+    orphans: list[PodView] = (),
 ) -> SlurmNodePoolStatus:
+    """`orphans`: this pool's slurmd pods bound to a node that is no Node any more."""
     seen = Observed(desired={}, overlaps=overlaps, slurm_error=None if slurm.available else (slurm.error or "unavailable"))
     by_name = {n.name: n for n in nodes}
     steps: dict[str, Step] = {}
@@ -110,9 +113,11 @@ async def reconcile_pool(
         if move is not None:
             steps[node.name] = advance(move, node, slurm, spec, now)
         elif node.placement == SLURM:
-            repair = _repair_slurm_node(node, slurm)
-            if repair:
-                steps[node.name] = Step(move=None, actions=repair)
+            repair = Step(move=None, actions=_repair_slurm_node(node, slurm))
+            restore_cordon(node, spec, repair, "while settled in Slurm")
+            if repair.actions:
+                steps[node.name] = repair
+    await _gone(pool, nodes, orphans, previous, slurm, kube, seen)
 
     # Plan on the nodes as the steps leave them, so finished moves free budget at once.
     for name, step in steps.items():
@@ -149,6 +154,31 @@ async def reconcile_pool(
         if step.blocked_by or step.message:
             seen.blocked[name] = (step.blocked_by, step.message)
     return build_status(pool.name, spec, pool.generation, list(by_name.values()), seen, previous.conditions if previous else [], now)
+
+
+async def _gone(pool, nodes, orphans, previous, slurm: SlurmView, kube: Kube, seen: Observed) -> None:
+    """Nodes deleted from Kubernetes. Their move record went with the Node, so a node that had a
+    move in flight last pass is reported once (its Slurm side stays as the move left it; if it
+    registers again it is a new, unadopted node and is adopted like any other). Its slurmd pod
+    is deleted only once Slurm shows it serves nothing (drained, no jobs); until then, or while
+    Slurm cannot be seen, it stays and the pool is Degraded (NodeMissing)."""
+    names = {n.name for n in nodes}
+    for m in previous.moves if previous else ():
+        if m.node not in names:
+            await kube.event(pool_object(pool), "Warning", "NodeDeleted",
+                             f"{m.node} was deleted from Kubernetes during move {m.move_id} ({m.phase}, {m.from_} -> {m.to}); "
+                             "its move record went with it; it is adopted again if it registers")
+    for pod in orphans:
+        node = pod.node
+        sn = slurm.nodes.get(node) if slurm.available else None
+        idle = slurm.available and (sn is None or (sn.drain_set and not sn.busy and not slurm.jobs_on(node)))
+        if idle and not pod.deleting:
+            await kube.event(pool_object(pool), "Normal", "OrphanSlurmdDeleted",
+                             f"deleting slurmd pod {pod.key}: its node {node} is gone from Kubernetes and serves nothing in Slurm")
+            await _guard(seen, f"delete pod {pod.key}", kube.delete_pod(pod.namespace, pod.name, pod.uid))
+        elif not idle:
+            why = "Slurm cannot be seen" if not slurm.available else "Slurm still uses it (not drained, or jobs on it)"
+            seen.missing.append(f"{node} (slurmd pod {pod.key} kept: {why})")
 
 
 def _repair_slurm_node(node: NodeView, slurm: SlurmView) -> list:

@@ -26,6 +26,7 @@ class Observed:
     overlaps: list[str] = field(default_factory=list)  # nodes also selected by another pool
     slurm_error: str | None = None
     errors: list[str] = field(default_factory=list)  # actions that failed this round
+    missing: list[str] = field(default_factory=list)  # deleted Nodes whose slurmd pod is kept
     blocked: dict[str, tuple[list[str], str]] = field(default_factory=dict)  # node -> (blocked_by, message)
 
 
@@ -129,6 +130,8 @@ def _conditions(spec, status: SlurmNodePoolStatus, seen: Observed, blocked, prev
         degraded.append(("NodeOverlap", f"selected by another SlurmNodePool too, never moved: {', '.join(sorted(seen.overlaps)[:20])}"))
     if seen.slurm_error:
         degraded.append(("SlurmUnavailable", seen.slurm_error))
+    if seen.missing:
+        degraded.append(("NodeMissing", f"deleted from Kubernetes: {', '.join(seen.missing[:10])}"))
     if seen.errors:
         degraded.append(("ActionFailed", seen.errors[-1]))
     c = set_condition(

@@ -97,6 +97,8 @@ class PodView:
     slurmd: bool = False  # our slurmd pod (labelled slurmpool.io/component=slurmd)
     mirror: bool = False  # static pod: cannot be evicted
     needs: PodNeeds = PodNeeds()  # what it asks of a node (a move between inference pools checks it)
+    node: str = ""  # spec.nodeName
+    pool: str = ""  # slurmd pods: the owning pool's name (label slurmpool.io/pool)
 
     @property
     def key(self) -> str:
