@@ -4,6 +4,7 @@ real sshd."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -192,3 +193,103 @@ def reset_lab(lab) -> None:
         lab.kubectl("label", "node", node, "slurmpool.io/side-", "slurmpool.io/inference-pool-", check=False)
         for key in ("slurmpool.io/slurm", "slurmpool.io/inference"):  # one by one: a missing key fails the call
             lab.kubectl("taint", "node", node, f"{key}-", check=False)
+
+
+# ---------------------------------------------------------------- fault tests: observations and the lab's daemons
+
+
+def condition(lab, pool: str, type_: str) -> dict:
+    return next((c for c in pool_status(lab, pool).get("conditions", []) if c["type"] == type_), {})
+
+
+def split_reached(lab, pool: str, slurm: int, total: int = 8) -> bool:
+    s = pool_status(lab, pool)
+    return s.get("slurm", {}).get("ready") == slurm and s.get("inference", {}).get("ready") == total - slurm and s.get("moving") == 0
+
+
+def events(lab, reason: str, since: str = "") -> list[str]:
+    """Messages of the test namespace's Events with this reason, oldest first (those created at or after
+    `since`, an RFC 3339 time from now_rfc3339(), when given)."""
+    out = lab.kubectl("get", "events", "-n", NAMESPACE, "--field-selector", f"reason={reason}", "--sort-by=.metadata.creationTimestamp",
+                      "-o", "jsonpath={range .items[*]}{.metadata.creationTimestamp}{'\\t'}{.message}{'\\n'}{end}").stdout
+    rows = [line.split("\t", 1) for line in out.splitlines() if "\t" in line]
+    return [msg for ts, msg in rows if ts >= since]
+
+
+def now_rfc3339() -> str:
+    # Event timestamps have 1 s resolution: back off one second so nothing at the edge is missed.
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
+
+
+def daemon(lab, action: str, name: str) -> None:
+    """e2e/lab/daemon.sh: stop a lab daemon by its PID file, start it with the same command line."""
+    lab.run(str(REPO / "e2e" / "lab" / "daemon.sh"), action, name, timeout=60)
+
+
+def sbatch(lab, node: str, seconds: int, limit_minutes: int = 30) -> str:
+    out = lab.slurm("sbatch", "--parsable", "-w", node, "--gres=gpu:8", f"--time={limit_minutes}", "-o", "/dev/null",
+                    "--wrap", f"sleep {seconds}").stdout
+    return out.strip().split(";")[0]
+
+
+def job_state(lab, job_id: str) -> str:
+    """RUNNING, PENDING, COMPLETED, CANCELLED ... (scontrol keeps finished jobs for MinJobAge)."""
+    out = lab.slurm("scontrol", "-o", "show", "job", job_id, check=False).stdout
+    return next((w.split("=", 1)[1] for w in out.split() if w.startswith("JobState=")), "GONE")
+
+
+def lost_jobs(lab, running: list[str], finished: list[str] = ()) -> list[str]:
+    """Jobs that should still run but do not, and jobs that should have ended by themselves but did not complete."""
+    bad = [j for j in running if job_state(lab, j) != "RUNNING"]
+    return bad + [j for j in finished if job_state(lab, j) != "COMPLETED"]
+
+
+def stranded(lab, pool: str) -> list[str]:
+    """Nodes not settled in exactly one side: a move record left, no placement, or a shape that
+    contradicts the placement (Slurm: slurmd pod, cordoned, slurm taint, responding in Slurm;
+    inference: no slurmd pod, no slurm taint, drained in Slurm)."""
+    nodes = get_json(lab, "nodes")["items"]
+    pods = get_json(lab, "pods", "-n", NAMESPACE, "-l", "slurmpool.io/component=slurmd")["items"]
+    slurmd_on = {p["spec"].get("nodeName") for p in pods if not p["metadata"].get("deletionTimestamp")}
+    states = slurm_states(lab)
+    bad = []
+    for n in nodes:
+        name, ann = n["metadata"]["name"], n["metadata"].get("annotations") or {}
+        placement = ann.get("slurmpool.io/placement", "none")
+        tainted = any(t["key"] == "slurmpool.io/slurm" for t in n["spec"].get("taints") or [])
+        cordoned = bool(n["spec"].get("unschedulable"))
+        state = states.get(name, "")
+        if "slurmpool.io/move" in ann:
+            bad.append(f"{name}: move in flight {ann['slurmpool.io/move']}")
+        elif placement == "slurm":
+            if name not in slurmd_on or not (cordoned and tainted) or "NOT_RESPONDING" in state:
+                bad.append(f"{name}: slurm but slurmd={name in slurmd_on} cordoned={cordoned} tainted={tainted} state={state}")
+        elif placement.startswith("inference:"):
+            if name in slurmd_on or tainted or "DRAIN" not in state:
+                bad.append(f"{name}: {placement} but slurmd={name in slurmd_on} tainted={tainted} state={state}")
+        else:
+            bad.append(f"{name}: placement {placement!r}")
+    return bad
+
+
+def fault_line(name: str, did: str, recover_s: float, jobs_lost: int, nodes_stranded: int) -> str:
+    line = f"FAULT | {name} | {did} | {recover_s:.1f} s | {jobs_lost} | {nodes_stranded}"
+    print(line)
+    return line
+
+
+@contextlib.contextmanager
+def slurmd_timeout(lab, seconds: int):
+    """Slurm's SlurmdTimeout raised for a while (slurm.conf + scontrol reconfigure), then restored.
+    The lab's 10 s makes slurmctld itself down every node (killing its jobs) when munge is gone for
+    10 s; sites run the 300 s default. The operator's behaviour is what a fault test measures."""
+    conf = Path(lab.slurm_conf)
+    original = conf.read_text()
+    conf.write_text("\n".join(f"SlurmdTimeout={seconds}" if line.startswith("SlurmdTimeout=") else line
+                              for line in original.splitlines()) + "\n")
+    lab.slurm("scontrol", "reconfigure")
+    try:
+        yield
+    finally:
+        conf.write_text(original)
+        wait(lambda: lab.slurm("scontrol", "reconfigure", check=False).returncode == 0, 60, interval=1, what="scontrol reconfigure")

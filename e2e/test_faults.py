@@ -1,6 +1,9 @@
-"""Faults on the real lab (issue 7, first part): two replicas, sshd down mid-move, slurmctld
-restarted. The operator must fail closed (no Kubernetes-side step that could strand a node),
-report Degraded with the cause, and recover by itself; and only one replica may act."""
+"""Faults on the real lab (issue 7): two replicas, sshd down mid-move, slurmctld restarted,
+munge down mid-move, kube-apiserver restarted mid-move, several moves in flight when the
+operator is SIGKILLed. The operator must fail closed (no Kubernetes-side step that could strand
+a node), report Degraded with the cause, and recover by itself; only one replica may act; no
+move may run twice. Each fault prints a `FAULT | ...` row for docs/faults.md.
+Nodes deleted, slurmd that never registers and people acting mid-move: test_faults_nodes.py."""
 
 from __future__ import annotations
 
@@ -17,12 +20,20 @@ from harness import (
     NAMESPACE,
     Operator,
     apply,
+    daemon,
     ensure_namespace_and_secret,
+    events as all_events,
+    fault_line,
     get_json,
+    job_state,
+    lost_jobs,
     node_placements,
     pool_manifest,
     pool_status,
     reset_lab,
+    sbatch,
+    slurmd_timeout,
+    stranded,
     wait,
 )
 
@@ -97,6 +108,8 @@ def test_two_replicas_only_one_acts_and_the_other_takes_over(lab, pool):
         lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=8")
         wait(lambda: settled(lab, 8), 90, what="the follower finishing the work")
         print(f"takeover and move back: {time.monotonic() - t0:.1f} s")
+        fault_line("two replicas; the leader SIGKILLed", "one acts (Lease); the other takes over once the Lease expires (15 s)",
+                   time.monotonic() - t0, 0, len(stranded(lab, POOL)))
         assert "acquired" in follower.log_tail(400)
     finally:
         a.stop()
@@ -124,6 +137,9 @@ def test_sshd_down_fails_closed_then_recovers(lab, pool):
         wait(lambda: condition(lab, "Degraded").get("status") == "False", 30, what="Degraded cleared")
         print(f"recovered {time.monotonic() - t0:.1f} s after sshd came back")
         assert lab.slurm("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING", "the job was touched"
+        assert not stranded(lab, POOL)
+        fault_line("sshd down, then a scale-down", "Degraded SlurmUnavailable; no move starts; resumes when sshd is back",
+                   time.monotonic() - t0, len(lost_jobs(lab, [job])), 0)
         lab.slurm("scancel", job)
         lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=8")
         wait(lambda: settled(lab, 8), 60, what="8/0 again")
@@ -137,6 +153,8 @@ def test_slurmctld_restart_mid_move(lab, pool):
     op = Operator(lab, "operator-faults.log").start()
     try:
         wait(lambda: settled(lab, 8), 60, what="8/0")
+        job = sbatch(lab, "gpu01", 600)
+        wait(lambda: job_state(lab, job) == "RUNNING", 30, what="job running")
         stop_daemon(lab, "slurmctld", "slurmctld")
         lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=6")
         cond = wait(lambda: (c := condition(lab, "Degraded")).get("status") == "True" and c, 90, what="Degraded")
@@ -146,9 +164,153 @@ def test_slurmctld_restart_mid_move(lab, pool):
         t0 = time.monotonic()
         wait(lambda: settled(lab, 6), 120, what="recovery after slurmctld is back")
         print(f"recovered {time.monotonic() - t0:.1f} s after slurmctld came back")
+        assert not stranded(lab, POOL)
+        fault_line("slurmctld stopped, then restarted", "Degraded SlurmUnavailable; no move starts; resumes when it is back",
+                   time.monotonic() - t0, len(lost_jobs(lab, [job])), 0)
+        lab.slurm("scancel", job)
         lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=8")
         wait(lambda: settled(lab, 8), 90, what="8/0 again")
     finally:
         if not (Path(lab.dir) / "run" / "slurmctld.pid").exists():
             start_daemon(lab, "slurmctld", "slurmctld", "-D", "-i")
+        op.stop()
+
+
+def moves_of(lab, reason: str, before: set = frozenset()) -> set[tuple[str, str]]:
+    """(node, move id) of the pool's Events with this reason, less those in `before` (the node's
+    copy of each Event is in namespace default), e.g. "gpu03: slurm -> inference:llm (rebalance, move 1a2b)"."""
+    out = set()
+    for msg in all_events(lab, reason):
+        node, move = msg.split(" ", 1)[0].rstrip(":"), msg.rsplit("move ", 1)[-1].rstrip(")")
+        out.add((node, move))
+    return out - set(before)
+
+
+def test_munge_down_mid_move_fails_closed_then_recovers(lab, pool):
+    op = Operator(lab, "operator-faults.log").start()
+    try:
+        with slurmd_timeout(lab, 120):
+            _munge_down_mid_move(lab)
+    finally:
+        op.stop()
+
+
+def _munge_down_mid_move(lab):
+    wait(lambda: settled(lab, 8), 60, what="8/0")
+    # A job on every node; the one on gpu08 has the soonest time limit, so gpu08 is chosen.
+    jobs = {n: sbatch(lab, n, 600, 2 if n == "gpu08" else 30) for n in lab.nodes}
+    wait(lambda: all(job_state(lab, j) == "RUNNING" for j in jobs.values()), 30, what="jobs running")
+    lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=7")
+    wait(lambda: [m["phase"] for m in pool_status(lab, POOL).get("moves", []) if m["node"] == "gpu08"] == ["Draining"], 30,
+         what="gpu08 draining, held by its job")
+    daemon(lab, "stop", "munged")
+    try:
+        cond = wait(lambda: (c := condition(lab, "Degraded")).get("status") == "True" and c, 30, what="Degraded")
+        assert cond["reason"] == "SlurmUnavailable" and "munge" in cond["message"].lower(), cond
+        # Backs off: the error counts the failed polls and names the next try.
+        cond = wait(lambda: "failed 3 time(s)" in (c := condition(lab, "Degraded")).get("message", "") and c, 30,
+                    what="three failed polls")
+        assert "next try in 4s" in cond["message"], cond
+        # Fail closed: gpu08 is still Slurm's (placement, slurmd pod, cordon), nothing else moves.
+        assert set(node_placements(lab).values()) == {"slurm"}
+        moves = pool_status(lab, POOL)["moves"]
+        assert [(m["node"], m["phase"]) for m in moves] == [("gpu08", "Draining")], moves
+        pods = get_json(lab, "pods", "-n", NAMESPACE, "-l", "slurmpool.io/component=slurmd")["items"]
+        assert len([p for p in pods if not p["metadata"].get("deletionTimestamp")]) == 8
+    finally:
+        daemon(lab, "start", "munged")
+    t0 = time.monotonic()
+    wait(lambda: condition(lab, "Degraded").get("status") == "False", 60, what="Degraded cleared")
+    recovered = time.monotonic() - t0
+    print(f"Slurm seen again {recovered:.1f} s after munged came back")
+    assert pool_status(lab, POOL)["moves"][0]["blockedBy"] == [f"job/{jobs['gpu08']}"]  # still waits for its job
+    lab.slurm("scancel", jobs["gpu08"])  # the job ends: the move goes on
+    wait(lambda: settled(lab, 7), 60, what="7/1")
+    lost = lost_jobs(lab, [j for n, j in jobs.items() if n != "gpu08"])
+    assert not lost and not stranded(lab, POOL), (lost, stranded(lab, POOL))
+    fault_line("munged stopped mid-move (Draining)", "Degraded SlurmUnavailable naming munge; polls back off 1, 2, 4 s; "
+               "the move waits; it goes on once Slurm answers", recovered, len(lost), 0)
+    lab.slurm("scancel", *jobs.values())
+    lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=8")
+    wait(lambda: settled(lab, 8), 60, what="8/0 again")
+
+
+def test_apiserver_restart_mid_move(lab, pool):
+    op = Operator(lab, "operator-faults.log").start()
+    try:
+        wait(lambda: settled(lab, 8), 60, what="8/0")
+        lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=6")
+        wait(lambda: settled(lab, 6), 60, what="6/2")
+        before = moves_of(lab, "MoveStarted") | moves_of(lab, "MoveCompleted")
+        job = sbatch(lab, sorted(n for n, p in node_placements(lab).items() if p == "slurm")[0], 600)
+        lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=8")
+        wait(lambda: pool_status(lab, POOL).get("moving") == 2, 30, what="two moves to Slurm in flight")
+        daemon(lab, "stop", "kube-apiserver")
+        down = time.monotonic()
+        time.sleep(3)  # the operator's writes and watches fail meanwhile
+        daemon(lab, "start", "kube-apiserver")
+        t0 = time.monotonic()
+        wait(lambda: lab.kubectl("get", "--raw", "/readyz", check=False).returncode == 0, 60, what="apiserver ready")
+        print(f"apiserver down {t0 - down:.1f} s, ready {time.monotonic() - t0:.1f} s later")
+        wait(lambda: settled(lab, 8), 120, what="the moves finished after the restart")
+        recovered = time.monotonic() - t0
+        wait(lambda: len(moves_of(lab, "MoveCompleted", before)) >= 2, 60, what="MoveCompleted Events posted")
+        started, completed = moves_of(lab, "MoveStarted", before), moves_of(lab, "MoveCompleted", before)
+        # No node with two move ids, and every move started completed.
+        assert len(started) == 2 and len({n for n, _ in started}) == 2, started
+        assert completed == started, (started, completed)
+        lost = lost_jobs(lab, [job])
+        assert not lost and not stranded(lab, POOL), (lost, stranded(lab, POOL))
+        fault_line("kube-apiserver restarted mid-move (to Slurm)", "writes fail and are retried, watches resume; "
+                   "each move completes once (same move ids)", recovered, len(lost), 0)
+        lab.slurm("scancel", job)
+    finally:
+        op.stop()
+
+
+def test_several_moves_both_ways_survive_a_sigkill(lab, pool):
+    """4 moves at once (2 move-now to inference, 2 rebalanced to Slurm); the operator kills itself
+    right after recording the first Evicting; a fresh one finishes them all, each once."""
+    op = Operator(lab, "operator-faults.log").start()
+    try:
+        lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=4")
+        wait(lambda: settled(lab, 4), 90, what="4/4")
+    finally:
+        op.stop()
+    slurm_nodes = sorted(n for n, p in node_placements(lab).items() if p == "slurm")
+    leaving, staying = slurm_nodes[:2], slurm_nodes[2:]
+    jobs = [sbatch(lab, n, 600) for n in staying]
+    wait(lambda: all(job_state(lab, j) == "RUNNING" for j in jobs), 30, what="jobs running")
+    before = moves_of(lab, "MoveStarted") | moves_of(lab, "MoveCompleted")
+    crashing = Operator(lab, "operator-crash.log", {"SLURMPOOL_CRASH_AFTER_PHASE": "Evicting"}).start()
+    try:
+        for n in leaving:
+            lab.kubectl("annotate", "node", n, "slurmpool.io/move-now=inference", "--overwrite")
+        crashing.proc.wait(60)
+    finally:
+        crashing.stop()
+    assert crashing.proc.returncode == -9, crashing.log_tail()
+    in_flight = {n["metadata"]["name"]: n["metadata"]["annotations"]["slurmpool.io/move"]
+                 for n in get_json(lab, "nodes")["items"] if "slurmpool.io/move" in (n["metadata"].get("annotations") or {})}
+    print(f"{len(in_flight)} moves in flight at the SIGKILL")
+    assert len(in_flight) >= 3, in_flight
+    op = Operator(lab, "operator-faults.log").start()
+    t0 = time.monotonic()
+    try:
+        wait(lambda: settled(lab, 4) and not any(
+            "slurmpool.io/move-now" in (n["metadata"].get("annotations") or {}) for n in get_json(lab, "nodes")["items"]),
+            120, what="4/4 again, move-now fulfilled")
+        recovered = time.monotonic() - t0
+        placements = node_placements(lab)
+        assert all(placements[n].startswith("inference:") for n in leaving) and all(placements[n] == "slurm" for n in staying)
+        wait(lambda: len(moves_of(lab, "MoveCompleted", before)) >= 4, 60, what="MoveCompleted Events posted")
+        started, completed = moves_of(lab, "MoveStarted", before), moves_of(lab, "MoveCompleted", before)
+        assert len(started) == 4 and len({n for n, _ in started}) == 4, started  # no node moved twice
+        assert completed == started, (started, completed)
+        lost = lost_jobs(lab, jobs)
+        assert not lost and not stranded(lab, POOL), (lost, stranded(lab, POOL))
+        fault_line("operator SIGKILLed with 4 moves in flight, both directions", "a fresh operator resumes each from its "
+                   "Node record; each completes once", recovered, len(lost), 0)
+        lab.slurm("scancel", *jobs)
+    finally:
         op.stop()

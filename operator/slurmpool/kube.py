@@ -178,13 +178,22 @@ class KubeAdapter:
         except asyncio.QueueFull:
             log.warning("event queue full; dropped %s %s", reason, message)
 
-    async def _post_events(self) -> None:
+    async def _post_events(self, retry_for: float = 120.0) -> None:
         while True:
             namespace, body = await self._events.get()
-            try:
-                await self._call(self.core.create_namespaced_event, namespace, body)
-            except Exception as err:  # noqa: BLE001 - an Event is best effort
-                log.warning("could not post event %s: %s", body["reason"], err)
+            delay, waited = 1.0, 0.0
+            while True:
+                try:
+                    await self._call(self.core.create_namespaced_event, namespace, body)
+                    break
+                except Exception as err:  # noqa: BLE001 - an Event is best effort
+                    # Kept (in order) while the apiserver restarts: MoveCompleted must not vanish.
+                    refused = isinstance(err, ApiException) and err.status is not None and 400 <= err.status < 500
+                    if refused or waited >= retry_for:
+                        log.warning("could not post event %s: %s", body["reason"], err)
+                        break
+                    await asyncio.sleep(delay)
+                    waited, delay = waited + delay, min(delay * 2, 10.0)
 
     async def patch_pool_status(self, pool: PoolRef, status: dict) -> None:
         await self._call(
