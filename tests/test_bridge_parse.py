@@ -307,3 +307,8 @@ def test_validation_accepts_exactly_the_documented_names(name):
         assert ok
     except ValueError:
         assert not ok
+
+
+def test_slurmd_start_time_is_parsed():
+    assert one(IDLE_DRAIN_FEATURES).slurmd_start == utc(2026, 11, 29, 15, 46, 47)
+    assert one(IDLE_DRAIN_FEATURES.replace("SlurmdStartTime=2026-11-29T15:46:47", "SlurmdStartTime=None")).slurmd_start is None

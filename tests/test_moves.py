@@ -238,3 +238,23 @@ def test_a_foreign_drain_mid_move_to_inference_is_reported_and_left():
     assert "ForeignDrain" in _events(step) and not any(isinstance(a, Drain) for a in step.actions)
     run_move(world, spec, NOW)
     assert world.node.placement == INFERENCE and world.slurm_node.reason == "maintenance: fan"
+
+
+def test_a_stale_registration_from_the_stopped_slurmd_is_not_taken_for_the_new_one():
+    from slurmpool.moves import stale_slurmd
+
+    spec = make_spec()
+    old_start, pod_made = NOW - timedelta(minutes=5), NOW - timedelta(seconds=20)
+    pod = PodView("slurm", "slurmd-gpu01", "u2", slurmd=True, created=pod_made)
+    stale = replace(slurm_node("gpu01", "IDLE", {"DRAIN"}, reason="slurmpool: moving to slurm"), slurmd_start=old_start)
+    node = replace(inference_world().node, pods=(pod,), unschedulable=True,
+                   taints=({"key": SLURM_TAINT_KEY, "value": "true", "effect": "NoSchedule"},))
+    move = MoveRecord(id="m1", source=INFERENCE, target=SLURM, phase="Registering", since=NOW, started=NOW)
+    from slurmpool.view import SlurmView
+
+    step = advance(move, node, SlurmView(True, nodes={"gpu01": stale}), spec, NOW)
+    assert step.move.phase == "Registering" and "before pod" in step.message
+    fresh = replace(stale, slurmd_start=pod_made + timedelta(seconds=1))
+    step = advance(move, node, SlurmView(True, nodes={"gpu01": fresh}), spec, NOW)
+    assert step.move.phase == "Resuming"
+    assert stale_slurmd(replace(stale, slurmd_start=None), pod) is None  # nothing to compare: trust the state

@@ -99,7 +99,7 @@ class ScontrolBackend:
             if names is None or isinstance(e, SlurmUnavailable) or "not found" not in e.output:
                 raise
             out = e.stdout
-        return parse_scontrol_nodes(out)
+        return parse_scontrol_nodes(out, self.tz)
 
     async def topology(self) -> list[TopologyGroup]:
         """Switches (topology/tree) or blocks (topology/block); empty without a topology plugin."""

@@ -59,6 +59,7 @@ class SlurmNode:
     gres_used: str
     features: tuple[str, ...]
     partitions: tuple[str, ...]
+    slurmd_start: datetime | None = None  # SlurmdStartTime: when the slurmd Slurm heard from last started
 
     @property
     def drain_set(self) -> bool:

@@ -94,7 +94,7 @@ def _text(value: str | None) -> str:
     return "" if value in (None, "(null)") else value
 
 
-def parse_scontrol_nodes(text: str) -> dict[str, SlurmNode]:
+def parse_scontrol_nodes(text: str, tz: tzinfo = timezone.utc) -> dict[str, SlurmNode]:
     """Parse `scontrol -o -d show node` output. Lines that are not node records (for example
     "Node gpu09 not found", which scontrol prints on stdout) are skipped."""
     nodes: dict[str, SlurmNode] = {}
@@ -115,6 +115,7 @@ def parse_scontrol_nodes(text: str) -> dict[str, SlurmNode]:
             gres_used=_text(f.get("GresUsed")),
             features=_list(f.get("AvailableFeatures")),
             partitions=_list(f.get("Partitions")),
+            slurmd_start=parse_time(f.get("SlurmdStartTime", ""), tz),
         )
     return nodes
 

@@ -17,6 +17,7 @@ from kubernetes.client.rest import ApiException
 from .fit import needs_of
 from .models import SlurmNodePoolSpec
 from .reconcile import PoolRef
+from .status import parse_time
 from .view import LABEL_COMPONENT, LABEL_POOL, SLURM_TAINT_KEY, NodeView, PodView
 
 log = logging.getLogger("slurmpool.kube")
@@ -69,6 +70,7 @@ def pod_view(body: dict) -> PodView:
         mirror="kubernetes.io/config.mirror" in annotations,
         needs=needs_of(body.get("spec") or {}),
         node=(body.get("spec") or {}).get("nodeName") or "",
+        created=parse_time(meta.get("creationTimestamp")),
         pool=(meta.get("labels") or {}).get(LABEL_POOL, ""),
     )
 

@@ -415,7 +415,7 @@ def _registering(move, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec
     if node.slurmd_pod is None:
         step.actions.append(CreateSlurmdPod(node.name))
     sn = slurm.nodes.get(node.name)
-    problem = usable_problem(sn, spec)
+    problem = usable_problem(sn, spec) or stale_slurmd(sn, node.slurmd_pod)
     if problem is None:
         return "Resuming"
     step.message = f"waiting for slurmd to register: {problem}"
@@ -423,6 +423,21 @@ def _registering(move, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec
     if _elapsed(move, now) >= seconds(spec.slurm.register_timeout):
         return _Rollback(f"slurmd did not register within {spec.slurm.register_timeout}: {problem}")
     return "wait"
+
+
+# Slurm and Kubernetes clocks may differ a little; a slurmd this much older than its pod is not its.
+CLOCK_SLACK = timedelta(seconds=5)
+
+
+def stale_slurmd(sn, pod: PodView | None) -> str | None:
+    """Slurm still counts a stopped slurmd as responding for up to SlurmdTimeout: a node moved out
+    and straight back looks registered although the new pod's slurmd never started. Registered
+    means a slurmd started no earlier than the pod that should run it."""
+    if sn is None or pod is None or sn.slurmd_start is None or pod.created is None:
+        return None  # nothing to compare (a Slurm without SlurmdStartTime): trust the state
+    if sn.slurmd_start < pod.created - CLOCK_SLACK:
+        return f"Slurm still sees the slurmd started {sn.slurmd_start:%H:%M:%S}, before pod {pod.key}"
+    return None
 
 
 def usable_problem(sn, spec: SlurmNodePoolSpec) -> str | None:

@@ -98,6 +98,7 @@ class PodView:
     mirror: bool = False  # static pod: cannot be evicted
     needs: PodNeeds = PodNeeds()  # what it asks of a node (a move between inference pools checks it)
     node: str = ""  # spec.nodeName
+    created: datetime | None = None  # metadata.creationTimestamp
     pool: str = ""  # slurmd pods: the owning pool's name (label slurmpool.io/pool)
 
     @property
