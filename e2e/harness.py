@@ -272,7 +272,8 @@ def stranded(lab, pool: str) -> list[str]:
     return bad
 
 
-def fault_line(name: str, did: str, recover_s: float, jobs_lost: int, nodes_stranded: int) -> str:
+def fault_line(name: str, did: str, recover_s: float, jobs_lost: int | str, nodes_stranded: int) -> str:
+    """One row of docs/faults.md; jobs_lost is a count of the jobs the test ran, or "none running"."""
     line = f"FAULT | {name} | {did} | {recover_s:.1f} s | {jobs_lost} | {nodes_stranded}"
     print(line)
     return line

@@ -20,6 +20,7 @@ from harness import (
     pool_manifest,
     pool_status,
     slurm_states,
+    stranded,
     wait,
 )
 
@@ -297,7 +298,11 @@ def test_sigkill_at_each_phase_resumes_the_move(lab, op, direction, phase):
     assert crashing.proc.returncode == -9, crashing.log_tail()
     moving = pool_status(lab, POOL)
     op.start()
+    t0 = time.monotonic()
     wait(settled(lab, target, 8 - target), 90, what=f"move resumed after a crash in {phase}")
+    recovered = time.monotonic() - t0
+    print(f"FAULT | operator SIGKILLed after recording {phase} ({direction}) | a fresh operator resumes the move from "
+          f"the Node record | {recovered:.1f} s | none running | {len(stranded(lab, POOL))}")
     assert set(placements(lab).values()) <= {"slurm", "inference:llm"}, "a node is stranded"
     states = slurm_states(lab)
     for node, placement in placements(lab).items():
