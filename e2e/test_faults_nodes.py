@@ -160,6 +160,16 @@ def test_people_acting_during_moves(lab, op):
                   and m[0]["node"], 60, what="a move held in Evicting by the PDB")
     other = next(n for n in inference if n != moving)
     t0 = time.monotonic()
+    try:
+        _people_act(lab, moving, other, t0)
+    finally:  # leave no person's cordon or admin drain behind for the next tests
+        lab.kubectl("uncordon", other)
+        lab.slurm("scontrol", "update", f"nodename={moving}", "state=resume", check=False)
+        lab.kubectl("delete", "pod", "-n", NAMESPACE, "-l", "app=web", "--wait=false")
+        lab.kubectl("delete", "pdb", "web", "-n", NAMESPACE, "--ignore-not-found")
+
+
+def _people_act(lab, moving: str, other: str, t0: float) -> None:
     lab.kubectl("cordon", other)
     lab.kubectl("uncordon", moving)
     wait(lambda: about(lab, "CordonRestored", moving), 30, what="CordonRestored")
@@ -181,5 +191,3 @@ def test_people_acting_during_moves(lab, op):
     fault_line("people: uncordon of a node moving to Slurm; cordon of an inference node; admin drain in Slurm",
                "cordon restored (CordonRestored); inference cordon left; admin drain left in place (ForeignDrain) both ways",
                recovered, 0, 0)
-    lab.kubectl("uncordon", other)
-    lab.kubectl("delete", "pod", "-n", NAMESPACE, "-l", "app=web", "--wait=false")
