@@ -87,7 +87,6 @@ def test_node_deleted_mid_move_is_reported_and_adopted_when_back(lab, op):
     daemon(lab, "stop", "agent")
     try:
         lab.kubectl("delete", "node", victim)
-        t0 = time.monotonic()
         wait(lambda: about(lab, "NodeDeleted", victim), 30, what="a NodeDeleted Event")
         cond = wait(lambda: (c := condition(lab, POOL, "Degraded")).get("reason") == "NodeMissing" and c, 30, what="NodeMissing")
         assert f"slurmd-{victim}" in cond["message"] and "jobs on it" in cond["message"], cond
@@ -102,6 +101,7 @@ def test_node_deleted_mid_move_is_reported_and_adopted_when_back(lab, op):
         wait(lambda: condition(lab, POOL, "Degraded").get("status") == "False", 30, what="Degraded cleared")
     finally:
         daemon(lab, "start", "agent")  # re-registers the Node, as a kubelet does
+    t0 = time.monotonic()
     wait(lambda: node_placements(lab).get(victim) == "inference:llm" and split_reached(lab, POOL, 7), 120,
          what=f"{victim} re-registered and adopted into inference")
     recovered = time.monotonic() - t0
