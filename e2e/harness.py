@@ -272,6 +272,17 @@ def stranded(lab, pool: str) -> list[str]:
     return bad
 
 
+def settle_sides(lab, pool: str, timeout: float = 30) -> list[str]:
+    """stranded(), given Slurm time to catch up: a slurmd just stopped or restarted can show
+    NOT_RESPONDING for a ping cycle after the move is done. Returns what is still stranded."""
+    left = stranded(lab, pool)
+    deadline = time.monotonic() + timeout
+    while left and time.monotonic() < deadline:
+        time.sleep(1)
+        left = stranded(lab, pool)
+    return left
+
+
 def fault_line(name: str, did: str, recover_s: float, jobs_lost: int | str, nodes_stranded: int) -> str:
     """One row of docs/faults.md; jobs_lost is a count of the jobs the test ran, or "none running"."""
     line = f"FAULT | {name} | {did} | {recover_s:.1f} s | {jobs_lost} | {nodes_stranded}"

@@ -33,7 +33,7 @@ from harness import (
     reset_lab,
     sbatch,
     slurmd_timeout,
-    stranded,
+    settle_sides,
     wait,
 )
 
@@ -108,7 +108,8 @@ def test_two_replicas_only_one_acts_and_the_other_takes_over(lab, pool):
         lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=8")
         wait(lambda: settled(lab, 8), 90, what="the follower finishing the work")
         print(f"takeover and move back: {time.monotonic() - t0:.1f} s")
-        assert not stranded(lab, POOL), stranded(lab, POOL)
+        left = settle_sides(lab, POOL)
+        assert not left, left
         fault_line("two replicas; the leader SIGKILLed", "one acts (Lease); the other takes over once the Lease expires (15 s)",
                    time.monotonic() - t0, "none running", 0)
         assert "acquired" in follower.log_tail(400)
@@ -138,7 +139,8 @@ def test_sshd_down_fails_closed_then_recovers(lab, pool):
         wait(lambda: condition(lab, "Degraded").get("status") == "False", 30, what="Degraded cleared")
         print(f"recovered {time.monotonic() - t0:.1f} s after sshd came back")
         assert lab.slurm("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING", "the job was touched"
-        assert not stranded(lab, POOL)
+        left = settle_sides(lab, POOL)
+        assert not left, left
         fault_line("sshd down, then a scale-down", "Degraded SlurmUnavailable; no move starts; resumes when sshd is back",
                    time.monotonic() - t0, len(lost_jobs(lab, [job])), 0)
         lab.slurm("scancel", job)
@@ -165,7 +167,8 @@ def test_slurmctld_restart_mid_move(lab, pool):
         t0 = time.monotonic()
         wait(lambda: settled(lab, 6), 120, what="recovery after slurmctld is back")
         print(f"recovered {time.monotonic() - t0:.1f} s after slurmctld came back")
-        assert not stranded(lab, POOL)
+        left = settle_sides(lab, POOL)
+        assert not left, left
         fault_line("slurmctld stopped, then restarted", "Degraded SlurmUnavailable; no move starts; resumes when it is back",
                    time.monotonic() - t0, len(lost_jobs(lab, [job])), 0)
         lab.slurm("scancel", job)
@@ -228,7 +231,8 @@ def _munge_down_mid_move(lab):
     lab.slurm("scancel", jobs["gpu08"])  # the job ends: the move goes on
     wait(lambda: settled(lab, 7), 60, what="7/1")
     lost = lost_jobs(lab, [j for n, j in jobs.items() if n != "gpu08"])
-    assert not lost and not stranded(lab, POOL), (lost, stranded(lab, POOL))
+    left = settle_sides(lab, POOL)
+    assert not lost and not left, (lost, left)
     fault_line("munged stopped mid-move (Draining)", "Degraded SlurmUnavailable naming munge; polls back off 1, 2, 4 s; "
                "the move waits; it goes on once Slurm answers", recovered, len(lost), 0)
     lab.slurm("scancel", *jobs.values())
@@ -261,7 +265,8 @@ def test_apiserver_restart_mid_move(lab, pool):
         assert len(started) == 2 and len({n for n, _ in started}) == 2, started
         assert completed == started, (started, completed)
         lost = lost_jobs(lab, [job])
-        assert not lost and not stranded(lab, POOL), (lost, stranded(lab, POOL))
+        left = settle_sides(lab, POOL)
+        assert not lost and not left, (lost, left)
         fault_line("kube-apiserver restarted mid-move (to Slurm)", "writes fail and are retried, watches resume; "
                    "each move completes once (same move ids)", recovered, len(lost), 0)
         lab.slurm("scancel", job)
@@ -309,7 +314,8 @@ def test_several_moves_both_ways_survive_a_sigkill(lab, pool):
         assert len(started) == 4 and len({n for n, _ in started}) == 4, started  # no node moved twice
         assert completed == started, (started, completed)
         lost = lost_jobs(lab, jobs)
-        assert not lost and not stranded(lab, POOL), (lost, stranded(lab, POOL))
+        left = settle_sides(lab, POOL)
+        assert not lost and not left, (lost, left)
         fault_line("operator SIGKILLed with 4 moves in flight, both directions", "a fresh operator resumes each from its "
                    "Node record; each completes once", recovered, len(lost), 0)
         lab.slurm("scancel", *jobs)

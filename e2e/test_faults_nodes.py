@@ -29,7 +29,7 @@ from harness import (
     reset_lab,
     sbatch,
     split_reached,
-    stranded,
+    settle_sides,
     wait,
 )
 
@@ -96,8 +96,8 @@ def test_node_deleted_mid_move_is_reported_and_adopted_when_back(lab, op):
         pod = get_json(lab, "pod", f"slurmd-{victim}", "-n", NAMESPACE)
         assert not pod["metadata"].get("deletionTimestamp")
         lab.slurm("scancel", jobs[victim])  # its job ends: Slurm no longer uses the node
-        wait(lambda: about(lab, "OrphanSlurmdDeleted", f"slurmd pod {NAMESPACE}/slurmd-{victim}") or
-             [m for m in events(lab, "OrphanSlurmdDeleted") if victim in m], 60, what="the orphan slurmd pod deleted")
+        wait(lambda: [m for m in events(lab, "OrphanSlurmdDeleted") if f"slurmd-{victim}" in m], 60,
+             what="the orphan slurmd pod deleted")
         wait(lambda: condition(lab, POOL, "Degraded").get("status") == "False", 30, what="Degraded cleared")
     finally:
         daemon(lab, "start", "agent")  # re-registers the Node, as a kubelet does
@@ -106,7 +106,8 @@ def test_node_deleted_mid_move_is_reported_and_adopted_when_back(lab, op):
          what=f"{victim} re-registered and adopted into inference")
     recovered = time.monotonic() - t0
     lost = lost_jobs(lab, [j for n, j in jobs.items() if n != victim])
-    assert not lost and not stranded(lab, POOL), (lost, stranded(lab, POOL))
+    left = settle_sides(lab, POOL)
+    assert not lost and not left, (lost, left)
     fault_line("a Node deleted mid-move (Draining, job running), re-registered", "NodeDeleted Event; Degraded NodeMissing "
                "while its slurmd serves a job; orphan slurmd pod deleted once idle; adopted again when back",
                recovered, len(lost), 0)
@@ -117,7 +118,7 @@ def test_slurmd_that_never_registers_rolls_back_to_inference(lab, op):
     scale(lab, 7)
     wait(lambda: split_reached(lab, POOL, 7), 90, what="7/1")
     node = next(n for n, p in node_placements(lab).items() if p != "slurm")
-    good = pool_status(lab, POOL) and get_json(lab, "snp", POOL, "-n", NAMESPACE)["spec"]["slurm"]
+    good = get_json(lab, "snp", POOL, "-n", NAMESPACE)["spec"]["slurm"]
     patch_pool(lab, {"slurm": {"slurmdPod": {"command": ["false"]}, "registerTimeout": "6s"}})  # exits at once
     try:
         scale(lab, 8)
@@ -130,7 +131,8 @@ def test_slurmd_that_never_registers_rolls_back_to_inference(lab, op):
         held = node_json(lab, node)["metadata"]["annotations"]["slurmpool.io/hold-until"]
         assert datetime.fromisoformat(held.replace("Z", "+00:00")) > datetime.now(timezone.utc), held
         assert slurm_reason(lab, node).startswith("slurmpool:"), slurm_reason(lab, node)  # parked, by us
-        assert not stranded(lab, POOL), stranded(lab, POOL)
+        left = settle_sides(lab, POOL)
+        assert not left, left
         fault_line("slurmd pod that never registers (command exits)", "registerTimeout, MoveRolledBack Event, back to its "
                    "inference pool, held for drain.timeout", recovered, 0, 0)
     finally:
@@ -187,7 +189,8 @@ def _people_act(lab, moving: str, other: str, t0: float) -> None:
     recovered = time.monotonic() - t0
     assert len(about(lab, "ForeignDrain", moving)) > reported and slurm_reason(lab, moving) == "admin: bad fan"
     assert node_json(lab, other)["spec"].get("unschedulable"), "the operator undid a person's cordon"
-    assert not stranded(lab, POOL), stranded(lab, POOL)
+    left = settle_sides(lab, POOL)
+    assert not left, left
     fault_line("people: uncordon of a node moving to Slurm; cordon of an inference node; admin drain in Slurm",
                "cordon restored (CordonRestored); inference cordon left; admin drain left in place (ForeignDrain) both ways",
                recovered, 0, 0)

@@ -20,7 +20,7 @@ from harness import (
     pool_manifest,
     pool_status,
     slurm_states,
-    stranded,
+    settle_sides,
     wait,
 )
 
@@ -301,8 +301,10 @@ def test_sigkill_at_each_phase_resumes_the_move(lab, op, direction, phase):
     t0 = time.monotonic()
     wait(settled(lab, target, 8 - target), 90, what=f"move resumed after a crash in {phase}")
     recovered = time.monotonic() - t0
+    left = settle_sides(lab, POOL)
     print(f"FAULT | operator SIGKILLed after recording {phase} ({direction}) | a fresh operator resumes the move from "
-          f"the Node record | {recovered:.1f} s | none running | {len(stranded(lab, POOL))}")
+          f"the Node record | {recovered:.1f} s | none running | {len(left)}")
+    assert not left, left
     assert set(placements(lab).values()) <= {"slurm", "inference:llm"}, "a node is stranded"
     states = slurm_states(lab)
     for node, placement in placements(lab).items():
