@@ -76,7 +76,7 @@ class Operator:
             return ""
 
 
-def pool_manifest(lab, name: str, slurm_nodes: int, **overrides) -> dict:
+def pool_manifest(lab, name: str, slurm_nodes: int, namespace: str = NAMESPACE, **overrides) -> dict:
     spec = {
         "nodeSelector": {"matchLabels": {"slurmpool.io/lab": "true"}},
         "slurmNodes": slurm_nodes,
@@ -107,7 +107,7 @@ def pool_manifest(lab, name: str, slurm_nodes: int, **overrides) -> dict:
         "drain": {"timeout": "10m"},
     }
     _merge(spec, overrides)
-    return {"apiVersion": "slurmpool.io/v1alpha1", "kind": "SlurmNodePool", "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
+    return {"apiVersion": "slurmpool.io/v1alpha1", "kind": "SlurmNodePool", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
 
 
 def _merge(base: dict, extra: dict) -> None:
@@ -129,15 +129,15 @@ def install_crd(lab) -> None:
     lab.kubectl("wait", "--for=condition=Established", "crd/slurmnodepools.slurmpool.io", "--timeout=30s")
 
 
-def ensure_namespace_and_secret(lab) -> None:
+def ensure_namespace_and_secret(lab, namespace: str = NAMESPACE) -> None:
     """The test namespace with the Secret that lets the operator reach the lab's sshd."""
-    lab.kubectl("create", "namespace", NAMESPACE, check=False)
+    lab.kubectl("create", "namespace", namespace, check=False)
     key = Path(lab.ssh_key).read_text()
     known = Path(lab.ssh_known_hosts).read_text()
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": "slurm-ssh", "namespace": NAMESPACE},
+        "metadata": {"name": "slurm-ssh", "namespace": namespace},
         "stringData": {"ssh-privatekey": key, "known_hosts": known},
     }
     apply(lab, secret)

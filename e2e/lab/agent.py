@@ -4,6 +4,8 @@
 * Keeps the Node objects gpu01..gpuNN: creates a missing one (with the lab's labels), keeps its
   status Ready and renews its Lease in kube-node-lease every 10 s. On an existing Node it writes
   only the status subresource: labels, taints and spec.unschedulable belong to the operator.
+* Simulated nodes sim001..simNNN (--sim-nodes, for load tests) are kept alive by their Lease
+  alone (every 20 s, no GET, no status heartbeat), so 500 of them cost the apiserver ~25 writes/s.
 * Runs the pods bound to those nodes. A pod labelled slurmpool.io/component=slurmd runs its first
   container's command+args as a real host process (the slurmd of that node); any other pod is only
   reported Running and Ready. Deletion follows kubelet semantics: SIGTERM, up to the pod's grace
@@ -43,6 +45,8 @@ STATUS_HEARTBEAT = 60.0
 BACKOFF_MAX = 10.0
 BACKOFF_RESET_AFTER = 20.0  # a process that ran this long restarts without accumulated back-off
 FORGET_AFTER = 600.0
+SIM_RENEW_INTERVAL = 20.0  # well inside the node lifecycle controller's 50 s grace period
+SIM_THREADS = 4
 
 
 def now() -> str:
@@ -583,7 +587,10 @@ class Agent:
         self.slurm_conf = args.slurm_conf
         self.path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         self.nodes = [f"gpu{i:02d}" for i in range(1, args.nodes + 1)]
-        self.node_set = set(self.nodes)
+        self.sim_nodes = [f"sim{i:03d}" for i in range(1, args.sim_nodes + 1)]
+        self.sim_group = args.sim_group
+        self.sim_started = False
+        self.node_set = set(self.nodes) | set(self.sim_nodes)
         self.workers: dict[str, PodWorker] = {}
         self.done: dict[str, float] = {}  # uids whose final delete we made: ignore late events
         self.lock = threading.Lock()
@@ -593,6 +600,10 @@ class Agent:
     # --- nodes
     def node_labels(self, name: str) -> dict[str, str]:
         i = int(name[3:])
+        if name.startswith("sim"):  # not slurmpool.io/lab: the tests of the 8 real nodes never see them
+            return {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                    "slurmpool.io/sim": "true", "nvidia.com/gpu.present": "true",
+                    "slurmpool.io/sim-group": f"g{(i - 1) // self.sim_group + 1:02d}"}
         return {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
                 "slurmpool.io/lab": "true", "nvidia.com/gpu.present": "true",
                 "topology.slurmpool.io/block": f"block-{(i - 1) // 4 + 1}",
@@ -621,17 +632,73 @@ class Agent:
                          "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
         }
 
+    def _create_node(self, name: str) -> dict:
+        node = self.kube.request("POST", "/api/v1/nodes", {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": self.node_labels(name)},
+            "spec": {}, "status": self.node_status(name)})
+        log.info("node %s created", name)
+        return node
+
+    def _create_lease(self, name: str, uid: str) -> None:
+        try:
+            self.kube.request("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", {
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": name, "namespace": "kube-node-lease",
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}]},
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": now_micro()}})
+        except ApiError as e:
+            if e.status != 409:
+                raise
+
+    def keep_sim_node(self, name: str) -> None:
+        """Renew the Lease only; recreate the Node (and Lease) if either is gone."""
+        path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
+        try:
+            self.kube.request("PATCH", path, {"spec": {"renewTime": now_micro(), "holderIdentity": name}},
+                              content_type="application/merge-patch+json")
+            return
+        except ApiError as e:
+            if e.status != 404:
+                raise
+        try:
+            node = self.kube.request("GET", f"/api/v1/nodes/{name}")
+        except ApiError as e:
+            if e.status != 404:
+                raise
+            node = self._create_node(name)
+        conds = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions") or []}
+        if conds.get("Ready") != "True":
+            self.kube.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": self.node_status(name)},
+                              content_type="application/merge-patch+json")
+        self._create_lease(name, node["metadata"]["uid"])
+
+    def sim_loop(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(SIM_THREADS, thread_name_prefix="sim") as pool:
+            while True:
+                t0 = time.monotonic()
+                failed = 0
+                for f in [pool.submit(self.keep_sim_node, n) for n in self.sim_nodes]:
+                    try:
+                        f.result()
+                    except Exception as e:
+                        failed += 1
+                        if failed == 1:
+                            log.warning("simulated node: %s", e)
+                took = time.monotonic() - t0
+                if failed:
+                    log.warning("%d simulated node(s) not renewed", failed)
+                time.sleep(max(1.0, SIM_RENEW_INTERVAL - took) if not failed else 1.0)
+
     def keep_node(self, name: str, heartbeat_due: bool) -> None:
         try:
             node = self.kube.request("GET", f"/api/v1/nodes/{name}")
         except ApiError as e:
             if e.status != 404:
                 raise
-            node = self.kube.request("POST", "/api/v1/nodes", {
-                "apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": name, "labels": self.node_labels(name)},
-                "spec": {}, "status": self.node_status(name)})
-            log.info("node %s created", name)
+            node = self._create_node(name)
             heartbeat_due = True
         conds = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions") or []}
         if heartbeat_due or conds.get("Ready") != "True":
@@ -645,13 +712,7 @@ class Agent:
         except ApiError as e:
             if e.status != 404:
                 raise
-            self.kube.request("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", {
-                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": name, "namespace": "kube-node-lease",
-                             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name,
-                                                  "uid": node["metadata"]["uid"]}]},
-                "spec": {"holderIdentity": name, "leaseDurationSeconds": LEASE_SECONDS,
-                         "renewTime": now_micro()}})
+            self._create_lease(name, node["metadata"]["uid"])
 
     def node_loop(self) -> None:
         last_heartbeat = 0.0
@@ -668,6 +729,9 @@ class Agent:
                     break  # most likely the apiserver is down: do not repeat the error per node
             if ok and due:
                 last_heartbeat = t0
+            if ok and self.sim_nodes and not self.sim_started:  # the real nodes first, then the crowd
+                self.sim_started = True
+                threading.Thread(target=self.sim_loop, name="sim-nodes", daemon=True).start()
             time.sleep(RENEW_INTERVAL if ok else 1.0)
 
     # --- pods
@@ -765,6 +829,8 @@ def main() -> None:
     ap.add_argument("--lab-dir", required=True)
     ap.add_argument("--kubeconfig", required=True)
     ap.add_argument("--nodes", type=int, default=8)
+    ap.add_argument("--sim-nodes", type=int, default=0, help="simulated nodes sim001.. (load tests)")
+    ap.add_argument("--sim-group", type=int, default=25, help="simulated nodes per slurmpool.io/sim-group label")
     ap.add_argument("--slurm-conf", required=True)
     args = ap.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,

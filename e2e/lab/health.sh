@@ -25,6 +25,11 @@ kubectl --request-timeout=5s get --raw /readyz >/dev/null 2>&1 || bad "kube-apis
 ready=$(kubectl --request-timeout=5s get nodes -l slurmpool.io/lab=true \
   -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -c True)
 [ "$ready" = "$LAB_NODES" ] || bad "$ready of $LAB_NODES nodes Ready"
+if [ "${LAB_SIM_NODES:-0}" -gt 0 ]; then
+  sim=$(kubectl --request-timeout=10s get nodes -l slurmpool.io/sim=true \
+    -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -c True)
+  [ "$sim" = "$LAB_SIM_NODES" ] || bad "$sim of $LAB_SIM_NODES simulated nodes Ready"
+fi
 timeout 5 scontrol ping >/dev/null 2>&1 || bad "scontrol ping failed"
 timeout 2 bash -c "exec 3<>/dev/tcp/$LAB_SSH_HOST/$LAB_SSH_PORT" 2>/dev/null || bad "sshd not accepting on $LAB_SSH_HOST:$LAB_SSH_PORT"
 exit 0

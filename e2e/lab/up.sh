@@ -8,13 +8,16 @@
 # Everything lives under $LAB_DIR (default <repo>/.lab). Each daemon runs in the foreground
 # under setsid with its PID in $LAB_DIR/run/<name>.pid; down.sh stops exactly those.
 # Idempotent: if the lab is already up and healthy this prints so and exits 0.
-# Knobs: LAB_DIR, LAB_NODES (default 8, max 99), LAB_SLURMD_TIMEOUT (default 10 s).
+# Knobs: LAB_DIR, LAB_NODES (default 8, max 99), LAB_SLURMD_TIMEOUT (default 10 s),
+# LAB_SIM_NODES (default 0, max 999: extra nodes sim001.. for load tests; see README).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 export LAB_DIR=${LAB_DIR:-$repo/.lab}
 LAB_NODES=${LAB_NODES:-8}
+LAB_SIM_NODES=${LAB_SIM_NODES:-0}
+LAB_SIM_GROUP=${LAB_SIM_GROUP:-25}
 SLURMD_TIMEOUT=${LAB_SLURMD_TIMEOUT:-10}
 PY=${LAB_PYTHON:-$repo/.venv/bin/python}
 
@@ -23,6 +26,8 @@ PY=${LAB_PYTHON:-$repo/.venv/bin/python}
 OFF=${LAB_PORT_OFFSET:-0}
 ETCD_PORT=$((12379 + OFF)) ETCD_PEER_PORT=$((12380 + OFF)) API_PORT=$((16443 + OFF)) CTLD_PORT=$((16817 + OFF))
 SLURMD_BASE_PORT=$((17000 + OFF)) SSH_PORT=$((2222 + OFF))
+# slurmd of simulated node simNNN: SIM_BASE_PORT+NNN (offsets 0..900 in steps of 100 stay apart).
+SIM_BASE_PORT=$((20000 + 10 * OFF))
 
 T0=$(date +%s%N)
 ms() { echo $(( ($(date +%s%N) - ${1:-$T0}) / 1000000 )); }
@@ -31,6 +36,8 @@ die() { echo "[lab-up] ERROR: $*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "run as root (slurmd, munged and sshd need it)"
 [[ "$LAB_NODES" =~ ^[0-9]+$ ]] && [ "$LAB_NODES" -ge 1 ] && [ "$LAB_NODES" -le 99 ] || die "LAB_NODES must be 1..99"
+[[ "$LAB_SIM_NODES" =~ ^[0-9]+$ ]] && [ "$LAB_SIM_NODES" -le 999 ] || die "LAB_SIM_NODES must be 0..999"
+[[ "$LAB_SIM_GROUP" =~ ^[0-9]+$ ]] && [ "$LAB_SIM_GROUP" -ge 1 ] || die "LAB_SIM_GROUP must be at least 1"
 [ -x "$PY" ] || die "$PY not found: run 'make venv' first (the node agent needs the repo's virtualenv)"
 PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 
@@ -58,12 +65,12 @@ healthy() {
   return 1
 }
 if healthy; then
-  running=$(. "$LAB_DIR/env" && echo "$LAB_NODES")
-  if [ "$running" = "$LAB_NODES" ]; then
-    log "lab already up and healthy ($LAB_NODES nodes); use: . $LAB_DIR/env"
+  running=$(. "$LAB_DIR/env" && echo "$LAB_NODES ${LAB_SIM_NODES:-0} ${LAB_SIM_GROUP:-25}")
+  if [ "$running" = "$LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP" ]; then
+    log "lab already up and healthy ($LAB_NODES nodes, $LAB_SIM_NODES simulated); use: . $LAB_DIR/env"
     exit 0
   fi
-  log "lab is up with $running nodes but LAB_NODES=$LAB_NODES: restarting it"
+  log "lab is up with nodes/simulated/group $running but wanted $LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP: restarting it"
 fi
 # Anything left from a previous (partial) run is stopped first, by its PID files.
 if compgen -G "$LAB_DIR/run/*.pid" >/dev/null || [ -d "$LAB_DIR/run/pods" ]; then
@@ -83,9 +90,11 @@ log "binaries: $BIN"
 NN=$(printf %02d "$LAB_NODES")
 ports=($ETCD_PORT $ETCD_PEER_PORT $API_PORT $CTLD_PORT $SSH_PORT)
 for i in $(seq 1 "$LAB_NODES"); do ports+=($((SLURMD_BASE_PORT + i))); done
+for i in $(seq 1 "$LAB_SIM_NODES"); do ports+=($((SIM_BASE_PORT + i))); done
+listening=" $(ss -Htln | awk '{n = split($4, a, ":"); printf "%s ", a[n]}') "
 busy=()
 for p in "${ports[@]}"; do
-  if ss -Htln "sport = :$p" | grep -q .; then busy+=("$p"); fi
+  [[ "$listening" == *" $p "* ]] && busy+=("$p")
 done
 [ ${#busy[@]} -eq 0 ] || die "TCP port(s) ${busy[*]} already in use (another lab? run 'make lab-down' or stop it)"
 
@@ -108,6 +117,7 @@ rm -f "$LAB_DIR/users/started-by-pytest"
 mkdir -p "$LAB_DIR"/{etc,pki,ssh,munge,fakedev,etcd,state/ctld,log/pods,run/pods}
 chmod 700 "$LAB_DIR/etcd"
 for i in $(seq 1 "$LAB_NODES"); do mkdir -p "$LAB_DIR/state/gpu$(printf %02d "$i")"; done
+for i in $(seq 1 "$LAB_SIM_NODES"); do mkdir -p "$LAB_DIR/state/sim$(printf %03d "$i")"; done
 
 # ---------------------------------------------------------------- certificates (envtest style)
 # EC P-256 keys: generating them takes milliseconds (RSA would dominate a warm start).
@@ -241,8 +251,12 @@ SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=5
 MailProg=/bin/true
 NodeName=gpu[01-$NN] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((SLURMD_BASE_PORT + 1))-$((SLURMD_BASE_PORT + LAB_NODES))] CPUs=16 RealMemory=65536 Gres=gpu:h100:8 State=UNKNOWN
-PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
+# Simulated nodes (load tests): Slurm lists them; a slurmd runs only while one serves Slurm.
+for i in $(seq 1 "$LAB_SIM_NODES"); do
+  echo "NodeName=sim$(printf %03d "$i") NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((SIM_BASE_PORT + i)) CPUs=16 RealMemory=65536 Gres=gpu:h100:8 State=UNKNOWN"
+done >> "$SLURM_CONF"
+echo "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >> "$SLURM_CONF"
 cat > "$LAB_DIR/etc/gres.conf" <<EOF
 AutoDetect=off
 Name=gpu Type=h100 File=$LAB_DIR/fakedev/nvidia[0-7]
@@ -258,7 +272,11 @@ EOF
     r1=$(( 2 * b - 1 )); r2=$(( 2 * b ))
     [ $(( 2 * r2 - 1 )) -le "$LAB_NODES" ] && echo "SwitchName=block-$b Switches=rack-$r1,rack-$r2" || echo "SwitchName=block-$b Switches=rack-$r1"
   done
-  echo "SwitchName=spine Switches=block-[1-$blocks]"
+  spine="block-[1-$blocks]"
+  if [ "$LAB_SIM_NODES" -gt 0 ]; then
+    echo "SwitchName=sim Nodes=sim[001-$(printf %03d "$LAB_SIM_NODES")]"; spine="$spine,sim"
+  fi
+  echo "SwitchName=spine Switches=$spine"
 } > "$LAB_DIR/etc/topology.conf"
 echo "TopologyPlugin=topology/tree" >> "$SLURM_CONF"
 
@@ -339,7 +357,7 @@ start_daemon kube-apiserver "$BIN/kube-apiserver" \
   --endpoint-reconciler-type=none \
   --cert-dir="$LAB_DIR/state/apiserver-certs"
 start_daemon agent "$PY" "$here/agent.py" --lab-dir "$LAB_DIR" --kubeconfig "$LAB_DIR/kubeconfig" \
-  --nodes "$LAB_NODES" --slurm-conf "$SLURM_CONF"
+  --nodes "$LAB_NODES" --sim-nodes "$LAB_SIM_NODES" --sim-group "$LAB_SIM_GROUP" --slurm-conf "$SLURM_CONF"
 
 wait_for 10 munged bash -c "munge -n -S '$LAB_DIR/munge/munge.socket' | unmunge -S '$LAB_DIR/munge/munge.socket'"
 start_daemon slurmctld slurmctld -D -i
@@ -352,10 +370,12 @@ start_daemon kube-scheduler "$BIN/kube-scheduler" \
 # use-service-account-credentials: each controller acts as its own ServiceAccount, as in
 # kubeadm clusters (the controller-manager's own role does not cover every controller).
 # node-monitor-period=1s: new nodes lose their not-ready taint within a second, not five.
+# Hundreds of simulated nodes: the default 20 requests/s would take minutes to untaint them.
+cm_qps=""; [ "$LAB_SIM_NODES" -eq 0 ] || cm_qps="--kube-api-qps=200 --kube-api-burst=400"
 start_daemon kube-controller-manager "$BIN/kube-controller-manager" \
   --kubeconfig="$LAB_DIR/etc/controller-manager.kubeconfig" --leader-elect=false --secure-port=0 \
   --use-service-account-credentials=true \
-  --node-monitor-period=1s \
+  --node-monitor-period=1s $cm_qps \
   --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" \
   --cluster-signing-cert-file="$P/ca.crt" --cluster-signing-key-file="$P/ca.key"
 
@@ -366,6 +386,12 @@ nodes_ready() {
   [ "${#n}" -eq "$LAB_NODES" ]
 }
 wait_for 60 "$LAB_NODES Ready nodes" nodes_ready
+sim_ready() {
+  local n
+  n=$("${KUBECTL[@]}" get nodes -l slurmpool.io/sim=true -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True)
+  [ "$n" -eq "$LAB_SIM_NODES" ]
+}
+[ "$LAB_SIM_NODES" -eq 0 ] || wait_for 180 "$LAB_SIM_NODES simulated Ready nodes" sim_ready
 wait_for 60 "default ServiceAccount" "${KUBECTL[@]}" -n default get serviceaccount default
 LAB_SSH="ssh -p $SSH_PORT -i $S/id_ed25519 -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile=$S/known_hosts root@127.0.0.1"
 wait_for 10 "ssh scontrol" $LAB_SSH scontrol ping
@@ -375,6 +401,8 @@ cat > "$LAB_DIR/env" <<EOF
 # Generated by e2e/lab/up.sh: source it (. $LAB_DIR/env) to use the lab by hand.
 export LAB_DIR=$LAB_DIR
 export LAB_NODES=$LAB_NODES
+export LAB_SIM_NODES=$LAB_SIM_NODES
+export LAB_SIM_GROUP=$LAB_SIM_GROUP
 export LAB_BIN=$BIN
 export KUBECONFIG=$LAB_DIR/kubeconfig
 export SLURM_CONF=$SLURM_CONF
@@ -389,4 +417,4 @@ export LAB_APISERVER=https://127.0.0.1:$API_PORT
 export LAB_SLURMD_TIMEOUT=$SLURMD_TIMEOUT
 EOF
 trap - EXIT
-log "lab up: $LAB_NODES nodes in $(ms)ms. Use it with: . $LAB_DIR/env"
+log "lab up: $LAB_NODES nodes ($LAB_SIM_NODES simulated) in $(ms)ms. Use it with: . $LAB_DIR/env"

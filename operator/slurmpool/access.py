@@ -6,6 +6,7 @@ observation per reconcile pass, so Slurm sees a constant number of commands per 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import replace
@@ -66,6 +67,7 @@ class SlurmAccessPool:
         self._views: dict[tuple, tuple[float, SlurmView]] = {}
         self._topology: dict[tuple, tuple[float, tuple]] = {}  # key -> (when, groups): changes rarely
         self._failing: dict[tuple, tuple[int, float, SlurmView]] = {}  # key -> (failures, retry at, view)
+        self._locks: dict[tuple, asyncio.Lock] = {}
         self.command_timeout = command_timeout
         self.retries = retries
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
@@ -102,6 +104,10 @@ class SlurmAccessPool:
         """Slurm's state for this access, polled at most once per `max_age` seconds; with
         `topology`, its switches or blocks too, polled at most once per TOPOLOGY_MAX_AGE."""
         key = access_key(namespace, access)
+        async with self._locks.setdefault(key, asyncio.Lock()):  # pools reconcile concurrently: one poll
+            return await self._observe(key, namespace, access, max_age, topology)
+
+    async def _observe(self, key: tuple, namespace: str, access: SlurmAccess, max_age: float, topology: bool):
         now = self.clock()
         cached = self._views.get(key)
         if cached and now - cached[0] < max_age:

@@ -6,8 +6,10 @@ in a worker thread: kopf's event loop is never blocked.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
@@ -23,6 +25,12 @@ from .view import LABEL_COMPONENT, LABEL_POOL, SLURM_TAINT_KEY, NodeView, PodVie
 log = logging.getLogger("slurmpool.kube")
 SLURMD_CONTAINER = "slurmd"
 MERGE_PATCH = "application/merge-patch+json"
+# API calls in flight at once. Our own threads, not the default executor that kopf also uses,
+# and as many pooled connections (the client's default pool of 5 x CPUs would be the limit).
+API_THREADS = 16
+# Events are posted by a few workers from a bounded queue (best effort: dropped when full). One
+# worker fell behind 500 moves at once and dropped thousands (e2e/load.py).
+EVENT_WORKERS, EVENT_QUEUE = 4, 5000
 
 
 def slurmd_pod_name(node: str) -> str:
@@ -129,15 +137,17 @@ class KubeAdapter:
 
     def __init__(self, api_client: client.ApiClient | None = None):
         self.api = api_client or client.ApiClient()
+        self.api.rest_client.pool_manager.connection_pool_kw["maxsize"] = API_THREADS
+        self._pool = ThreadPoolExecutor(API_THREADS, thread_name_prefix="kube")
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.requests = 0  # API requests made (the benchmark counts them per reconcile)
         self._events: asyncio.Queue | None = None
-        self._event_task: asyncio.Task | None = None
+        self._event_tasks: list[asyncio.Task] = []
 
     async def _call(self, fn, *args, **kwargs):
         self.requests += 1
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
 
     async def patch_node(self, name: str, patch: dict) -> None:
         await self._call(self.core.patch_node, name, patch, _content_type=MERGE_PATCH)
@@ -173,8 +183,8 @@ class KubeAdapter:
         """Queue a Kubernetes Event; a worker posts it, so the reconcile never waits on it.
         (kopf.event only works inside kopf's own handler tasks, not in our loop.)"""
         if self._events is None:
-            self._events = asyncio.Queue(maxsize=1000)
-            self._event_task = asyncio.create_task(self._post_events())
+            self._events = asyncio.Queue(maxsize=EVENT_QUEUE)
+            self._event_tasks = [asyncio.create_task(self._post_events()) for _ in range(EVENT_WORKERS)]
         try:
             self._events.put_nowait(_event_body(obj, type_, reason, message))
         except asyncio.QueueFull:

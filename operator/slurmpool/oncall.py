@@ -10,6 +10,7 @@ Per pool and pass, handlers.py calls:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -114,10 +115,19 @@ def slurm_annotation(name: str, slurm: SlurmView) -> str | None:
     return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
 
+async def _publish_one(kube, name: str, value: str, written: dict) -> None:
+    try:
+        await kube.patch_node(name, {"metadata": {"annotations": {ANN_SLURM: value}}})
+        written[name] = (value, time.monotonic())
+    except Exception as err:  # noqa: BLE001 - best effort: retried next pass
+        log.warning("could not publish Slurm state of %s: %s", name, err)
+
+
 async def publish(kube, pool: PoolRef, spec: SlurmNodePoolSpec, nodes: list[NodeView], slurm: SlurmView,
                   target: Decision, written: dict[str, tuple[str, float]]) -> None:
     """`written` remembers what this process last wrote per node, and when (the index may lag)."""
     if slurm.available:
+        changed = []
         for node in nodes:
             value = slurm_annotation(node.name, slurm)
             if value is None or value == node.annotations.get(ANN_SLURM):
@@ -125,11 +135,9 @@ async def publish(kube, pool: PoolRef, spec: SlurmNodePoolSpec, nodes: list[Node
             last = written.get(node.name)
             if last and last[0] == value and time.monotonic() - last[1] < 10:
                 continue  # written already; the watch has not brought it back yet
-            try:
-                await kube.patch_node(node.name, {"metadata": {"annotations": {ANN_SLURM: value}}})
-                written[node.name] = (value, time.monotonic())
-            except Exception as err:  # noqa: BLE001 - best effort: retried next pass
-                log.warning("could not publish Slurm state of %s: %s", node.name, err)
+            changed.append((node.name, value))
+        # Concurrently: when Slurm changes under many nodes at once, one by one took seconds.
+        await asyncio.gather(*(_publish_one(kube, name, value, written) for name, value in changed))
     done = move_now_done(spec, nodes, target.slurm_nodes, target.pool_counts)
     if not done:
         return

@@ -8,6 +8,7 @@ Slurm actions are batched across the pool: one scontrol per kind of update per r
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -68,12 +69,14 @@ class Kube(Protocol):
 
 
 async def observe_slurm(backend: SlurmBackend) -> SlurmView:
-    """One `scontrol show node` and one `squeue` for the whole pool. Fails closed."""
-    try:
-        nodes = await backend.nodes()
-        jobs = await backend.jobs()
-    except SlurmError as err:
-        return SlurmView(available=False, error=str(err)[:500])
+    """One `scontrol show node` and one `squeue` for the whole pool, side by side (each is a
+    round trip over SSH). Fails closed."""
+    nodes, jobs = await asyncio.gather(backend.nodes(), backend.jobs(), return_exceptions=True)
+    for result in (nodes, jobs):
+        if isinstance(result, SlurmError):
+            return SlurmView(available=False, error=str(result)[:500])
+        if isinstance(result, BaseException):
+            raise result
     return SlurmView(available=True, nodes=nodes, jobs=tuple(jobs))
 
 
@@ -219,14 +222,18 @@ async def _execute(pool, spec, before: list[NodeView], steps: dict[str, Step], k
     # 1. Kubernetes: one patch per node carries the move record with its shape, atomically.
     #    A node whose record could not be written takes no other step this round: nothing
     #    may happen in Slurm that the node's annotations do not explain after a crash.
-    failed: set[str] = set()
+    #    The patches of different nodes are independent: sent concurrently (500 nodes in one
+    #    pass would otherwise queue behind each other's round trips).
+    patches = {name: _node_patch(pool, old[name], step) for name, step in steps.items()}
+    written = await asyncio.gather(
+        *(_guard(seen, f"patch node {name}", kube.patch_node(name, patch), ok=True) for name, patch in patches.items() if patch)
+    )
+    failed = {name for name, ok in zip([n for n, p in patches.items() if p], written) if ok is None}
     for name, step in steps.items():
         node = old[name]
-        patch = _node_patch(pool, node, step)
-        if patch and await _guard(seen, f"patch node {name}", kube.patch_node(name, patch), ok=True) is None:
-            failed.add(name)
+        if name in failed:
             continue
-        _crash_point(patch, step)
+        _crash_point(patches[name], step)
         for action in step.actions:
             if isinstance(action, Drain):
                 drains[action.reason].append(action.node)
@@ -237,7 +244,8 @@ async def _execute(pool, spec, before: list[NodeView], steps: dict[str, Step], k
             elif isinstance(action, Cancel):
                 cancels.extend(action.job_ids)
         for type_, reason, message in step.events:
-            await kube.event(pool_object(pool), type_, reason, message)
+            if reason != "MovePhase":  # each phase on the Node only: 500 moves buried the pool's Events
+                await kube.event(pool_object(pool), type_, reason, message)
             await kube.event(node_object(name), type_, reason, message)
         if step.settled:
             direction = _direction(node.move.source if node.move else NONE, step.settled)
@@ -258,20 +266,22 @@ async def _execute(pool, spec, before: list[NodeView], steps: dict[str, Step], k
     if cancels:
         await _guard(seen, "scancel", backend.cancel(sorted(set(cancels))))
     # 3. Pods: after Slurm has been told, so a slurmd only starts on a node held drained.
-    for name, step in steps.items():
-        if name in failed:
-            continue
-        for action in step.actions:
-            if isinstance(action, CreateSlurmdPod):
-                await _guard(seen, f"create slurmd pod on {name}", kube.create_slurmd_pod(pool, spec, name))
-            elif isinstance(action, DeleteSlurmdPod):
-                pod = action.pod
-                await _guard(seen, f"delete pod {pod.key}", kube.delete_pod(pod.namespace, pod.name, pod.uid))
-            elif isinstance(action, Evict):
-                refused = await _guard(seen, f"evict pod {action.pod.key}", kube.evict(action.pod.namespace, action.pod.name))
-                if refused:
-                    step.message = f"eviction of {action.pod.key} refused: {refused}"
-                    metrics.EVICTIONS_REFUSED.inc()
+    #    Each node's pod actions in order; nodes concurrently.
+    await asyncio.gather(*(_pod_actions(pool, spec, name, step, kube, seen) for name, step in steps.items() if name not in failed))
+
+
+async def _pod_actions(pool, spec, name: str, step: Step, kube: Kube, seen: Observed) -> None:
+    for action in step.actions:
+        if isinstance(action, CreateSlurmdPod):
+            await _guard(seen, f"create slurmd pod on {name}", kube.create_slurmd_pod(pool, spec, name))
+        elif isinstance(action, DeleteSlurmdPod):
+            pod = action.pod
+            await _guard(seen, f"delete pod {pod.key}", kube.delete_pod(pod.namespace, pod.name, pod.uid))
+        elif isinstance(action, Evict):
+            refused = await _guard(seen, f"evict pod {action.pod.key}", kube.evict(action.pod.namespace, action.pod.name))
+            if refused:
+                step.message = f"eviction of {action.pod.key} refused: {refused}"
+                metrics.EVICTIONS_REFUSED.inc()
 
 
 async def _guard(seen: Observed, what: str, coro, ok=None):
