@@ -130,10 +130,12 @@ def clusters(draw):
     slurm_nodes = draw(st.integers(0, n + 2))
     min_slurm = draw(st.integers(0, slurm_nodes))
     min_inf = draw(st.integers(0, 5))
+    llm_min = draw(st.integers(0, 3))
+    llm_max = draw(st.sampled_from([None, 2, 8]))  # never below minNodes: the CRD refuses that
     spec = make_spec(
         slurm_nodes=slurm_nodes, min_slurm=min_slurm, min_inference=min_inf, max_moves=draw(st.integers(1, 6)),
         paused=draw(st.booleans()) and draw(st.booleans()),
-        pools=[("llm", draw(st.integers(-5, 5)), draw(st.integers(0, 3)), draw(st.sampled_from([None, 2, 8]))),
+        pools=[("llm", draw(st.integers(-5, 5)), llm_min, None if llm_max is None else max(llm_min, llm_max)),
                ("batch", draw(st.integers(-5, 5)), 0, None)],
     )
     states = {f"n{i:03d}": slurm_node(f"n{i:03d}", draw(st.sampled_from(["IDLE", "MIXED", "ALLOCATED", "DOWN"]))) for i in range(n)}

@@ -12,7 +12,16 @@ from typing import Any
 
 import yaml
 
-from .models import GROUP, KIND, PLURAL, VERSION, SlurmNodePoolSpec, SlurmNodePoolStatus
+from .models import (
+    GROUP,
+    KIND,
+    NODE_SELECTOR_EMPTY,
+    PATTERN_MESSAGES,
+    PLURAL,
+    VERSION,
+    SlurmNodePoolSpec,
+    SlurmNodePoolStatus,
+)
 
 # Cross-field rules the schema alone cannot say. Keyed by the JSON path of the object they sit on.
 CEL_RULES: dict[str, list[dict[str, str]]] = {
@@ -30,6 +39,12 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".schedule",
         },
     ],
+    "spec.nodeSelector": [
+        {
+            "rule": "(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",
+            "message": NODE_SELECTOR_EMPTY,
+        }
+    ],
     "spec.slurm.access": [
         {
             "rule": "has(self.ssh) != has(self.local)",
@@ -38,6 +53,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
     ],
     "spec.schedule[]": [
         {"rule": "has(self.slurmNodes) != has(self.slurmPercent)", "message": "set exactly one of slurmNodes and slurmPercent"},
+        {"rule": "self.duration.matches('[1-9]')", "message": "duration must be positive", "fieldPath": ".duration"},
         {
             "rule": "timestamp('2000-01-01T00:00:00Z').getHours(self.timeZone) >= 0",
             "message": "timeZone must be an IANA time zone such as Europe/Berlin",
@@ -117,6 +133,11 @@ def structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             continue
         else:
             out[key] = value
+    if out.get("pattern") in PATTERN_MESSAGES:
+        # The same check as a CEL rule, so the refusal says what is wanted instead of the regex.
+        pattern = out.pop("pattern")
+        assert '"' not in pattern, pattern  # it sits in a CEL raw string below
+        out["x-kubernetes-validations"] = [{"rule": f'self.matches(r"{pattern}")', "message": PATTERN_MESSAGES[pattern]}]
     if "x-kubernetes-int-or-string" in out:
         out.pop("type", None)
     if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
@@ -149,7 +170,7 @@ def openapi_schema() -> dict[str, Any]:
         },
     }
     for path, rules in CEL_RULES.items():
-        _at(root, path)["x-kubernetes-validations"] = rules
+        _at(root, path).setdefault("x-kubernetes-validations", []).extend(rules)
     # Named lists, merged by key (API conventions); kubectl apply then patches entries, not the list.
     pools = _at(root, "spec.inference.pools")
     pools.update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})

@@ -31,7 +31,24 @@ _CRON_FIELD = r"[0-9A-Za-z*?/,#-]+"
 CRON_PATTERN = rf"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|{_CRON_FIELD}( +{_CRON_FIELD}){{4}})$"
 TIME_ZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+/-]{0,63}$"
 
+SSH_HOST_PATTERN = r"^[A-Za-z0-9.:\[\]_-]+$"
+SSH_USER_PATTERN = r"^[a-z_][a-z0-9_-]*[$]?$"
+GRES_PATTERN = r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$"
+# What the API server says when a pattern does not match: crd.py turns these patterns into CEL
+# rules with these messages (a bare pattern error shows the regular expression instead).
+PATTERN_MESSAGES = {
+    DURATION_PATTERN: "must be a duration such as 90s, 10m or 1h30m (units ms, s, m, h)",
+    SLURM_NAME_PATTERN: "must be a Slurm name: letters, digits, '.', '_' or '-', starting with a letter or digit, at most 63 characters",
+    GRES_PATTERN: "must be Slurm GRES such as gpu:h100:8 (name[:type][:count], comma-separated; no spaces or shell characters)",
+    DNS_LABEL_PATTERN: "must be a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit",
+    CRON_PATTERN: "must be 5 cron fields (minute hour day-of-month month day-of-week, e.g. '0 22 * * *') or a macro such as @daily",
+    TIME_ZONE_PATTERN: "must be an IANA time zone name such as Europe/Berlin",
+    SSH_HOST_PATTERN: "must be a host name or IP address",
+    SSH_USER_PATTERN: "must be a Unix user name",
+}
+
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
+SlurmName = Annotated[str, Field(pattern=SLURM_NAME_PATTERN, max_length=63)]
 # int-or-string, as Kubernetes quantities are written (`cpu: 2`, `memory: 4Gi`).
 Quantity = Annotated[int | str, WithJsonSchema({"x-kubernetes-int-or-string": True})]
 
@@ -115,9 +132,9 @@ class SecretRef(Model):
 class SshAccess(Model):
     """Reach scontrol/squeue on a controller or login host over SSH (strict host-key checking)."""
 
-    host: str = Field(max_length=253, pattern=r"^[A-Za-z0-9.:\[\]_-]+$")
+    host: str = Field(max_length=253, pattern=SSH_HOST_PATTERN)
     port: int = Field(default=22, ge=1, le=65535)
-    user: str = Field(default="root", max_length=32, pattern=r"^[a-z_][a-z0-9_-]*[$]?$")
+    user: str = Field(default="root", max_length=32, pattern=SSH_USER_PATTERN)
     secret_ref: SecretRef = Field(description="Secret with the client private key and known_hosts; no host key is ever auto-accepted.")
 
 
@@ -130,6 +147,12 @@ class LocalAccess(Model):
 class SlurmAccess(Model):
     ssh: SshAccess | None = None
     local: LocalAccess | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "SlurmAccess":
+        if (self.ssh is None) == (self.local is None):
+            raise ValueError("set exactly one of slurm.access.ssh and slurm.access.local")
+        return self
 
 
 class SlurmdPodTemplate(Model):
@@ -147,13 +170,11 @@ class SlurmdPodTemplate(Model):
 
 
 class SlurmSpec(Model):
-    partition: str = Field(pattern=SLURM_NAME_PATTERN, description="Slurm partition whose pending GPU jobs count as Slurm demand.")
+    partition: SlurmName = Field(description="Slurm partition whose pending GPU jobs count as Slurm demand.")
     gres: str | None = Field(
-        default=None,
-        pattern=r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$",
-        description="GRES a node must report before it is resumed, e.g. gpu:h100:8.",
+        default=None, pattern=GRES_PATTERN, max_length=256, description="GRES a node must report before it is resumed, e.g. gpu:h100:8."
     )
-    features: list[str] = Field(default_factory=list, max_length=32, description="Slurm features the node must report.")
+    features: list[SlurmName] = Field(default_factory=list, max_length=32, description="Slurm features the node must report.")
     slurmd_pod: SlurmdPodTemplate
     access: SlurmAccess
     register_timeout: Duration = Field(
@@ -181,9 +202,26 @@ class InferencePool(Model):
 
 PoolCountMap = Annotated[dict[str, Annotated[int, Field(ge=0, le=100000)]], Field(max_length=16)]
 
+    @model_validator(mode="after")
+    def _bounds(self) -> "InferencePool":
+        if self.max_nodes is not None and self.min_nodes > self.max_nodes:
+            raise ValueError("an inference pool's minNodes must not exceed its maxNodes")
+        return self
+
 
 class InferenceSpec(Model):
     pools: list[InferencePool] = Field(min_length=1, max_length=16)
+
+    @model_validator(mode="after")
+    def _unique(self) -> "InferenceSpec":
+        _no_duplicates("inference.pools", [p.name for p in self.pools])
+        return self
+
+
+def _no_duplicates(what: str, names: list[str]) -> None:
+    seen = {n for n in names if names.count(n) > 1}
+    if seen:
+        raise ValueError(f"{what} has duplicate names: {', '.join(sorted(seen))}")
 
 
 class DrainSpec(Model):
@@ -281,6 +319,12 @@ class DemandBounds(Model):
     min_nodes: int = Field(default=0, ge=0, le=100000, description="Demand never takes this side below this many nodes.")
     max_nodes: int | None = Field(default=None, ge=0, le=100000, description="Demand never grows this side above this many nodes.")
 
+    @model_validator(mode="after")
+    def _bounds(self) -> "DemandBounds":
+        if self.max_nodes is not None and self.min_nodes > self.max_nodes:
+            raise ValueError("minNodes must not exceed maxNodes")
+        return self
+
 
 class DemandSpec(Model):
     """Follow demand (opt-in): pending GPU jobs in slurm.partition grow Slurm, pending unschedulable
@@ -320,6 +364,19 @@ class SlurmNodePoolSpec(Model):
         default_factory=list, max_length=64, description="Windows that set the split while open; outside them slurmNodes holds."
     )
     demand: DemandSpec | None = Field(default=None, description="Follow demand within bounds (opt-in).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "SlurmNodePoolSpec":
+        # The same rules as the CRD's (crd.CEL_RULES), for a pool stored under an older CRD.
+        if self.node_selector.is_empty():
+            raise ValueError(NODE_SELECTOR_EMPTY)
+        if self.slurm_nodes < self.min_slurm_nodes:
+            raise ValueError("slurmNodes must not be below minSlurmNodes")
+        _no_duplicates("schedule", [w.name for w in self.schedule])
+        return self
+
+
+NODE_SELECTOR_EMPTY = "nodeSelector must select something: set matchLabels or matchExpressions (empty, it would take every node)"
 
 
 # ---------------------------------------------------------------- status
