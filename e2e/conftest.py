@@ -74,6 +74,7 @@ class Lab:
     ssh_known_hosts: Path
     ssh_command: list[str] = field(default_factory=list)  # argv of $LAB_SSH; append the remote command
     slurmd_timeout: int = 10  # Slurm's SlurmdTimeout in the lab, seconds
+    sim_nodes: list[str] = field(default_factory=list)  # sim001..: LAB_SIM_NODES, for load tests
 
     @classmethod
     def from_env_file(cls, path: Path) -> "Lab":
@@ -86,7 +87,8 @@ class Lab:
                    nodes=[f"gpu{i:02d}" for i in range(1, n + 1)],
                    ssh_host=e["LAB_SSH_HOST"], ssh_port=int(e["LAB_SSH_PORT"]), ssh_user=e["LAB_SSH_USER"],
                    ssh_key=Path(e["LAB_SSH_KEY"]), ssh_known_hosts=Path(e["LAB_SSH_KNOWN_HOSTS"]),
-                   ssh_command=shlex.split(e["LAB_SSH"]), slurmd_timeout=int(e.get("LAB_SLURMD_TIMEOUT", "10")))
+                   ssh_command=shlex.split(e["LAB_SSH"]), slurmd_timeout=int(e.get("LAB_SLURMD_TIMEOUT", "10")),
+                   sim_nodes=[f"sim{i:03d}" for i in range(1, int(e.get("LAB_SIM_NODES", "0")) + 1)])
 
     # --- commands
     def run(self, *args: str, check: bool = True, input: str | None = None,
@@ -147,6 +149,9 @@ class Lab:
 
 def _healthy(d: Path) -> bool:
     if not (d / "env").exists():
+        return False
+    wanted = os.environ.get("LAB_SIM_NODES")  # e.g. `make load`: a lab with other counts is restarted by up.sh
+    if wanted is not None and _read_env(d / "env").get("LAB_SIM_NODES", "0") != wanted:
         return False
     return subprocess.run([str(LAB_SCRIPTS / "health.sh")], env={**os.environ, "LAB_DIR": str(d)},
                           capture_output=True).returncode == 0

@@ -274,6 +274,36 @@ def _rss_mib(pid: int) -> float:
     return float("nan")
 
 
+# ---------------------------------------------------------------- where everything ended up
+
+
+def misplaced(lab, pools: list[Pool], targets: dict) -> list[str]:
+    """Everything that disagrees with `targets[pool.key]` Slurm nodes per pool: placements, moves
+    still recorded, Slurm's view (Slurm nodes usable, the others parked drained) and slurmd pods."""
+    core = client.CoreV1Api(config.new_client_from_config(str(lab.kubeconfig)))
+    nodes = {n.metadata.name: n.metadata.annotations or {} for n in core.list_node().items}
+    slurm_state = {}
+    for line in lab.slurm("scontrol", "-o", "show", "node").stdout.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        slurm_state[fields.get("NodeName")] = fields.get("State", "")
+    problems = []
+    for p in pools:
+        want = targets[p.key]
+        slurmd = {pod.spec.node_name for pod in core.list_namespaced_pod(
+            p.namespace, label_selector=f"slurmpool.io/component=slurmd,slurmpool.io/pool={p.name}").items}
+        placed = {n: nodes[n].get("slurmpool.io/placement") for n in p.nodes}
+        on_slurm = sorted(n for n, where in placed.items() if where == "slurm")
+        if len(on_slurm) != want or any(w not in ("slurm", "inference:llm") for w in placed.values()):
+            problems.append(f"{p.namespace}/{p.name}: {len(on_slurm)} on Slurm, wanted {want}: {placed}")
+        problems += [f"{n}: move still recorded" for n in p.nodes if nodes[n].get("slurmpool.io/move")]
+        problems += [f"{n}: in Slurm but {slurm_state.get(n)}" for n in on_slurm
+                     if "DRAIN" in slurm_state.get(n, "") or "NOT_RESPONDING" in slurm_state.get(n, "") or n not in slurmd]
+        problems += [f"{n}: serves inference but Slurm says {slurm_state.get(n)}" for n in p.nodes
+                     if placed[n] != "slurm" and "DRAIN" not in slurm_state.get(n, "")]
+        problems += [f"{n}: serves inference with a slurmd pod" for n in slurmd - set(on_slurm)]
+    return problems
+
+
 # ---------------------------------------------------------------- leave the lab as found
 
 
