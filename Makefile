@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 export LAB_DIR ?= $(CURDIR)/.lab
 
-.PHONY: venv deps lab-build lab-up lab-down unit e2e test demo crds tools chart manifests image-check bench
+.PHONY: venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check bench
 CHART := deploy/helm/slurmpool
 
 venv: deps $(VENV)/.stamp
@@ -62,6 +62,10 @@ unit: venv tools
 
 e2e: deps venv
 	$(BIN)/pytest -q --durations=25 e2e
+
+# 20 pools on 500 simulated nodes (e2e/test_load.py): the lab is restarted with LAB_SIM_NODES=500.
+load: deps venv
+	LAB_SIM_NODES=500 $(BIN)/pytest -q -s e2e/test_load.py
 
 test: chart unit image-check e2e
 

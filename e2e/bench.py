@@ -4,8 +4,11 @@ Writes bench-results.json: {"name": {"value", "unit", "target", "ok"}}. Figures:
   planner time for 1k/10k/50k nodes; Slurm commands and Kubernetes API requests per
   reconcile cycle at 50 and 500 nodes; operator RSS with 5,000 Nodes in the lab's
   apiserver; wall time to move one idle node each way and eight at once on the lab;
-  whole free Slurm blocks after the planner's moves vs exhaustive search.
-Usage: python e2e/bench.py [--no-lab]   (the lab parts need `make lab-up` or start it)
+  whole free Slurm blocks after the planner's moves vs exhaustive search; under load (500
+  simulated nodes, 20 pools, every split changed at once): loop pass p50/p99, spec change to
+  observedGeneration and to settled (e2e/load.py; the lab is restarted with LAB_SIM_NODES=500
+  for it, and back to what it was after).
+Usage: python e2e/bench.py [--no-lab] [--no-load]   (the lab parts need `make lab-up` or start it)
 """
 
 from __future__ import annotations
@@ -220,6 +223,37 @@ def bench_lab() -> None:
     bench_memory(lab)
 
 
+def bench_load(nodes: int = 500, pools: int = 20) -> None:
+    """20 pools of 25 simulated nodes settle at 5 Slurm nodes each; then half go to 0 and half to
+    10 at once (100 moves, 50 each way, real slurmd for the 100 Slurm nodes)."""
+    import load
+    from conftest import Lab
+
+    lab_dir = Path(os.environ.get("LAB_DIR", REPO / ".lab"))
+    before = Lab.from_env_file(lab_dir / "env") if (lab_dir / "env").exists() else None
+    env = {**os.environ, "LAB_DIR": str(lab_dir), "LAB_SIM_NODES": str(nodes)}
+    subprocess.run([str(REPO / "e2e/lab/up.sh")], env=env, check=True)  # restarts it if the counts differ
+    lab = Lab.from_env_file(lab_dir / "env")
+    chosen = load.sim_pools(lab, count=pools, namespaces=4)
+    try:
+        fig = load.run(lab, chosen, 5, lambda i: 0 if i % 2 == 0 else 10, log_name="operator-bench-load.log").figures
+    finally:
+        load.cleanup(lab, chosen)
+        if before is not None and len(before.sim_nodes) != nodes:  # leave the lab as found
+            subprocess.run([str(REPO / "e2e/lab/up.sh")], env={**env, "LAB_SIM_NODES": str(len(before.sim_nodes))}, check=True)
+    tag = f"load_{nodes}_nodes_{pools}_pools"
+    record(f"{tag}_pass_p50", fig["pass_p50_s"], "s", "< 10 s (one pass over every pool)", fig["pass_p50_s"] < 10)
+    record(f"{tag}_pass_p99", fig["pass_p99_s"], "s", "< 30 s", fig["pass_p99_s"] < 30)
+    record(f"{tag}_spec_to_observed_max", fig["observed_generation_max_s"], "s", "< 2 x pass p99",
+           fig["observed_generation_max_s"] < 2 * fig["pass_p99_s"])
+    record(f"{tag}_spec_to_first_move_max", fig["first_move_max_s"], "s", "< 2 x pass p99", fig["first_move_max_s"] < 2 * fig["pass_p99_s"])
+    record(f"{tag}_100_moves_settled", fig["scale_all_settled_s"], "s", "< 120 s", fig["scale_all_settled_s"] < 120)
+    record(f"{tag}_adoption_settled", fig["adopt_settle_max_s"], "s", "< 300 s", fig["adopt_settle_max_s"] < 300)
+    record(f"{tag}_operator_rss", fig["operator_rss_mib"], "MiB", "< 300 MiB", fig["operator_rss_mib"] < 300)
+    record(f"{tag}_errors", fig["reconcile_errors"] + fig["action_errors"], "errors", "== 0",
+           fig["reconcile_errors"] + fig["action_errors"] == 0)
+
+
 def bench_memory(lab, count: int = 5000) -> None:
     """RSS of an operator watching 5,000 extra Nodes (and a pool selecting them, paused)."""
     from harness import NAMESPACE, Operator, apply, ensure_namespace_and_secret, pool_manifest
@@ -269,6 +303,7 @@ def _rss_mib(pid: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--no-lab", action="store_true", help="skip the figures that need the lab")
+    parser.add_argument("--no-load", action="store_true", help="skip the load figures (500 simulated nodes)")
     parser.add_argument("--out", default=str(REPO / "bench-results.json"))
     args = parser.parse_args()
     t0 = time.monotonic()
@@ -277,6 +312,8 @@ def main() -> int:
     bench_fragmentation()
     if not args.no_lab:
         bench_lab()
+    if not args.no_lab and not args.no_load:
+        bench_load()
     Path(args.out).write_text(json.dumps(RESULTS, indent=2) + "\n")
     missed = [k for k, v in RESULTS.items() if not v["ok"]]
     print(f"\n{len(RESULTS) - len(missed)}/{len(RESULTS)} figures meet their targets in {time.monotonic() - t0:.0f} s; wrote {args.out}")
