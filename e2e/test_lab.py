@@ -70,7 +70,7 @@ def slurm_node_cleanup(lab, node: str):
 
 def test_nodes_ready_with_gpus(lab):
     nodes = {n["metadata"]["name"]: n for n in lab.kubectl_json("get", "nodes")["items"]}
-    assert sorted(nodes) == lab.nodes
+    assert sorted(nodes) == lab.nodes + lab.sim_nodes
     for i, name in enumerate(lab.nodes, start=1):
         n = nodes[name]
         ready = [c for c in n["status"]["conditions"] if c["type"] == "Ready"]
@@ -90,6 +90,13 @@ def test_nodes_ready_with_gpus(lab):
     for name in lab.nodes:
         renewed = datetime.datetime.fromisoformat(leases[name]["spec"]["renewTime"].replace("Z", "+00:00"))
         assert (now - renewed).total_seconds() < 30, f"lease of {name} is stale"
+    # Simulated nodes (LAB_SIM_NODES): Ready by their Lease alone (renewed every 20 s), in groups.
+    for i, name in enumerate(lab.sim_nodes, start=1):
+        n = nodes[name]
+        assert [c["status"] for c in n["status"]["conditions"] if c["type"] == "Ready"] == ["True"], f"{name} not Ready"
+        assert n["metadata"]["labels"]["slurmpool.io/sim-group"] == f"g{(i - 1) // int(lab.env.get('LAB_SIM_GROUP', '25')) + 1:02d}"
+        renewed = datetime.datetime.fromisoformat(leases[name]["spec"]["renewTime"].replace("Z", "+00:00"))
+        assert (now - renewed).total_seconds() < 45, f"lease of {name} is stale"
 
 
 def test_slurmd_pod_lifecycle(lab, tmp_path, capsys):
