@@ -199,14 +199,14 @@ class InferencePool(Model):
         "Unset: the pool gets what its priority and bounds give it. A schedule window or demand may set it for a while.",
     )
 
-
-PoolCountMap = Annotated[dict[str, Annotated[int, Field(ge=0, le=100000)]], Field(max_length=16)]
-
     @model_validator(mode="after")
     def _bounds(self) -> "InferencePool":
         if self.max_nodes is not None and self.min_nodes > self.max_nodes:
             raise ValueError("an inference pool's minNodes must not exceed its maxNodes")
         return self
+
+
+PoolCountMap = Annotated[dict[str, Annotated[int, Field(ge=0, le=100000)]], Field(max_length=16)]
 
 
 class InferenceSpec(Model):
