@@ -163,7 +163,8 @@ def slurm_states(lab) -> dict[str, str]:
 
 
 def node_placements(lab) -> dict[str, str]:
-    nodes = get_json(lab, "nodes")["items"]
+    """The lab's real nodes (not the simulated ones of a load lab) and their placements."""
+    nodes = get_json(lab, "nodes", "-l", "slurmpool.io/lab=true")["items"]
     return {n["metadata"]["name"]: (n["metadata"].get("annotations") or {}).get("slurmpool.io/placement", "none") for n in nodes}
 
 

@@ -244,8 +244,7 @@ async def _execute(pool, spec, before: list[NodeView], steps: dict[str, Step], k
             elif isinstance(action, Cancel):
                 cancels.extend(action.job_ids)
         for type_, reason, message in step.events:
-            if reason != "MovePhase":  # each phase on the Node only: 500 moves buried the pool's Events
-                await kube.event(pool_object(pool), type_, reason, message)
+            await kube.event(pool_object(pool), type_, reason, message)
             await kube.event(node_object(name), type_, reason, message)
         if step.settled:
             direction = _direction(node.move.source if node.move else NONE, step.settled)
