@@ -217,6 +217,9 @@ cat > "$SLURM_CONF" <<EOF
 ClusterName=lab
 SlurmctldHost=localhost
 SlurmctldPort=$CTLD_PORT
+# Loopback only: slurmctld binds SlurmctldHost's address (localhost) and each slurmd its
+# NodeAddr, not every interface.
+CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
 AuthType=auth/munge
 AuthInfo=socket=$LAB_DIR/munge/munge.socket
 CredType=cred/munge
