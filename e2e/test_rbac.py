@@ -140,6 +140,7 @@ def test_operator_under_its_service_account_reconciles_without_forbidden(install
     metrics_port, health_port = free_port(), free_port()
     args = [a.replace("8080", str(metrics_port)).replace("8081", str(health_port)) for a in container["args"]]
     assert args[0] == "run" and f"--liveness=http://0.0.0.0:{health_port}/healthz" in args, args
+    args = [a.replace("0.0.0.0", "127.0.0.1") for a in args]  # in a pod all interfaces; on this machine loopback only
     operator = Operator(lab, "operator-rbac.log", args=args + ["--metrics-address=127.0.0.1"])
     assert operator.identity == "serviceaccount"
     offset = operator.log_path.stat().st_size if operator.log_path.exists() else 0
