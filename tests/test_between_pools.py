@@ -249,3 +249,13 @@ def test_a_move_to_a_pool_removed_from_the_spec_goes_back_whatever_its_phase():
              NodeView("b", annotations={ANN_PLACEMENT: "slurm", ANN_MOVE: from_slurm.to_annotation()})]
     result = plan(spec, nodes, SlurmView(True), NOW)
     assert sorted(result.aborts) == ["a", "b"] and not result.problems
+
+
+def test_a_cordon_set_by_a_person_survives_a_move_between_pools():
+    spec = make_spec(pools=TWO_POOLS)
+    cordoned = NodeView("gpu01", annotations={ANN_PLACEMENT: LLM}, labels={"pool": "llm"}, unschedulable=True,
+                        taints=({"key": "inference", "value": "llm", "effect": "NoSchedule"},))
+    world = World(node=cordoned, slurm_node=None)
+    start(world, LLM, BATCH, NOW)
+    run_move(world, spec, NOW)
+    assert world.node.placement == BATCH and world.node.labels["pool"] == "batch" and world.node.unschedulable

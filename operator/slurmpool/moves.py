@@ -146,13 +146,15 @@ def _pool_label_keys(spec: SlurmNodePoolSpec) -> set[str]:
     return {k for p in spec.inference.pools for k in p.labels}
 
 
-def inference_shape(spec: SlurmNodePoolSpec, node: NodeView, pool: InferencePool) -> PatchNode:
+def inference_shape(spec: SlurmNodePoolSpec, node: NodeView, pool: InferencePool, keep_cordon: bool = False) -> PatchNode:
+    """The pool's labels and taints. Coming from Slurm the node is uncordoned (the cordon was
+    ours); between pools the cordon stays as it is (on an inference node it is people's)."""
     labels: dict[str, str | None] = {k: None for k in _pool_label_keys(spec) - set(pool.labels)}
     labels.update(pool.labels)
     labels[LABEL_SIDE] = "inference"
     taints = [t for t in node.taints if not _managed_taint(spec, t)]
     taints += [t.model_dump(exclude_defaults=False) for t in pool.taints]
-    return PatchNode(node.name, labels, tuple(taints), unschedulable=False)
+    return PatchNode(node.name, labels, tuple(taints), unschedulable=keep_cordon and node.unschedulable)
 
 
 def slurm_shape(spec: SlurmNodePoolSpec, node: NodeView, keep_pool_labels: bool = False) -> PatchNode:
@@ -333,7 +335,7 @@ def _relabeling(move, node, slurm, spec, now, step: Step):
         step.message = f"inference pool {pool_of(move.target)!r} no longer exists"
         step.blocked_by = ["missing-pool"]
         return "wait"
-    patch = inference_shape(spec, node, pool)
+    patch = inference_shape(spec, node, pool, keep_cordon=between_pools(move.source, move.target))
     if shaped(node, patch):
         return "EvictingMisfits" if between_pools(move.source, move.target) else _Finish()
     step.actions.append(patch)
