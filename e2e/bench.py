@@ -34,7 +34,7 @@ from slurmbridge import ScontrolBackend  # noqa: E402
 from slurmpool.planner import plan  # noqa: E402
 from slurmpool.reconcile import PoolRef, observe_slurm, reconcile_pool  # noqa: E402
 from slurmpool.topology import whole_slurm_blocks  # noqa: E402
-from slurmpool.view import ANN_PLACEMENT, SLURM, NodeView, PodView, SlurmView  # noqa: E402
+from slurmpool.view import ANN_PLACEMENT, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView  # noqa: E402
 from tests.factories import NOW, make_spec, slurm_node  # noqa: E402
 
 RESULTS: dict[str, dict] = {}
@@ -126,6 +126,7 @@ async def _cycle(n: int, moves: int) -> tuple[int, int]:
     backend = ScontrolBackend(CountingRunner(n), retries=0)
     nodes = [
         NodeView(name=f"gpu{i:04d}", annotations={ANN_PLACEMENT: SLURM}, unschedulable=True,
+                 taints=({"key": SLURM_TAINT_KEY, "value": "true", "effect": "NoSchedule"},),  # settled: cordoned and tainted
                  pods=(PodView("ns", f"slurmd-gpu{i:04d}", f"u{i}", slurmd=True),))
         for i in range(n)
     ]
