@@ -54,6 +54,10 @@ CASES = [
     # floors and splits the spec alone can judge
     Case("slurmNodes-below-minSlurmNodes", {"slurmNodes": 1, "minSlurmNodes": 3}, "cel", "slurmNodes must not be below minSlurmNodes"),
     Case("pool-min-above-max", _pool(minNodes=3, maxNodes=1), "cel", "an inference pool's minNodes must not exceed its maxNodes"),
+    Case("pool-count-above-max", _pool(maxNodes=1, nodes=2), "cel", "an inference pool's nodes must lie within its minNodes and maxNodes"),
+    Case("window-names-unknown-pool", _window(inference={"nope": 1}), "cel",
+         "a schedule window's inference counts must name pools of spec.inference.pools"),
+    Case("whole-blocks-without-blocks", {"topology": {"wholeBlocks": True}}, "cel", "topology.wholeBlocks needs blocks: set blockLabel or fromSlurm"),
     Case("demand-min-above-max", {"demand": {"slurm": {"minNodes": 4, "maxNodes": 2}}}, "cel",
          "demand.slurm.minNodes must not exceed maxNodes"),
     Case("no-inference-pool", {"inference": {"pools!": []}}, "schema", "should have at least 1 items"),

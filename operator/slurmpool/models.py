@@ -203,6 +203,8 @@ class InferencePool(Model):
     def _bounds(self) -> "InferencePool":
         if self.max_nodes is not None and self.min_nodes > self.max_nodes:
             raise ValueError("an inference pool's minNodes must not exceed its maxNodes")
+        if self.nodes is not None and not (self.min_nodes <= self.nodes <= (self.max_nodes if self.max_nodes is not None else self.nodes)):
+            raise ValueError("an inference pool's nodes must lie within its minNodes and maxNodes")
         return self
 
 
@@ -373,6 +375,11 @@ class SlurmNodePoolSpec(Model):
         if self.slurm_nodes < self.min_slurm_nodes:
             raise ValueError("slurmNodes must not be below minSlurmNodes")
         _no_duplicates("schedule", [w.name for w in self.schedule])
+        names = {p.name for p in self.inference.pools}
+        if any(set(w.inference or {}) - names for w in self.schedule):
+            raise ValueError("a schedule window's inference counts must name pools of spec.inference.pools")
+        if self.topology.whole_blocks and not self.topology.enabled:
+            raise ValueError("topology.wholeBlocks needs blocks: set blockLabel or fromSlurm")
         return self
 
 
