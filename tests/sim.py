@@ -56,9 +56,9 @@ class World:
         self.log.append(type(action).__name__)
         sn = self.slurm_node
         if isinstance(action, Drain) and sn:
-            assert not sn.drain_set or sn.reason == action.reason or not sn.reason.startswith("slurmpool:") or True
-            if not sn.drain_set:
-                self.slurm_node = replace(sn, flags=sn.flags | {"DRAIN"}, reason=action.reason)
+            # The machine drains only a node not drained yet: it never overwrites anyone's reason.
+            assert not sn.drain_set, f"drained {sn.name} again over reason {sn.reason!r}"
+            self.slurm_node = replace(sn, flags=sn.flags | {"DRAIN"}, reason=action.reason)
         elif isinstance(action, Resume) and sn:
             assert sn.reason and sn.reason.startswith("slurmpool:"), "resumed a drain that is not ours"
             self.slurm_node = replace(sn, flags=sn.flags - {"DRAIN"}, reason=None)
@@ -129,3 +129,50 @@ def start(world: World, source: str, target: str, now: datetime) -> None:
     from slurmpool.moves import first_phase
 
     world.record(MoveRecord(id="m1", source=source, target=target, phase=first_phase(target, source), since=now, started=now), None)
+
+
+@dataclass
+class PoolWorld:
+    """Several nodes of one pool, each its own World, moved by whole passes: snapshot ->
+    decide -> the actions in the executor's order. No fakes of the core: decide() runs as is."""
+
+    spec: object
+    worlds: dict[str, World]
+    now: datetime
+    status: object = None
+    decisions: list = field(default_factory=list)
+
+    def view(self) -> SlurmView:
+        nodes = {w.slurm_node.name: w.slurm_node for w in self.worlds.values() if w.slurm_node}
+        return SlurmView(True, nodes=nodes, jobs=tuple(j for w in self.worlds.values() for j in w.jobs))
+
+    def snapshot(self):
+        from slurmpool.interfaces import PoolRef
+        from slurmpool.snapshot import PoolSnapshot
+
+        nodes = tuple(w.node for w in self.worlds.values())
+        return PoolSnapshot(pool=PoolRef("ns", "gpu", "uid"), spec=self.spec, nodes=nodes, slurm=self.view(), now=self.now, previous=self.status)
+
+    def run(self, passes: int = 30) -> None:
+        from slurmpool.decide import decide
+        from slurmpool.snapshot import ApplyResult
+        from slurmpool.status import build_status
+
+        for _ in range(passes):
+            snap = self.snapshot()
+            decision = decide(snap)
+            self.decisions.append(decision)
+            for name, step in decision.steps.items():
+                world = self.worlds[name]
+                world.record(step.move, step.settled)
+                for kind in ((PatchNode,), SLURM_ACTIONS):
+                    for action in step.actions:
+                        if isinstance(action, kind):
+                            world.apply(action)
+                for action in step.actions:
+                    if not isinstance(action, (PatchNode, *SLURM_ACTIONS)):
+                        world.apply(action)
+            for world in self.worlds.values():
+                world.tick()
+            self.status = build_status(snap, decision, ApplyResult())
+            self.now += timedelta(seconds=1)

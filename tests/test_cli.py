@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from slurmpool import cli
-from slurmpool.oncall import slurm_annotation
+from slurmpool.decide import slurm_annotation
 from slurmpool.view import ANN_MOVE, ANN_PLACEMENT, ANN_SETTLED, ANN_SLURM, SLURM, MoveRecord, SlurmView
 
 from slurmbridge import SlurmJob

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from slurmbridge import SlurmJob
 from slurmpool.demand import PendingPod, Signals, bounds, decide, signals
 from slurmpool.models import SlurmNodePoolSpec
-from slurmpool.oncall import is_pending_gpu_pod, pending_pod
+from slurmpool.demand import is_pending_gpu_pod, pending_pod
 from slurmpool.target import decide_target
 from slurmpool.view import ANN_PLACEMENT, SLURM, NodeView, SlurmView
 

@@ -1,4 +1,5 @@
-"""The loop's error reporting: one ReconcileError Event per distinct failure, not one per pass."""
+"""The kopf layer's pool pass: one ReconcileError Event per distinct failure, backoff after a
+failure, and the next pass scheduled by what the pass did."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import asyncio
 import kopf
 
 from slurmpool import handlers
+from slurmpool.settings import Settings
+from slurmpool.workqueue import WorkQueue
 
 from .factories import make_spec
 
@@ -19,24 +22,51 @@ class Recorder:
         self.events.append((reason, message))
 
 
-class Access:
-    def forget_views(self):
-        pass
+class Leader:
+    leading = True
 
 
-def test_a_failing_pool_gets_one_event_per_distinct_error(monkeypatch):
-    failures = iter(["boom", "boom", "boom", "other", None, "boom"])
+class Queue(WorkQueue):
+    def __init__(self):
+        super().__init__()
+        self.scheduled: list[float] = []
 
-    async def reconcile_one(*_args, **_kw):
-        error = next(failures)
+    def add(self, key, after=0.0):
+        self.scheduled.append(after)
+
+
+def memo_for() -> kopf.Memo:
+    return kopf.Memo(kube=Recorder(), leader=Leader(), queue=Queue(), settings=Settings(backoff_base=1, backoff_max=8),
+                     failures={}, reconcile_errors={})
+
+
+def test_a_failing_pool_gets_one_event_per_distinct_error_and_backs_off(monkeypatch):
+    outcomes = iter(["boom", "boom", "boom", "other", None, "boom"])
+
+    async def reconcile(*_args, **_kw):
+        error = next(outcomes)
         if error:
             raise RuntimeError(error)
+        return 1.0
 
-    monkeypatch.setattr(handlers, "_reconcile_one", reconcile_one)
-    memo = kopf.Memo(kube=Recorder(), access=Access())
+    monkeypatch.setattr(handlers, "_reconcile", reconcile)
+    memo = memo_for()
     raw = {"spec": make_spec().model_dump(by_alias=True, exclude_none=True), "uid": "u1", "generation": 1}
     pools = {("ns", "gpu"): [raw]}
     for _ in range(6):
-        asyncio.run(handlers.reconcile_all(memo, {}, {}, pools))
+        asyncio.run(handlers.reconcile_key(memo, ("ns", "gpu"), {}, {}, pools))
     # boom (once for three passes), other, then success clears it, so boom is new again.
     assert memo.kube.events == [("ReconcileError", "boom"), ("ReconcileError", "other"), ("ReconcileError", "boom")]
+    # backoff 1, 2, 4, 8 (at most backoff_max), then the pass's own interval, then 1 again
+    assert memo.queue.scheduled == [1, 2, 4, 8, 1.0, 1]
+
+
+def test_a_replica_that_does_not_lead_only_looks_again_later(monkeypatch):
+    async def reconcile(*_args, **_kw):
+        raise AssertionError("a follower must not reconcile")
+
+    monkeypatch.setattr(handlers, "_reconcile", reconcile)
+    memo = memo_for()
+    memo.leader.leading = False
+    asyncio.run(handlers.reconcile_key(memo, ("ns", "gpu"), {}, {}, {("ns", "gpu"): [{"uid": "u", "generation": 1, "spec": {}}]}))
+    assert memo.queue.scheduled == [memo.settings.interval] and memo.kube.events == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from slurmpool.planner import move_now_done, plan
+from slurmpool.moves import first_phase
 from slurmpool.view import ANN_HOLD_UNTIL, ANN_MOVE, ANN_MOVE_NOW, ANN_PIN, ANN_PLACEMENT, SLURM, MoveRecord, NodeView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
@@ -17,7 +18,7 @@ def node(name, placement=SLURM, move_now=None, pin=None, move_target=None, cause
     if pin:
         ann[ANN_PIN] = pin
     if move_target:
-        ann[ANN_MOVE] = MoveRecord(id="m", source=placement, target=move_target, phase="Draining", since=NOW, started=NOW,
+        ann[ANN_MOVE] = MoveRecord(id="m", source=placement, target=move_target, phase=first_phase(move_target, placement), since=NOW, started=NOW,
                                    cause=cause).to_annotation()
     return NodeView(name=name, annotations=ann)
 

@@ -191,9 +191,10 @@ def test_a_crash_at_any_round_still_settles_the_move(direction, crash_at, keeps_
 
 
 def test_phase_lists_cover_the_machine():
-    from slurmpool.moves import _PHASES
+    from slurmpool.moves import PHASE_FUNCTIONS
+    from slurmpool.phases import Phase
 
-    assert set(_PHASES) == set(TO_INFERENCE) | set(TO_SLURM) | set(BETWEEN_POOLS)
+    assert set(PHASE_FUNCTIONS) == set(TO_INFERENCE) | set(TO_SLURM) | set(BETWEEN_POOLS) == set(Phase)
 
 
 def _events(step) -> list[str]:

@@ -16,7 +16,6 @@ from slurmbridge import LocalRunner, ScontrolBackend, SlurmBackend, SlurmError, 
 
 from . import metrics
 from .models import SlurmAccess
-from .reconcile import observe_slurm
 from .view import SlurmView
 
 ReadSecret = Callable[[str, str], Awaitable[dict[str, str]]]
@@ -29,6 +28,18 @@ def access_key(namespace: str, access: SlurmAccess) -> tuple:
         s = access.ssh
         return ("ssh", s.host, s.port, s.user, namespace, s.secret_ref.name)
     return ("local", access.local.slurm_conf if access.local else None)
+
+
+async def observe_slurm(backend: SlurmBackend) -> SlurmView:
+    """One `scontrol show node` and one `squeue` for the whole pool, side by side (each is a
+    round trip over SSH). Fails closed."""
+    nodes, jobs = await asyncio.gather(backend.nodes(), backend.jobs(), return_exceptions=True)
+    for result in (nodes, jobs):
+        if isinstance(result, SlurmError):
+            return SlurmView(available=False, error=str(result)[:500])
+        if isinstance(result, BaseException):
+            raise result
+    return SlurmView(available=True, nodes=nodes, jobs=tuple(jobs))
 
 
 class Instrumented:
@@ -148,6 +159,10 @@ class SlurmAccessPool:
             return known[1] if known else ()
         self._topology[key] = (time.monotonic(), groups)
         return groups
+
+    def invalidate(self, namespace: str, access: SlurmAccess) -> None:
+        """We changed Slurm through this access: the next observe polls afresh."""
+        self._views.pop(access_key(namespace, access), None)
 
     def forget_views(self) -> None:
         self._views.clear()

@@ -39,9 +39,9 @@ from datetime import datetime, timedelta
 
 from slurmbridge.models import gpu_count
 
-from .fit import PodNeeds, misfit
+from .fit import PodNeeds, misfit, needs_of
 from .models import DemandSpec, DemandStatus, InferencePool, SlurmNodePoolSpec, seconds
-from .status import iso, parse_time
+from .view import iso, parse_time
 from .view import SLURM, NodeView, SlurmView, pool_of
 
 DEFAULT_GPUS_PER_NODE = 8
@@ -291,3 +291,51 @@ def _pool_counts(spec: SlurmNodePoolSpec, total: int, current: dict[str, int], w
             cap = pool.max_nodes if pool.max_nodes is not None else total
             counts[pool.name] = min(cap, max(current.get(pool.name, 0), here.get(pool.name, 0)) + wants[pool.name])
     return counts
+
+
+# ---------------------------------------------------------------- the pending-GPU-pod index (compact views)
+
+GPU = "nvidia.com/gpu"
+
+
+def _gpus(resources: dict | None) -> int:
+    resources = resources or {}
+    for part in ("limits", "requests"):
+        value = (resources.get(part) or {}).get(GPU)
+        if value is not None:
+            try:
+                return int(math.ceil(float(str(value))))
+            except ValueError:
+                return 0
+    return 0
+
+
+def pod_gpus(spec: dict) -> int:
+    """nvidia.com/gpu a pod asks for: the sum over containers, or the largest init container."""
+    main = sum(_gpus(c.get("resources")) for c in spec.get("containers") or [])
+    init = max([_gpus(c.get("resources")) for c in spec.get("initContainers") or []] or [0])
+    return max(main, init)
+
+
+def is_pending_gpu_pod(spec: dict, status: dict) -> bool:
+    """No node, Pending, PodScheduled=False/Unschedulable, and asks for GPUs."""
+    if spec.get("nodeName") or (status or {}).get("phase", "Pending") != "Pending":
+        return False
+    unschedulable = any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        for c in (status or {}).get("conditions") or []
+    )
+    return unschedulable and pod_gpus(spec) > 0
+
+
+def pending_pod(body: dict) -> PendingPod:
+    meta, spec = body.get("metadata", {}), body.get("spec", {}) or {}
+    needs = needs_of(spec)
+    return PendingPod(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        gpus=pod_gpus(spec),
+        node_selector=needs.node_selector,
+        tolerations=needs.tolerations,
+        affinity=needs.affinity,
+    )

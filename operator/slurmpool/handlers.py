@@ -1,9 +1,13 @@
-"""The kopf layer: watch indexes for Nodes, Pods and SlurmNodePools, and one reconcile loop.
+"""The kopf layer: watch indexes for Nodes, Pods and SlurmNodePools, and a work queue of pools.
 
-Why a loop of our own instead of kopf timers: kopf puts a finalizer on every object with
-a timer or daemon, so deleting a pool would hang while the operator is down. The loop is
-level-triggered: every pass recomputes everything from the indexes and Slurm, so a kick
-from a pool event only makes it come sooner.
+Each pool is reconciled on its own (workqueue.py): after a watch event that can make progress
+possible (a Node or a pod of its nodes changed, its spec changed), at once after a pass that
+acted, every `interval` seconds otherwise, and with backoff after a failure. So one pool whose
+Slurm hangs or whose actions fail holds one worker and delays no other pool.
+
+Why not kopf timers: kopf puts a finalizer on every object with a timer or daemon, so deleting a
+pool would hang while the operator is down. Every pass is level-triggered: it recomputes
+everything from the indexes and Slurm, so an event only makes a pass come sooner.
 """
 
 from __future__ import annotations
@@ -11,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-import os
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -21,22 +24,27 @@ from pydantic import ValidationError
 
 from slurmbridge import SlurmUnavailable
 
-from . import metrics, oncall, poolmetrics
+from . import metrics, poolmetrics
 from .access import SlurmAccessPool
+from .apply import apply
+from .decide import decide
+from .demand import is_pending_gpu_pod, pending_pod
+from .interfaces import PoolRef, pool_object
 from .kube import KubeAdapter, node_view, pod_view
 from .leader import LeaderElector
 from .models import GROUP, PLURAL, VERSION, SlurmNodePoolSpec, SlurmNodePoolStatus
-from .reconcile import PoolRef, pool_object, reconcile_pool
-from .status import Observed, build_status
+from .phases import Phase
+from .settings import Settings
+from .snapshot import PoolSnapshot
+from .status import Observed, build_status, status_from
 from .target import author
 from .view import NodeView
+from .workqueue import WorkQueue, run_workers
 
 log = logging.getLogger("slurmpool")
-INTERVAL = float(os.environ.get("SLURMPOOL_INTERVAL", "1.0"))
-# Pools reconciled at once in a pass. They share no node (overlaps are never acted on), and a
-# pool's time is mostly waiting on the apiserver and Slurm: one after another, 20 pools made a
-# pass of 14 s (e2e/load.py).
-POOL_CONCURRENCY = int(os.environ.get("SLURMPOOL_POOL_CONCURRENCY", "16"))
+# Phases that wait on Slurm or the node agent rather than on a watch event: polled faster.
+QUICK_PHASES = frozenset({Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING, Phase.DRAINING})
+QUICK_INTERVAL = 0.2
 
 
 class _NoSlurm:
@@ -56,20 +64,23 @@ class _NoSlurm:
 
 # The index functions are async only so kopf calls them on the event loop: sync handlers go
 # through a thread pool shared with the API calls, and 500 nodes changing at once queued there.
+# Each also wakes the pools the change concerns.
 @kopf.index("nodes")
-async def nodes_index(body, name, **_):
+async def nodes_index(body, name, memo: kopf.Memo, **_):
+    _kick_node(memo, name)
     return {name: node_view(body)}
 
 
 @kopf.index("pods", when=lambda spec, **_: bool(spec.get("nodeName")))
-async def pods_index(body, spec, **_):
+async def pods_index(body, spec, memo: kopf.Memo, **_):
+    _kick_node(memo, spec["nodeName"])
     return {spec["nodeName"]: pod_view(body)}
 
 
-@kopf.index("pods", when=lambda spec, status, **_: oncall.is_pending_gpu_pod(spec, status))
+@kopf.index("pods", when=lambda spec, status, **_: is_pending_gpu_pod(spec, status))
 async def pending_gpu_pods_index(body, **_):
     # Demand's inference signal: unschedulable pods asking for nvidia.com/gpu (compact views).
-    return {"pending": oncall.pending_pod(body)}
+    return {"pending": pending_pod(body)}
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -87,16 +98,34 @@ async def pools_index(body, namespace, name, **_):
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def pool_changed(memo: kopf.Memo, type, namespace, name, body, **_):
-    # Resource handlers only run once every index is filled: from now on the loop may act.
+    # Resource handlers only run once every index is filled: from now on the pools may be reconciled.
     memo.indexed.set()
-    # Wake the loop for spec changes, not for our own status writes.
+    key = (namespace, name)
+    if type == "DELETED":
+        memo.queue.forget(key)
+        memo.generations.pop(key, None)
+        return
+    # Wake the pool for spec changes (and the first sight of it), not for our own status writes.
     generation = body.get("metadata", {}).get("generation")
-    if type == "DELETED" or memo.generations.get((namespace, name)) != generation:
-        memo.generations[(namespace, name)] = generation
-        memo.wake.set()
+    if memo.generations.get(key) != generation:
+        memo.generations[key] = generation
+        memo.owners_at = 0.0  # selectors may have changed
+        memo.queue.add(key)
 
 
-# ---------------------------------------------------------------- startup: settings and the loop
+def _kick_node(memo: kopf.Memo, node: str) -> None:
+    queue = memo.get("queue")
+    if queue is None:
+        return
+    owners = memo.get("owners", {}).get(node)
+    if owners is None:  # a node we have not sorted yet: maybe a new one
+        memo.owners_at = 0.0
+        owners = memo.generations.keys()
+    for key in list(owners):
+        queue.add(key)
+
+
+# ---------------------------------------------------------------- startup
 
 
 @kopf.on.startup()
@@ -107,20 +136,23 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, nodes_index,
     settings.watching.connect_timeout = 30
     settings.persistence.finalizer = "slurmpool.io/finalizer"
     settings.posting.level = logging.INFO
+    config = Settings.from_env()
+    memo.settings = config
     memo.indexed = asyncio.Event()
-    memo.wake = asyncio.Event()
-    memo.generations = {}
+    memo.queue = WorkQueue()
+    memo.generations, memo.owners, memo.owners_at = {}, {}, 0.0
+    memo.failures, memo.reconcile_errors, memo.published, memo.fresh = {}, {}, {}, set()
     memo.kube = KubeAdapter(_api_client())
-    memo.leader = LeaderElector(memo.kube.api)
+    memo.leader = LeaderElector(memo.kube.api, namespace=config.lease_namespace, identity=config.identity,
+                                duration=config.lease_duration, renew_every=config.lease_renew)
     memo.access = SlurmAccessPool(memo.kube.read_secret)
-    memo.pending_pods, memo.published = pending_gpu_pods_index, {}
-    memo.loop_task = asyncio.create_task(run_loop(memo, nodes_index, pods_index, pools_index))
+    memo.pending_pods = pending_gpu_pods_index
+    memo.tasks = [asyncio.create_task(run(memo, nodes_index, pods_index, pools_index))]
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_):
-    task = memo.get("loop_task")
-    if task:
+    for task in memo.get("tasks", ()):
         task.cancel()
     if memo.get("access"):
         await memo.access.close()
@@ -136,116 +168,181 @@ def _api_client():
     return client.ApiClient()
 
 
-async def run_loop(memo, nodes_index, pods_index, pools_index) -> None:
+async def run(memo, nodes_index, pods_index, pools_index) -> None:
     await memo.indexed.wait()
-    log.info("indexes ready; reconcile loop running every %.1fs", INTERVAL)
+    config: Settings = memo.settings
+    log.info("indexes ready; reconciling pools every %.1fs and on events, %d at once", config.interval, config.pool_concurrency)
+
+    async def work(key) -> None:
+        await reconcile_key(memo, key, nodes_index, pods_index, pools_index)
+
+    await asyncio.gather(run_workers(memo.queue, work, config.pool_concurrency), lead(memo, pools_index))
+
+
+async def lead(memo, pools_index) -> None:
+    """Every replica watches; only the Lease holder reconciles (two replicas never both move a
+    node). On taking the Lease, every pool is queued."""
+    was = False
     while True:
-        memo.wake.clear()
-        try:
-            # Every replica watches; only the Lease holder acts (two replicas never both move).
-            if await memo.leader.ensure():
-                started = time.monotonic()
-                await reconcile_all(memo, nodes_index, pods_index, pools_index)
-                metrics.RECONCILE_PASS_SECONDS.observe(time.monotonic() - started)
-        except Exception:  # noqa: BLE001 - the loop must outlive any one bad pass
-            log.exception("reconcile pass failed")
-            metrics.RECONCILE_TOTAL.labels(result="error").inc()
-        try:
-            await asyncio.wait_for(memo.wake.wait(), timeout=INTERVAL)
-        except asyncio.TimeoutError:
-            pass
+        leading = await memo.leader.ensure()
+        if leading and not was:
+            for key in list(pools_index):
+                memo.queue.add(key)
+        was = leading
+        metrics.QUEUE_DEPTH.set(len(memo.queue))
+        await asyncio.sleep(min(memo.leader.renew_every, 1.0))
+
+
+# ---------------------------------------------------------------- one pool's pass
 
 
 def _first(store):
     return next(iter(store), None)
 
 
-async def reconcile_all(memo, nodes_index, pods_index, pools_index) -> None:
-    pools = []
-    for (namespace, name), store in list(pools_index.items()):
+async def reconcile_key(memo, key, nodes_index, pods_index, pools_index) -> None:
+    """One pass of one pool; schedules its next pass. Never raises."""
+    config: Settings = memo.settings
+    if not memo.leader.leading:
+        memo.queue.add(key, after=config.interval)
+        return
+    raw = _first(pools_index.get(key, ()))
+    if raw is None:
+        return  # deleted: nothing more to do
+    pool = PoolRef(key[0], key[1], raw["uid"], raw["generation"])
+    started = time.monotonic()
+    after = config.interval
+    try:
+        after = await _reconcile(memo, pool, raw, nodes_index, pods_index, pools_index)
+        metrics.RECONCILE_TOTAL.labels(result="ok").inc()
+        memo.reconcile_errors.pop(pool.key, None)
+    except Exception as err:  # noqa: BLE001 - one pool's failure must not stop the others
+        log.exception("reconcile of %s failed", pool.key)
+        metrics.RECONCILE_TOTAL.labels(result="error").inc()
+        message = str(err)[:500] or type(err).__name__
+        if memo.reconcile_errors.get(pool.key) != message:  # one Event per distinct failure, not one per pass
+            memo.reconcile_errors[pool.key] = message
+            await memo.kube.event(pool_object(pool), "Warning", "ReconcileError", message)
+        after = None
+    finally:
+        metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+    if after is None:  # failed: back off
+        failures = memo.failures.get(key, 0) + 1
+        memo.failures[key] = failures
+        after = min(config.backoff_max, config.backoff_base * 2 ** (failures - 1))
+    else:
+        memo.failures.pop(key, None)
+    memo.queue.add(key, after=after)
+
+
+def _owners(memo, nodes_index, pools_index) -> dict[str, list[tuple[str, str]]]:
+    """Which pools select each node, for all pools at once (overlaps are never acted on).
+    Recomputed at most every half interval, and at once after a spec change or a new node."""
+    now = time.monotonic()
+    if now - memo.owners_at < memo.settings.interval / 2:
+        return memo.owners
+    specs = {}
+    for key, store in list(pools_index.items()):
         raw = _first(store)
-        if raw is not None:
-            pools.append((namespace, name, raw))
-    parsed: dict[tuple[str, str], SlurmNodePoolSpec | str] = {}
-    for namespace, name, raw in pools:
-        try:
-            parsed[(namespace, name)] = SlurmNodePoolSpec.model_validate(raw["spec"])
-        except ValidationError as err:
-            parsed[(namespace, name)] = _short(err)
-    # Which pools select each node, for all pools at once: overlaps are never acted on.
-    all_nodes = [_first(s) for s in nodes_index.values()]
+        spec = _parse(raw)[0] if raw is not None else None
+        if spec is not None and not spec.node_selector.is_empty():
+            specs[key] = spec
     owners: dict[str, list[tuple[str, str]]] = {}
-    for node in all_nodes:
-        if node is None:
-            continue
-        for key, spec in parsed.items():
-            if isinstance(spec, SlurmNodePoolSpec) and not spec.node_selector.is_empty() and spec.node_selector.matches(node.labels):
-                owners.setdefault(node.name, []).append(key)
-    # Pods bound to a node that is no Node (deleted): their slurmd pods are reported and cleaned up.
-    gone = [pod for node in list(pods_index) if node not in nodes_index for pod in pods_index.get(node, ()) if pod.slurmd]
-    memo.access.forget_views()
-    errors = memo.setdefault("reconcile_errors", {})
-    limit = asyncio.Semaphore(POOL_CONCURRENCY)
-
-    async def one(namespace, name, raw):
-        async with limit:
-            started = time.monotonic()
-            pool = PoolRef(namespace, name, raw["uid"], raw["generation"])
-            spec = parsed[(namespace, name)]
-            try:
-                if isinstance(spec, str):
-                    await _report_invalid(memo, pool, raw, spec)
-                    return
-                orphans = [p for p in gone if p.pool == name and p.namespace == namespace]
-                await _reconcile_one(memo, pool, spec, raw, all_nodes, owners, pods_index, orphans)
-                metrics.RECONCILE_TOTAL.labels(result="ok").inc()
-                errors.pop(pool.key, None)
-            except Exception as err:  # noqa: BLE001
-                log.exception("reconcile of %s failed", pool.key)
-                metrics.RECONCILE_TOTAL.labels(result="error").inc()
-                message = str(err)[:500]
-                if errors.get(pool.key) != message:  # one Event per distinct failure, not one per pass
-                    errors[pool.key] = message
-                    await memo.kube.event(pool_object(pool), "Warning", "ReconcileError", message)
-            finally:
-                metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
-
-    await asyncio.gather(*(one(*p) for p in pools))
+    for store in list(nodes_index.values()):
+        node = _first(store)
+        if node is not None:
+            owners[node.name] = [key for key, spec in specs.items() if spec.node_selector.matches(node.labels)]
+    memo.owners, memo.owners_at = owners, now
+    return owners
 
 
-async def _reconcile_one(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, all_nodes, owners, pods_index, orphans=()) -> None:
+_parsed: dict[str, tuple[dict, SlurmNodePoolSpec | None, str]] = {}
+
+
+def _parse(raw) -> tuple[SlurmNodePoolSpec | None, str]:
+    """The pool's spec, validated (cached while the spec is unchanged), or why not."""
+    key = f"{raw['uid']}/{raw['generation']}"
+    hit = _parsed.get(key)
+    if hit is not None and hit[0] == raw["spec"]:
+        return hit[1], hit[2]
+    try:
+        spec, why = SlurmNodePoolSpec.model_validate(raw["spec"]), ""
+    except ValidationError as err:
+        spec, why = None, _short(err)
+    if len(_parsed) > 1000:
+        _parsed.clear()
+    _parsed[key] = (copy.deepcopy(raw["spec"]), spec, why)
+    return spec, why
+
+
+async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_index) -> float | None:
+    """Snapshot, decide, apply, report. Returns when to look again (None: back off)."""
+    config: Settings = memo.settings
+    spec, why = _parse(raw)
+    if spec is None:
+        await _report_invalid(memo, pool, raw, why)
+        return config.interval
+    snap, backend = await _snapshot(memo, pool, spec, raw, nodes_index, pods_index, pools_index)
+    decision = decide(snap)
+    result = await apply(pool, spec, list(snap.nodes), decision, memo.kube, backend or _NoSlurm(), memo.published,
+                         config.crash_after_phase)
+    if result.acted:
+        memo.access.invalidate(pool.namespace, spec.slurm.access)  # the next look must see what we did
+    status = build_status(snap, decision, result)
+    _export_gauges(pool, list(snap.nodes))
+    poolmetrics.export(pool.key, list(snap.nodes), status)
+    await _write_status(memo, pool, raw, status)
+    if result.errors:
+        return None
+    if result.acted:
+        return 0.0  # at the speed of the real work: the next phase's done test may be true already
+    waiting_on_slurm = any(step.move is not None and step.move.phase in QUICK_PHASES and not step.blocked_by
+                           for step in decision.steps.values())
+    if waiting_on_slurm:  # e.g. a slurmd registering: look again soon, with a fresh poll
+        memo.fresh.add((pool.namespace, pool.name))
+        return QUICK_INTERVAL
+    return config.interval
+
+
+async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_index, pods_index, pools_index):
     key = (pool.namespace, pool.name)
+    owners = _owners(memo, nodes_index, pools_index)
     mine: list[NodeView] = []
     overlaps: list[str] = []
-    for node in all_nodes:
+    for store in list(nodes_index.values()):
+        node = _first(store)
         if node is None or key not in owners.get(node.name, ()):
             continue
         if len(owners[node.name]) > 1:
             overlaps.append(node.name)
             continue
-        pods = tuple(pods_index.get(node.name, ()))
-        mine.append(replace(node, pods=pods))
-    # One Event per change of the overlap, not one per pass.
-    seen_overlaps = memo.setdefault("overlaps", {})
+        mine.append(replace(node, pods=tuple(pods_index.get(node.name, ()))))
+    await _report_overlaps(memo, pool, overlaps, owners)
+    # Pods bound to a node that is no Node (deleted): this pool's slurmd pods are reported and cleaned up.
+    orphans = tuple(p for node in list(pods_index) if node not in nodes_index for p in pods_index.get(node, ())
+                    if p.slurmd and p.pool == pool.name and p.namespace == pool.namespace)
+    # Pools on one Slurm share a poll made within half an interval (fresher when a move waits on Slurm).
+    max_age = QUICK_INTERVAL / 2 if key in memo.fresh else memo.settings.interval / 2
+    memo.fresh.discard(key)
+    backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=max_age, topology=spec.topology.from_slurm)
+    pending = tuple(p for store in (memo.pending_pods or {}).values() for p in store) if spec.demand and spec.demand.enabled else ()
+    snap = PoolSnapshot(
+        pool=pool, spec=spec, nodes=tuple(mine), slurm=slurm, now=datetime.now(timezone.utc), previous=_previous_status(raw),
+        overlaps=tuple(overlaps), orphans=orphans, pending=pending, author=raw.get("author"),
+    )
+    return snap, backend
+
+
+async def _report_overlaps(memo, pool: PoolRef, overlaps: list[str], owners) -> None:
+    """One Event per change of the overlap, not one per pass."""
+    key = (pool.namespace, pool.name)
+    seen = memo.setdefault("overlaps", {})
     if not overlaps:
-        seen_overlaps.pop(key, None)
-    elif seen_overlaps.get(key) != set(overlaps):
-        seen_overlaps[key] = set(overlaps)
+        seen.pop(key, None)
+    elif seen.get(key) != set(overlaps):
+        seen[key] = set(overlaps)
         others = sorted({f"{ns}/{n}" for name in overlaps for ns, n in owners[name] if (ns, n) != key})
         await memo.kube.event(pool_object(pool), "Warning", "NodeOverlap", f"nodes {', '.join(sorted(overlaps)[:10])} are also selected by {', '.join(others)}")
-    backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=INTERVAL / 2, topology=spec.topology.from_slurm)
-    previous = _previous_status(raw)
-    now = datetime.now(timezone.utc)
-    target = await oncall.decide(memo.kube, pool, spec, raw, mine, slurm, previous, now, memo.get("pending_pods"))
-    status = await reconcile_pool(
-        pool, spec, mine, overlaps, slurm, memo.kube, backend or _NoSlurm(), now, previous,
-        target_slurm=target.slurm_nodes, pool_counts=target.pool_counts, orphans=orphans,
-    )
-    status.target = target.status
-    await oncall.publish(memo.kube, pool, spec, mine, slurm, target, memo.setdefault("published", {}))
-    _export_gauges(pool, mine)
-    poolmetrics.export(pool.key, mine, status)
-    await _write_status(memo, pool, raw, status)
 
 
 def _previous_status(raw) -> SlurmNodePoolStatus | None:
@@ -266,7 +363,7 @@ async def _report_invalid(memo, pool: PoolRef, raw, message: str) -> None:
     previous = _previous_status(raw)
     seen = Observed(desired={}, problems=[f"invalid spec: {message}"])
     now = datetime.now(timezone.utc)
-    status = build_status(pool.name, _placeholder_spec(raw), pool.generation, [], seen, previous.conditions if previous else [], now)
+    status = status_from(pool.name, _placeholder_spec(raw), pool.generation, [], seen, previous.conditions if previous else [], now)
     status.target = previous.target if previous else None  # keeps the audit across a bad edit
     await _write_status(memo, pool, raw, status)
 
@@ -291,7 +388,7 @@ def _export_gauges(pool: PoolRef, nodes: list[NodeView]) -> None:
     for node in nodes:
         move = node.move
         placement = move.target if move else node.placement
-        phase = move.phase if move else "Settled"
+        phase = str(move.phase) if move else "Settled"
         counts[(placement, phase)] = counts.get((placement, phase), 0) + 1
     for (placement, phase), n in counts.items():
         metrics.NODES.labels(pool=pool.key, placement=placement, phase=phase).set(n)

@@ -18,8 +18,8 @@ from kubernetes.client.rest import ApiException
 
 from .fit import needs_of
 from .models import SlurmNodePoolSpec
-from .reconcile import PoolRef
-from .status import parse_time
+from .interfaces import PoolRef
+from .view import parse_time
 from .view import LABEL_COMPONENT, LABEL_POOL, SLURM_TAINT_KEY, NodeView, PodView
 
 log = logging.getLogger("slurmpool.kube")

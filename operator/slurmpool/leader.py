@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
 import time
 from datetime import datetime, timezone
@@ -25,9 +24,8 @@ log = logging.getLogger("slurmpool.leader")
 
 
 def default_namespace() -> str:
+    """The pod's namespace (settings.py reads SLURMPOOL_LEASE_NAMESPACE first)."""
     path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-    if os.environ.get("SLURMPOOL_LEASE_NAMESPACE"):
-        return os.environ["SLURMPOOL_LEASE_NAMESPACE"]
     try:
         with open(path) as f:
             return f.read().strip()
@@ -36,7 +34,8 @@ def default_namespace() -> str:
 
 
 def default_identity() -> str:
-    return os.environ.get("SLURMPOOL_IDENTITY") or os.environ.get("POD_NAME") or socket.gethostname()
+    """The host name (settings.py reads SLURMPOOL_IDENTITY and POD_NAME first)."""
+    return socket.gethostname()
 
 
 def _now() -> datetime:

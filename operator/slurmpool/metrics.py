@@ -12,11 +12,7 @@ RECONCILE_TOTAL = Counter("slurmpool_reconcile_total", "Pool reconciles", ["resu
 RECONCILE_SECONDS = Histogram(
     "slurmpool_reconcile_duration_seconds", "Time of one pool reconcile", buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 )
-RECONCILE_PASS_SECONDS = Histogram(
-    "slurmpool_reconcile_pass_seconds",
-    "Time of one pass of the loop over every pool (how far behind a spec change can be)",
-    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32),
-)
+QUEUE_DEPTH = Gauge("slurmpool_workqueue_depth", "Pools waiting for a worker (due or scheduled)")
 NODES = Gauge("slurmpool_nodes", "Nodes per pool, placement and phase", ["pool", "placement", "phase"])
 MOVES_STARTED = Counter("slurmpool_moves_started_total", "Moves started", ["direction", "cause"])
 MOVES_COMPLETED = Counter("slurmpool_moves_completed_total", "Moves completed", ["direction"])

@@ -424,6 +424,14 @@ class MoveStatus(Model):
     message: str = ""
 
 
+class InvalidRecord(Model):
+    """An annotation of a node the operator cannot act on; the node is left alone until it is fixed."""
+
+    node: str
+    annotation: str
+    message: str
+
+
 class DemandStatus(Model):
     slurm_nodes: int | None = Field(default=None, description="The Slurm count demand has set on top of the base (manual or schedule).")
     base: int | None = Field(default=None, description="The base count demand adjusts.")
@@ -472,6 +480,9 @@ class SlurmNodePoolStatus(Model):
     moving: int = 0
     blocked: int = 0
     moves: list[MoveStatus] = Field(default_factory=list)
+    invalid_records: list[InvalidRecord] = Field(
+        default_factory=list, description="Nodes left alone because an annotation of theirs cannot be read (see Events)."
+    )
     conditions: list[Condition] = Field(default_factory=list)
     last_error: str | None = None
     target: TargetStatus | None = Field(default=None, description="The current target and its source (an audit).")

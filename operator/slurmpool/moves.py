@@ -1,9 +1,10 @@
 """The per-node move state machine. Pure: given a move, what we observe, the spec and the
 clock, it says which idempotent actions to take now and where the move stands.
 
-Each phase has an *ensure* (actions that are safe to repeat) and a *done* test on fresh
-observations; a phase advances only when its done test passes. So an operator killed at
-any instant re-observes, re-ensures and carries on: no step runs twice harmfully.
+Each phase (phases.py) has a function here: its *ensure* (actions that are safe to repeat)
+and its *done* test on fresh observations, answering one typed outcome (Wait, Advance,
+Finish, Rollback). A phase advances only when its done test passes. So an operator killed
+at any instant re-observes, re-ensures and carries on: no step runs twice harmfully.
 
     to inference:  Draining -> StoppingSlurmd -> Relabeling -> settled inference:<pool>
     to Slurm:      Cordoning -> Evicting -> StartingSlurmd -> Registering -> Resuming -> settled slurm
@@ -19,6 +20,7 @@ from datetime import datetime, timedelta
 
 from .fit import misfit
 from .models import InferencePool, SlurmNodePoolSpec, seconds
+from .phases import ABORTABLE, BETWEEN_POOLS, FINISH, TO_INFERENCE, TO_SLURM, WAIT, Advance, Finish, Outcome, Phase, Rollback, Wait
 from .view import (
     LABEL_SIDE,
     NONE,
@@ -32,12 +34,6 @@ from .view import (
     pool_of,
 )
 
-TO_INFERENCE = ("Draining", "StoppingSlurmd", "Relabeling")
-TO_SLURM = ("Cordoning", "Evicting", "StartingSlurmd", "Registering", "Resuming")
-BETWEEN_POOLS = ("Relabeling", "EvictingMisfits")
-# Phases before anything irreversible (slurmd stopped, slurmd started): a move here can be
-# turned back at once when the split no longer wants it.
-ABORTABLE = frozenset({"Draining", "Cordoning", "Evicting"})
 SLURM_TAINT = {"key": SLURM_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
 
 
@@ -93,6 +89,8 @@ Action = Drain | Resume | Requeue | Cancel | Evict | CreateSlurmdPod | DeleteSlu
 
 @dataclass
 class Step:
+    """What one node does this pass. Built by the pure core; the executor only reads it."""
+
     move: MoveRecord | None  # the move as it stands now; None once finished
     settled: str | None = None  # the node's placement once the move finished
     actions: list[Action] = field(default_factory=list)
@@ -100,7 +98,9 @@ class Step:
     message: str = ""
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     hold_until: datetime | None = None
-    entered: list[str] = field(default_factory=list)  # phases this step moved into
+    entered: list[Phase] = field(default_factory=list)  # phases this step moved into
+    finished: MoveRecord | None = None  # the move that completed in this step (metrics)
+    rolled_back: MoveRecord | None = None  # the move this step turned back (metrics)
 
 
 def between_pools(source: str, target: str) -> bool:
@@ -108,7 +108,7 @@ def between_pools(source: str, target: str) -> bool:
     return pool_of(source) is not None and pool_of(target) is not None
 
 
-def first_phase(target: str, source: str = NONE) -> str:
+def first_phase(target: str, source: str = NONE) -> Phase:
     if between_pools(source, target):
         return BETWEEN_POOLS[0]
     return TO_SLURM[0] if target == SLURM else TO_INFERENCE[0]
@@ -218,38 +218,28 @@ def advance(
     """Take the move as far as the current observations allow."""
     step = Step(move=move)
     for _ in range(len(TO_SLURM) + len(TO_INFERENCE) + len(BETWEEN_POOLS) + 2):
-        outcome = _PHASES[move.phase](move, node, slurm, spec, now, step)
-        if isinstance(outcome, str) and outcome == "wait":
-            step.move = move
-            return step
-        if isinstance(outcome, _Finish):
-            step.move, step.settled = None, move.target
-            step.events.append(("Normal", "MoveCompleted", f"{node.name} now serves {move.target} (move {move.id})"))
-            return step
-        if isinstance(outcome, _Rollback):
-            back = reverse(move, spec, now, cause="rollback")
-            step.events.append(("Warning", "MoveRolledBack", f"{node.name}: {outcome.why}; returning to {back.target} (move {move.id})"))
-            step.hold_until = now + timedelta(seconds=seconds(spec.drain.timeout))
-            step.actions, step.blocked_by = [], []
-            move = back
-            step.entered.append(back.phase)
-            continue
-        # advance to the next phase; its ensure runs on the same observations
-        step.events.append(("Normal", "MovePhase", f"{node.name}: {move.phase} -> {outcome} (move {move.id} to {move.target})"))
-        move = move.model_copy(update={"phase": outcome, "since": now})
-        step.entered.append(outcome)
+        outcome: Outcome = PHASE_FUNCTIONS[move.phase](move, node, slurm, spec, now, step)
+        match outcome:
+            case Wait():
+                step.move = move
+                return step
+            case Finish():
+                step.move, step.settled, step.finished = None, move.target, move
+                step.events.append(("Normal", "MoveCompleted", f"{node.name} now serves {move.target} (move {move.id})"))
+                return step
+            case Rollback(why=why):
+                back = reverse(move, spec, now, cause="rollback")
+                step.events.append(("Warning", "MoveRolledBack", f"{node.name}: {why}; returning to {back.target} (move {move.id})"))
+                step.hold_until = now + timedelta(seconds=seconds(spec.drain.timeout))
+                step.actions, step.blocked_by, step.rolled_back = [], [], move
+                move = back
+                step.entered.append(back.phase)
+            case Advance(to=phase):  # its ensure runs on the same observations
+                step.events.append(("Normal", "MovePhase", f"{node.name}: {move.phase} -> {phase} (move {move.id} to {move.target})"))
+                move = move.model_copy(update={"phase": phase, "since": now})
+                step.entered.append(phase)
     step.move = move
     return step
-
-
-@dataclass(frozen=True)
-class _Finish:
-    pass
-
-
-@dataclass(frozen=True)
-class _Rollback:
-    why: str
 
 
 def reverse(move: MoveRecord, spec: SlurmNodePoolSpec, now: datetime, cause: str) -> MoveRecord:
@@ -277,16 +267,16 @@ def _elapsed(move: MoveRecord, now: datetime) -> float:
 # -- to inference
 
 
-def _draining(move, node, slurm: SlurmView, spec, now, step: Step):
+def _draining(move, node, slurm: SlurmView, spec, now, step: Step) -> Outcome:
     if not slurm.available:
         step.blocked_by = ["slurm-unavailable"]
         step.message = f"waiting for Slurm: {slurm.error or 'unavailable'}"
-        return "wait"
+        return WAIT
     if move.source == SLURM and not move.rollback:
         restore_cordon(node, spec, step, f"during move {move.id} (Draining)")
     sn = slurm.nodes.get(node.name)
     if sn is None:  # Slurm does not know the node: nothing to drain
-        return "StoppingSlurmd"
+        return Advance(Phase.STOPPING_SLURMD)
     jobs = slurm.jobs_on(node.name)
     if not sn.drain_set:
         step.actions.append(Drain(node.name, drain_reason(move)))
@@ -297,16 +287,16 @@ def _draining(move, node, slurm: SlurmView, spec, now, step: Step):
         if not ours(sn.reason):  # the node leaves Slurm drained either way; their drain stays
             step.events.append(("Warning", "ForeignDrain", f"{node.name} is drained by someone else ({sn.reason}) during move {move.id}; "
                                 "the move goes on and that drain is left in place"))
-        return "StoppingSlurmd"
+        return Advance(Phase.STOPPING_SLURMD)
     step.blocked_by = [f"job/{j.job_id}" for j in jobs]
     if jobs:
         step.message = f"waiting for {len(jobs)} job(s) to leave the node"
     if _elapsed(move, now) < seconds(spec.drain.timeout):
-        return "wait"
+        return WAIT
     policy = spec.drain.on_timeout
     running = tuple(j.job_id for j in jobs if j.state == "RUNNING")
     if policy == "Rollback":
-        return _Rollback(f"drain timed out after {spec.drain.timeout}")
+        return Rollback(f"drain timed out after {spec.drain.timeout}")
     if policy == "Requeue" and running:
         step.actions.append(Requeue(running))
         step.events.append(("Warning", "JobsRequeued", f"{node.name}: drain timed out; requeued job(s) {', '.join(running)}"))
@@ -314,82 +304,82 @@ def _draining(move, node, slurm: SlurmView, spec, now, step: Step):
         step.actions.append(Cancel(running))
         step.events.append(("Warning", "JobsCancelled", f"{node.name}: drain timed out; cancelled job(s) {', '.join(running)}"))
     step.message = f"drain timed out after {spec.drain.timeout} (onTimeout {policy}); " + step.message
-    return "wait"
+    return WAIT
 
 
-def _stopping_slurmd(move, node: NodeView, slurm, spec, now, step: Step):
+def _stopping_slurmd(move, node: NodeView, slurm, spec, now, step: Step) -> Outcome:
     if move.source == SLURM and not move.rollback:
         restore_cordon(node, spec, step, f"during move {move.id} (StoppingSlurmd)")
     pod = node.slurmd_pod
     if pod is None:
-        return "Relabeling"
+        return Advance(Phase.RELABELING)
     if not pod.deleting:
         step.actions.append(DeleteSlurmdPod(pod))
     step.message = f"stopping slurmd pod {pod.key}"
-    return "wait"
+    return WAIT
 
 
-def _relabeling(move, node, slurm, spec, now, step: Step):
+def _relabeling(move, node, slurm, spec, now, step: Step) -> Outcome:
     pool = _pool(spec, pool_of(move.target))
     if pool is None:  # the pool was removed from the spec mid-move: the planner turns the move back
         step.message = f"inference pool {pool_of(move.target)!r} no longer exists"
         step.blocked_by = ["missing-pool"]
-        return "wait"
+        return WAIT
     patch = inference_shape(spec, node, pool, keep_cordon=between_pools(move.source, move.target))
     if shaped(node, patch):
-        return "EvictingMisfits" if between_pools(move.source, move.target) else _Finish()
+        return Advance(Phase.EVICTING_MISFITS) if between_pools(move.source, move.target) else FINISH
     step.actions.append(patch)
-    return "wait"
+    return WAIT
 
 
-def _evicting_misfits(move, node: NodeView, slurm, spec, now, step: Step):
+def _evicting_misfits(move, node: NodeView, slurm, spec, now, step: Step) -> Outcome:
     """Pods the new pool's labels and taints would not admit leave through the Eviction API
     (PDBs honoured, never forced); pods that fit stay and keep serving."""
     misfits = [(p, why) for p in node.pods if p.evictable and (why := misfit(p.needs, node.labels, node.taints))]
     if not misfits:
-        return _Finish()
+        return FINISH
     step.actions.extend(Evict(p) for p, _ in misfits if not p.deleting)
     step.blocked_by = [f"pod/{p.key}" for p, _ in misfits]
     step.message = f"evicting {len(misfits)} pod(s) that do not fit {move.target} (" + "; ".join(
         f"{p.key}: {why}" for p, why in misfits[:3]) + ")"
     if _elapsed(move, now) >= seconds(spec.drain.eviction_timeout):
         if spec.drain.on_eviction_timeout == "Rollback":
-            return _Rollback(f"evictions refused for {spec.drain.eviction_timeout}")
+            return Rollback(f"evictions refused for {spec.drain.eviction_timeout}")
         step.message = f"evictions timed out after {spec.drain.eviction_timeout} (onEvictionTimeout Wait); " + step.message
-    return "wait"
+    return WAIT
 
 
 # -- to Slurm
 
 
-def _cordoning(move, node, slurm, spec, now, step: Step):
+def _cordoning(move, node, slurm, spec, now, step: Step) -> Outcome:
     patch = slurm_shape(spec, node, keep_pool_labels=True)
     if node.unschedulable and node.has_taint(SLURM_TAINT_KEY, "NoSchedule"):
-        return "Evicting"
+        return Advance(Phase.EVICTING)
     step.actions.append(patch)
-    return "wait"
+    return WAIT
 
 
-def _evicting(move, node: NodeView, slurm, spec, now, step: Step):
+def _evicting(move, node: NodeView, slurm, spec, now, step: Step) -> Outcome:
     restore_cordon(node, spec, step, f"during move {move.id} (Evicting)")
     pending = [p for p in node.pods if p.evictable]
     if not pending:
-        return "StartingSlurmd"
+        return Advance(Phase.STARTING_SLURMD)
     step.actions.extend(Evict(p) for p in pending if not p.deleting)
     step.blocked_by = [f"pod/{p.key}" for p in pending]
     step.message = f"evicting {len(pending)} pod(s)"
     if _elapsed(move, now) >= seconds(spec.drain.eviction_timeout):
         if spec.drain.on_eviction_timeout == "Rollback":
-            return _Rollback(f"evictions refused for {spec.drain.eviction_timeout}")
+            return Rollback(f"evictions refused for {spec.drain.eviction_timeout}")
         step.message = f"evictions timed out after {spec.drain.eviction_timeout} (onEvictionTimeout Wait); " + step.message
-    return "wait"
+    return WAIT
 
 
-def _starting_slurmd(move, node: NodeView, slurm: SlurmView, spec, now, step: Step):
+def _starting_slurmd(move, node: NodeView, slurm: SlurmView, spec, now, step: Step) -> Outcome:
     if not slurm.available:
         step.blocked_by = ["slurm-unavailable"]
         step.message = f"waiting for Slurm: {slurm.error or 'unavailable'}"
-        return "wait"
+        return WAIT
     # Hold the node drained in Slurm until we have checked it: no job lands before Resuming.
     sn = slurm.nodes.get(node.name)
     if sn is not None and not sn.drain_set:
@@ -402,29 +392,29 @@ def _starting_slurmd(move, node: NodeView, slurm: SlurmView, spec, now, step: St
         step.actions.append(CreateSlurmdPod(node.name))
     elif pod.deleting:
         step.message = "waiting for an old slurmd pod to go"
-        return "wait"
+        return WAIT
     if pod is not None and (sn is None or sn.drain_set) and shaped(node, patch):
-        return "Registering"
-    return "wait"
+        return Advance(Phase.REGISTERING)
+    return WAIT
 
 
-def _registering(move, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now, step: Step):
+def _registering(move, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now, step: Step) -> Outcome:
     if not slurm.available:
         step.blocked_by = ["slurm-unavailable"]
         step.message = f"waiting for Slurm: {slurm.error or 'unavailable'}"
-        return "wait"
+        return WAIT
     restore_cordon(node, spec, step, f"during move {move.id} (Registering)")
     if node.slurmd_pod is None:
         step.actions.append(CreateSlurmdPod(node.name))
     sn = slurm.nodes.get(node.name)
     problem = usable_problem(sn, spec) or stale_slurmd(sn, node.slurmd_pod)
     if problem is None:
-        return "Resuming"
+        return Advance(Phase.RESUMING)
     step.message = f"waiting for slurmd to register: {problem}"
     step.blocked_by = ["slurmd-registration"]
     if _elapsed(move, now) >= seconds(spec.slurm.register_timeout):
-        return _Rollback(f"slurmd did not register within {spec.slurm.register_timeout}: {problem}")
-    return "wait"
+        return Rollback(f"slurmd did not register within {spec.slurm.register_timeout}: {problem}")
+    return WAIT
 
 
 # Slurm and Kubernetes clocks may differ a little; a slurmd this much older than its pod is not its.
@@ -456,29 +446,31 @@ def usable_problem(sn, spec: SlurmNodePoolSpec) -> str | None:
     return None
 
 
-def _resuming(move, node, slurm: SlurmView, spec, now, step: Step):
+def _resuming(move, node, slurm: SlurmView, spec, now, step: Step) -> Outcome:
     restore_cordon(node, spec, step, f"during move {move.id} (Resuming)")
     if not slurm.available:
         step.blocked_by = ["slurm-unavailable"]
-        return "wait"
+        return WAIT
     sn = slurm.nodes.get(node.name)
     if sn is None or not sn.drain_set:
-        return _Finish()
+        return FINISH
     if not ours(sn.reason):
         step.events.append(("Warning", "ForeignDrain", f"{node.name} is drained by someone else ({sn.reason}); left drained"))
-        return _Finish()
+        return FINISH
     step.actions.append(Resume(node.name))
-    return "wait"
+    return WAIT
 
 
-_PHASES = {
-    "Draining": _draining,
-    "StoppingSlurmd": _stopping_slurmd,
-    "Relabeling": _relabeling,
-    "EvictingMisfits": _evicting_misfits,
-    "Cordoning": _cordoning,
-    "Evicting": _evicting,
-    "StartingSlurmd": _starting_slurmd,
-    "Registering": _registering,
-    "Resuming": _resuming,
+# The table of phase functions (the phases themselves are in phases.py).
+PHASE_FUNCTIONS = {
+    Phase.DRAINING: _draining,
+    Phase.STOPPING_SLURMD: _stopping_slurmd,
+    Phase.RELABELING: _relabeling,
+    Phase.EVICTING_MISFITS: _evicting_misfits,
+    Phase.CORDONING: _cordoning,
+    Phase.EVICTING: _evicting,
+    Phase.STARTING_SLURMD: _starting_slurmd,
+    Phase.REGISTERING: _registering,
+    Phase.RESUMING: _resuming,
 }
+assert set(PHASE_FUNCTIONS) == set(Phase), "every phase has its function"

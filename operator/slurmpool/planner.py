@@ -131,7 +131,7 @@ def _cost(node: NodeView, slurm: SlurmView, topology_rank: tuple = topology.NO_B
 
 def _movable(node: NodeView, now: datetime) -> bool:
     hold = node.hold_until()
-    return node.move is None and node.pin is None and node.move_now is None and not (hold and hold > now)
+    return node.move is None and node.pin is None and node.move_now is None and not node.problems and not (hold and hold > now)
 
 
 def move_now_target(node: NodeView, spec: SlurmNodePoolSpec, desired: dict[str, int], count: dict[str, int]) -> str | None:
@@ -207,13 +207,14 @@ def plan(
         count[target] += 1
 
     # Pins first: the on-call's word beats the planner's arithmetic.
-    for node in sorted((n for n in nodes if n.pin), key=lambda n: n.name):
+    # A node with an unreadable record is left alone (decide.py reports it), even when pinned.
+    for node in sorted((n for n in nodes if n.pin and not n.problems), key=lambda n: n.name):
         if budget and node.move is None and node.pin in valid and node.pin != node.placement:
             start(node, node.pin, "pin")
             budget -= 1
     # Then move-now requests: a one-shot pin (see move_now_target); the split is unchanged, so
     # the rebalance below sends another node the other way (a swap).
-    for node in sorted((n for n in nodes if n.move_now), key=lambda n: n.name):
+    for node in sorted((n for n in nodes if n.move_now and not n.problems), key=lambda n: n.name):
         want = move_now_target(node, spec, desired, count)
         if budget and node.move is None and want and want != node.placement and node.pin is None:
             start(node, want, "move-now")
@@ -222,10 +223,8 @@ def plan(
     # Then moves the split no longer wants, still in a phase that changed nothing for good, go
     # back (scale 5 -> 4 -> 5 must not keep draining a busy node).
     desired_with_none = {**desired, NONE: 0}
-    for node in sorted((n for n in nodes if n.move is not None), key=lambda n: n.name):
+    for node in sorted((n for n in nodes if n.move is not None and not n.problems), key=lambda n: n.name):
         move = node.move
-        if move is None:
-            continue
         source = move.source if move.source in valid else NONE
         if move.target not in valid:
             # Its inference pool was removed from the spec: whatever the phase, go back where

@@ -1,4 +1,4 @@
-"""The pool's status, computed from what one reconcile saw and did. Pure."""
+"""The pool's status, built from one pass's snapshot, decision and apply result. Pure."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ from datetime import datetime
 from .models import (
     Condition,
     InferenceStatus,
+    InvalidRecord,
     MoveStatus,
     PoolCounts,
     SideCounts,
     SlurmNodePoolSpec,
     SlurmNodePoolStatus,
 )
-from .view import LABEL_COMPONENT, LABEL_POOL, SLURM, MoveRecord, NodeView, inference
+from .snapshot import ApplyResult, PoolDecision, PoolSnapshot
+from .view import LABEL_COMPONENT, LABEL_POOL, SLURM, MoveRecord, NodeView, inference, iso
 
 
 @dataclass
@@ -28,18 +30,28 @@ class Observed:
     errors: list[str] = field(default_factory=list)  # actions that failed this round
     missing: list[str] = field(default_factory=list)  # deleted Nodes whose slurmd pod is kept
     blocked: dict[str, tuple[list[str], str]] = field(default_factory=dict)  # node -> (blocked_by, message)
+    invalid: list[InvalidRecord] = field(default_factory=list)  # nodes left alone: unreadable records
 
 
-def iso(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(value: str | None) -> datetime | None:
-    """The inverse of iso(), tolerant: None for an empty or malformed value."""
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
-    except ValueError:
-        return None
+def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult) -> SlurmNodePoolStatus:
+    seen = Observed(
+        desired=decision.desired,
+        problems=decision.problems,
+        overlaps=list(snap.overlaps),
+        slurm_error=None if snap.slurm.available else (snap.slurm.error or "unavailable"),
+        errors=result.errors,
+        missing=decision.missing,
+        invalid=[InvalidRecord(node=node, annotation=p.annotation, message=p.message[:512])
+                 for node, problems in sorted(decision.invalid.items()) for p in problems],
+    )
+    for name, step in decision.steps.items():
+        message = result.refused.get(name) or step.message
+        if step.blocked_by or message:
+            seen.blocked[name] = (step.blocked_by, message)
+    previous = snap.previous.conditions if snap.previous else []
+    status = status_from(snap.pool.name, snap.spec, snap.pool.generation, decision.nodes_after, seen, previous, snap.now)
+    status.target = decision.target.status
+    return status
 
 
 def set_condition(
@@ -55,7 +67,7 @@ def set_condition(
     return [c for c in conditions if c.type != type_] + [new]
 
 
-def build_status(
+def status_from(
     name: str,
     spec: SlurmNodePoolSpec,
     generation: int | None,
@@ -115,6 +127,7 @@ def build_status(
         moving=len(moves),
         blocked=len(blocked),
         moves=moves,
+        invalid_records=seen.invalid[:50],
         last_error=(seen.errors[-1][:1024] if seen.errors else None),
     )
     status.conditions = _conditions(spec, status, seen, blocked, previous, now, generation)
@@ -128,6 +141,10 @@ def _conditions(spec, status: SlurmNodePoolStatus, seen: Observed, blocked, prev
         degraded.append(("InvalidSpec", "; ".join(seen.problems)))
     if seen.overlaps:
         degraded.append(("NodeOverlap", f"selected by another SlurmNodePool too, never moved: {', '.join(sorted(seen.overlaps)[:20])}"))
+    if seen.invalid:
+        degraded.append(("InvalidNodeRecord", f"nodes left alone, an annotation cannot be used (see status.invalidRecords and Events): "
+                          + "; ".join(f"{r.node} {r.annotation}: {r.message}" for r in seen.invalid[:5])
+                          + (f" (and {len(seen.invalid) - 5} more)" if len(seen.invalid) > 5 else "")))
     if seen.slurm_error:
         degraded.append(("SlurmUnavailable", seen.slurm_error))
     if seen.missing:

@@ -29,7 +29,7 @@ from datetime import datetime
 from . import schedule as sched
 from .demand import Outcome, Signals, decide
 from .models import DemandStatus, SlurmNodePoolSpec, TargetStatus
-from .status import iso, parse_time
+from .view import iso, parse_time
 
 Event = tuple[str, str, str]  # (type, reason, message)
 

@@ -9,16 +9,18 @@ an operator restart.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, model_validator
 
 from slurmbridge import SlurmJob, SlurmNode, TopologyGroup
 
 from .fit import PodNeeds
+from .phases import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, Phase
 
 PREFIX = "slurmpool.io"
 ANN_POOL = f"{PREFIX}/pool"  # namespace/name of the pool that owns the node
@@ -51,6 +53,49 @@ def side_of(placement: str) -> str:
     return placement.split(":", 1)[0]
 
 
+_PLACEMENT = re.compile(r"^(slurm|inference:[a-z0-9]([-a-z0-9]*[a-z0-9])?)$")
+
+
+def placement_problem(value: str, allow: tuple[str, ...] = ()) -> str | None:
+    """Why `value` is no placement (`slurm` or `inference:<pool>`), or None."""
+    if value in allow or (len(value) <= 50 and _PLACEMENT.match(value)):
+        return None
+    return f"{value!r} is no placement: expected 'slurm' or 'inference:<pool>'" + (f" (or {', '.join(map(repr, allow))})" if allow else "")
+
+
+def iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """The inverse of iso(), tolerant: None for an empty or malformed value."""
+    try:
+        return read_time(value)
+    except ValueError:
+        return None
+
+
+def read_time(value: str | None) -> datetime | None:
+    """An RFC 3339 time as the operator writes it; None for an empty value. Raises ValueError."""
+    if not value:
+        return None
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if parsed.tzinfo is None:
+        raise ValueError(f"{value!r} has no time zone")
+    return parsed
+
+
+@dataclass(frozen=True)
+class RecordProblem:
+    """An annotation of a node that the operator cannot act on: the node is left alone."""
+
+    annotation: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.annotation}: {self.message}"
+
+
 Direction = Literal["ToSlurm", "ToInference", "BetweenPools"]
 
 
@@ -60,7 +105,7 @@ class MoveRecord(BaseModel):
     id: str
     source: str
     target: str
-    phase: str
+    phase: Phase
     since: datetime  # start of the current phase
     started: datetime
     cause: str = "rebalance"  # rebalance | pin | rollback
@@ -72,17 +117,58 @@ class MoveRecord(BaseModel):
             return "BetweenPools"
         return "ToSlurm" if self.target == SLURM else "ToInference"
 
+    @model_validator(mode="after")
+    def _consistent(self) -> MoveRecord:
+        for which in ("source", "target"):
+            problem = placement_problem(getattr(self, which), allow=(NONE,) if which == "source" else ())
+            if problem:
+                raise ValueError(f"{which} {problem}")
+        if self.since.tzinfo is None or self.started.tzinfo is None:
+            raise ValueError("since and started need a time zone")
+        phases = {"BetweenPools": BETWEEN_POOLS, "ToSlurm": TO_SLURM, "ToInference": TO_INFERENCE}[self.direction]
+        if self.phase not in phases:
+            raise ValueError(f"phase {self.phase.value} is not a phase of a move to {self.target} ({', '.join(phases)})")
+        return self
+
     def to_annotation(self) -> str:
         return self.model_dump_json()
 
     @classmethod
+    def parse(cls, text: str) -> MoveRecord:
+        """Raises ValueError with a message for people (the record's annotation is writable)."""
+        try:
+            body = json.loads(text)
+        except ValueError as err:
+            raise ValueError(f"not JSON ({err})") from None
+        if not isinstance(body, dict):
+            raise ValueError("not a JSON object")
+        try:
+            return cls.model_validate(body)
+        except ValidationError as err:
+            raise ValueError(_short(err, body)) from None
+
+    @classmethod
     def from_annotation(cls, text: str | None) -> MoveRecord | None:
+        """The record, or None when absent or unreadable (NodeView reports the latter)."""
         if not text:
             return None
         try:
-            return cls.model_validate(json.loads(text))
-        except (ValueError, ValidationError):
+            return cls.parse(text)
+        except ValueError:
             return None
+
+
+def _short(err: ValidationError, body: dict) -> str:
+    parts = []
+    for e in err.errors()[:3]:
+        field_ = ".".join(str(p) for p in e["loc"])
+        if field_ == "phase" and e["type"] == "enum":
+            parts.append(f"unknown phase {body.get('phase')!r} (known: {', '.join(p.value for p in Phase)})")
+        elif field_:
+            parts.append(f"{field_}: {e['msg']}")
+        else:
+            parts.append(e["msg"].removeprefix("Value error, "))
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -124,6 +210,7 @@ class NodeView:
     exists: bool = True
     pods: tuple[PodView, ...] = ()
     gpus: int = 0  # allocatable nvidia.com/gpu (metrics only)
+    flagged: tuple[RecordProblem, ...] = ()  # problems only the pool's spec reveals (decide.py)
 
     # Computed once per view: the planner reads them for every node, several times per pass
     # (the JSON parse of the move record dominated the profile). Views are immutable.
@@ -131,25 +218,43 @@ class NodeView:
     move: MoveRecord | None = field(init=False, repr=False)
     pin: str | None = field(init=False, repr=False)
     move_now: str | None = field(init=False, repr=False)
+    held_until: datetime | None = field(init=False, repr=False)
+    # Annotations that could not be read (people can write them): the node is left alone.
+    problems: tuple[RecordProblem, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         get = self.annotations.get
-        text = get(ANN_MOVE)
-        object.__setattr__(self, "placement", get(ANN_PLACEMENT) or NONE)
-        object.__setattr__(self, "move", MoveRecord.from_annotation(text) if text else None)
-        object.__setattr__(self, "pin", get(ANN_PIN) or None)
+        problems: list[RecordProblem] = []
+        move = held = None
+        placement = get(ANN_PLACEMENT) or NONE
+        if placement != NONE and (why := placement_problem(placement)):
+            problems.append(RecordProblem(ANN_PLACEMENT, why))
+            placement = NONE
+        if text := get(ANN_MOVE):
+            try:
+                move = MoveRecord.parse(text)
+            except ValueError as err:
+                problems.append(RecordProblem(ANN_MOVE, str(err)))
+        pin = get(ANN_PIN) or None
+        if pin and (why := placement_problem(pin, allow=("inference",))):
+            problems.append(RecordProblem(ANN_PIN, why))
+        try:
+            held = read_time(get(ANN_HOLD_UNTIL))
+        except ValueError:
+            problems.append(RecordProblem(ANN_HOLD_UNTIL, f"{get(ANN_HOLD_UNTIL)!r} is no RFC 3339 time"))
+        object.__setattr__(self, "placement", placement)
+        object.__setattr__(self, "move", move)
+        object.__setattr__(self, "pin", pin)
         object.__setattr__(self, "move_now", get(ANN_MOVE_NOW) or None)
+        object.__setattr__(self, "held_until", held)
+        object.__setattr__(self, "problems", tuple(problems) + self.flagged)
 
     @property
     def slurmd_pod(self) -> PodView | None:
         return next((p for p in self.pods if p.slurmd), None)
 
     def hold_until(self) -> datetime | None:
-        value = self.annotations.get(ANN_HOLD_UNTIL)
-        try:
-            return datetime.fromisoformat(value) if value else None
-        except ValueError:
-            return None
+        return self.held_until
 
     def has_taint(self, key: str, effect: str) -> bool:
         return any(t.get("key") == key and t.get("effect") == effect for t in self.taints)

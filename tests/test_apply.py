@@ -1,13 +1,17 @@
-"""reconcile_pool with recording fakes: what reaches Kubernetes and Slurm, in what order,
-and how many calls a pass makes."""
+"""A whole pass, decide then apply, with recording fakes: what reaches Kubernetes and Slurm, in
+what order, and how many calls a pass makes."""
 
 from __future__ import annotations
 
 import json
 
-from slurmpool.reconcile import PoolRef, reconcile_pool
+from slurmpool.apply import apply
+from slurmpool.decide import decide, slurm_annotation
+from slurmpool.interfaces import PoolRef
+from slurmpool.snapshot import PoolSnapshot
+from slurmpool.status import build_status
 from slurmpool.models import MoveStatus, SlurmNodePoolStatus
-from slurmpool.view import ANN_MOVE, ANN_PLACEMENT, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
+from slurmpool.view import ANN_MOVE, ANN_PLACEMENT, ANN_SLURM, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 
@@ -58,19 +62,22 @@ SLURM_TAINT = {"key": SLURM_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
 
 
 def slurm_nodes(n):
+    """n settled Slurm nodes, each with Slurm's state already published on it (steady state)."""
+    view = SlurmView(True, nodes={f"gpu{i:02d}": slurm_node(f"gpu{i:02d}") for i in range(n)})
     nodes = [
-        NodeView(name=f"gpu{i:02d}", annotations={ANN_PLACEMENT: SLURM}, unschedulable=True, taints=(SLURM_TAINT,),
-                 pods=(PodView("ns", f"slurmd-gpu{i:02d}", f"u{i}", slurmd=True),))
+        NodeView(name=f"gpu{i:02d}", annotations={ANN_PLACEMENT: SLURM, ANN_SLURM: slurm_annotation(f"gpu{i:02d}", view)},
+                 unschedulable=True, taints=(SLURM_TAINT,), pods=(PodView("ns", f"slurmd-gpu{i:02d}", f"u{i}", slurmd=True),))
         for i in range(n)
     ]
-    view = SlurmView(True, nodes={n.name: slurm_node(n.name) for n in nodes})
     return nodes, view
 
 
 async def run(spec, nodes, view, kube=None, slurm=None, previous=None, orphans=()):
     kube, slurm = kube or FakeKube(), slurm or FakeSlurm()
-    status = await reconcile_pool(POOL, spec, nodes, [], view, kube, slurm, NOW, previous, orphans=list(orphans))
-    return status, kube, slurm
+    snap = PoolSnapshot(pool=POOL, spec=spec, nodes=tuple(nodes), slurm=view, now=NOW, previous=previous, orphans=tuple(orphans))
+    decision = decide(snap)
+    result = await apply(POOL, spec, nodes, decision, kube, slurm)
+    return build_status(snap, decision, result), kube, slurm
 
 
 async def test_starting_moves_records_them_before_draining_in_one_batched_command():

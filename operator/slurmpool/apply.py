@@ -1,0 +1,211 @@
+"""Carry out a PoolDecision: `apply(...) -> ApplyResult`. The only module of the pass that
+writes; it reads the decision and never changes it.
+
+Order, as crash safety needs it:
+1. Kubernetes: one patch per node carries the move record with its shape, atomically. A
+   node whose record could not be written takes no other step this pass: nothing may happen
+   in Slurm that the node's annotations do not explain after a crash.
+2. Slurm: batched, one command per kind of update.
+3. Pods: after Slurm has been told, so a slurmd only starts on a node held drained.
+Patches of different nodes, and pod actions of different nodes, go out concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections import defaultdict
+from datetime import datetime, timezone
+
+from slurmbridge import SlurmBackend
+
+from . import metrics
+from .interfaces import Kube, PoolRef, node_object, pool_object
+from .models import SlurmNodePoolSpec
+from .moves import Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, PatchNode, Requeue, Resume, Step, between_pools
+from .snapshot import ApplyResult, NodeEvent, PoolDecision
+from .view import ANN_MOVE, ANN_MOVE_NOW, ANN_PLACEMENT, ANN_POOL, ANN_SETTLED, ANN_HOLD_UNTIL, ANN_SLURM, NONE, SLURM, MoveRecord, NodeView, iso
+
+log = logging.getLogger("slurmpool.apply")
+PUBLISH_LAG = 10.0  # seconds: a value written this recently is not written again (the watch lags)
+
+
+async def apply(
+    pool: PoolRef,
+    spec: SlurmNodePoolSpec,
+    before: list[NodeView],
+    decision: PoolDecision,
+    kube: Kube,
+    backend: SlurmBackend,
+    published: dict[str, tuple[str, float]] | None = None,
+    crash_after_phase: str | None = None,
+) -> ApplyResult:
+    """`published`: what this process last wrote as slurmpool.io/slurm per node, and when."""
+    result = ApplyResult()
+    old = {n.name: n for n in before}
+    for type_, reason, message in decision.pool_events:
+        await kube.event(pool_object(pool), type_, reason, message)
+    for ev in decision.node_events:
+        await _both(kube, pool, ev)
+    for pod in decision.orphans_to_delete:
+        await _guard(result, f"delete pod {pod.key}", kube.delete_pod(pod.namespace, pod.name, pod.uid))
+
+    steps = decision.steps
+    patches = {name: node_patch(pool, old[name], step) for name, step in steps.items()}
+    patches = {name: p for name, p in patches.items() if p}
+    written = await asyncio.gather(*(_guard(result, f"patch node {n}", kube.patch_node(n, p), ok=True) for n, p in patches.items()))
+    result.unwritten = {name for name, ok in zip(patches, written) if ok is None}
+    result.acted = bool(patches)
+    drains: dict[str, list[str]] = defaultdict(list)
+    resumes, requeues, cancels = [], [], []
+    for name, step in steps.items():
+        if name in result.unwritten:
+            continue
+        _crash_point(crash_after_phase, patches.get(name, {}), step)
+        for action in step.actions:
+            if isinstance(action, Drain):
+                drains[action.reason].append(action.node)
+            elif isinstance(action, Resume):
+                resumes.append(action.node)
+            elif isinstance(action, Requeue):
+                requeues.extend(action.job_ids)
+            elif isinstance(action, Cancel):
+                cancels.extend(action.job_ids)
+        for type_, reason, message in step.events:
+            await _both(kube, pool, NodeEvent(name, type_, reason, message))
+        _count(old[name], step)
+    for start, move in decision.starts:
+        if start.node not in result.unwritten:
+            metrics.MOVES_STARTED.labels(direction=direction(move.source, move.target), cause=start.cause).inc()
+
+    for reason, names in drains.items():
+        await _guard(result, "scontrol drain", backend.drain(sorted(set(names)), reason))
+    if resumes:
+        await _guard(result, "scontrol resume", backend.resume(sorted(set(resumes))))
+    if requeues:
+        await _guard(result, "scontrol requeue", backend.requeue(sorted(set(requeues))))
+    if cancels:
+        await _guard(result, "scancel", backend.cancel(sorted(set(cancels))))
+    result.acted |= bool(drains or resumes or requeues or cancels)
+
+    await asyncio.gather(*(_pod_actions(pool, spec, name, step, kube, result) for name, step in steps.items() if name not in result.unwritten))
+    await _publish(kube, decision.publish, published if published is not None else {})
+    for ev in decision.clear_move_now:
+        try:
+            await kube.patch_node(ev.node, {"metadata": {"annotations": {ANN_MOVE_NOW: None}}})
+        except Exception as err:  # noqa: BLE001 - retried next pass
+            log.warning("could not clear move-now on %s: %s", ev.node, err)
+            continue
+        await _both(kube, pool, ev)
+    return result
+
+
+async def _both(kube: Kube, pool: PoolRef, ev: NodeEvent) -> None:
+    await kube.event(pool_object(pool), ev.type, ev.reason, ev.message)
+    await kube.event(node_object(ev.node), ev.type, ev.reason, ev.message)
+
+
+def direction(source: str, target: str) -> str:
+    if between_pools(source, target):
+        return "between_pools"
+    return "to_slurm" if target == SLURM else "to_inference"
+
+
+def _count(node: NodeView, step: Step) -> None:
+    """Moves completed, their duration, and rollbacks (slurmpool_moves_*)."""
+    if step.settled:
+        move = step.finished or node.move
+        d = direction(move.source if move else NONE, step.settled)
+        metrics.MOVES_COMPLETED.labels(direction=d).inc()
+        if node.move:
+            metrics.MOVE_SECONDS.labels(direction=d).observe(max(0.0, (datetime.now(timezone.utc) - node.move.started).total_seconds()))
+    if step.rolled_back is not None:
+        metrics.MOVES_FAILED.labels(direction=direction(step.rolled_back.source, step.rolled_back.target), reason="rollback").inc()
+
+
+async def _pod_actions(pool, spec, name: str, step: Step, kube: Kube, result: ApplyResult) -> None:
+    for action in step.actions:
+        if isinstance(action, CreateSlurmdPod):
+            result.acted = True
+            await _guard(result, f"create slurmd pod on {name}", kube.create_slurmd_pod(pool, spec, name))
+        elif isinstance(action, DeleteSlurmdPod):
+            pod = action.pod
+            result.acted = True
+            await _guard(result, f"delete pod {pod.key}", kube.delete_pod(pod.namespace, pod.name, pod.uid))
+        elif isinstance(action, Evict):
+            refused = await _guard(result, f"evict pod {action.pod.key}", kube.evict(action.pod.namespace, action.pod.name))
+            if refused:
+                result.refused[name] = f"eviction of {action.pod.key} refused: {refused}"
+                metrics.EVICTIONS_REFUSED.inc()
+            elif refused is not None:
+                result.acted = True
+
+
+async def _publish(kube: Kube, values: dict[str, str], written: dict[str, tuple[str, float]]) -> None:
+    """Best effort: a failure is retried next pass. Concurrent: when Slurm changes under many
+    nodes at once, one by one took seconds."""
+
+    async def one(name: str, value: str) -> None:
+        try:
+            await kube.patch_node(name, {"metadata": {"annotations": {ANN_SLURM: value}}})
+            written[name] = (value, time.monotonic())
+        except Exception as err:  # noqa: BLE001
+            log.warning("could not publish Slurm state of %s: %s", name, err)
+
+    fresh = [(n, v) for n, v in values.items() if not ((last := written.get(n)) and last[0] == v and time.monotonic() - last[1] < PUBLISH_LAG)]
+    await asyncio.gather(*(one(n, v) for n, v in fresh))
+
+
+async def _guard(result: ApplyResult, what: str, coro, ok=None):
+    """Run one action; a failure is reported (Degraded, lastError) and retried next pass.
+    Returns the action's result (or `ok` when it has none), None on failure."""
+    try:
+        value = await coro
+        return ok if value is None else value
+    except Exception as err:  # noqa: BLE001 - any failure of one action must not stop the others
+        log.warning("%s failed: %s", what, err)
+        result.errors.append(f"{what}: {err}"[:500])
+        metrics.ACTION_ERRORS.labels(action=what.split(" ")[0]).inc()
+        return None
+
+
+def _crash_point(phase: str | None, patch: dict, step: Step) -> None:
+    """Fault injection for the crash tests (SLURMPOOL_CRASH_AFTER_PHASE=<phase>): SIGKILL right
+    after recording a step that entered that phase, before any Slurm or pod action of the step
+    (the worst moment: record written, nothing done)."""
+    if phase and phase in step.entered and ANN_MOVE in patch.get("metadata", {}).get("annotations", {}):
+        log.warning("SLURMPOOL_CRASH_AFTER_PHASE=%s: killing myself", phase)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def node_patch(pool: PoolRef, node: NodeView, step: Step) -> dict:
+    """The node's record and shape for this step, as one merge patch (empty: nothing to write)."""
+    annotations: dict[str, str | None] = {}
+    if _move_changed(node.annotations.get(ANN_MOVE), step.move):
+        annotations[ANN_MOVE] = step.move.to_annotation() if step.move else None
+    if step.settled and node.placement != step.settled:
+        annotations[ANN_PLACEMENT] = step.settled
+        annotations[ANN_SETTLED] = iso(datetime.now(timezone.utc))  # for `kubectl slurmpool status`
+    if (step.move or step.settled) and node.annotations.get(ANN_POOL) != pool.key:
+        annotations[ANN_POOL] = pool.key
+    if step.hold_until:
+        annotations[ANN_HOLD_UNTIL] = iso(step.hold_until)
+    patch: dict = {}
+    if annotations:
+        patch["metadata"] = {"annotations": annotations}
+    shapes = [a for a in step.actions if isinstance(a, PatchNode)]
+    if shapes:
+        shape = shapes[-1]
+        patch.setdefault("metadata", {})["labels"] = shape.labels
+        patch["spec"] = {"taints": list(shape.taints), "unschedulable": shape.unschedulable}
+    return patch
+
+
+def _move_changed(current: str | None, move: MoveRecord | None) -> bool:
+    if move is None:
+        return bool(current)
+    old = MoveRecord.from_annotation(current)
+    return old is None or old.model_dump() != move.model_dump()

@@ -1,0 +1,270 @@
+"""One pass over one pool, decided: `decide(snapshot) -> PoolDecision`. Pure: no I/O, no
+clock but the snapshot's, no randomness; the same snapshot gives the same decision.
+
+In order:
+1. records: a node whose annotations cannot be read (or name what this pool does not have)
+   is left alone and reported; every other node goes on;
+2. the target: who sets the split now (target.py: manual, schedule, demand);
+3. each node's step: the move in flight advanced as far as the observations allow
+   (moves.py), or the upkeep of a settled Slurm node;
+4. nodes deleted from Kubernetes: reported, their orphan slurmd pods deleted once idle;
+5. the plan (planner.py) on the nodes as the steps leave them: moves to turn back, moves
+   to start (each advanced at once on the same observations);
+6. what to publish on nodes (Slurm's state) and the move-now requests now fulfilled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+
+from .demand import signals
+from .interfaces import PoolRef
+from .models import SlurmNodePoolSpec
+from .moves import CreateSlurmdPod, Resume, Step, advance, first_phase, ours, restore_cordon, reverse
+from .planner import current_placement, desired_split, move_now_done, move_now_target, placements, plan
+from .snapshot import NodeEvent, PoolDecision, PoolSnapshot
+from .target import Decision, decide_target
+from .view import (
+    ANN_HOLD_UNTIL,
+    ANN_MOVE,
+    ANN_PIN,
+    ANN_PLACEMENT,
+    ANN_SLURM,
+    NONE,
+    SLURM,
+    MoveRecord,
+    NodeView,
+    RecordProblem,
+    SlurmView,
+    iso,
+    pool_of,
+)
+
+MAX_JOBS_PUBLISHED = 32
+
+
+def decide(snap: PoolSnapshot) -> PoolDecision:
+    spec, slurm, now = snap.spec, snap.slurm, snap.now
+    nodes = [_flag(spec, n) for n in snap.nodes]
+    target = _target(snap, nodes)
+    node_events = _record_events(snap, nodes)
+
+    steps: dict[str, Step] = {}
+    for node in nodes:
+        if node.problems:
+            continue  # left alone: no step, never a victim (planner), reported above
+        if node.move is not None:
+            steps[node.name] = advance(node.move, node, slurm, spec, now)
+        elif node.placement == SLURM:
+            repair = Step(move=None, actions=_repair_slurm_node(node, slurm))
+            restore_cordon(node, spec, repair, "while settled in Slurm")
+            if repair.actions:
+                steps[node.name] = repair
+    decision = PoolDecision(target=target, desired={}, problems=[], steps=steps, nodes_after=[], node_events=node_events)
+    decision.pool_events.extend(target.events)
+    _gone(snap, nodes, decision)
+
+    # Plan on the nodes as the steps leave them, so finished moves free budget at once.
+    by_name = {n.name: n for n in nodes}
+    for name, step in steps.items():
+        by_name[name] = _after(by_name[name], step)
+    result = plan(spec, list(by_name.values()), slurm, now, target.slurm_nodes, target.pool_counts)
+    decision.desired, decision.problems = result.desired, result.problems
+    for name in result.aborts:
+        node = by_name[name]
+        back = reverse(node.move, spec, now, cause="abort")
+        step = advance(back, node, slurm, spec, now)
+        step.events.insert(0, ("Normal", "MoveAborted", f"{name}: the split no longer wants move {node.move.id}; returning to {back.target}"))
+        steps[name] = step
+        by_name[name] = _after(node, step)
+    for start in result.starts:
+        node = by_name[start.node]
+        move = MoveRecord(
+            id=move_id(snap.pool, node.name, start.target, now),
+            source=start.source,
+            target=start.target,
+            phase=first_phase(start.target, start.source),
+            since=now,
+            started=now,
+            cause=start.cause,
+        )
+        step = advance(move, node, slurm, spec, now)
+        step.entered.insert(0, move.phase)
+        step.events.insert(0, ("Normal", "MoveStarted", f"{node.name}: {start.source} -> {start.target} ({start.cause}, move {move.id})"))
+        steps[node.name] = step
+        by_name[node.name] = _after(node, step)
+        decision.starts.append((start, move))
+    decision.nodes_after = list(by_name.values())
+    decision.invalid = {n.name: n.problems for n in nodes if n.problems}
+    decision.publish = _published(nodes, slurm)
+    decision.clear_move_now = _fulfilled_move_now(spec, nodes, target)
+    return decision
+
+
+def move_id(pool: PoolRef, node: str, target: str, now) -> str:
+    """Deterministic, so the same snapshot decides the same move; unique per node and instant."""
+    return hashlib.sha1(f"{pool.uid}/{pool.key}/{node}/{target}/{now.isoformat()}".encode()).hexdigest()[:8]
+
+
+# ---------------------------------------------------------------- 1. records people can write
+
+
+def _flag(spec: SlurmNodePoolSpec, node: NodeView) -> NodeView:
+    """Problems only this pool's spec reveals: a placement, pin or move naming a pool it does not
+    have. A move-now or pin on a node whose placement names such a pool is a person saying where
+    it goes, so that node is not flagged (the planner adopts it from there)."""
+    valid = set(placements(spec))
+    flags: list[RecordProblem] = []
+    names = ", ".join(p.name for p in spec.inference.pools) or "none"
+    told = bool(node.move_now) or (node.pin in valid)
+    if node.placement not in (NONE, *valid) and not told:
+        flags.append(RecordProblem(ANN_PLACEMENT, f"names inference pool {pool_of(node.placement)!r}, which this SlurmNodePool does not have "
+                                   f"(pools: {names}); set slurmpool.io/move-now or a pin to say where the node goes"))
+    if node.pin and node.pin != "inference" and node.pin not in valid and not any(p.annotation == ANN_PIN for p in node.problems):
+        flags.append(RecordProblem(ANN_PIN, f"names inference pool {pool_of(node.pin)!r}, which this SlurmNodePool does not have (pools: {names})"))
+    move = node.move
+    if move is not None and move.target not in valid and move.source not in valid:
+        # A move to a pool since removed goes back where it came from (planner); with nowhere
+        # known to go back to, it could only wait forever.
+        flags.append(RecordProblem(ANN_MOVE, f"move {move.id} goes from {move.source} to {move.target}; this SlurmNodePool has neither"))
+    return replace(node, flagged=tuple(flags)) if flags else node
+
+
+def _record_events(snap: PoolSnapshot, nodes: list[NodeView]) -> list[NodeEvent]:
+    """A Warning for each problem not reported in the previous status, a Normal once it is fixed."""
+    before = {(r.node, r.annotation, r.message) for r in (snap.previous.invalid_records if snap.previous else ())}
+    now = {(n.name, p.annotation, p.message) for n in nodes for p in n.problems}
+    names = {n.name for n in nodes}
+    events = [
+        NodeEvent(node, "Warning", "InvalidNodeRecord", f"{node}: annotation {ann} cannot be used: {message}; the node is left alone until it is fixed")
+        for node, ann, message in sorted(now - before)
+    ]
+    fixed = {(node, ann) for node, ann, _ in before - now if node in names} - {(node, ann) for node, ann, _ in now}
+    events += [NodeEvent(node, "Normal", "NodeRecordFixed", f"{node}: annotation {ann} is readable again; the node is managed again")
+               for node, ann in sorted(fixed)]
+    return events
+
+
+# ---------------------------------------------------------------- 2. the target
+
+
+def _target(snap: PoolSnapshot, nodes: list[NodeView]) -> Decision:
+    spec = snap.spec
+    sig = None
+    if spec.demand is not None and spec.demand.enabled and snap.slurm.available:
+        sig = signals(spec, nodes, snap.slurm, list(snap.pending))
+    previous = snap.previous.target if snap.previous else None
+    return decide_target(spec, len(nodes), snap.now, previous, snap.author, sig)
+
+
+# ---------------------------------------------------------------- 3. settled nodes
+
+
+def _repair_slurm_node(node: NodeView, slurm: SlurmView) -> list:
+    """Level-triggered upkeep of a settled Slurm node: its slurmd pod runs, and no drain
+    of ours outlives the move that set it (a crash between the two writes)."""
+    actions: list = []
+    if node.slurmd_pod is None:
+        actions.append(CreateSlurmdPod(node.name))
+    sn = slurm.nodes.get(node.name) if slurm.available else None
+    if sn is not None and sn.drain_set and ours(sn.reason) and sn.responding:
+        actions.append(Resume(node.name))
+    return actions
+
+
+def _after(node: NodeView, step: Step) -> NodeView:
+    """The node's view once the step's annotations are written (labels follow next round)."""
+    annotations = dict(node.annotations)
+    annotations[ANN_MOVE] = step.move.to_annotation() if step.move else ""
+    if step.settled:
+        annotations[ANN_PLACEMENT] = step.settled
+    if step.hold_until:
+        annotations[ANN_HOLD_UNTIL] = iso(step.hold_until)
+    return replace(node, annotations={k: v for k, v in annotations.items() if v})
+
+
+# ---------------------------------------------------------------- 4. nodes deleted from Kubernetes
+
+
+def _gone(snap: PoolSnapshot, nodes: list[NodeView], decision: PoolDecision) -> None:
+    """Nodes deleted from Kubernetes. Their move record went with the Node, so a node that had a
+    move in flight last pass is reported once (its Slurm side stays as the move left it; if it
+    registers again it is a new, unadopted node and is adopted like any other). Its slurmd pod
+    is deleted only once Slurm shows it serves nothing (drained, no jobs); until then, or while
+    Slurm cannot be seen, it stays and the pool is Degraded (NodeMissing)."""
+    names = {n.name for n in nodes}
+    slurm = snap.slurm
+    for m in snap.previous.moves if snap.previous else ():
+        if m.node not in names:
+            decision.pool_events.append(("Warning", "NodeDeleted",
+                                         f"{m.node} was deleted from Kubernetes during move {m.move_id} ({m.phase}, {m.from_} -> {m.to}); "
+                                         "its move record went with it; it is adopted again if it registers"))
+    for pod in snap.orphans:
+        sn = slurm.nodes.get(pod.node) if slurm.available else None
+        idle = slurm.available and (sn is None or (sn.drain_set and not sn.busy and not slurm.jobs_on(pod.node)))
+        if idle and not pod.deleting:
+            decision.pool_events.append(("Normal", "OrphanSlurmdDeleted",
+                                         f"deleting slurmd pod {pod.key}: its node {pod.node} is gone from Kubernetes and serves nothing in Slurm"))
+            decision.orphans_to_delete.append(pod)
+        elif not idle:
+            why = "Slurm cannot be seen" if not slurm.available else "Slurm still uses it (not drained, or jobs on it)"
+            decision.missing.append(f"{pod.node} (slurmd pod {pod.key} kept: {why})")
+
+
+# ---------------------------------------------------------------- 6. published on nodes, move-now
+
+
+def slurm_annotation(name: str, slurm: SlurmView) -> str | None:
+    """Compact JSON of what Slurm says of the node: state (with flags), drain reason, jobs."""
+    sn = slurm.nodes.get(name)
+    jobs = slurm.jobs_on(name)
+    if sn is None and not jobs:
+        return None
+    body = {
+        "state": (sn.state + "".join("+" + f for f in sorted(sn.flags))) if sn else "UNKNOWN",
+        "reason": (sn.reason or "") if sn else "",
+        "jobs": [
+            {"id": j.job_id, "user": j.user, "name": j.name[:40], "state": j.state, "end": iso(j.end_time) if j.end_time else None}
+            for j in sorted(jobs, key=lambda j: j.job_id)[:MAX_JOBS_PUBLISHED]
+        ],
+    }
+    if len(jobs) > MAX_JOBS_PUBLISHED:
+        body["more"] = len(jobs) - MAX_JOBS_PUBLISHED
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def _published(nodes: list[NodeView], slurm: SlurmView) -> dict[str, str]:
+    """Each node's Slurm state as the annotation slurmpool.io/slurm, where it changed (so
+    `kubectl slurmpool` needs no Slurm access)."""
+    if not slurm.available:
+        return {}
+    changed = {}
+    for node in nodes:
+        value = slurm_annotation(node.name, slurm)
+        if value is not None and value != node.annotations.get(ANN_SLURM):
+            changed[node.name] = value
+    return changed
+
+
+def _fulfilled_move_now(spec: SlurmNodePoolSpec, nodes: list[NodeView], target: Decision) -> list[NodeEvent]:
+    done = set(move_now_done(spec, nodes, target.slurm_nodes, target.pool_counts))
+    if not done:
+        return []
+    desired, _ = desired_split(spec, len(nodes), target.slurm_nodes, target.pool_counts)
+    count: dict[str, int] = {}
+    for n in nodes:
+        count[current_placement(n)] = count.get(current_placement(n), 0) + 1
+    out = []
+    for node in nodes:
+        if node.name not in done or node.problems:
+            continue
+        want = move_now_target(node, spec, desired, count)
+        if want is None:
+            out.append(NodeEvent(node.name, "Warning", "MoveNowIgnored", f"{node.name}: move-now={node.move_now!r} names no placement of this pool"))
+        elif node.pin is not None and node.pin != want:
+            out.append(NodeEvent(node.name, "Warning", "MoveNowIgnored", f"{node.name}: move-now={node.move_now!r} conflicts with pin={node.pin!r}; the pin wins"))
+        else:
+            out.append(NodeEvent(node.name, "Normal", "MoveNowDone", f"{node.name} serves {want} as asked; the split is whole again"))
+    return out

@@ -1,0 +1,46 @@
+"""Types shared by the core, the adapters and the executor. A leaf module (it imports only
+the models), so adapters never need the executor for a type."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from .models import SlurmNodePoolSpec
+
+
+@dataclass(frozen=True)
+class PoolRef:
+    namespace: str
+    name: str
+    uid: str = ""
+    generation: int | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class Kube(Protocol):
+    """The Kubernetes writes the executor makes (kube.KubeAdapter implements it)."""
+
+    async def patch_node(self, name: str, patch: dict) -> None: ...
+    async def create_slurmd_pod(self, pool: PoolRef, spec: SlurmNodePoolSpec, node: str) -> None: ...
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+    async def evict(self, namespace: str, name: str) -> str | None:
+        """Ask the Eviction API; return why it was refused (a PDB), or None."""
+
+    async def event(self, obj: dict, type_: str, reason: str, message: str) -> None: ...
+
+
+def pool_object(pool: PoolRef) -> dict:
+    return {
+        "apiVersion": "slurmpool.io/v1alpha1",
+        "kind": "SlurmNodePool",
+        "metadata": {"namespace": pool.namespace, "name": pool.name, "uid": pool.uid},
+    }
+
+
+def node_object(name: str) -> dict:
+    # kubectl describe node finds events by name (and uid == name, as the kubelet posts them).
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": name}}

@@ -1,0 +1,69 @@
+"""The phases of a move and what a phase function may answer. A leaf module: the state
+machine (moves.py) maps each phase to its function; nothing here imports it.
+
+    to inference:  Draining -> StoppingSlurmd -> Relabeling -> settled inference:<pool>
+    to Slurm:      Cordoning -> Evicting -> StartingSlurmd -> Registering -> Resuming -> settled slurm
+    between pools: Relabeling -> EvictingMisfits -> settled inference:<other pool>
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Phase(str, Enum):
+    """str-valued, so a move record's JSON holds the plain name ("Draining")."""
+
+    DRAINING = "Draining"
+    STOPPING_SLURMD = "StoppingSlurmd"
+    RELABELING = "Relabeling"
+    EVICTING_MISFITS = "EvictingMisfits"
+    CORDONING = "Cordoning"
+    EVICTING = "Evicting"
+    STARTING_SLURMD = "StartingSlurmd"
+    REGISTERING = "Registering"
+    RESUMING = "Resuming"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+TO_INFERENCE = (Phase.DRAINING, Phase.STOPPING_SLURMD, Phase.RELABELING)
+TO_SLURM = (Phase.CORDONING, Phase.EVICTING, Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING)
+BETWEEN_POOLS = (Phase.RELABELING, Phase.EVICTING_MISFITS)
+# Phases before anything irreversible (slurmd stopped, slurmd started): a move here can be
+# turned back at once when the split no longer wants it.
+ABORTABLE = frozenset({Phase.DRAINING, Phase.CORDONING, Phase.EVICTING})
+
+
+# ---------------------------------------------------------------- what a phase function answers
+
+
+@dataclass(frozen=True)
+class Wait:
+    """The phase's done test is false: its ensure-actions are in the step; look again later."""
+
+
+@dataclass(frozen=True)
+class Advance:
+    """Done: go on to `to`, whose ensure runs at once on the same observations."""
+
+    to: Phase
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The move is complete: the node is settled at its target."""
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """The move cannot complete: go back the way it came."""
+
+    why: str
+
+
+WAIT = Wait()
+FINISH = Finish()
+Outcome = Wait | Advance | Finish | Rollback
