@@ -230,10 +230,9 @@ def run(lab, pools: list[Pool], first: int, then, max_moves: int = 25, log_name:
         fig.update(_spread("settle", done))
         fig["scale_all_settled_s"] = max(t + starts[k] for k, t in done.items()) - min(starts.values())
         for q in (0.5, 0.99):
-            fig[f"pass_p{int(q * 100)}_s"] = histogram_quantile(before, after, "slurmpool_reconcile_pass_seconds", q)
             fig[f"pool_reconcile_p{int(q * 100)}_s"] = histogram_quantile(
                 before, after, "slurmpool_reconcile_duration_seconds", q)
-        fig["passes"] = counter(after, "slurmpool_reconcile_pass_seconds_count") - counter(before, "slurmpool_reconcile_pass_seconds_count")
+        fig["passes"] = counter(after, "slurmpool_reconcile_duration_seconds_count") - counter(before, "slurmpool_reconcile_duration_seconds_count")
         fig["operator_cpu_s"] = cpu1 - cpu0
         fig["operator_rss_mib"] = _rss_mib(op.proc.pid)
         fig["reconcile_errors"] = counter(after, "slurmpool_reconcile_total", result="error")

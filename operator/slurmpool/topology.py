@@ -57,32 +57,33 @@ def ranks(
     """node -> a rank tuple that sorts before the planner's own cost (lower moves first)."""
     if not topology.enabled:
         return {}
-    blocks: dict[str, list[NodeView]] = defaultdict(list)
+    # Each node's block, placement and movability once: this runs for every node of every pass.
+    by_slurm = slurm.blocks(topology.slurm_level) if topology.from_slurm else {}
+    label = topology.block_label
+    blocks: dict[str, list[tuple[NodeView, str, bool]]] = defaultdict(list)
     for node in nodes:
-        block = block_of(topology, node, slurm)
+        block = by_slurm.get(node.name) or (node.labels.get(label) if label else None)
         if block is not None:
-            blocks[block].append(node)
+            blocks[block].append((node, placement_of(node), movable(node)))
     out: dict[str, tuple] = {}
     whole_out: list[tuple[int, str]] = []  # (-movable count, block) of whole Slurm blocks
     into: list[tuple[int, str]] = []  # (missing, block) of blocks that can be completed
     for block, members in blocks.items():
-        placed = [(n, placement_of(n)) for n in members]
-        whole = all(usable_in_slurm(n, p, slurm) for n, p in placed)
-        if whole:
-            whole_out.append((-sum(1 for n in members if movable(n)), block))
+        if all(usable_in_slurm(n, p, slurm) for n, p, _ in members):
+            whole_out.append((-sum(1 for _, _, m in members if m), block))
         else:
-            for n, p in placed:
+            for n, p, _ in members:
                 if p == SLURM:
                     out[n.name] = (0, 0, "")  # already broken: taking it costs no whole block
-        missing = [n for n, p in placed if p != SLURM]
-        if missing and all(movable(n) for n in missing):
+        missing = [m for _, p, m in members if p != SLURM]
+        if missing and all(missing):
             into.append((len(missing), block))
     for order, (_, block) in enumerate(sorted(whole_out)):
-        for n in blocks[block]:
+        for n, _, _ in blocks[block]:
             out[n.name] = (1, order, block)
     for order, (missing, block) in enumerate(sorted(into)):
-        for n in blocks[block]:
-            if placement_of(n) != SLURM:
+        for n, p, _ in blocks[block]:
+            if p != SLURM:
                 out[n.name] = (0, order, block)
     return out
 
