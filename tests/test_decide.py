@@ -9,7 +9,6 @@ from dataclasses import replace
 import pytest
 
 from slurmpool.decide import decide
-from slurmpool.planner import current_placement
 from slurmpool.view import (
     ANN_HOLD_UNTIL,
     ANN_MOVE,
@@ -86,8 +85,9 @@ def test_a_corrupt_record_on_one_node_is_reported_and_the_other_nodes_move(kind)
     others = [w.node for n, w in worlds.items() if n != "gpu01"]
     assert all(n.move is None for n in others)
     on_inference = sum(n.placement == INFERENCE for n in others)
-    # it counts where its record says it is or goes (unreadable: unadopted), so the split is reached without it
-    assert on_inference == (2 if current_placement(bad.node) == SLURM else 1)
+    # it counts where its record says it is, else on the side its label shows (Slurm): the split
+    # (2 Slurm, 2 inference) is reached around it
+    assert on_inference == 2
     assert pool.status.inference.ready == on_inference
     # reported where it is: status, Degraded with a reason of its own, one Warning naming node and annotation
     annotation, words = EXPECTED[kind]
@@ -129,3 +129,16 @@ def test_the_same_snapshot_decides_the_same_pass():
     a, b = decide(snap), decide(snap)
     assert [(s.node, m.id) for s, m in a.starts] == [(s.node, m.id) for s, m in b.starts] and len(a.starts) == 3
     assert len({m.id for _, m in a.starts}) == 3
+
+
+def test_a_node_with_an_unreadable_placement_and_no_side_label_counts_as_unadopted():
+    from slurmpool.planner import counted_placement
+
+    worlds = {f"gpu0{i}": slurm_node_world(f"gpu0{i}") for i in range(1, 5)}
+    bad = worlds["gpu01"]
+    bad.node = replace(bad.node, labels={}, annotations={ANN_PLACEMENT: "gpu-side"})
+    assert counted_placement(bad.node, {SLURM, INFERENCE}) == "none"
+    pool = PoolWorld(spec=make_spec(slurm_nodes=2, max_moves=2), worlds=worlds, now=NOW)
+    pool.run(passes=20)
+    # nothing moves to make up for it: one node goes (3 Slurm counted -> 2), the inference side stays short
+    assert sum(w.node.placement == INFERENCE for w in worlds.values()) == 1 and bad.log == []

@@ -22,7 +22,7 @@ from datetime import datetime
 from . import topology
 from .models import SlurmNodePoolSpec
 from .moves import abortable
-from .view import NONE, SLURM, NodeView, SlurmView, inference
+from .view import LABEL_SIDE, NONE, SLURM, NodeView, SlurmView, inference
 
 NEVER = float("inf")
 
@@ -108,6 +108,18 @@ def current_placement(node: NodeView) -> str:
     """Where a node counts: the target of its move in flight, else where it is settled."""
     move = node.move
     return move.target if move else node.placement
+
+
+def counted_placement(node: NodeView, valid: set[str]) -> str:
+    """Where a node counts in the split. A node left alone for an unreadable placement counts on
+    the side its slurmpool.io/side label shows when that is Slurm (so the rest of the pool
+    reaches the split around it), else as unadopted (nothing moves to make up for it)."""
+    here = current_placement(node)
+    if here in valid:
+        return here
+    if node.problems and node.labels.get(LABEL_SIDE) == SLURM:
+        return SLURM
+    return NONE
 
 
 def _cost(node: NodeView, slurm: SlurmView, topology_rank: tuple = topology.NO_BLOCK) -> tuple:
@@ -197,8 +209,7 @@ def plan(
     count = dict.fromkeys(valid, 0)
     count[NONE] = 0
     for node in nodes:
-        here = current_placement(node)
-        count[here if here in count else NONE] += 1
+        count[counted_placement(node, valid)] += 1
 
     def start(node: NodeView, target: str, cause: str) -> None:
         source = node.placement if node.placement in valid else NONE
