@@ -89,7 +89,8 @@ async def apply(
         await _guard(result, "scontrol requeue", backend.requeue(sorted(set(requeues))))
     if cancels:
         await _guard(result, "scancel", backend.cancel(sorted(set(cancels))))
-    result.acted |= bool(drains or resumes or requeues or cancels)
+    result.slurm_changed = bool(drains or resumes or requeues or cancels)
+    result.acted |= result.slurm_changed
 
     await asyncio.gather(*(_pod_actions(pool, spec, name, step, kube, result) for name, step in steps.items() if name not in result.unwritten))
     await _publish(kube, decision.publish, published if published is not None else {})

@@ -282,13 +282,20 @@ async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_in
     if spec is None:
         await _report_invalid(memo, pool, raw, why)
         return config.interval
+    t0 = time.monotonic()
     snap, backend = await _snapshot(memo, pool, spec, raw, nodes_index, pods_index, pools_index)
+    t1 = time.monotonic()
     decision = decide(snap)
+    t2 = time.monotonic()
     result = await apply(pool, spec, list(snap.nodes), decision, memo.kube, backend or _NoSlurm(), memo.published,
                          config.crash_after_phase)
-    if result.acted:
+    if result.slurm_changed:
         memo.access.invalidate(pool.namespace, spec.slurm.access)  # the next look must see what we did
     status = build_status(snap, decision, result)
+    if decision.steps and log.isEnabledFor(logging.DEBUG):
+        log.debug("%s: %s; acted=%s; snapshot %.0f ms, decide %.0f ms, apply %.0f ms", pool.key,
+                  ", ".join(f"{n}:{s.move.phase if s.move else s.settled}" for n, s in sorted(decision.steps.items())), result.acted,
+                  (t1 - t0) * 1000, (t2 - t1) * 1000, (time.monotonic() - t2) * 1000)
     _export_gauges(pool, list(snap.nodes))
     poolmetrics.export(pool.key, list(snap.nodes), status)
     await _write_status(memo, pool, raw, status)

@@ -70,3 +70,4 @@ class ApplyResult:
     refused: dict[str, str] = field(default_factory=dict)  # node -> an eviction refused (a PDB)
     unwritten: set[str] = field(default_factory=set)  # nodes whose record could not be written
     acted: bool = False  # something was done that the next observation may show done
+    slurm_changed: bool = False  # a Slurm update was sent: the next pass polls Slurm afresh
