@@ -97,3 +97,25 @@ async def test_failures_back_off_and_a_success_resets():
     clock.t = 100.5
     _, view = await pool.observe("ns", access, max_age=0)
     assert "failed 1 time(s)" in view.error  # the count starts again
+
+
+async def test_pools_on_one_slurm_share_a_poll_unless_slurm_changed_since_it_began(monkeypatch):
+    clock = Clock()
+    pool = SlurmAccessPool(read_secret=None, clock=clock)
+    fake = CountingBackend()
+
+    async def build(namespace, spec):
+        return fake
+
+    monkeypatch.setattr(pool, "_build", build)
+    spec = SlurmAccess(local={})
+    await pool.observe("ns", spec, max_age=0.5)
+    clock.t += 0.1
+    await pool.observe("ns", spec, max_age=0.5)  # another pool, same half interval: shared
+    assert fake.calls.count("nodes") == 1
+    pool.changed("ns", spec)  # a pool drained a node: its next look must see the drain
+    await pool.observe("ns", spec, max_age=0.5)
+    assert fake.calls.count("nodes") == 2
+    clock.t += 0.1
+    await pool.observe("ns", spec, max_age=0.5)  # that poll began after the change: shared again
+    assert fake.calls.count("nodes") == 2

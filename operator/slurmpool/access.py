@@ -75,7 +75,8 @@ class SlurmAccessPool:
                  backoff_base: float = 1.0, backoff_max: float = 10.0, clock=None):
         self._read_secret = read_secret
         self._backends: dict[tuple, SlurmBackend] = {}
-        self._views: dict[tuple, tuple[float, SlurmView]] = {}
+        self._views: dict[tuple, tuple[float, SlurmView]] = {}  # key -> (when its poll began, view)
+        self._written: dict[tuple, float] = {}  # key -> when Slurm was last changed through it
         self._topology: dict[tuple, tuple[float, tuple]] = {}  # key -> (when, groups): changes rarely
         self._failing: dict[tuple, tuple[int, float, SlurmView]] = {}  # key -> (failures, retry at, view)
         self._locks: dict[tuple, asyncio.Lock] = {}
@@ -121,7 +122,9 @@ class SlurmAccessPool:
     async def _observe(self, key: tuple, namespace: str, access: SlurmAccess, max_age: float, topology: bool):
         now = self.clock()
         cached = self._views.get(key)
-        if cached and now - cached[0] < max_age:
+        # A poll that began after the last change made through this access shows it: pools that
+        # changed Slurm one after another while it ran share the next poll instead of one each.
+        if cached and now - cached[0] < max_age and cached[0] >= self._written.get(key, float("-inf")):
             backend, view = self._backends.get(key), cached[1]
             if topology and view.available and not view.topology and backend is not None:
                 view = replace(view, topology=await self._groups(key, backend))  # another pool polled without it
@@ -130,6 +133,7 @@ class SlurmAccessPool:
         failing = self._failing.get(key)
         if failing and now < failing[1]:
             return self._backends.get(key), failing[2]
+        began = self.clock()
         try:
             backend = await self.backend(namespace, access)
         except Exception as err:  # noqa: BLE001 - a missing Secret is reported, not raised
@@ -145,7 +149,7 @@ class SlurmAccessPool:
             delay = min(self.backoff_max, self.backoff_base * 2 ** (failures - 1))
             view = replace(view, error=f"{view.error} (failed {failures} time(s); next try in {delay:g}s)")
             self._failing[key] = (failures, self.clock() + delay, view)
-        self._views[key] = (self.clock(), view)
+        self._views[key] = (began, view)
         return backend, view
 
     async def _groups(self, key: tuple, backend: SlurmBackend) -> tuple:
@@ -160,12 +164,9 @@ class SlurmAccessPool:
         self._topology[key] = (time.monotonic(), groups)
         return groups
 
-    def invalidate(self, namespace: str, access: SlurmAccess) -> None:
-        """We changed Slurm through this access: the next observe polls afresh."""
-        self._views.pop(access_key(namespace, access), None)
-
-    def forget_views(self) -> None:
-        self._views.clear()
+    def changed(self, namespace: str, access: SlurmAccess) -> None:
+        """Slurm was changed through this access: only a poll begun from now on shows it."""
+        self._written[access_key(namespace, access)] = self.clock()
 
     async def close(self) -> None:
         for backend in self._backends.values():

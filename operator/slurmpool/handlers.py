@@ -290,7 +290,7 @@ async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_in
     result = await apply(pool, spec, list(snap.nodes), decision, memo.kube, backend or _NoSlurm(), memo.published,
                          config.crash_after_phase)
     if result.slurm_changed:
-        memo.access.invalidate(pool.namespace, spec.slurm.access)  # the next look must see what we did
+        memo.access.changed(pool.namespace, spec.slurm.access)  # the next look must see what we did
     status = build_status(snap, decision, result)
     if decision.steps and log.isEnabledFor(logging.DEBUG):
         log.debug("%s: %s; acted=%s; snapshot %.0f ms, decide %.0f ms, apply %.0f ms", pool.key,
