@@ -119,3 +119,27 @@ async def test_pools_on_one_slurm_share_a_poll_unless_slurm_changed_since_it_beg
     clock.t += 0.1
     await pool.observe("ns", spec, max_age=0.5)  # that poll began after the change: shared again
     assert fake.calls.count("nodes") == 2
+
+
+async def test_pools_that_wait_for_another_pools_poll_take_it_instead_of_polling_after_it(monkeypatch):
+    import asyncio
+
+    clock = Clock()
+    pool = SlurmAccessPool(read_secret=None, clock=clock)
+    fake = CountingBackend()
+    polled = fake.nodes
+
+    async def slow_nodes():  # a poll that takes longer than max_age (500 nodes over SSH, a busy slurmctld)
+        await asyncio.sleep(0.01)
+        clock.t += 2.0
+        return await polled()
+
+    fake.nodes = slow_nodes
+
+    async def build(namespace, spec):
+        return fake
+
+    monkeypatch.setattr(pool, "_build", build)
+    spec = SlurmAccess(local={})
+    views = await asyncio.gather(*(pool.observe("ns", spec, max_age=0.5) for _ in range(5)))
+    assert fake.calls.count("nodes") == 1 and len({id(v) for _, v in views}) == 1

@@ -111,20 +111,27 @@ class SlurmAccessPool:
         return Instrumented(ScontrolBackend(runner, timeout=self.command_timeout, retries=self.retries))
 
     async def observe(
-        self, namespace: str, access: SlurmAccess, max_age: float, topology: bool = False
+        self, namespace: str, access: SlurmAccess, max_age: float, topology: bool = False, newer_than: float | None = None
     ) -> tuple[SlurmBackend | None, SlurmView]:
-        """Slurm's state for this access, polled at most once per `max_age` seconds; with
-        `topology`, its switches or blocks too, polled at most once per TOPOLOGY_MAX_AGE."""
+        """Slurm's state for this access, polled at most once per `max_age` seconds (and, with
+        `newer_than`, by a poll begun after that time); with `topology`, its switches or blocks
+        too, polled at most once per TOPOLOGY_MAX_AGE. The view's `polled_at` is when its poll began."""
         key = access_key(namespace, access)
+        # What will do, fixed on arrival: a pool that waited for another pool's poll takes it
+        # rather than polling again after it (pools sharing one Slurm queue on its lock).
+        oldest = self.clock() - max_age
         async with self._locks.setdefault(key, asyncio.Lock()):  # pools reconcile concurrently: one poll
-            return await self._observe(key, namespace, access, max_age, topology)
+            return await self._observe(key, namespace, access, oldest, topology, newer_than)
 
-    async def _observe(self, key: tuple, namespace: str, access: SlurmAccess, max_age: float, topology: bool):
+    async def _observe(self, key: tuple, namespace: str, access: SlurmAccess, oldest: float, topology: bool,
+                       newer_than: float | None = None):
         now = self.clock()
         cached = self._views.get(key)
-        # A poll that began after the last change made through this access shows it: pools that
-        # changed Slurm one after another while it ran share the next poll instead of one each.
-        if cached and now - cached[0] < max_age and cached[0] >= self._written.get(key, float("-inf")):
+        # A poll that began after the last change made through this access shows it, so pools that
+        # changed Slurm while it ran, or want a newer look than their last, share the next poll
+        # instead of polling one after another.
+        if (cached and cached[0] >= oldest and cached[0] >= self._written.get(key, float("-inf"))
+                and (newer_than is None or cached[0] > newer_than)):
             backend, view = self._backends.get(key), cached[1]
             if topology and view.available and not view.topology and backend is not None:
                 view = replace(view, topology=await self._groups(key, backend))  # another pool polled without it
@@ -149,6 +156,7 @@ class SlurmAccessPool:
             delay = min(self.backoff_max, self.backoff_base * 2 ** (failures - 1))
             view = replace(view, error=f"{view.error} (failed {failures} time(s); next try in {delay:g}s)")
             self._failing[key] = (failures, self.clock() + delay, view)
+        view = replace(view, polled_at=began)
         self._views[key] = (began, view)
         return backend, view
 

@@ -45,6 +45,7 @@ log = logging.getLogger("slurmpool")
 # Phases that wait on Slurm or the node agent rather than on a watch event: polled faster.
 QUICK_PHASES = frozenset({Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING, Phase.DRAINING})
 QUICK_INTERVAL = 0.2
+SLOW_PASS = 2.0  # seconds: a pass slower than this is logged with where its time went
 
 
 class _NoSlurm:
@@ -141,7 +142,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, nodes_index,
     memo.indexed = asyncio.Event()
     memo.queue = WorkQueue()
     memo.generations, memo.owners, memo.owners_at = {}, {}, 0.0
-    memo.failures, memo.reconcile_errors, memo.published, memo.fresh = {}, {}, {}, set()
+    memo.failures, memo.reconcile_errors, memo.published, memo.fresh, memo.last_poll = {}, {}, {}, set(), {}
     memo.kube = KubeAdapter(_api_client())
     memo.leader = LeaderElector(memo.kube.api, namespace=config.lease_namespace, identity=config.identity,
                                 duration=config.lease_duration, renew_every=config.lease_renew)
@@ -292,10 +293,12 @@ async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_in
     if result.slurm_changed:
         memo.access.changed(pool.namespace, spec.slurm.access)  # the next look must see what we did
     status = build_status(snap, decision, result)
-    if decision.steps and log.isEnabledFor(logging.DEBUG):
-        log.debug("%s: %s; acted=%s; snapshot %.0f ms, decide %.0f ms, apply %.0f ms", pool.key,
-                  ", ".join(f"{n}:{s.move.phase if s.move else s.settled}" for n, s in sorted(decision.steps.items())), result.acted,
-                  (t1 - t0) * 1000, (t2 - t1) * 1000, (time.monotonic() - t2) * 1000)
+    took = time.monotonic() - t0
+    if took > SLOW_PASS or (decision.steps and log.isEnabledFor(logging.DEBUG)):
+        log.log(logging.WARNING if took > SLOW_PASS else logging.DEBUG,
+                "%s: pass took %.2f s (snapshot %.0f ms, decide %.0f ms, apply %.0f ms); %d step(s): %s", pool.key, took,
+                (t1 - t0) * 1000, (t2 - t1) * 1000, (time.monotonic() - t2) * 1000, len(decision.steps),
+                ", ".join(f"{n}:{s.move.phase if s.move else s.settled}" for n, s in sorted(decision.steps.items())[:8]))
     _export_gauges(pool, list(snap.nodes))
     poolmetrics.export(pool.key, list(snap.nodes), status)
     await _write_status(memo, pool, raw, status)
@@ -328,10 +331,13 @@ async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_ind
     # Pods bound to a node that is no Node (deleted): this pool's slurmd pods are reported and cleaned up.
     orphans = tuple(p for node in list(pods_index) if node not in nodes_index for p in pods_index.get(node, ())
                     if p.slurmd and p.pool == pool.name and p.namespace == pool.namespace)
-    # Pools on one Slurm share a poll made within half an interval (fresher when a move waits on Slurm).
-    max_age = QUICK_INTERVAL / 2 if key in memo.fresh else memo.settings.interval / 2
+    # Pools on one Slurm share a poll made within half an interval; a pool whose move waits on
+    # Slurm asks for one begun after the poll it last saw (shared by every pool asking meanwhile).
+    newer_than = memo.last_poll.get(key) if key in memo.fresh else None
     memo.fresh.discard(key)
-    backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=max_age, topology=spec.topology.from_slurm)
+    backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=memo.settings.interval / 2,
+                                               topology=spec.topology.from_slurm, newer_than=newer_than)
+    memo.last_poll[key] = slurm.polled_at
     pending = tuple(p for store in (memo.pending_pods or {}).values() for p in store) if spec.demand and spec.demand.enabled else ()
     snap = PoolSnapshot(
         pool=pool, spec=spec, nodes=tuple(mine), slurm=slurm, now=datetime.now(timezone.utc), previous=_previous_status(raw),

@@ -60,7 +60,8 @@ def placement_problem(value: str, allow: tuple[str, ...] = ()) -> str | None:
     """Why `value` is no placement (`slurm` or `inference:<pool>`), or None."""
     if value in allow or (len(value) <= 50 and _PLACEMENT.match(value)):
         return None
-    return f"{value!r} is no placement: expected 'slurm' or 'inference:<pool>'" + (f" (or {', '.join(map(repr, allow))})" if allow else "")
+    shown = value if len(value) <= 60 else value[:57] + "..."
+    return f"{shown!r} is no placement: expected 'slurm' or 'inference:<pool>'" + (f" (or {', '.join(map(repr, allow))})" if allow else "")
 
 
 def iso(t: datetime) -> str:
@@ -91,6 +92,11 @@ class RecordProblem:
 
     annotation: str
     message: str
+
+    def __post_init__(self) -> None:
+        # Bounded: the value is anyone's text, and the status and Events quote the message.
+        if len(self.message) > 300:
+            object.__setattr__(self, "message", self.message[:297] + "...")
 
     def __str__(self) -> str:
         return f"{self.annotation}: {self.message}"
@@ -269,6 +275,7 @@ class SlurmView:
     jobs: tuple[SlurmJob, ...] = ()
     error: str | None = None
     topology: tuple[TopologyGroup, ...] = ()  # polled only for pools with topology.fromSlurm
+    polled_at: float = field(default=0.0, compare=False)  # when its poll began (monotonic): access.py
     _blocks: dict = field(default_factory=dict, compare=False, repr=False)  # level -> {node: block}
 
     def blocks(self, level: int) -> dict[str, str]:
