@@ -143,3 +143,39 @@ async def test_pools_that_wait_for_another_pools_poll_take_it_instead_of_polling
     spec = SlurmAccess(local={})
     views = await asyncio.gather(*(pool.observe("ns", spec, max_age=0.5) for _ in range(5)))
     assert fake.calls.count("nodes") == 1 and len({id(v) for _, v in views}) == 1
+
+
+async def test_while_a_pool_polls_another_takes_a_slightly_older_view_rather_than_wait(monkeypatch):
+    import asyncio
+
+    clock = Clock()
+    pool = SlurmAccessPool(read_secret=None, clock=clock)
+    fake = CountingBackend()
+    release = asyncio.Event()
+    polled = fake.nodes
+
+    async def nodes():
+        if fake.calls.count("nodes") >= 1:
+            await release.wait()  # the second poll hangs until released
+        return await polled()
+
+    fake.nodes = nodes
+
+    async def build(namespace, spec):
+        return fake
+
+    monkeypatch.setattr(pool, "_build", build)
+    spec = SlurmAccess(local={})
+    _, first = await pool.observe("ns", spec, max_age=0.5)
+    clock.t = 1.0  # older than max_age, within the slack
+    polling = asyncio.create_task(pool.observe("ns", spec, max_age=0.5))
+    await asyncio.sleep(0.01)
+    _, view = await asyncio.wait_for(pool.observe("ns", spec, max_age=0.5), 1)
+    assert view is first  # did not wait for the poll in progress
+    pool.changed("ns", spec)  # but after a change of ours, only a newer poll will do
+    waiting = asyncio.create_task(pool.observe("ns", spec, max_age=0.5))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    release.set()
+    await polling
+    await waiting

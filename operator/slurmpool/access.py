@@ -19,7 +19,8 @@ from .models import SlurmAccess
 from .view import SlurmView
 
 ReadSecret = Callable[[str, str], Awaitable[dict[str, str]]]
-TOPOLOGY_MAX_AGE = 60.0  # seconds: slurm.conf's topology changes with a reconfigure, rarely
+TOPOLOGY_MAX_AGE = 60.0
+STALE_WHILE_POLLING = 3  # x max_age: how much older a view may be, rather than wait for a poll in progress  # seconds: slurm.conf's topology changes with a reconfigure, rarely
 log = logging.getLogger("slurmpool.access")
 
 
@@ -120,18 +121,26 @@ class SlurmAccessPool:
         # What will do, fixed on arrival: a pool that waited for another pool's poll takes it
         # rather than polling again after it (pools sharing one Slurm queue on its lock).
         oldest = self.clock() - max_age
-        async with self._locks.setdefault(key, asyncio.Lock()):  # pools reconcile concurrently: one poll
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        if lock.locked():  # another pool is polling: a view a little older does rather than queue behind it
+            cached = self._views.get(key)
+            if cached and self._usable(key, cached[0], oldest - STALE_WHILE_POLLING * max_age, newer_than) and \
+                    (not topology or cached[1].topology or not cached[1].available):
+                return self._backends.get(key), cached[1]
+        async with lock:  # pools reconcile concurrently: one poll
             return await self._observe(key, namespace, access, oldest, topology, newer_than)
+
+    def _usable(self, key: tuple, began: float, oldest: float, newer_than: float | None) -> bool:
+        """A poll that began after the last change made through this access shows it."""
+        return began >= oldest and began >= self._written.get(key, float("-inf")) and (newer_than is None or began > newer_than)
 
     async def _observe(self, key: tuple, namespace: str, access: SlurmAccess, oldest: float, topology: bool,
                        newer_than: float | None = None):
         now = self.clock()
         cached = self._views.get(key)
-        # A poll that began after the last change made through this access shows it, so pools that
-        # changed Slurm while it ran, or want a newer look than their last, share the next poll
-        # instead of polling one after another.
-        if (cached and cached[0] >= oldest and cached[0] >= self._written.get(key, float("-inf"))
-                and (newer_than is None or cached[0] > newer_than)):
+        # Pools that changed Slurm while a poll ran, or want a newer look than their last, share
+        # the next poll instead of polling one after another.
+        if cached and self._usable(key, cached[0], oldest, newer_than):
             backend, view = self._backends.get(key), cached[1]
             if topology and view.available and not view.topology and backend is not None:
                 view = replace(view, topology=await self._groups(key, backend))  # another pool polled without it
