@@ -77,7 +77,7 @@ class SlurmAccessPool:
         self._read_secret = read_secret
         self._backends: dict[tuple, SlurmBackend] = {}
         self._views: dict[tuple, tuple[float, SlurmView]] = {}  # key -> (when its poll began, view)
-        self._written: dict[tuple, float] = {}  # key -> when Slurm was last changed through it
+        self._written: dict[tuple, float] = {}  # (key, pool) -> when the pool last changed Slurm through it
         self._topology: dict[tuple, tuple[float, tuple]] = {}  # key -> (when, groups): changes rarely
         self._failing: dict[tuple, tuple[int, float, SlurmView]] = {}  # key -> (failures, retry at, view)
         self._locks: dict[tuple, asyncio.Lock] = {}
@@ -112,11 +112,13 @@ class SlurmAccessPool:
         return Instrumented(ScontrolBackend(runner, timeout=self.command_timeout, retries=self.retries))
 
     async def observe(
-        self, namespace: str, access: SlurmAccess, max_age: float, topology: bool = False, newer_than: float | None = None
+        self, namespace: str, access: SlurmAccess, max_age: float, topology: bool = False, newer_than: float | None = None,
+        pool: str = "",
     ) -> tuple[SlurmBackend | None, SlurmView]:
         """Slurm's state for this access, polled at most once per `max_age` seconds (and, with
         `newer_than`, by a poll begun after that time); with `topology`, its switches or blocks
-        too, polled at most once per TOPOLOGY_MAX_AGE. The view's `polled_at` is when its poll began."""
+        too, polled at most once per TOPOLOGY_MAX_AGE. The view's `polled_at` is when its poll began.
+        `pool`: whose changes the view must show (pools own disjoint nodes: not another pool's)."""
         key = access_key(namespace, access)
         # What will do, fixed on arrival: a pool that waited for another pool's poll takes it
         # rather than polling again after it (pools sharing one Slurm queue on its lock).
@@ -124,23 +126,24 @@ class SlurmAccessPool:
         lock = self._locks.setdefault(key, asyncio.Lock())
         if lock.locked():  # another pool is polling: a view a little older does rather than queue behind it
             cached = self._views.get(key)
-            if cached and self._usable(key, cached[0], oldest - STALE_WHILE_POLLING * max_age, newer_than) and \
+            if cached and self._usable(key, pool, cached[0], oldest - STALE_WHILE_POLLING * max_age, newer_than) and \
                     (not topology or cached[1].topology or not cached[1].available):
                 return self._backends.get(key), cached[1]
         async with lock:  # pools reconcile concurrently: one poll
-            return await self._observe(key, namespace, access, oldest, topology, newer_than)
+            return await self._observe(key, namespace, access, oldest, topology, newer_than, pool)
 
-    def _usable(self, key: tuple, began: float, oldest: float, newer_than: float | None) -> bool:
-        """A poll that began after the last change made through this access shows it."""
-        return began >= oldest and began >= self._written.get(key, float("-inf")) and (newer_than is None or began > newer_than)
+    def _usable(self, key: tuple, pool: str, began: float, oldest: float, newer_than: float | None) -> bool:
+        """A poll that began after the pool's last change through this access shows it."""
+        written = self._written.get((key, pool), float("-inf"))
+        return began >= oldest and began >= written and (newer_than is None or began > newer_than)
 
     async def _observe(self, key: tuple, namespace: str, access: SlurmAccess, oldest: float, topology: bool,
-                       newer_than: float | None = None):
+                       newer_than: float | None = None, pool: str = ""):
         now = self.clock()
         cached = self._views.get(key)
         # Pools that changed Slurm while a poll ran, or want a newer look than their last, share
         # the next poll instead of polling one after another.
-        if cached and self._usable(key, cached[0], oldest, newer_than):
+        if cached and self._usable(key, pool, cached[0], oldest, newer_than):
             backend, view = self._backends.get(key), cached[1]
             if topology and view.available and not view.topology and backend is not None:
                 view = replace(view, topology=await self._groups(key, backend))  # another pool polled without it
@@ -181,9 +184,9 @@ class SlurmAccessPool:
         self._topology[key] = (time.monotonic(), groups)
         return groups
 
-    def changed(self, namespace: str, access: SlurmAccess) -> None:
-        """Slurm was changed through this access: only a poll begun from now on shows it."""
-        self._written[access_key(namespace, access)] = self.clock()
+    def changed(self, namespace: str, access: SlurmAccess, pool: str = "") -> None:
+        """The pool changed Slurm through this access: only a poll begun from now on shows it."""
+        self._written[(access_key(namespace, access), pool)] = self.clock()
 
     async def close(self) -> None:
         for backend in self._backends.values():

@@ -291,7 +291,7 @@ async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_in
     result = await apply(pool, spec, list(snap.nodes), decision, memo.kube, backend or _NoSlurm(), memo.published,
                          config.crash_after_phase)
     if result.slurm_changed:
-        memo.access.changed(pool.namespace, spec.slurm.access)  # the next look must see what we did
+        memo.access.changed(pool.namespace, spec.slurm.access, pool.key)  # its next look must see what it did
     status = build_status(snap, decision, result)
     took = time.monotonic() - t0
     if took > SLOW_PASS or (decision.steps and log.isEnabledFor(logging.DEBUG)):
@@ -336,7 +336,7 @@ async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_ind
     newer_than = memo.last_poll.get(key) if key in memo.fresh else None
     memo.fresh.discard(key)
     backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=memo.settings.interval / 2,
-                                               topology=spec.topology.from_slurm, newer_than=newer_than)
+                                               topology=spec.topology.from_slurm, newer_than=newer_than, pool=pool.key)
     memo.last_poll[key] = slurm.polled_at
     pending = tuple(p for store in (memo.pending_pods or {}).values() for p in store) if spec.demand and spec.demand.enabled else ()
     snap = PoolSnapshot(
