@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -124,7 +125,7 @@ def operator(lab, prometheus):
     port = free_port()
     args = ["run", "--metrics-port", str(port), "--metrics-address", "127.0.0.1"]
     ops = [Operator(lab, "operator-alerts.log", args=args).start()]
-    register(TARGET, port)
+    register(TARGET, port, Path(lab.dir))
     apply(lab, [pool(lab, A, "block-1", 2), pool(lab, B, "block-2", 2)])
     wait(lambda: split_reached(lab, A, 2, total=4) and split_reached(lab, B, 2, total=4), 120, what="2/2 in both pools")
     # Scraped, and nothing left active from before this operator ran (OperatorDown between modules).
@@ -133,7 +134,7 @@ def operator(lab, prometheus):
     yield ops, args
     for op in ops:
         op.stop()
-    unregister(TARGET)
+    unregister(TARGET, Path(lab.dir))
     reset_lab(lab)
     print("\n".join(ROWS))
 
