@@ -6,7 +6,7 @@ through Prometheus' HTTP API:
 
   SlurmPoolDrainBlocked   a PodDisruptionBudget refuses the eviction of a node joining Slurm
   SlurmPoolMovesFailing   a slurmd that never registers: registerTimeout, the move rolls back
-  SlurmPoolDegraded       Slurm unreachable (the lab's sshd stopped)
+  SlurmPoolDegraded       Slurm unreachable (the lab's slurmctld stopped)
   SlurmPoolOperatorDown   the operator stopped
 
 Two pools on disjoint nodes (block-1, block-2) let the first two run at once. No other alert may
@@ -185,19 +185,20 @@ def test_alerts_fire_in_real_situations_and_resolve(lab, prometheus, operator):
         wait(lambda: split_reached(lab, A, 3, total=4) and split_reached(lab, B, 2, total=4), 90, what="A 3/1, B 2/2")
         lab.kubectl("delete", "deployment", "llm-a", "-n", NAMESPACE)
 
-        # 3: Slurm unreachable (sshd stopped) while the failed move's window runs out.
+        # 3: Slurm unreachable while the failed move's window runs out: slurmctld stopped. (Stopping
+        # sshd is not enough: the operator's established SSH connection outlives the listener.)
         t_down = time.time()
-        daemon(lab, "stop", "sshd")
+        daemon(lab, "stop", "slurmctld")
         try:
             fired_a = watch.wait_fired("SlurmPoolDegraded", t_down, 60, pool=f"{NAMESPACE}/{A}")
             fired_b = watch.wait_fired("SlurmPoolDegraded", t_down, 60, pool=f"{NAMESPACE}/{B}")
         finally:
             t_up = time.time()
-            daemon(lab, "start", "sshd")
+            daemon(lab, "start", "slurmctld")
         resolved_a = watch.wait_resolved("SlurmPoolDegraded", t_up, 60, pool=f"{NAMESPACE}/{A}")
         resolved_b = watch.wait_resolved("SlurmPoolDegraded", t_up, 60, pool=f"{NAMESPACE}/{B}")
-        row("SlurmPoolDegraded", "Slurm unreachable (sshd stopped), both pools", for_["SlurmPoolDegraded"],
-            max(fired_a, fired_b) - t_down, max(resolved_a, resolved_b) - t_up, "sshd is back")
+        row("SlurmPoolDegraded", "Slurm unreachable (slurmctld stopped), both pools", for_["SlurmPoolDegraded"],
+            max(fired_a, fired_b) - t_down, max(resolved_a, resolved_b) - t_up, "slurmctld is back")
         resolved_failing = watch.wait_resolved("SlurmPoolMovesFailing", fired_failing, 90)
         row("SlurmPoolMovesFailing", "a slurmd that never registers: registerTimeout 6s, the move rolls back",
             f"{for_['SlurmPoolMovesFailing']}, window 30s", fired_failing - t_failing, resolved_failing - t_failing_fixed,
