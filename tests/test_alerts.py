@@ -9,7 +9,6 @@ skipped, unless SLURMPOOL_REQUIRE_TOOLS=1 (make test), which builds it."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
