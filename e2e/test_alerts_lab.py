@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness import (
     NAMESPACE,
@@ -37,7 +38,7 @@ from harness import (
     split_reached,
     wait,
 )
-from prometheus import free_port, prometheus, register, unregister  # noqa: F401 - prometheus: the fixture
+from prometheus import free_port, job_label, prometheus, register, unregister  # noqa: F401 - prometheus: the fixture
 
 pytestmark = pytest.mark.e2e
 A, B = "alerts-a", "alerts-b"  # pools over block-1 (gpu01-04) and block-2 (gpu05-08)
@@ -137,6 +138,22 @@ def operator(lab, prometheus):
     unregister(TARGET, Path(lab.dir))
     reset_lab(lab)
     print("\n".join(ROWS))
+
+
+def test_the_operator_is_scraped_with_the_labels_the_servicemonitor_implies(lab, prometheus, operator):
+    """up{...} as a Prometheus Operator scrape of the chart's ServiceMonitor labels it, and the job
+    SlurmPoolOperatorDown's absent() names is that job."""
+    docs = [d for d in yaml.safe_load_all((Path(lab.dir) / "prometheus" / "chart.yaml").read_text()) if d]
+    (up,) = prometheus.query(f'up{{pod="slurmpool-{TARGET}"}}')
+    labels = dict(up["metric"])
+    assert labels.pop("instance").startswith("127.0.0.1:")
+    assert labels == {"__name__": "up", "job": "slurmpool-metrics", "namespace": "slurmpool-system",
+                      "service": "slurmpool-metrics", "endpoint": "metrics", "pod": f"slurmpool-{TARGET}",
+                      "container": "operator"}, labels
+    assert job_label(docs) == labels["job"]
+    (target,) = [t for t in prometheus.targets() if t["labels"].get("pod") == f"slurmpool-{TARGET}"]
+    assert target["scrapePool"] == "serviceMonitor/slurmpool-system/slurmpool/0" and target["health"] == "up", target
+    assert target["scrapeInterval"] == "1s"
 
 
 def test_alerts_fire_in_real_situations_and_resolve(lab, prometheus, operator):
