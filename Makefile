@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 export LAB_DIR ?= $(CURDIR)/.lab
 
-.PHONY: venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check bench
+.PHONY: venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check bench alerts-idle
 CHART := deploy/helm/slurmpool
 
 venv: deps $(VENV)/.stamp
@@ -33,11 +33,12 @@ crds: venv
 	$(BIN)/python -m slurmpool.crd > crds/slurmpool.io_slurmnodepools.yaml
 	deploy/render-manifests.sh --crds-only
 
-# Helm and a PromQL parser, built from Go modules (e2e/lab/build-{helm,promql}.sh; cached
-# under ~/.cache/slurmpool).
+# Helm, a PromQL parser, Prometheus and promtool, built from Go modules
+# (e2e/lab/build-{helm,promql,prometheus}.sh; cached under ~/.cache/slurmpool).
 tools: deps
 	e2e/lab/build-helm.sh >/dev/null
 	e2e/lab/build-promql.sh >/dev/null
+	e2e/lab/build-prometheus.sh >/dev/null
 
 # The chart: helm lint and template (defaults and every option on); deploy/manifests/ current.
 chart: tools
@@ -60,8 +61,13 @@ image-check: venv
 unit: venv tools
 	SLURMPOOL_REQUIRE_TOOLS=1 $(BIN)/pytest -q tests
 
-e2e: deps venv
-	$(BIN)/pytest -q --durations=25 e2e
+# LAB_PROMETHEUS=1: the lab's Prometheus runs (e2e/test_alerts_lab.py, e2e/test_dashboard_lab.py).
+e2e: deps venv tools
+	LAB_PROMETHEUS=1 $(BIN)/pytest -q --durations=25 e2e
+
+# No alert pending or firing on a healthy lab: make demo's moves, then 5 idle minutes (~7 min).
+alerts-idle: deps venv tools
+	LAB_PROMETHEUS=1 SLURMPOOL_IDLE_SECONDS=300 $(BIN)/pytest -q -s e2e/test_dashboard_lab.py
 
 # 20 pools on 500 simulated nodes (e2e/test_load.py): the lab is restarted with LAB_SIM_NODES=500.
 load: deps venv
@@ -70,6 +76,7 @@ load: deps venv
 # CI runs all of it (.ci/run): load restarts the lab with 500 simulated nodes after the e2e suite.
 test: chart unit image-check e2e load
 
+# LAB_PROMETHEUS=1 make demo: the lab's Prometheus scrapes the demo's operator and runs the alerts.
 demo: lab-up
 	e2e/demo.sh
 

@@ -26,13 +26,19 @@ kubectl create secret generic slurm-ssh -n $ns --from-file=ssh-privatekey="$LAB_
   --from-file=known_hosts="$LAB_SSH_KNOWN_HOSTS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 
 pidfile=$LAB_DIR/run/operator.pid
+metrics_port=$((18080 + ${LAB_PORT_OFFSET:-0}))
 if [ -s "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
   echo "demo: operator already running (PID $(cat "$pidfile"))"
 else
-  setsid "$repo/.venv/bin/python" -m slurmpool run --metrics-port 18080 --metrics-address 127.0.0.1 \
+  setsid "$repo/.venv/bin/python" -m slurmpool run --metrics-port "$metrics_port" --metrics-address 127.0.0.1 \
     >> "$LAB_DIR/log/operator-demo.log" 2>&1 < /dev/null &
   echo $! > "$pidfile"
-  echo "demo: operator started (PID $!, metrics on http://127.0.0.1:18080/metrics, log $LAB_DIR/log/operator-demo.log)"
+  echo "demo: operator started (PID $!, metrics on http://127.0.0.1:$metrics_port/metrics, log $LAB_DIR/log/operator-demo.log)"
+fi
+# The lab's Prometheus (LAB_PROMETHEUS=1 make demo) scrapes it as the chart's ServiceMonitor would.
+if [ -s "$LAB_DIR/run/prometheus.pid" ] && kill -0 "$(cat "$LAB_DIR/run/prometheus.pid")" 2>/dev/null; then
+  "$repo/.venv/bin/python" "$repo/e2e/prometheus.py" register demo "$metrics_port"
+  echo "demo: Prometheus scrapes it: $(cat "$LAB_DIR/prometheus/url") (alerts: /api/v1/alerts)"
 fi
 
 # The sample names the lab's default sshd port; a lab started with LAB_PORT_OFFSET has another.

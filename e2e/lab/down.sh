@@ -69,8 +69,8 @@ agent_children() {
   done
 }
 
-# 0. the operator `make demo` started, so it does not act on a lab going away
-stop_group operator:slurmpool
+# 0. the operator `make demo` started, so it does not act on a lab going away; Prometheus
+stop_group operator:slurmpool prometheus:prometheus
 
 # 1. the agent first, so it does not restart the slurmd processes stopped below
 stop_group agent:agent.py

@@ -9,7 +9,8 @@
 # under setsid with its PID in $LAB_DIR/run/<name>.pid; down.sh stops exactly those.
 # Idempotent: if the lab is already up and healthy this prints so and exits 0.
 # Knobs: LAB_DIR, LAB_NODES (default 8, max 99), LAB_SLURMD_TIMEOUT (default 10 s),
-# LAB_SIM_NODES (default 0, max 999: extra nodes sim001.. for load tests; see README).
+# LAB_SIM_NODES (default 0, max 999: extra nodes sim001.. for load tests; see README),
+# LAB_PROMETHEUS=1 (also start Prometheus on 127.0.0.1:19090+LAB_PORT_OFFSET: prometheus.sh).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -68,6 +69,7 @@ if healthy; then
   running=$(. "$LAB_DIR/env" && echo "$LAB_NODES ${LAB_SIM_NODES:-0} ${LAB_SIM_GROUP:-25}")
   if [ "$running" = "$LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP" ]; then
     log "lab already up and healthy ($LAB_NODES nodes, $LAB_SIM_NODES simulated); use: . $LAB_DIR/env"
+    [ "${LAB_PROMETHEUS:-0}" != 1 ] || "$here/prometheus.sh" start
     exit 0
   fi
   log "lab is up with nodes/simulated/group $running but wanted $LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP: restarting it"
@@ -419,5 +421,7 @@ export LAB_SSH="$LAB_SSH"
 export LAB_APISERVER=https://127.0.0.1:$API_PORT
 export LAB_SLURMD_TIMEOUT=$SLURMD_TIMEOUT
 EOF
+# LAB_PROMETHEUS=1: Prometheus scraping the operator with the chart's ServiceMonitor and rules.
+[ "${LAB_PROMETHEUS:-0}" != 1 ] || "$here/prometheus.sh" start
 trap - EXIT
 log "lab up: $LAB_NODES nodes ($LAB_SIM_NODES simulated) in $(ms)ms. Use it with: . $LAB_DIR/env"

@@ -36,3 +36,23 @@ GPU_SECONDS = Counter(
 )
 POOL_CONDITION = Gauge("slurmpool_pool_condition", "A pool's status condition: 1 when True, 0 otherwise", ["pool", "type"])
 MOVES_BLOCKED = Gauge("slurmpool_moves_blocked", "Moves in flight that are blocked (jobs, PDBs)", ["pool"])
+
+# Counters start at 0 for every label value the code can set (Prometheus' advice). A series born
+# at 1 has no increase() or rate() in Prometheus: without this, SlurmPoolMovesFailing would miss
+# the first rollback of a direction since the operator started, SlurmPoolReconcileErrors its first
+# error, and the dashboard's failure and error panels would show "No data" on a healthy cluster.
+# tests/test_metrics_init.py keeps these lists equal to the values the code uses.
+DIRECTIONS = ("to_slurm", "to_inference", "between_pools")  # reconcile._direction
+FAILURE_REASONS = ("rollback",)  # reconcile: MOVES_FAILED reasons
+ACTIONS = ("patch", "create", "delete", "evict", "scontrol", "scancel")  # reconcile._guard: first word
+SLURM_COMMANDS = ("nodes", "jobs", "drain", "resume", "requeue", "cancel", "ping")  # access.Instrumented
+for _direction in DIRECTIONS:
+    MOVES_COMPLETED.labels(direction=_direction)
+    for _reason in FAILURE_REASONS:
+        MOVES_FAILED.labels(direction=_direction, reason=_reason)
+for _action in ACTIONS:
+    ACTION_ERRORS.labels(action=_action)
+for _command in SLURM_COMMANDS:
+    SLURM_COMMAND_ERRORS.labels(command=_command)
+for _result in ("ok", "error"):
+    RECONCILE_TOTAL.labels(result=_result)

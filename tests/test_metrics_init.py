@@ -1,0 +1,79 @@
+"""The counters metrics.py starts at 0 cover exactly the label values the code sets.
+
+A counter series that appears at 1 has no increase() in Prometheus, so an alert on the first
+failure after a start would stay silent (docs/metrics.md). These tests read the code that sets
+the labels, so a new action, direction or Slurm command without its zero series fails here."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from prometheus_client import REGISTRY
+
+from slurmpool import metrics
+
+SRC = Path(metrics.__file__).parent
+
+
+def _calls(tree: ast.AST, name: str):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute):
+            func = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+            if func == name:
+                yield node
+
+
+def _first_word(arg: ast.expr) -> str:
+    if isinstance(arg, ast.Constant):
+        return arg.value.split(" ")[0]
+    assert isinstance(arg, ast.JoinedStr) and isinstance(arg.values[0], ast.Constant), ast.dump(arg)
+    return arg.values[0].value.split(" ")[0]
+
+
+def test_actions_are_the_first_words_of_every_guarded_action():
+    tree = ast.parse((SRC / "reconcile.py").read_text())
+    words = {_first_word(call.args[1]) for call in _calls(tree, "_guard")}
+    assert words and words == set(metrics.ACTIONS)
+
+
+def test_directions_are_what_reconcile_direction_returns():
+    tree = ast.parse((SRC / "reconcile.py").read_text())
+    func = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_direction")
+    returned = {c.value for n in ast.walk(func) if isinstance(n, ast.Return) for c in ast.walk(n.value)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    assert returned == set(metrics.DIRECTIONS)
+
+
+def test_failure_reasons_are_every_reason_counted():
+    reasons, calls = set(), 0
+    for path in SRC.glob("*.py"):
+        if path.name == "metrics.py":
+            continue
+        for call in _calls(ast.parse(path.read_text()), "labels"):
+            if isinstance(call.func.value, ast.Attribute) and call.func.value.attr == "MOVES_FAILED":
+                calls += 1
+                reason = next(k.value for k in call.keywords if k.arg == "reason")
+                assert isinstance(reason, ast.Constant), f"{path.name}: a computed reason: list its values in metrics.py"
+                reasons.add(reason.value)
+    assert calls and reasons == set(metrics.FAILURE_REASONS)
+
+
+def test_slurm_commands_are_the_instrumented_backend_calls():
+    tree = ast.parse((SRC / "access.py").read_text())
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "Instrumented")
+    names = next(tuple(e.value for e in c.comparators[0].elts) for c in ast.walk(cls)
+                 if isinstance(c, ast.Compare) and isinstance(c.ops[0], ast.NotIn))
+    assert set(names) == set(metrics.SLURM_COMMANDS)
+
+
+def test_every_known_label_value_is_exported_at_zero_from_the_start():
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for m in REGISTRY.collect() for s in m.samples}
+    for d in metrics.DIRECTIONS:
+        assert (("slurmpool_moves_failed_total", (("direction", d), ("reason", "rollback")))) in samples
+        assert ("slurmpool_moves_completed_total", (("direction", d),)) in samples
+    for a in metrics.ACTIONS:
+        assert ("slurmpool_action_errors_total", (("action", a),)) in samples
+    for c in metrics.SLURM_COMMANDS:
+        assert ("slurmpool_slurm_command_errors_total", (("command", c),)) in samples
+    assert ("slurmpool_reconcile_total", (("result", "error"),)) in samples
