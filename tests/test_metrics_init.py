@@ -32,14 +32,14 @@ def _first_word(arg: ast.expr) -> str:
 
 
 def test_actions_are_the_first_words_of_every_guarded_action():
-    tree = ast.parse((SRC / "reconcile.py").read_text())
+    tree = ast.parse((SRC / "apply.py").read_text())
     words = {_first_word(call.args[1]) for call in _calls(tree, "_guard")}
     assert words and words == set(metrics.ACTIONS)
 
 
-def test_directions_are_what_reconcile_direction_returns():
-    tree = ast.parse((SRC / "reconcile.py").read_text())
-    func = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_direction")
+def test_directions_are_what_apply_direction_returns():
+    tree = ast.parse((SRC / "apply.py").read_text())
+    func = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "direction")
     returned = {c.value for n in ast.walk(func) if isinstance(n, ast.Return) for c in ast.walk(n.value)
                 if isinstance(c, ast.Constant) and isinstance(c.value, str)}
     assert returned == set(metrics.DIRECTIONS)

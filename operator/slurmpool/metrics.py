@@ -42,9 +42,9 @@ MOVES_BLOCKED = Gauge("slurmpool_moves_blocked", "Moves in flight that are block
 # the first rollback of a direction since the operator started, SlurmPoolReconcileErrors its first
 # error, and the dashboard's failure and error panels would show "No data" on a healthy cluster.
 # tests/test_metrics_init.py keeps these lists equal to the values the code uses.
-DIRECTIONS = ("to_slurm", "to_inference", "between_pools")  # reconcile._direction
-FAILURE_REASONS = ("rollback",)  # reconcile: MOVES_FAILED reasons
-ACTIONS = ("patch", "create", "delete", "evict", "scontrol", "scancel")  # reconcile._guard: first word
+DIRECTIONS = ("to_slurm", "to_inference", "between_pools")  # apply.direction
+FAILURE_REASONS = ("rollback",)  # apply: MOVES_FAILED reasons
+ACTIONS = ("patch", "create", "delete", "evict", "scontrol", "scancel")  # apply._guard: first word
 SLURM_COMMANDS = ("nodes", "jobs", "drain", "resume", "requeue", "cancel", "ping")  # access.Instrumented
 for _direction in DIRECTIONS:
     MOVES_COMPLETED.labels(direction=_direction)
