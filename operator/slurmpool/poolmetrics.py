@@ -55,6 +55,9 @@ def export(
     now = time.monotonic() if now is None else now
     wall = datetime.now(timezone.utc) if wall is None else wall
     last = _last.get(pool_key)
+    if last is None:  # both sides' counters from 0, so increase() counts the first pass too
+        for side in ("slurm", "inference"):
+            metrics.GPU_SECONDS.labels(pool=pool_key, side=side)
     sides = {n.name: (side, n.gpus) for n in nodes if (side := settled_side(n)) is not None}
     # GPU-seconds: only the time a node was on the same side at both ends of the interval.
     if last is not None and now > last.at:
