@@ -48,6 +48,11 @@ def promql() -> str:
     return go_tool("build-promql.sh")
 
 
+@pytest.fixture(scope="module")
+def celcheck() -> str:
+    return go_tool("build-celcheck.sh")
+
+
 def template(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run([helm, "template", "slurmpool", str(CHART), "-n", "slurmpool-system", *args],
                           capture_output=True, text=True, check=check)
@@ -135,7 +140,9 @@ def test_image_by_digest(helm):
 @pytest.mark.parametrize(
     "setting",
     ["operator.interval=-1", "bogus=1", "image.digest=latest", "rbac.poolNamespaces={Bad_NS}",
-     "metrics.prometheusRule.drainBlockedFor=soon", "image.pullPolicy=Sometimes", "replicas=0"],
+     "metrics.prometheusRule.drainBlockedFor=soon", "image.pullPolicy=Sometimes", "replicas=0",
+     "admission.enabled=yes", "admission.breakGlassGroups=system:masters", "admission.validationActions={Deny,Warn}",
+     "admission.validationActions={Block}", "admission.validationActions=null"],
 )
 def test_values_schema_refuses_bad_values(helm, setting):
     out = template(helm, "--set", setting, check=False)
@@ -250,3 +257,99 @@ def test_alert_and_dashboard_queries_parse_as_promql(promql):
     # the checker does catch errors
     bad = subprocess.run([promql], input=json.dumps(["sum(rate(x[5m])"]), capture_output=True, text=True, check=True)
     assert json.loads(bad.stdout)[0]
+
+
+# ---------------------------------------------------------------- admission policies (templates/admission.yaml)
+
+ADMISSION = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+ONCALL_SUBJECTS = {"oncall": {"subjects": [
+    {"kind": "Group", "name": "gpu-oncall", "apiGroup": "rbac.authorization.k8s.io"},
+    {"kind": "User", "name": "alice@example.com", "apiGroup": "rbac.authorization.k8s.io"},
+    {"kind": "ServiceAccount", "name": "pager", "namespace": "ops"}]}}
+
+
+def admission(helm: str, values: dict | None = None, *args: str) -> list[dict]:
+    path = REPO / ".pytest_cache" / "admission-values.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(values or {}))
+    docs = objects(template(helm, "-f", str(path), *args).stdout)
+    return [d for d in docs if d["kind"] in ADMISSION]
+
+
+def check_cel(celcheck: str, docs: list[dict]) -> list[dict]:
+    """e2e/lab/celcheck: the apiserver's validation of each object (it compiles every CEL
+    expression: what a create would be refused with) and the controller-manager's type checking
+    against the Node schema."""
+    out = subprocess.run([celcheck], input=json.dumps(docs), capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def test_admission_policies_on_by_default_and_bound(helm):
+    docs = admission(helm)
+    names = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    # without oncall.subjects there is nobody to hold to the on-call policy
+    assert names == {(k, n) for k in ADMISSION for n in ("slurmpool-operator-records", "slurmpool-placement-values")}
+    assert [d for d in load("slurmpool.yaml") if d["kind"] in ADMISSION] == docs  # deploy/manifests/slurmpool.yaml has them
+    docs = admission(helm, ONCALL_SUBJECTS)
+    policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == ADMISSION[0]}
+    bindings = {d["metadata"]["name"]: d for d in docs if d["kind"] == ADMISSION[1]}
+    assert set(policies) == set(bindings) == {"slurmpool-operator-records", "slurmpool-placement-values", "slurmpool-oncall-node-changes"}
+    for name, b in bindings.items():
+        assert b["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+    for p in policies.values():
+        assert p["spec"]["failurePolicy"] == "Fail"
+        assert p["metadata"]["annotations"]["slurmpool.io/refuses"]
+        assert all(v["messageExpression"] for v in p["spec"]["validations"])
+    records = policies["slurmpool-operator-records"]["spec"]["matchConditions"]
+    assert records[0]["expression"] == 'request.userInfo.username != "system:serviceaccount:slurmpool-system:slurmpool"'
+    assert '["system:masters"]' in records[1]["expression"]
+    oncall = policies["slurmpool-oncall-node-changes"]["spec"]["matchConditions"][0]["expression"]
+    assert '["alice@example.com","system:serviceaccount:ops:pager"]' in oncall and '["gpu-oncall"]' in oncall
+    assert "matchConditions" not in policies["slurmpool-placement-values"]["spec"]  # for everyone
+    # the release's ServiceAccount, whatever it is called
+    named = admission(helm, {"serviceAccount": {"name": "op"}})
+    assert '"system:serviceaccount:slurmpool-system:op"' in named[0]["spec"]["matchConditions"][0]["expression"]
+    assert admission(helm, {"admission": {"enabled": False}, **ONCALL_SUBJECTS}) == []
+    warn = admission(helm, {"admission": {"validationActions": ["Warn", "Audit"]}})
+    assert {tuple(d["spec"]["validationActions"]) for d in warn if d["kind"] == ADMISSION[1]} == {("Warn", "Audit")}
+
+
+def test_admission_policies_compile_and_type_check(helm, celcheck):
+    """Every expression compiles as the apiserver compiles it on create (so a broken one fails
+    here, not in a user's helm upgrade), and type-checks against the Node schema. Also with a
+    break-glass group whose name needs escaping in a CEL string."""
+    values = {**ONCALL_SUBJECTS, "admission": {"breakGlassGroups": ["system:masters", 'odd "group" \\ <name>']}}
+    docs = admission(helm, values)
+    results = check_cel(celcheck, docs)
+    assert [(r["kind"], r["name"]) for r in results] == [(d["kind"], d["metadata"]["name"]) for d in docs]
+    assert [r for r in results if r["errors"] or r["warnings"]] == []
+
+
+def test_celcheck_fails_on_broken_cel(helm, celcheck):
+    """The check can fail: a syntax error, a call that does not exist, a message expression that
+    is no string, a misspelt Node field (a type-checking warning) are each reported."""
+    docs = admission(helm, ONCALL_SUBJECTS)
+    policy = next(d for d in docs if d["metadata"]["name"] == "slurmpool-oncall-node-changes")
+
+    def broken(path: tuple, text: str) -> dict:
+        p = json.loads(json.dumps(policy))
+        node = p["spec"]
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = text
+        (result,) = check_cel(celcheck, [p])
+        return result
+
+    syntax = broken(("validations", 0, "expression"), "!variables.cordonChanged &&")
+    assert any("compilation failed" in e and "spec.validations[0].expression" in e for e in syntax["errors"]), syntax
+    unknown = broken(("variables", 1, "expression"), "object.metadata.annotations.no_such_function()")
+    assert any("spec.variables[1].expression" in e for e in unknown["errors"]), unknown
+    message = broken(("validations", 0, "messageExpression"), "size(variables.changedLabels)")
+    assert any("spec.validations[0].messageExpression" in e for e in message["errors"]), message
+    condition = broken(("matchConditions", 0, "expression"), "request.userInfo.username in [")
+    assert any("spec.matchConditions[0].expression" in e for e in condition["errors"]), condition
+    field = broken(("variables", 1, "expression"), "object.metadata.?annotationz.orValue({})")
+    assert not field["errors"] and any("annotationz" in w for w in field["warnings"]), field
+    binding = next(d for d in docs if d["kind"] == ADMISSION[1])
+    (bad,) = check_cel(celcheck, [{**binding, "spec": {**binding["spec"], "validationActions": ["Deny", "Warn"]}}])
+    assert bad["errors"], bad
