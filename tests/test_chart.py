@@ -310,6 +310,9 @@ def test_admission_policies_on_by_default_and_bound(helm):
     named = admission(helm, {"serviceAccount": {"name": "op"}})
     assert '"system:serviceaccount:slurmpool-system:op"' in named[0]["spec"]["matchConditions"][0]["expression"]
     assert admission(helm, {"admission": {"enabled": False}, **ONCALL_SUBJECTS}) == []
+    old = template(helm, "--kube-version", "1.29.4", check=False)  # the chart's kubeVersion allows 1.29; VAP v1 is 1.30+
+    assert old.returncode != 0 and "admission.enabled needs Kubernetes 1.30 or later" in old.stderr, old.stderr
+    assert template(helm, "--kube-version", "1.29.4", "--set", "admission.enabled=false", check=False).returncode == 0
     warn = admission(helm, {"admission": {"validationActions": ["Warn", "Audit"]}})
     assert {tuple(d["spec"]["validationActions"]) for d in warn if d["kind"] == ADMISSION[1]} == {("Warn", "Audit")}
 
