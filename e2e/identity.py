@@ -8,7 +8,10 @@ deploy/render-manifests.sh; a unit test keeps it current), applied for real to t
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -91,10 +94,6 @@ def admission_objects() -> list[dict]:
     """The chart's ValidatingAdmissionPolicies and bindings, rendered by Helm (e2e/lab/build-helm.sh)
     with the e2e suite's on-call group and break-glass groups; the release is the one whose
     ServiceAccount the operator runs as (slurmpool in slurmpool-system)."""
-    import json
-    import subprocess
-    import tempfile
-
     helm = subprocess.run([str(REPO / "e2e" / "lab" / "build-helm.sh")], check=True, capture_output=True, text=True).stdout.strip()
     with tempfile.NamedTemporaryFile("w", suffix=".json") as values:
         json.dump(admission_values(), values)

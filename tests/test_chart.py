@@ -142,7 +142,7 @@ def test_image_by_digest(helm):
     ["operator.interval=-1", "bogus=1", "image.digest=latest", "rbac.poolNamespaces={Bad_NS}",
      "metrics.prometheusRule.drainBlockedFor=soon", "image.pullPolicy=Sometimes", "replicas=0",
      "admission.enabled=yes", "admission.breakGlassGroups=system:masters", "admission.validationActions={Deny,Warn}",
-     "admission.validationActions={Block}", "admission.validationActions=null"],
+     "admission.validationActions={Block}"],
 )
 def test_values_schema_refuses_bad_values(helm, setting):
     out = template(helm, "--set", setting, check=False)
@@ -313,6 +313,8 @@ def test_admission_policies_on_by_default_and_bound(helm):
     old = template(helm, "--kube-version", "1.29.4", check=False)  # the chart's kubeVersion allows 1.29; VAP v1 is 1.30+
     assert old.returncode != 0 and "admission.enabled needs Kubernetes 1.30 or later" in old.stderr, old.stderr
     assert template(helm, "--kube-version", "1.29.4", "--set", "admission.enabled=false", check=False).returncode == 0
+    none = template(helm, "--set", "admission.validationActions=null", check=False)
+    assert none.returncode != 0 and "admission.validationActions: list Deny" in none.stderr, none.stderr
     warn = admission(helm, {"admission": {"validationActions": ["Warn", "Audit"]}})
     assert {tuple(d["spec"]["validationActions"]) for d in warn if d["kind"] == ADMISSION[1]} == {("Warn", "Audit")}
 
@@ -351,8 +353,10 @@ def test_celcheck_fails_on_broken_cel(helm, celcheck):
     assert any("spec.validations[0].messageExpression" in e for e in message["errors"]), message
     condition = broken(("matchConditions", 0, "expression"), "request.userInfo.username in [")
     assert any("spec.matchConditions[0].expression" in e for e in condition["errors"]), condition
-    field = broken(("variables", 1, "expression"), "object.metadata.?annotationz.orValue({})")
-    assert not field["errors"] and any("annotationz" in w for w in field["warnings"]), field
+    field = broken(("validations", 0, "expression"), "object.spec.?unschedulabel.orValue(false) == false")
+    assert not field["errors"] and any("undefined field 'unschedulabel'" in w for w in field["warnings"]), field
+    mistyped = broken(("validations", 1, "expression"), "object.spec.unschedulable == 'yes'")
+    assert any("no matching overload" in w for w in mistyped["warnings"]), mistyped
     binding = next(d for d in docs if d["kind"] == ADMISSION[1])
     (bad,) = check_cel(celcheck, [{**binding, "spec": {**binding["spec"], "validationActions": ["Deny", "Warn"]}}])
     assert bad["errors"], bad
