@@ -253,8 +253,10 @@ def denied(result: subprocess.CompletedProcess, policy: str, *phrases: str) -> s
 
 
 def node_state(lab, node: str) -> tuple:
+    """Labels, annotations and spec, less what the operator rewrites as Slurm's state changes."""
     n = get_json(lab, "node", node)
-    return n["metadata"].get("labels"), n["metadata"].get("annotations"), n["spec"]
+    annotations = {k: v for k, v in (n["metadata"].get("annotations") or {}).items() if k not in ("slurmpool.io/slurm", "slurmpool.io/settled-at")}
+    return n["metadata"].get("labels"), annotations, n["spec"]
 
 
 def impersonating(lab, user: str, *groups: str):
