@@ -302,9 +302,12 @@ ONCALL_REFUSED = [
     (("annotate", "node", "{slurm}", "oncall-e2e/note=hi"), ONCALL_POLICY,
      ["may change only the annotations slurmpool.io/pin and slurmpool.io/move-now of node {slurm}, not oncall-e2e/note"]),
     (("annotate", "node", "{slurm}", 'slurmpool.io/move={"id":"by-hand","phase":"Drainig"}', "--dry-run=server"), RECORDS,
-     ["slurmpool.io/move on node {slurm} belong to the slurmpool operator"]),
+     ["slurmpool.io/move on node {slurm} is a record of the slurmpool operator: only its ServiceAccount "
+      "(system:serviceaccount:slurmpool-system:slurmpool) may set, change or remove it. To move the node: kubectl slurmpool move {slurm}"]),
     (("annotate", "node", "{inference}", "slurmpool.io/placement-", "--dry-run=server"), RECORDS,
-     ["slurmpool.io/placement on node {inference} belong to the slurmpool operator"]),
+     ["slurmpool.io/placement on node {inference} is a record of the slurmpool operator"]),
+    (("label", "node", "{inference}", "slurmpool.io/side=slurm", "--overwrite", "--dry-run=server"), RECORDS,
+     ["slurmpool.io/side on node {inference} is a record of the slurmpool operator"]),
     (("patch", "node", "{slurm}", "--type=merge", "-p", '{"spec":{"podCIDR":"10.99.0.0/24"}}', "--dry-run=server"), ONCALL_POLICY,
      ["the on-call may not change the spec of node {slurm}"]),
 ]
@@ -327,9 +330,13 @@ def test_operator_records_for_anyone_else(lab, oncall):
     someone = impersonating(lab, SOMEONE)
     slurm, inference = side_nodes(lab)
     denied(someone("annotate", "node", slurm, "slurmpool.io/hold-until=2099-01-01T00:00:00Z"), RECORDS,
-           f"slurmpool.io/hold-until on node {slurm} belong to the slurmpool operator (system:serviceaccount:slurmpool-system:slurmpool)")
+           f"slurmpool.io/hold-until on node {slurm} is a record of the slurmpool operator: only its ServiceAccount "
+           "(system:serviceaccount:slurmpool-system:slurmpool) may set, change or remove it.")
+    denied(someone("annotate", "node", slurm, 'slurmpool.io/move={"id":"x"}', "slurmpool.io/placement=inference:llm", "--overwrite",
+                   "--dry-run=server"),
+           RECORDS, f"slurmpool.io/move, slurmpool.io/placement on node {slurm} are records of the slurmpool operator")
     denied(someone("label", "node", inference, "slurmpool.io/side=slurm", "--overwrite", "--dry-run=server"), RECORDS,
-           f"slurmpool.io/side on node {inference} belong to the slurmpool operator")
+           f"slurmpool.io/side on node {inference} is a record of the slurmpool operator")
     assert someone("label", "node", inference, "someone-e2e/probe=yes").returncode == 0
     assert someone("label", "node", inference, "someone-e2e/probe-").returncode == 0
     # The cordon decision (docs/rbac.md): not refused at admission, restored and reported.
