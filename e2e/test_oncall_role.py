@@ -6,6 +6,12 @@ works; each rule of the role is needed (the role without it makes a named comman
 apiserver's Forbidden for exactly that verb and resource); and what the on-call must not do is
 refused. Every request is made with a kubeconfig holding only the account's token.
 
+The account is bound through a group (the ServiceAccounts of its namespace, identity.ONCALL_GROUP),
+the group the lab fixture's chart admission policies name as the on-call (oncall.subjects): it may
+change only slurmpool.io/pin and move-now on a Node; labels, taints, the cordon, other annotations,
+the spec and the operator's records are refused with each policy's message; a bad pin or move-now
+is refused for everyone; a break-glass group may do all of it (docs/rbac.md#admission-policies).
+
 tests/test_oncall_role.py derives the same rules from cli.py and the runbook without a lab."""
 
 from __future__ import annotations
