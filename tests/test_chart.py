@@ -1,7 +1,8 @@
 """The Helm chart (deploy/helm/slurmpool) and the plain manifests rendered from it.
 
-Static checks read deploy/manifests/ and the dashboard; the others run Helm and Prometheus'
-PromQL parser, built from Go modules by e2e/lab/build-helm.sh and build-promql.sh. Without a
+Static checks read deploy/manifests/ and the dashboard; the others run Helm, Prometheus' PromQL
+parser and celcheck (the apiserver's validation, type checking and evaluation of admission
+policies), built from Go modules by e2e/lab/build-helm.sh, build-promql.sh and build-celcheck.sh. Without a
 built tool they are skipped, unless SLURMPOOL_REQUIRE_TOOLS=1 (make test sets it), which builds it."""
 
 from __future__ import annotations
@@ -360,3 +361,112 @@ def test_celcheck_fails_on_broken_cel(helm, celcheck):
     binding = next(d for d in docs if d["kind"] == ADMISSION[1])
     (bad,) = check_cel(celcheck, [{**binding, "spec": {**binding["spec"], "validationActions": ["Deny", "Warn"]}}])
     assert bad["errors"], bad
+
+
+# What each policy lets through and refuses, evaluated by the apiserver's own validator
+# (celcheck -eval: the policies compiled as the ValidatingAdmissionPolicy plugin compiles them,
+# match conditions included) on Node writes. matchConstraints (Node CREATE/UPDATE, nodes and
+# nodes/status) are the apiserver's to apply: e2e/test_oncall_role.py shows them on the lab.
+OPERATOR = "system:serviceaccount:slurmpool-system:slurmpool"
+ONCALL = ("bob", ["gpu-oncall", "system:authenticated"])
+SOMEONE = ("carol", ["platform-team", "system:authenticated"])
+RECORDS, VALUES, ONCALL_POLICY = "slurmpool-operator-records", "slurmpool-placement-values", "slurmpool-oncall-node-changes"
+SETTLED = {"slurmpool.io/placement": "slurm", "slurmpool.io/pool": "ns/gpu", "slurmpool.io/settled-at": "2026-11-30T00:00:00Z",
+           "slurmpool.io/slurm": '{"state":"idle"}'}
+SLURM_TAINT = {"key": "slurmpool.io/slurm", "value": "true", "effect": "NoSchedule"}
+
+
+def node(annotations: dict | None = None, labels: dict | None = None, **spec) -> dict:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "gpu03", "annotations": {**SETTLED, **(annotations or {})},
+                         "labels": {"kubernetes.io/hostname": "gpu03", "slurmpool.io/side": "slurm", **(labels or {})}},
+            "spec": {"unschedulable": True, "taints": [SLURM_TAINT], **spec}}
+
+
+def without(obj: dict, *keys: str) -> dict:
+    obj = json.loads(json.dumps(obj))
+    for key in keys:
+        obj["metadata"]["annotations"].pop(key, None)
+        obj["metadata"]["labels"].pop(key, None)
+    return obj
+
+
+LONG_POOL = "a" * 40
+CASES = [
+    # (what, who, old, new, policies that refuse)
+    ("the operator starts a move", (OPERATOR, []), node(), node({"slurmpool.io/move": '{"id":"m1","phase":"Draining"}'}), set()),
+    ("the operator settles a node on inference", (OPERATOR, []), node({"slurmpool.io/move": "{}"}),
+     without(node({"slurmpool.io/placement": "inference:llm", "slurmpool.io/hold-until": "2026-12-01T00:00:00Z"},
+                  {"slurmpool.io/side": "inference"}, unschedulable=False, taints=[]), "slurmpool.io/move"), set()),
+    ("the operator removes a fulfilled move-now", (OPERATOR, []), node({"slurmpool.io/move-now": "inference"}), node(), set()),
+    ("the operator writes a node that carries an old bad pin", (OPERATOR, []), node({"slurmpool.io/pin": "inferense"}),
+     node({"slurmpool.io/pin": "inferense", "slurmpool.io/slurm": '{"state":"mix"}'}), set()),
+    ("someone removes an old bad pin", SOMEONE, node({"slurmpool.io/pin": "inferense"}), node(), set()),
+    ("someone edits the move record", SOMEONE, node({"slurmpool.io/move": "{}"}), node({"slurmpool.io/move": '{"phase":"Drainig"}'}), {RECORDS}),
+    ("someone removes the placement", SOMEONE, node(), without(node(), "slurmpool.io/placement"), {RECORDS}),
+    ("someone sets hold-until", SOMEONE, node(), node({"slurmpool.io/hold-until": "2099-01-01T00:00:00Z"}), {RECORDS}),
+    ("someone relabels the side", SOMEONE, node(), node(labels={"slurmpool.io/side": "inference"}), {RECORDS}),
+    ("someone uncordons a Slurm node (restored by the operator)", SOMEONE, node(), node(unschedulable=False), set()),
+    ("someone labels and taints", SOMEONE, node(), node(labels={"team": "a"}, taints=[SLURM_TAINT, {"key": "x", "effect": "NoSchedule"}]), set()),
+    ("the kubelet registers a Node", ("system:node:gpu09", ["system:nodes"]), None, without(node(), *SETTLED, "slurmpool.io/side"), set()),
+    ("a Node created with a move record", ("system:node:gpu09", ["system:nodes"]), None, node({"slurmpool.io/move": "{}"}), {RECORDS}),
+    ("the node lifecycle controller taints", ("system:serviceaccount:kube-system:node-controller", ["system:serviceaccounts"]), node(),
+     node(taints=[SLURM_TAINT, {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]), set()),
+    ("break-glass edits the move record and uncordons", ("admin", ["system:masters"]), node(),
+     node({"slurmpool.io/move": "{}"}, unschedulable=False), set()),
+    ("break-glass sets a bad pin", ("admin", ["system:masters"]), node(), node({"slurmpool.io/pin": "inferense:llm"}), {VALUES}),
+    ("the on-call pins", ONCALL, node(), node({"slurmpool.io/pin": "inference:llm"}), set()),
+    ("the on-call asks move-now and unpins", ONCALL, node({"slurmpool.io/pin": "slurm"}),
+     without(node({"slurmpool.io/move-now": "inference"}), "slurmpool.io/pin"), set()),
+    ("the on-call uncordons", ONCALL, node(), node(unschedulable=False), {ONCALL_POLICY}),
+    ("the on-call cordons", ONCALL, node(unschedulable=False, taints=[]), node(taints=[]), {ONCALL_POLICY}),
+    ("the on-call removes the Slurm taint", ONCALL, node(), node(taints=[]), {ONCALL_POLICY}),
+    ("the on-call labels", ONCALL, node(), node(labels={"team": "a"}), {ONCALL_POLICY}),
+    ("the on-call removes a label", ONCALL, node(), without(node(), "kubernetes.io/hostname"), {ONCALL_POLICY}),
+    ("the on-call annotates something else", ONCALL, node(), node({"example.com/note": "hi"}), {ONCALL_POLICY}),
+    ("the on-call changes the spec", ONCALL, node(), node(podCIDR="10.0.0.0/24"), {ONCALL_POLICY}),
+    ("the on-call edits the move record", ONCALL, node(), node({"slurmpool.io/move": "{}"}), {RECORDS}),
+    ("the on-call sets a bad move-now", ONCALL, node(), node({"slurmpool.io/move-now": "inference:LLM"}), {VALUES}),
+    ("an on-call user by name", ("alice@example.com", []), node(), node(labels={"team": "a"}), {ONCALL_POLICY}),
+    ("an on-call ServiceAccount", ("system:serviceaccount:ops:pager", ["system:serviceaccounts"]), node(), node(labels={"t": "a"}),
+     {ONCALL_POLICY}),
+    ("the on-call in a break-glass group", ("bob", ["gpu-oncall", "system:masters"]), node(), node(labels={"team": "a"}), set()),
+] + [
+    (f"pin={value}", SOMEONE, node(), node({"slurmpool.io/pin": value}), refused)
+    for value, refused in [("slurm", set()), ("inference", set()), ("inference:a", set()), ("inference:a-1", set()),
+                           (f"inference:{LONG_POOL}", set()), ("inferense:llm", {VALUES}), ("inference:", {VALUES}),
+                           ("inference:LLM", {VALUES}), ("inference:-a", {VALUES}), ("inference:a_b", {VALUES}),
+                           (f"inference:{LONG_POOL}b", {VALUES}), ("Slurm", {VALUES}), ("slurm ", {VALUES}), ("", {VALUES})]
+]
+
+
+def test_what_each_policy_refuses(helm, celcheck):
+    policies = [d for d in admission(helm, ONCALL_SUBJECTS) if d["kind"] == ADMISSION[0]]
+    requests = [{"name": what, "operation": "CREATE" if old is None else "UPDATE", "user": who[0], "groups": who[1],
+                 "subresource": "", "object": new, "oldObject": old} for what, who, old, new, _ in CASES]
+    out = subprocess.run([celcheck, "-eval"], input=json.dumps({"policies": policies, "requests": requests}),
+                         capture_output=True, text=True, check=True)
+    results = {r["name"]: r["denials"] for r in json.loads(out.stdout)}
+    assert len(results) == len(CASES)
+    wrong = {what: results[what] for what, *_, refused in CASES if {d["policy"] for d in results[what]} != refused}
+    assert wrong == {}
+    errors = [d for denials in results.values() for d in denials if d["error"] or not d["message"].startswith("slurmpool: ")]
+    assert errors == []  # every refusal is a policy's own message, none an evaluation error
+    assert results["the on-call uncordons"][0]["message"].startswith("slurmpool: the on-call may not uncordon node gpu03: ")
+    assert results["the on-call cordons"][0]["message"].startswith("slurmpool: the on-call may not cordon node gpu03: ")
+    assert results["someone removes the placement"][0]["message"].startswith(
+        f"slurmpool: slurmpool.io/placement on node gpu03 is a record of the slurmpool operator: only its ServiceAccount ({OPERATOR})")
+    assert results["pin=inference:LLM"][0]["message"].startswith(
+        "slurmpool: slurmpool.io/pin=inference:LLM on node gpu03 is not a placement. Allowed: slurm, inference, or inference:POOL")
+
+
+def test_the_evaluation_can_fail(helm, celcheck):
+    """celcheck -eval reports a refusal the policies would not make, so the table above can fail:
+    the on-call policy with its cordon rule inverted refuses a pin."""
+    policy = next(d for d in admission(helm, ONCALL_SUBJECTS) if d["metadata"]["name"] == ONCALL_POLICY)
+    policy["spec"]["validations"][0]["expression"] = "variables.cordonChanged"
+    request = {"name": "pin", "operation": "UPDATE", "user": ONCALL[0], "groups": ONCALL[1], "subresource": "",
+               "oldObject": node(), "object": node({"slurmpool.io/pin": "slurm"})}
+    out = subprocess.run([celcheck, "-eval"], input=json.dumps({"policies": [policy], "requests": [request]}),
+                         capture_output=True, text=True, check=True)
+    assert [d["policy"] for d in json.loads(out.stdout)[0]["denials"]] == [ONCALL_POLICY]

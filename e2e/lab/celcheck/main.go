@@ -7,11 +7,20 @@
 //     status.typeChecking (an unknown field of a Node, a string compared with a bool...), against
 //     the built-in OpenAPI schemas (k8s.io/apiserver/.../validating.TypeChecker).
 // Input on stdin: a JSON list of objects (admissionregistration.k8s.io/v1). Output on stdout: a
-// JSON list, one {"kind","name","errors","warnings"} per object. Built by e2e/lab/build-celcheck.sh
-// from the same modules as the lab's kube-apiserver (e2e/lab/k8s/go.mod).
+// JSON list, one {"kind","name","errors","warnings"} per object.
+//
+// With -eval, stdin is {"policies": [...], "requests": [...]} and each request (a Node write:
+// operation, user, groups, subresource, object, oldObject) is run through each policy by the
+// apiserver's own validator (compiled as its ValidatingAdmissionPolicy plugin compiles a policy,
+// match conditions included); the output lists, per request, the policies that deny it and their
+// messages, and any evaluation errors (failurePolicy Fail turns those into denials).
+//
+// Built by e2e/lab/build-celcheck.sh from the same modules as the lab's kube-apiserver
+// (e2e/lab/k8s/go.mod).
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,8 +28,16 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	validating "k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/apiserver/pkg/cel/openapi/resolver"
 	k8sscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
@@ -42,6 +59,10 @@ func main() {
 	raw, err := io.ReadAll(os.Stdin)
 	if err != nil {
 		fail(err)
+	}
+	if len(os.Args) > 1 && os.Args[1] == "-eval" {
+		evaluate(raw)
+		return
 	}
 	var objects []json.RawMessage
 	if err := json.Unmarshal(raw, &objects); err != nil {
@@ -114,4 +135,102 @@ func main() {
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "celcheck:", err)
 	os.Exit(2)
+}
+
+type request struct {
+	Name        string                 `json:"name"`
+	Operation   string                 `json:"operation"`
+	User        string                 `json:"user"`
+	Groups      []string               `json:"groups"`
+	Subresource string                 `json:"subresource"`
+	Object      map[string]interface{} `json:"object"`
+	OldObject   map[string]interface{} `json:"oldObject"`
+}
+
+type denial struct {
+	Policy  string `json:"policy"`
+	Message string `json:"message"`
+	Error   bool   `json:"error"`
+}
+
+// compile is the ValidatingAdmissionPolicy plugin's compilePolicy
+// (k8s.io/apiserver/pkg/admission/plugin/policy/validating/plugin.go), which is not exported.
+func compile(policy *admissionv1.ValidatingAdmissionPolicy) validating.Validator {
+	optionalVars := plugincel.OptionalVariableDeclarations{HasParams: policy.Spec.ParamKind != nil, HasAuthorizer: true}
+	expressionVars := plugincel.OptionalVariableDeclarations{HasParams: policy.Spec.ParamKind != nil, HasAuthorizer: false}
+	compiler, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	if err != nil {
+		return validating.NewValidator(nil, nil, nil, nil, policy.Spec.FailurePolicy, err)
+	}
+	variables := make([]plugincel.NamedExpressionAccessor, len(policy.Spec.Variables))
+	for i, v := range policy.Spec.Variables {
+		variables[i] = &validating.Variable{Name: v.Name, Expression: v.Expression}
+	}
+	compiler.CompileAndStoreVariables(variables, optionalVars, environment.StoredExpressions)
+	var matcher matchconditions.Matcher
+	if n := len(policy.Spec.MatchConditions); n > 0 {
+		conditions := make([]plugincel.ExpressionAccessor, n)
+		for i := range policy.Spec.MatchConditions {
+			conditions[i] = (*matchconditions.MatchCondition)(&policy.Spec.MatchConditions[i])
+		}
+		matcher = matchconditions.NewMatcher(compiler.CompileCondition(conditions, optionalVars, environment.StoredExpressions),
+			policy.Spec.FailurePolicy, "policy", "validate", policy.Name)
+	}
+	validations := make([]plugincel.ExpressionAccessor, len(policy.Spec.Validations))
+	messages := make([]plugincel.ExpressionAccessor, len(policy.Spec.Validations))
+	for i, v := range policy.Spec.Validations {
+		validations[i] = &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason}
+		if v.MessageExpression != "" {
+			messages[i] = &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression}
+		}
+	}
+	return validating.NewValidator(
+		compiler.CompileCondition(validations, optionalVars, environment.StoredExpressions),
+		matcher,
+		compiler.CompileCondition(nil, optionalVars, environment.StoredExpressions),
+		compiler.CompileCondition(messages, expressionVars, environment.StoredExpressions),
+		policy.Spec.FailurePolicy, nil)
+}
+
+func evaluate(raw []byte) {
+	var input struct {
+		Policies []admissionv1.ValidatingAdmissionPolicy `json:"policies"`
+		Requests []request                               `json:"requests"`
+	}
+	if err := json.Unmarshal(raw, &input); err != nil {
+		fail(fmt.Errorf("stdin: {\"policies\": [...], \"requests\": [...]}: %w", err))
+	}
+	gvk := schema.GroupVersionKind{Version: "v1", Kind: "Node"}
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+	type outcome struct {
+		Name    string   `json:"name"`
+		Denials []denial `json:"denials"`
+	}
+	outcomes := []outcome{}
+	for _, r := range input.Requests {
+		var object, old runtime.Object
+		if r.Object != nil {
+			object = &unstructured.Unstructured{Object: r.Object}
+		}
+		if r.OldObject != nil {
+			old = &unstructured.Unstructured{Object: r.OldObject}
+		}
+		name, _, _ := unstructured.NestedString(r.Object, "metadata", "name")
+		who := &user.DefaultInfo{Name: r.User, Groups: r.Groups}
+		attr := admission.NewAttributesRecord(object, old, gvk, "", name, gvr, r.Subresource, admission.Operation(r.Operation), nil, false, who)
+		versioned := &admission.VersionedAttributes{Attributes: attr, VersionedKind: gvk, VersionedObject: admission.NewLazyObject(object), VersionedOldObject: admission.NewLazyObject(old)}
+		o := outcome{Name: r.Name, Denials: []denial{}}
+		for i := range input.Policies {
+			policy := &input.Policies[i]
+			result := compile(policy).Validate(context.Background(), gvr, versioned, nil, nil, celconfig.RuntimeCELCostBudget, nil)
+			for _, d := range result.Decisions {
+				if d.Action == validating.ActionDeny {
+					o.Denials = append(o.Denials, denial{Policy: policy.Name, Message: d.Message, Error: d.Evaluation == validating.EvalError})
+				}
+			}
+		}
+		outcomes = append(outcomes, o)
+	}
+	out, _ := json.Marshal(outcomes)
+	fmt.Println(string(out))
 }
