@@ -33,12 +33,14 @@ crds: venv
 	$(BIN)/python -m slurmpool.crd > crds/slurmpool.io_slurmnodepools.yaml
 	deploy/render-manifests.sh --crds-only
 
-# Helm, a PromQL parser, Prometheus and promtool, built from Go modules
-# (e2e/lab/build-{helm,promql,prometheus}.sh; cached under ~/.cache/slurmpool).
+# Helm, a PromQL parser, Prometheus and promtool, and a checker of the admission policies' CEL
+# (the apiserver's own validation code), built from Go modules
+# (e2e/lab/build-{helm,promql,prometheus,celcheck}.sh; cached under ~/.cache/slurmpool).
 tools: deps
 	e2e/lab/build-helm.sh >/dev/null
 	e2e/lab/build-promql.sh >/dev/null
 	e2e/lab/build-prometheus.sh >/dev/null
+	e2e/lab/build-celcheck.sh >/dev/null
 
 # The chart: helm lint and template (defaults and every option on); deploy/manifests/ current.
 chart: tools
@@ -46,7 +48,7 @@ chart: tools
 	  $$h template slurmpool $(CHART) -n slurmpool-system >/dev/null && \
 	  $$h template slurmpool $(CHART) -n slurmpool-system --set metrics.serviceMonitor.enabled=true \
 	    --set metrics.prometheusRule.enabled=true --set cadence.createRole=true \
-	    --set oncall.createRole=true \
+	    --set oncall.createRole=true --set 'oncall.subjects[0].kind=Group,oncall.subjects[0].name=gpu-oncall' \
 	    --set 'rbac.poolNamespaces={gpu-a,gpu-b}' >/dev/null
 	deploy/render-manifests.sh --check
 

@@ -31,6 +31,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from identity import apply_admission_policies
+
 REPO = Path(__file__).resolve().parent.parent
 LAB_SCRIPTS = REPO / "e2e" / "lab"
 
@@ -202,7 +204,9 @@ def lab() -> Iterator[Lab]:
             print(p.stdout.strip().splitlines()[-1])
             started_marker.touch()
     try:
-        yield Lab.from_env_file(d / "env")
+        lab = Lab.from_env_file(d / "env")
+        apply_admission_policies(lab)  # every test runs with the chart's admission policies (e2e/identity.py)
+        yield lab
     finally:
         with _lab_lock(d):
             (users / str(os.getpid())).unlink(missing_ok=True)

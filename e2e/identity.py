@@ -8,7 +8,10 @@ deploy/render-manifests.sh; a unit test keeps it current), applied for real to t
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -67,3 +70,51 @@ def operator_kubeconfig(lab) -> Path:
 
 def service_account_user(namespace: str, name: str) -> str:
     return f"system:serviceaccount:{namespace}:{name}"
+
+
+# ---------------------------------------------------------------- the chart's admission policies
+
+CHART = REPO / "deploy" / "helm" / "slurmpool"
+# The on-call of the e2e suite: the ServiceAccounts of this namespace, as a group (every token of a
+# ServiceAccount carries the group system:serviceaccounts:<namespace>), as oncall.subjects would
+# name a people's group such as gpu-oncall. test_oncall_role.py binds the on-call role to it.
+ONCALL_NAMESPACE = "slurmpool-e2e-oncall"
+ONCALL_GROUP = f"system:serviceaccounts:{ONCALL_NAMESPACE}"
+# A break-glass group besides system:masters (the lab admin's group), to test the exemption itself.
+BREAK_GLASS_GROUP = "slurmpool-e2e-break-glass"
+ADMISSION_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+
+
+def admission_values() -> dict:
+    return {"oncall": {"subjects": [{"kind": "Group", "name": ONCALL_GROUP, "apiGroup": "rbac.authorization.k8s.io"}]},
+            "admission": {"breakGlassGroups": ["system:masters", BREAK_GLASS_GROUP]}}
+
+
+def admission_objects() -> list[dict]:
+    """The chart's ValidatingAdmissionPolicies and bindings, rendered by Helm (e2e/lab/build-helm.sh)
+    with the e2e suite's on-call group and break-glass groups; the release is the one whose
+    ServiceAccount the operator runs as (slurmpool in slurmpool-system)."""
+    helm = subprocess.run([str(REPO / "e2e" / "lab" / "build-helm.sh")], check=True, capture_output=True, text=True).stdout.strip()
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as values:
+        json.dump(admission_values(), values)
+        values.flush()
+        out = subprocess.run([helm, "template", "slurmpool", str(CHART), "-n", OPERATOR_NAMESPACE, "-f", values.name,
+                              "--show-only", "templates/admission.yaml"], check=True, capture_output=True, text=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d and d.get("kind") in ADMISSION_KINDS]
+
+
+def apply_admission_policies(lab) -> list[dict]:
+    """Apply the chart's admission policies to the lab (every e2e test runs with them: the lab
+    fixture calls this) and wait until the apiserver enforces them: a bad pin value, tried with a
+    server-side dry run, is refused. Returns the objects applied."""
+    objects = admission_objects()
+    assert {o["kind"] for o in objects} == set(ADMISSION_KINDS), objects
+    apply_objects(lab, objects)
+    node = lab.nodes[0]
+
+    def enforced():
+        probe = lab.kubectl("annotate", "node", node, "slurmpool.io/pin=enforced?", "--overwrite", "--dry-run=server", check=False)
+        return probe.returncode != 0 and "slurmpool-placement-values" in probe.stderr
+
+    lab.wait_for(enforced, timeout=30, message="the chart's admission policies in force")
+    return objects

@@ -6,6 +6,12 @@ works; each rule of the role is needed (the role without it makes a named comman
 apiserver's Forbidden for exactly that verb and resource); and what the on-call must not do is
 refused. Every request is made with a kubeconfig holding only the account's token.
 
+The account is bound through a group (the ServiceAccounts of its namespace, identity.ONCALL_GROUP),
+the group the lab fixture's chart admission policies name as the on-call (oncall.subjects): it may
+change only slurmpool.io/pin and move-now on a Node; labels, taints, the cordon, other annotations,
+the spec and the operator's records are refused with each policy's message; a bad pin or move-now
+is refused for everyone; a break-glass group may do all of it (docs/rbac.md#admission-policies).
+
 tests/test_oncall_role.py derives the same rules from cli.py and the runbook without a lab."""
 
 from __future__ import annotations
@@ -22,23 +28,35 @@ from harness import (
     Operator,
     apply,
     ensure_namespace_and_secret,
+    events,
     get_json,
     install_crd,
     node_placements,
+    now_rfc3339,
     pool_manifest,
     pool_status,
     reset_lab,
     wait,
 )
-from identity import apply_objects, manifest_objects, service_account_user, token_kubeconfig
+from identity import (
+    BREAK_GLASS_GROUP,
+    ONCALL_GROUP,
+    ONCALL_NAMESPACE,
+    admission_objects,
+    apply_objects,
+    manifest_objects,
+    service_account_user,
+    token_kubeconfig,
+)
 
 pytestmark = pytest.mark.e2e
 POOL = "gpu"
 SA_NAMESPACE = "slurmpool-e2e-oncall-sa"
-ONCALL = "oncall"  # bound to slurmpool-oncall
+ONCALL = "oncall"  # in ONCALL_NAMESPACE, whose ServiceAccounts are the on-call group (identity.ONCALL_GROUP): the role is bound to that group
+SOMEONE = "slurmpool-e2e-someone"  # a user (impersonated) bound to the same role, not on call: only the other policies hold for them
 MINUS = "oncall-minus"  # bound to slurmpool-oncall less one rule (test_each_rule_is_needed)
 NOBODY = "nobody"  # bound to nothing: what any ServiceAccount may do
-BINDINGS = ("slurmpool-oncall-e2e", "slurmpool-oncall-minus-e2e")
+BINDINGS = ("slurmpool-oncall-e2e", "slurmpool-oncall-minus-e2e", "slurmpool-oncall-someone-e2e")
 VENV_BIN = Path(sys.executable).parent  # where `pip install` put kubectl-slurmpool
 
 
@@ -54,10 +72,10 @@ GRANTED = flat(ROLE["rules"])
 class As:
     """kubectl and the kubectl plugin with one ServiceAccount's token, and nothing else."""
 
-    def __init__(self, lab, name: str):
+    def __init__(self, lab, name: str, namespace: str = SA_NAMESPACE):
         self.lab = lab
-        self.user = service_account_user(SA_NAMESPACE, name)
-        self.kubeconfig = token_kubeconfig(lab, SA_NAMESPACE, name, Path(lab.dir) / f"{name}-sa.kubeconfig")
+        self.user = service_account_user(namespace, name)
+        self.kubeconfig = token_kubeconfig(lab, namespace, name, Path(lab.dir) / f"{name}-sa.kubeconfig")
         self.env = {**lab.env, "KUBECONFIG": str(self.kubeconfig), "PATH": f"{VENV_BIN}:{lab.env['PATH']}", "COLUMNS": "100"}
 
     def kubectl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
@@ -80,10 +98,13 @@ class As:
         return flat(json.loads(out)["status"]["resourceRules"])
 
 
-def binding(name: str, role: str, account: str) -> dict:
+def binding(name: str, role: str, account: str | None = None, group: str | None = None, user: str | None = None) -> dict:
+    subject = ({"kind": "ServiceAccount", "name": account, "namespace": SA_NAMESPACE} if account else
+               {"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"} if group else
+               {"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"})
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": SA_NAMESPACE}]}
+            "subjects": [subject]}
 
 
 def settled(lab, slurm: int):
@@ -109,21 +130,24 @@ def oncall(lab):
     install_crd(lab)
     ensure_namespace_and_secret(lab)
     apply_objects(lab, [ROLE])
-    lab.kubectl("create", "namespace", SA_NAMESPACE, check=False)
+    for namespace in (SA_NAMESPACE, ONCALL_NAMESPACE):
+        lab.kubectl("create", "namespace", namespace, check=False)
     apply_objects(lab, [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": n, "namespace": SA_NAMESPACE}}
-                        for n in (ONCALL, MINUS, NOBODY)])
-    apply_objects(lab, [binding(BINDINGS[0], ROLE["metadata"]["name"], ONCALL)])
+                        for n in (MINUS, NOBODY)])
+    apply_objects(lab, [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": ONCALL, "namespace": ONCALL_NAMESPACE}}])
+    apply_objects(lab, [binding(BINDINGS[0], ROLE["metadata"]["name"], group=ONCALL_GROUP),
+                        binding(BINDINGS[2], ROLE["metadata"]["name"], user=SOMEONE)])
     operator = Operator(lab, "operator-oncall-role.log").start()
     try:
         apply(lab, pool_manifest(lab, POOL, 5))
         wait(settled(lab, 5), 120, what="5/3")
-        yield As(lab, ONCALL)
+        yield As(lab, ONCALL, ONCALL_NAMESPACE)
     finally:
         operator.stop()
         print(operator.log_tail(30))
         lab.kubectl("delete", "clusterrolebinding", *BINDINGS, "--ignore-not-found", check=False)
         lab.kubectl("delete", "clusterrole", "slurmpool-oncall-minus", "--ignore-not-found", check=False)
-        lab.kubectl("delete", "namespace", SA_NAMESPACE, "--wait=true", "--timeout=60s", check=False)
+        lab.kubectl("delete", "namespace", SA_NAMESPACE, ONCALL_NAMESPACE, "--wait=true", "--timeout=60s", check=False)
         reset_lab(lab)
 
 
@@ -131,6 +155,7 @@ def test_the_account_has_exactly_the_role(lab, oncall):
     assert lab.kubectl_json("get", "clusterrole", "slurmpool-oncall")["rules"] == ROLE["rules"]
     who = json.loads(oncall.ok("auth", "whoami", "-o", "json"))
     assert who["status"]["userInfo"]["username"] == oncall.user
+    assert ONCALL_GROUP in who["status"]["userInfo"]["groups"]  # bound to the role, and matched by the on-call policy, as a group
     baseline = As(lab, NOBODY).rules(NAMESPACE)
     assert not any(g == "slurmpool.io" or r in ("nodes", "pods", "events") for g, r, _ in baseline)
     assert oncall.rules(NAMESPACE) - baseline == GRANTED
@@ -212,14 +237,156 @@ def test_scale_and_pin_from_the_runbook(lab, oncall):
     wait(settled(lab, 5), 90, what="5/3")
 
 
-def test_a_node_patch_is_not_limited_to_annotations(lab, oncall):
-    """What docs/rbac.md warns about: RBAC grants `patch` on a node, whatever the patch changes."""
-    node = lab.nodes[-1]
-    oncall.ok("label", "node", node, "oncall-e2e/probe=yes")
-    try:
-        assert get_json(lab, "node", node)["metadata"]["labels"]["oncall-e2e/probe"] == "yes"
-    finally:
-        lab.kubectl("label", "node", node, "oncall-e2e/probe-")
+# ---------------------------------------------------------------- the chart's admission policies (docs/rbac.md)
+# The lab fixture applied them (identity.apply_admission_policies) with this suite's on-call group
+# (identity.ONCALL_GROUP, to which BINDINGS[0] binds the role) and break-glass groups.
+RECORDS, VALUES, ONCALL_POLICY = "slurmpool-operator-records", "slurmpool-placement-values", "slurmpool-oncall-node-changes"
+ALLOWED = "Allowed: slurm, inference, or inference:POOL"
+
+
+def denied(result: subprocess.CompletedProcess, policy: str, *phrases: str) -> str:
+    """The request was refused by that policy (kubectl: 'ValidatingAdmissionPolicy 'NAME' with binding
+    'NAME' denied request: MESSAGE'), with these phrases in the message. Returns stderr."""
+    verb = next((a for a in result.args if a in ("cordon", "uncordon")), None)
+    if verb:  # kubectl (un)cordon exits 0 when the apiserver refuses: it prints the error
+        assert f"error: unable to {verb} node" in result.stderr, f"not refused: {result.args}\n{result.stderr}"
+    else:
+        assert result.returncode != 0, f"not refused: {result.args}\n{result.stdout}"
+    assert f"ValidatingAdmissionPolicy '{policy}' with binding '{policy}' denied request: slurmpool: " in result.stderr, result.stderr
+    for phrase in phrases:
+        assert phrase in result.stderr, (phrase, result.stderr)
+    return result.stderr
+
+
+def node_state(lab, node: str) -> tuple:
+    """Labels, annotations and spec, less what the operator rewrites as Slurm's state changes."""
+    n = get_json(lab, "node", node)
+    annotations = {k: v for k, v in (n["metadata"].get("annotations") or {}).items() if k not in ("slurmpool.io/slurm", "slurmpool.io/settled-at")}
+    return n["metadata"].get("labels"), annotations, n["spec"]
+
+
+def impersonating(lab, user: str, *groups: str):
+    """kubectl as the lab admin impersonating a user with exactly these groups (plus system:authenticated)."""
+    flags = [f"--as={user}", *(f"--as-group={g}" for g in (*groups, "system:authenticated"))]
+    return lambda *args: lab.kubectl(*flags, *args, check=False)
+
+
+def test_the_policies_are_the_charts_and_type_check(lab, oncall):
+    """The policies in force are the chart's (rendered with this suite's values), and the
+    controller-manager's type checking of each against the Node schema found nothing."""
+    for obj in admission_objects():
+        kind = obj["kind"].lower()
+        live = get_json(lab, kind, obj["metadata"]["name"])
+        for key in ("failurePolicy", "matchConditions", "variables", "validations", "policyName", "validationActions"):
+            assert live["spec"].get(key) == obj["spec"].get(key), (obj["metadata"]["name"], key)
+        if obj["kind"] == "ValidatingAdmissionPolicy":
+            status = wait(lambda: (st := get_json(lab, kind, obj["metadata"]["name"]).get("status") or {})
+                          .get("observedGeneration") == live["metadata"]["generation"] and st, 30, what="type checking")
+            assert not (status.get("typeChecking") or {}).get("expressionWarnings"), status
+    assert {p["metadata"]["name"] for p in admission_objects()} == {RECORDS, VALUES, ONCALL_POLICY}
+
+
+def side_nodes(lab) -> tuple[str, str]:
+    p = placements(lab)
+    return sorted(n for n in p if p[n] == "slurm")[-1], sorted(n for n in p if p[n].startswith("inference:"))[-1]
+
+
+# (kubectl arguments as the on-call, the policy that refuses, phrases of its message). {slurm} and
+# {inference} are settled nodes of each side. Those that would disturb the pool if wrongly let
+# through are server-side dry runs: admission runs for them all the same.
+ONCALL_REFUSED = [
+    (("label", "node", "{slurm}", "oncall-e2e/probe=yes"), ONCALL_POLICY,
+     ["the on-call may not change the labels of node {slurm} (oncall-e2e/probe)"]),
+    (("label", "node", "{inference}", "slurmpool.io/inference-pool-", "--dry-run=server"), ONCALL_POLICY,
+     ["labels of node {inference} (slurmpool.io/inference-pool)"]),
+    (("taint", "node", "{inference}", "slurmpool.io/inference-", "--dry-run=server"), ONCALL_POLICY,
+     ["the on-call may not change the taints of node {inference}", "kubectl slurmpool move {inference}"]),
+    (("taint", "node", "{slurm}", "oncall-e2e/probe=yes:NoSchedule"), ONCALL_POLICY, ["taints of node {slurm}"]),
+    (("uncordon", "{slurm}", "--dry-run=server"), ONCALL_POLICY,
+     ["the on-call may not uncordon node {slurm}", "To move the node: kubectl slurmpool move {slurm} --to slurm|inference|inference:POOL"]),
+    (("cordon", "{inference}", "--dry-run=server"), ONCALL_POLICY, ["the on-call may not cordon node {inference}"]),
+    (("annotate", "node", "{slurm}", "oncall-e2e/note=hi"), ONCALL_POLICY,
+     ["may change only the annotations slurmpool.io/pin and slurmpool.io/move-now of node {slurm}, not oncall-e2e/note"]),
+    (("annotate", "node", "{slurm}", 'slurmpool.io/move={"id":"by-hand","phase":"Drainig"}', "--dry-run=server"), RECORDS,
+     ["slurmpool.io/move on node {slurm} is a record of the slurmpool operator: only its ServiceAccount "
+      "(system:serviceaccount:slurmpool-system:slurmpool) may set, change or remove it. To move the node: kubectl slurmpool move {slurm}"]),
+    (("annotate", "node", "{inference}", "slurmpool.io/placement-", "--dry-run=server"), RECORDS,
+     ["slurmpool.io/placement on node {inference} is a record of the slurmpool operator"]),
+    (("label", "node", "{inference}", "slurmpool.io/side=slurm", "--overwrite", "--dry-run=server"), RECORDS,
+     ["slurmpool.io/side on node {inference} is a record of the slurmpool operator"]),
+    (("patch", "node", "{slurm}", "--type=merge", "-p", '{"spec":{"podCIDR":"10.99.0.0/24"}}', "--dry-run=server"), ONCALL_POLICY,
+     ["the on-call may not change the spec of node {slurm}"]),
+]
+
+
+@pytest.mark.parametrize("args,policy,phrases", ONCALL_REFUSED, ids=lambda a: " ".join(a[:3]) if isinstance(a, tuple) else None)
+def test_oncall_may_change_only_pin_and_move_now(lab, oncall, args, policy, phrases):
+    slurm, inference = side_nodes(lab)
+    fill = lambda a: a.replace("{slurm}", slurm).replace("{inference}", inference)  # noqa: E731
+    before = {n: node_state(lab, n) for n in (slurm, inference)}
+    result = oncall.kubectl(*map(fill, args))
+    denied(result, policy, *map(fill, phrases))
+    assert {n: node_state(lab, n) for n in (slurm, inference)} == before
+
+
+def test_operator_records_for_anyone_else(lab, oncall):
+    """Someone bound to the same role but not on call: the on-call policy does not hold for them (a
+    label goes through, and a hand uncordon of a Slurm node is restored by the operator, as
+    before), the operator-records policy does."""
+    someone = impersonating(lab, SOMEONE)
+    slurm, inference = side_nodes(lab)
+    denied(someone("annotate", "node", slurm, "slurmpool.io/hold-until=2099-01-01T00:00:00Z"), RECORDS,
+           f"slurmpool.io/hold-until on node {slurm} is a record of the slurmpool operator: only its ServiceAccount "
+           "(system:serviceaccount:slurmpool-system:slurmpool) may set, change or remove it.")
+    denied(someone("annotate", "node", slurm, 'slurmpool.io/move={"id":"x"}', "slurmpool.io/placement=inference:llm", "--overwrite",
+                   "--dry-run=server"),
+           RECORDS, f"slurmpool.io/move, slurmpool.io/placement on node {slurm} are records of the slurmpool operator")
+    denied(someone("label", "node", inference, "slurmpool.io/side=slurm", "--overwrite", "--dry-run=server"), RECORDS,
+           f"slurmpool.io/side on node {inference} is a record of the slurmpool operator")
+    assert someone("label", "node", inference, "someone-e2e/probe=yes").returncode == 0
+    assert someone("label", "node", inference, "someone-e2e/probe-").returncode == 0
+    # The cordon decision (docs/rbac.md): not refused at admission, restored and reported.
+    since = now_rfc3339()
+    uncordon = someone("uncordon", slurm)
+    assert uncordon.returncode == 0 and "error" not in uncordon.stderr, uncordon.stderr
+    wait(lambda: get_json(lab, "node", slurm)["spec"].get("unschedulable"), 30, what=f"the cordon of {slurm} restored")
+    wait(lambda: any(slurm in m for m in events(lab, "CordonRestored", since)), 30, what="CordonRestored")
+
+
+def test_a_bad_pin_or_move_now_is_refused_for_everyone(lab, oncall):
+    slurm, _ = side_nodes(lab)
+    as_break_glass = impersonating(lab, oncall.user, ONCALL_GROUP, BREAK_GLASS_GROUP)
+    for who, run in [("on-call", oncall.kubectl), ("someone", impersonating(lab, SOMEONE)),
+                     ("break-glass", as_break_glass), ("lab admin (system:masters)", lambda *a: lab.kubectl(*a, check=False))]:
+        stderr = denied(run("annotate", "node", slurm, "slurmpool.io/pin=inferense:llm"), VALUES,
+                        f"slurmpool.io/pin=inferense:llm on node {slurm} is not a placement. {ALLOWED}")
+        assert "inference:POOL where POOL names one of the SlurmNodePool's inference pools" in stderr, who
+        denied(run("annotate", "node", slurm, "slurmpool.io/move-now=inference:LLM"), VALUES, "slurmpool.io/move-now=inference:LLM")
+    # kubectl slurmpool move passes the apiserver's message on
+    out = oncall.plugin("move", slurm, "--to", "inference:Llm")
+    assert out.returncode == 1 and out.stderr.startswith(f'error: nodes "{slurm}" is forbidden: ValidatingAdmissionPolicy '
+                                                         "'slurmpool-placement-values'"), out.stderr
+    assert f"slurmpool.io/move-now=inference:Llm on node {slurm} is not a placement. {ALLOWED}" in out.stderr
+    annotations = get_json(lab, "node", slurm)["metadata"]["annotations"]
+    assert "slurmpool.io/pin" not in annotations and "slurmpool.io/move-now" not in annotations
+
+
+def test_break_glass_can_do_all_of_it(lab, oncall):
+    """The on-call's own identity plus a break-glass group: labels, taints, the cordon and the
+    operator's records all go through (the ones that would disturb the pool as server-side dry
+    runs, which pass admission like real requests)."""
+    run = impersonating(lab, oncall.user, ONCALL_GROUP, BREAK_GLASS_GROUP)
+    slurm, inference = side_nodes(lab)
+    for args in [("label", "node", inference, "oncall-e2e/probe=yes"), ("label", "node", inference, "oncall-e2e/probe-"),
+                 ("label", "node", inference, "slurmpool.io/side=slurm", "--overwrite", "--dry-run=server"),
+                 ("taint", "node", inference, "slurmpool.io/inference-", "--dry-run=server"),
+                 ("uncordon", slurm, "--dry-run=server"), ("cordon", inference, "--dry-run=server"),
+                 ("annotate", "node", slurm, 'slurmpool.io/move={"id":"by-hand"}', "--dry-run=server"),
+                 ("annotate", "node", inference, "slurmpool.io/placement-", "--dry-run=server")]:
+        result = run(*args)
+        assert result.returncode == 0 and "error" not in result.stderr, (args, result.stderr)
+    assert "oncall-e2e/probe" not in get_json(lab, "node", inference)["metadata"]["labels"]
+    wait(settled(lab, 5), 60, what="5/3 untouched")
 
 
 REFUSED = [

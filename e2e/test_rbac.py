@@ -44,8 +44,9 @@ def test_rendered_manifests_apply_to_the_lab(installed):
     everything = manifest_objects("slurmpool.yaml")
     kinds = sorted({o["kind"] for o in everything})
     assert kinds == sorted(["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-                            "Service", "Deployment", "ConfigMap"])
-    # RBAC is applied for real (above); the Deployment, Service and dashboard with a dry run:
+                            "Service", "Deployment", "ConfigMap", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"])
+    # RBAC is applied for real (above); the Deployment, Service, dashboard and admission policies
+    # (applied for real, with the e2e suite's on-call group, by the lab fixture) with a dry run:
     # the lab has no images, so the operator itself runs as a process under the same identity.
     result = apply_objects(lab, everything, "--dry-run=server")
     assert "Warning" not in result.stderr, result.stderr

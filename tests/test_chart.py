@@ -1,7 +1,8 @@
 """The Helm chart (deploy/helm/slurmpool) and the plain manifests rendered from it.
 
-Static checks read deploy/manifests/ and the dashboard; the others run Helm and Prometheus'
-PromQL parser, built from Go modules by e2e/lab/build-helm.sh and build-promql.sh. Without a
+Static checks read deploy/manifests/ and the dashboard; the others run Helm, Prometheus' PromQL
+parser and celcheck (the apiserver's validation, type checking and evaluation of admission
+policies), built from Go modules by e2e/lab/build-helm.sh, build-promql.sh and build-celcheck.sh. Without a
 built tool they are skipped, unless SLURMPOOL_REQUIRE_TOOLS=1 (make test sets it), which builds it."""
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def helm() -> str:
 @pytest.fixture(scope="module")
 def promql() -> str:
     return go_tool("build-promql.sh")
+
+
+@pytest.fixture(scope="module")
+def celcheck() -> str:
+    return go_tool("build-celcheck.sh")
 
 
 def template(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -135,7 +141,9 @@ def test_image_by_digest(helm):
 @pytest.mark.parametrize(
     "setting",
     ["operator.interval=-1", "bogus=1", "image.digest=latest", "rbac.poolNamespaces={Bad_NS}",
-     "metrics.prometheusRule.drainBlockedFor=soon", "image.pullPolicy=Sometimes", "replicas=0"],
+     "metrics.prometheusRule.drainBlockedFor=soon", "image.pullPolicy=Sometimes", "replicas=0",
+     "admission.enabled=yes", "admission.breakGlassGroups=system:masters", "admission.validationActions={Deny,Warn}",
+     "admission.validationActions={Block}"],
 )
 def test_values_schema_refuses_bad_values(helm, setting):
     out = template(helm, "--set", setting, check=False)
@@ -250,3 +258,215 @@ def test_alert_and_dashboard_queries_parse_as_promql(promql):
     # the checker does catch errors
     bad = subprocess.run([promql], input=json.dumps(["sum(rate(x[5m])"]), capture_output=True, text=True, check=True)
     assert json.loads(bad.stdout)[0]
+
+
+# ---------------------------------------------------------------- admission policies (templates/admission.yaml)
+
+ADMISSION = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+ONCALL_SUBJECTS = {"oncall": {"subjects": [
+    {"kind": "Group", "name": "gpu-oncall", "apiGroup": "rbac.authorization.k8s.io"},
+    {"kind": "User", "name": "alice@example.com", "apiGroup": "rbac.authorization.k8s.io"},
+    {"kind": "ServiceAccount", "name": "pager", "namespace": "ops"}]}}
+
+
+def admission(helm: str, values: dict | None = None, *args: str) -> list[dict]:
+    path = REPO / ".pytest_cache" / "admission-values.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(values or {}))
+    docs = objects(template(helm, "-f", str(path), *args).stdout)
+    return [d for d in docs if d["kind"] in ADMISSION]
+
+
+def check_cel(celcheck: str, docs: list[dict]) -> list[dict]:
+    """e2e/lab/celcheck: the apiserver's validation of each object (it compiles every CEL
+    expression: what a create would be refused with) and the controller-manager's type checking
+    against the Node schema."""
+    out = subprocess.run([celcheck], input=json.dumps(docs), capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def test_admission_policies_on_by_default_and_bound(helm):
+    docs = admission(helm)
+    names = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    # without oncall.subjects there is nobody to hold to the on-call policy
+    assert names == {(k, n) for k in ADMISSION for n in ("slurmpool-operator-records", "slurmpool-placement-values")}
+    assert [d for d in load("slurmpool.yaml") if d["kind"] in ADMISSION] == docs  # deploy/manifests/slurmpool.yaml has them
+    docs = admission(helm, ONCALL_SUBJECTS)
+    policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == ADMISSION[0]}
+    bindings = {d["metadata"]["name"]: d for d in docs if d["kind"] == ADMISSION[1]}
+    assert set(policies) == set(bindings) == {"slurmpool-operator-records", "slurmpool-placement-values", "slurmpool-oncall-node-changes"}
+    for name, b in bindings.items():
+        assert b["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+    for p in policies.values():
+        assert p["spec"]["failurePolicy"] == "Fail"
+        assert p["metadata"]["annotations"]["slurmpool.io/refuses"]
+        assert all(v["messageExpression"] for v in p["spec"]["validations"])
+    records = policies["slurmpool-operator-records"]["spec"]["matchConditions"]
+    assert records[0]["expression"] == 'request.userInfo.username != "system:serviceaccount:slurmpool-system:slurmpool"'
+    assert '["system:masters"]' in records[1]["expression"]
+    oncall = policies["slurmpool-oncall-node-changes"]["spec"]["matchConditions"][0]["expression"]
+    assert '["alice@example.com","system:serviceaccount:ops:pager"]' in oncall and '["gpu-oncall"]' in oncall
+    assert "matchConditions" not in policies["slurmpool-placement-values"]["spec"]  # for everyone
+    # the release's ServiceAccount, whatever it is called
+    named = admission(helm, {"serviceAccount": {"name": "op"}})
+    assert '"system:serviceaccount:slurmpool-system:op"' in named[0]["spec"]["matchConditions"][0]["expression"]
+    assert admission(helm, {"admission": {"enabled": False}, **ONCALL_SUBJECTS}) == []
+    old = template(helm, "--kube-version", "1.29.4", check=False)  # the chart's kubeVersion allows 1.29; VAP v1 is 1.30+
+    assert old.returncode != 0 and "admission.enabled needs Kubernetes 1.30 or later" in old.stderr, old.stderr
+    assert template(helm, "--kube-version", "1.29.4", "--set", "admission.enabled=false", check=False).returncode == 0
+    none = template(helm, "--set", "admission.validationActions=null", check=False)
+    assert none.returncode != 0 and "admission.validationActions: list Deny" in none.stderr, none.stderr
+    warn = admission(helm, {"admission": {"validationActions": ["Warn", "Audit"]}})
+    assert {tuple(d["spec"]["validationActions"]) for d in warn if d["kind"] == ADMISSION[1]} == {("Warn", "Audit")}
+
+
+def test_admission_policies_compile_and_type_check(helm, celcheck):
+    """Every expression compiles as the apiserver compiles it on create (so a broken one fails
+    here, not in a user's helm upgrade), and type-checks against the Node schema. Also with a
+    break-glass group whose name needs escaping in a CEL string."""
+    values = {**ONCALL_SUBJECTS, "admission": {"breakGlassGroups": ["system:masters", 'odd "group" \\ <name>']}}
+    docs = admission(helm, values)
+    results = check_cel(celcheck, docs)
+    assert [(r["kind"], r["name"]) for r in results] == [(d["kind"], d["metadata"]["name"]) for d in docs]
+    assert [r for r in results if r["errors"] or r["warnings"]] == []
+
+
+def test_celcheck_fails_on_broken_cel(helm, celcheck):
+    """The check can fail: a syntax error, a call that does not exist, a message expression that
+    is no string, a misspelt Node field (a type-checking warning) are each reported."""
+    docs = admission(helm, ONCALL_SUBJECTS)
+    policy = next(d for d in docs if d["metadata"]["name"] == "slurmpool-oncall-node-changes")
+
+    def broken(path: tuple, text: str) -> dict:
+        p = json.loads(json.dumps(policy))
+        node = p["spec"]
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = text
+        (result,) = check_cel(celcheck, [p])
+        return result
+
+    syntax = broken(("validations", 0, "expression"), "!variables.cordonChanged &&")
+    assert any("compilation failed" in e and "spec.validations[0].expression" in e for e in syntax["errors"]), syntax
+    unknown = broken(("variables", 1, "expression"), "object.metadata.annotations.no_such_function()")
+    assert any("spec.variables[1].expression" in e for e in unknown["errors"]), unknown
+    message = broken(("validations", 0, "messageExpression"), "size(variables.changedLabels)")
+    assert any("spec.validations[0].messageExpression" in e for e in message["errors"]), message
+    condition = broken(("matchConditions", 0, "expression"), "request.userInfo.username in [")
+    assert any("spec.matchConditions[0].expression" in e for e in condition["errors"]), condition
+    field = broken(("validations", 0, "expression"), "object.spec.?unschedulabel.orValue(false) == false")
+    assert not field["errors"] and any("undefined field 'unschedulabel'" in w for w in field["warnings"]), field
+    mistyped = broken(("validations", 1, "expression"), "object.spec.unschedulable == 'yes'")
+    assert any("no matching overload" in w for w in mistyped["warnings"]), mistyped
+    binding = next(d for d in docs if d["kind"] == ADMISSION[1])
+    (bad,) = check_cel(celcheck, [{**binding, "spec": {**binding["spec"], "validationActions": ["Deny", "Warn"]}}])
+    assert bad["errors"], bad
+
+
+# What each policy lets through and refuses, evaluated by the apiserver's own validator
+# (celcheck -eval: the policies compiled as the ValidatingAdmissionPolicy plugin compiles them,
+# match conditions included) on Node writes. matchConstraints (Node CREATE/UPDATE, nodes and
+# nodes/status) are the apiserver's to apply: e2e/test_oncall_role.py shows them on the lab.
+OPERATOR = "system:serviceaccount:slurmpool-system:slurmpool"
+ONCALL = ("bob", ["gpu-oncall", "system:authenticated"])
+SOMEONE = ("carol", ["platform-team", "system:authenticated"])
+RECORDS, VALUES, ONCALL_POLICY = "slurmpool-operator-records", "slurmpool-placement-values", "slurmpool-oncall-node-changes"
+SETTLED = {"slurmpool.io/placement": "slurm", "slurmpool.io/pool": "ns/gpu", "slurmpool.io/settled-at": "2026-11-30T00:00:00Z",
+           "slurmpool.io/slurm": '{"state":"idle"}'}
+SLURM_TAINT = {"key": "slurmpool.io/slurm", "value": "true", "effect": "NoSchedule"}
+
+
+def node(annotations: dict | None = None, labels: dict | None = None, **spec) -> dict:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "gpu03", "annotations": {**SETTLED, **(annotations or {})},
+                         "labels": {"kubernetes.io/hostname": "gpu03", "slurmpool.io/side": "slurm", **(labels or {})}},
+            "spec": {"unschedulable": True, "taints": [SLURM_TAINT], **spec}}
+
+
+def without(obj: dict, *keys: str) -> dict:
+    obj = json.loads(json.dumps(obj))
+    for key in keys:
+        obj["metadata"]["annotations"].pop(key, None)
+        obj["metadata"]["labels"].pop(key, None)
+    return obj
+
+
+LONG_POOL = "a" * 40
+CASES = [
+    # (what, who, old, new, policies that refuse)
+    ("the operator starts a move", (OPERATOR, []), node(), node({"slurmpool.io/move": '{"id":"m1","phase":"Draining"}'}), set()),
+    ("the operator settles a node on inference", (OPERATOR, []), node({"slurmpool.io/move": "{}"}),
+     without(node({"slurmpool.io/placement": "inference:llm", "slurmpool.io/hold-until": "2026-12-01T00:00:00Z"},
+                  {"slurmpool.io/side": "inference"}, unschedulable=False, taints=[]), "slurmpool.io/move"), set()),
+    ("the operator removes a fulfilled move-now", (OPERATOR, []), node({"slurmpool.io/move-now": "inference"}), node(), set()),
+    ("the operator writes a node that carries an old bad pin", (OPERATOR, []), node({"slurmpool.io/pin": "inferense"}),
+     node({"slurmpool.io/pin": "inferense", "slurmpool.io/slurm": '{"state":"mix"}'}), set()),
+    ("someone removes an old bad pin", SOMEONE, node({"slurmpool.io/pin": "inferense"}), node(), set()),
+    ("someone edits the move record", SOMEONE, node({"slurmpool.io/move": "{}"}), node({"slurmpool.io/move": '{"phase":"Drainig"}'}), {RECORDS}),
+    ("someone removes the placement", SOMEONE, node(), without(node(), "slurmpool.io/placement"), {RECORDS}),
+    ("someone sets hold-until", SOMEONE, node(), node({"slurmpool.io/hold-until": "2099-01-01T00:00:00Z"}), {RECORDS}),
+    ("someone relabels the side", SOMEONE, node(), node(labels={"slurmpool.io/side": "inference"}), {RECORDS}),
+    ("someone uncordons a Slurm node (restored by the operator)", SOMEONE, node(), node(unschedulable=False), set()),
+    ("someone labels and taints", SOMEONE, node(), node(labels={"team": "a"}, taints=[SLURM_TAINT, {"key": "x", "effect": "NoSchedule"}]), set()),
+    ("the kubelet registers a Node", ("system:node:gpu09", ["system:nodes"]), None, without(node(), *SETTLED, "slurmpool.io/side"), set()),
+    ("a Node created with a move record", ("system:node:gpu09", ["system:nodes"]), None, node({"slurmpool.io/move": "{}"}), {RECORDS}),
+    ("the node lifecycle controller taints", ("system:serviceaccount:kube-system:node-controller", ["system:serviceaccounts"]), node(),
+     node(taints=[SLURM_TAINT, {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]), set()),
+    ("break-glass edits the move record and uncordons", ("admin", ["system:masters"]), node(),
+     node({"slurmpool.io/move": "{}"}, unschedulable=False), set()),
+    ("break-glass sets a bad pin", ("admin", ["system:masters"]), node(), node({"slurmpool.io/pin": "inferense:llm"}), {VALUES}),
+    ("the on-call pins", ONCALL, node(), node({"slurmpool.io/pin": "inference:llm"}), set()),
+    ("the on-call asks move-now and unpins", ONCALL, node({"slurmpool.io/pin": "slurm"}),
+     without(node({"slurmpool.io/move-now": "inference"}), "slurmpool.io/pin"), set()),
+    ("the on-call uncordons", ONCALL, node(), node(unschedulable=False), {ONCALL_POLICY}),
+    ("the on-call cordons", ONCALL, node(unschedulable=False, taints=[]), node(taints=[]), {ONCALL_POLICY}),
+    ("the on-call removes the Slurm taint", ONCALL, node(), node(taints=[]), {ONCALL_POLICY}),
+    ("the on-call labels", ONCALL, node(), node(labels={"team": "a"}), {ONCALL_POLICY}),
+    ("the on-call removes a label", ONCALL, node(), without(node(), "kubernetes.io/hostname"), {ONCALL_POLICY}),
+    ("the on-call annotates something else", ONCALL, node(), node({"example.com/note": "hi"}), {ONCALL_POLICY}),
+    ("the on-call changes the spec", ONCALL, node(), node(podCIDR="10.0.0.0/24"), {ONCALL_POLICY}),
+    ("the on-call edits the move record", ONCALL, node(), node({"slurmpool.io/move": "{}"}), {RECORDS}),
+    ("the on-call sets a bad move-now", ONCALL, node(), node({"slurmpool.io/move-now": "inference:LLM"}), {VALUES}),
+    ("an on-call user by name", ("alice@example.com", []), node(), node(labels={"team": "a"}), {ONCALL_POLICY}),
+    ("an on-call ServiceAccount", ("system:serviceaccount:ops:pager", ["system:serviceaccounts"]), node(), node(labels={"t": "a"}),
+     {ONCALL_POLICY}),
+    ("the on-call in a break-glass group", ("bob", ["gpu-oncall", "system:masters"]), node(), node(labels={"team": "a"}), set()),
+] + [
+    (f"pin={value}", SOMEONE, node(), node({"slurmpool.io/pin": value}), refused)
+    for value, refused in [("slurm", set()), ("inference", set()), ("inference:a", set()), ("inference:a-1", set()),
+                           (f"inference:{LONG_POOL}", set()), ("inferense:llm", {VALUES}), ("inference:", {VALUES}),
+                           ("inference:LLM", {VALUES}), ("inference:-a", {VALUES}), ("inference:a_b", {VALUES}),
+                           (f"inference:{LONG_POOL}b", {VALUES}), ("Slurm", {VALUES}), ("slurm ", {VALUES}), ("", {VALUES})]
+]
+
+
+def test_what_each_policy_refuses(helm, celcheck):
+    policies = [d for d in admission(helm, ONCALL_SUBJECTS) if d["kind"] == ADMISSION[0]]
+    requests = [{"name": what, "operation": "CREATE" if old is None else "UPDATE", "user": who[0], "groups": who[1],
+                 "subresource": "", "object": new, "oldObject": old} for what, who, old, new, _ in CASES]
+    out = subprocess.run([celcheck, "-eval"], input=json.dumps({"policies": policies, "requests": requests}),
+                         capture_output=True, text=True, check=True)
+    results = {r["name"]: r["denials"] for r in json.loads(out.stdout)}
+    assert len(results) == len(CASES)
+    wrong = {what: results[what] for what, *_, refused in CASES if {d["policy"] for d in results[what]} != refused}
+    assert wrong == {}
+    errors = [d for denials in results.values() for d in denials if d["error"] or not d["message"].startswith("slurmpool: ")]
+    assert errors == []  # every refusal is a policy's own message, none an evaluation error
+    assert results["the on-call uncordons"][0]["message"].startswith("slurmpool: the on-call may not uncordon node gpu03: ")
+    assert results["the on-call cordons"][0]["message"].startswith("slurmpool: the on-call may not cordon node gpu03: ")
+    assert results["someone removes the placement"][0]["message"].startswith(
+        f"slurmpool: slurmpool.io/placement on node gpu03 is a record of the slurmpool operator: only its ServiceAccount ({OPERATOR})")
+    assert results["pin=inference:LLM"][0]["message"].startswith(
+        "slurmpool: slurmpool.io/pin=inference:LLM on node gpu03 is not a placement. Allowed: slurm, inference, or inference:POOL")
+
+
+def test_the_evaluation_can_fail(helm, celcheck):
+    """celcheck -eval reports a refusal the policies would not make, so the table above can fail:
+    the on-call policy with its cordon rule inverted refuses a pin."""
+    policy = next(d for d in admission(helm, ONCALL_SUBJECTS) if d["metadata"]["name"] == ONCALL_POLICY)
+    policy["spec"]["validations"][0]["expression"] = "variables.cordonChanged"
+    request = {"name": "pin", "operation": "UPDATE", "user": ONCALL[0], "groups": ONCALL[1], "subresource": "",
+               "oldObject": node(), "object": node({"slurmpool.io/pin": "slurm"})}
+    out = subprocess.run([celcheck, "-eval"], input=json.dumps({"policies": [policy], "requests": [request]}),
+                         capture_output=True, text=True, check=True)
+    assert [d["policy"] for d in json.loads(out.stdout)[0]["denials"]] == [ONCALL_POLICY]
