@@ -70,3 +70,19 @@ def test_a_replica_that_does_not_lead_only_looks_again_later(monkeypatch):
     memo.leader.leading = False
     asyncio.run(handlers.reconcile_key(memo, ("ns", "gpu"), {}, {}, {("ns", "gpu"): [{"uid": "u", "generation": 1, "spec": {}}]}))
     assert memo.queue.scheduled == [memo.settings.interval] and memo.kube.events == []
+
+
+def test_a_pass_waits_while_the_index_lags_our_own_record_writes(monkeypatch):
+    from slurmpool.view import ANN_MOVE, NodeView
+
+    memo = memo_for()
+    memo.expected = {"gpu01": ({ANN_MOVE: '{"id":"m2"}'}, 0.0)}
+    monkeypatch.setattr(handlers.time, "monotonic", lambda: 1.0)
+    old = NodeView("gpu01", annotations={ANN_MOVE: '{"id":"m1"}'})
+    assert handlers._index_lags(memo, [old])  # the watch has not brought m2 back: no pass on m1
+    new = NodeView("gpu01", annotations={ANN_MOVE: '{"id":"m2"}'})
+    assert not handlers._index_lags(memo, [new]) and memo.expected == {}
+    memo.expected = {"gpu01": ({ANN_MOVE: None}, 0.0)}  # a removal: seen once the annotation is gone
+    assert handlers._index_lags(memo, [old])
+    monkeypatch.setattr(handlers.time, "monotonic", lambda: 100.0)  # never seen: someone else wrote since
+    assert not handlers._index_lags(memo, [old])

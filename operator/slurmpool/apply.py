@@ -58,6 +58,10 @@ async def apply(
     patches = {name: p for name, p in patches.items() if p}
     written = await asyncio.gather(*(_guard(result, f"patch node {n}", kube.patch_node(n, p), ok=True) for n, p in patches.items()))
     result.unwritten = {name for name, ok in zip(patches, written) if ok is None}
+    for name, patch in patches.items():
+        record = {k: v for k, v in patch.get("metadata", {}).get("annotations", {}).items() if k in (ANN_MOVE, ANN_PLACEMENT)}
+        if record and name not in result.unwritten:
+            result.records[name] = record
     result.acted = bool(patches)
     drains: dict[str, list[str]] = defaultdict(list)
     resumes, requeues, cancels = [], [], []

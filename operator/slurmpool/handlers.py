@@ -33,6 +33,7 @@ from .interfaces import PoolRef, pool_object
 from .kube import KubeAdapter, node_view, pod_view
 from .leader import LeaderElector
 from .models import GROUP, PLURAL, VERSION, SlurmNodePoolSpec, SlurmNodePoolStatus
+from .moves import Cancel, Requeue, Resume
 from .phases import Phase
 from .settings import Settings
 from .snapshot import PoolSnapshot
@@ -46,6 +47,8 @@ log = logging.getLogger("slurmpool")
 QUICK_PHASES = frozenset({Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING, Phase.DRAINING})
 QUICK_INTERVAL = 0.2
 SLOW_PASS = 2.0  # seconds: a pass slower than this is logged with where its time went
+INDEX_LAG_RETRY = 0.05  # seconds: look again this soon when the watch has not brought our writes back
+EXPECT_FOR = 10.0  # seconds: after this, a write the index never showed is taken as overwritten
 
 
 class _NoSlurm:
@@ -143,6 +146,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, nodes_index,
     memo.queue = WorkQueue()
     memo.generations, memo.owners, memo.owners_at = {}, {}, 0.0
     memo.failures, memo.reconcile_errors, memo.published, memo.fresh, memo.last_poll = {}, {}, {}, set(), {}
+    memo.expected = {}  # node -> (record annotations we wrote, when): until the watch shows them
     memo.kube = KubeAdapter(_api_client())
     memo.leader = LeaderElector(memo.kube.api, namespace=config.lease_namespace, identity=config.identity,
                                 duration=config.lease_duration, renew_every=config.lease_renew)
@@ -285,11 +289,21 @@ async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_in
         return config.interval
     t0 = time.monotonic()
     snap, backend = await _snapshot(memo, pool, spec, raw, nodes_index, pods_index, pools_index)
+    if _index_lags(memo, snap.nodes):
+        return INDEX_LAG_RETRY  # our last writes have not come back through the watch yet
     t1 = time.monotonic()
     decision = decide(snap)
+    if snap.slurm.available and snap.slurm.polled_at < t0 and _needs_fresh_slurm(decision):
+        # Which node to move, and whether a drain is still ours to resume, are read from a poll
+        # begun after this pass did (an admin's drain just before a scale must count).
+        snap, backend = await _snapshot(memo, pool, spec, raw, nodes_index, pods_index, pools_index, newer_than=t0)
+        decision = decide(snap)
     t2 = time.monotonic()
     result = await apply(pool, spec, list(snap.nodes), decision, memo.kube, backend or _NoSlurm(), memo.published,
                          config.crash_after_phase)
+    now = time.monotonic()
+    for name, record in result.records.items():
+        memo.expected[name] = (record, now)
     if result.slurm_changed:
         memo.access.changed(pool.namespace, spec.slurm.access, pool.key)  # its next look must see what it did
     status = build_status(snap, decision, result)
@@ -314,7 +328,28 @@ async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_in
     return config.interval
 
 
-async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_index, pods_index, pools_index):
+def _index_lags(memo, nodes) -> bool:
+    """True while a node's record we wrote is not yet in the index (the watch lags our writes): a
+    pass on the old record would redo its step, or start a move on a node already moving."""
+    lagging = False
+    now = time.monotonic()
+    for node in nodes:
+        expected = memo.expected.get(node.name)
+        if expected is None:
+            continue
+        record, at = expected
+        if all(node.annotations.get(k) == v for k, v in record.items()) or now - at > EXPECT_FOR:
+            del memo.expected[node.name]  # seen (or someone else changed it since: the index wins)
+        else:
+            lagging = True
+    return lagging
+
+
+def _needs_fresh_slurm(decision) -> bool:
+    return bool(decision.starts) or any(isinstance(a, (Resume, Requeue, Cancel)) for s in decision.steps.values() for a in s.actions)
+
+
+async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_index, pods_index, pools_index, newer_than=None):
     key = (pool.namespace, pool.name)
     owners = _owners(memo, nodes_index, pools_index)
     mine: list[NodeView] = []
@@ -333,7 +368,8 @@ async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_ind
                     if p.slurmd and p.pool == pool.name and p.namespace == pool.namespace)
     # Pools on one Slurm share a poll made within half an interval; a pool whose move waits on
     # Slurm asks for one begun after the poll it last saw (shared by every pool asking meanwhile).
-    newer_than = memo.last_poll.get(key) if key in memo.fresh else None
+    if newer_than is None and key in memo.fresh:
+        newer_than = memo.last_poll.get(key)
     memo.fresh.discard(key)
     backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=memo.settings.interval / 2,
                                                topology=spec.topology.from_slurm, newer_than=newer_than, pool=pool.key)

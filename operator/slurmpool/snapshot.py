@@ -71,3 +71,4 @@ class ApplyResult:
     unwritten: set[str] = field(default_factory=set)  # nodes whose record could not be written
     acted: bool = False  # something was done that the next observation may show done
     slurm_changed: bool = False  # a Slurm update was sent: the next pass polls Slurm afresh
+    records: dict[str, dict[str, str | None]] = field(default_factory=dict)  # node -> record annotations written
