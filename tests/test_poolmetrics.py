@@ -49,7 +49,8 @@ def test_gpu_seconds_count_settled_nodes_on_the_same_side_across_a_pass():
     pool = "ns/gpu-seconds"
     nodes = [settled("a", "slurm"), settled("b", "slurm", gpus=4), settled("c", "inference:llm"), moving("d", "Draining")]
     poolmetrics.export(pool, nodes, status(), now=100.0, wall=NOW)
-    assert value("slurmpool_gpu_seconds_total", pool=pool, side="slurm") is None  # first pass: no interval yet
+    # first pass: no interval yet, but both sides exist at 0 (so increase() counts the next pass)
+    assert value("slurmpool_gpu_seconds_total", pool=pool, side="slurm") == value("slurmpool_gpu_seconds_total", pool=pool, side="inference") == 0
     poolmetrics.export(pool, nodes, status(), now=110.0, wall=NOW)
     assert value("slurmpool_gpu_seconds_total", pool=pool, side="slurm") == (8 + 4) * 10
     assert value("slurmpool_gpu_seconds_total", pool=pool, side="inference") == 8 * 10
