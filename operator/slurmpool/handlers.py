@@ -47,6 +47,10 @@ log = logging.getLogger("slurmpool")
 QUICK_PHASES = frozenset({Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING, Phase.DRAINING})
 QUICK_INTERVAL = 0.2
 SLOW_PASS = 2.0  # seconds: a pass slower than this is logged with where its time went
+# A Slurm view this old still does for a pass: what must be fresher asks for it (a pool's own
+# changes, a move waiting on Slurm, a move to start or a drain to resume), and a poll costs a
+# round trip of scontrol and squeue (a few hundred ms) that most passes of a move do not need.
+SLURM_MAX_AGE = 2.0
 INDEX_LAG_RETRY = 0.05  # seconds: look again this soon when the watch has not brought our writes back
 EXPECT_FOR = 10.0  # seconds: after this, a write the index never showed is taken as overwritten
 
@@ -366,12 +370,12 @@ async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_ind
     # Pods bound to a node that is no Node (deleted): this pool's slurmd pods are reported and cleaned up.
     orphans = tuple(p for node in list(pods_index) if node not in nodes_index for p in pods_index.get(node, ())
                     if p.slurmd and p.pool == pool.name and p.namespace == pool.namespace)
-    # Pools on one Slurm share a poll made within half an interval; a pool whose move waits on
-    # Slurm asks for one begun after the poll it last saw (shared by every pool asking meanwhile).
+    # Pools on one Slurm share a poll made within SLURM_MAX_AGE; a pool whose move waits on Slurm
+    # asks for one begun after the poll it last saw (shared by every pool asking meanwhile).
     if newer_than is None and key in memo.fresh:
         newer_than = memo.last_poll.get(key)
     memo.fresh.discard(key)
-    backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=memo.settings.interval / 2,
+    backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=SLURM_MAX_AGE,
                                                topology=spec.topology.from_slurm, newer_than=newer_than, pool=pool.key)
     memo.last_poll[key] = slurm.polled_at
     pending = tuple(p for store in (memo.pending_pods or {}).values() for p in store) if spec.demand and spec.demand.enabled else ()
