@@ -54,9 +54,15 @@ class LeaderElector:
         name: str = "slurmpool",
         namespace: str | None = None,
         identity: str | None = None,
-        duration: float = 15.0,
-        renew_every: float = 3.0,
+        duration: float | None = None,
+        renew_every: float | None = None,
     ):
+        # SLURMPOOL_LEASE_DURATION / SLURMPOOL_LEASE_RENEW (seconds; defaults 15 and 3). Tests
+        # shorten them; a real install keeps the defaults.
+        if duration is None:
+            duration = float(os.environ.get("SLURMPOOL_LEASE_DURATION") or 15.0)
+        if renew_every is None:
+            renew_every = float(os.environ.get("SLURMPOOL_LEASE_RENEW") or 3.0)
         self.api = client.CoordinationV1Api(api_client)
         self.name = name
         self.namespace = namespace or default_namespace()
