@@ -25,6 +25,7 @@ from harness import (
     get_json,
     install_crd,
     node_placements,
+    pod_json,
     pool_manifest,
     pool_status,
     reset_lab,
@@ -160,7 +161,7 @@ def test_status_shows_pods_of_any_namespace(lab, oncall):
                     "containers": [{"name": "llm", "image": "llm:1"}]}}
     apply(lab, pod)
     try:
-        wait(lambda: get_json(lab, "pod", "serve-1", "-n", SA_NAMESPACE).get("status", {}).get("phase") == "Running", 30,
+        wait(lambda: pod_json(lab, "serve-1", SA_NAMESPACE).get("status", {}).get("phase") == "Running", 30,
              what="serve-1 running")
         view = json.loads(oncall.ok("status", POOL, "-n", NAMESPACE, "-o", "json", plugin=True))
         rows = {n["node"]: n["pods"] for n in view["nodes"]}
