@@ -45,9 +45,7 @@ class Operator:
     def start(self) -> Operator:
         env = {**os.environ, **self.lab.env, "SLURMPOOL_INTERVAL": "0.5", **self.extra_env}
         if self.identity == "serviceaccount" and "KUBECONFIG" not in self.extra_env:
-            from identity import operator_kubeconfig
-
-            env["KUBECONFIG"] = str(operator_kubeconfig(self.lab))
+            env["KUBECONFIG"] = str(_operator_kubeconfig(self.lab))
             # The chart grants the Lease only in the release namespace (leader-rbac.yaml).
             env.setdefault("SLURMPOOL_LEASE_NAMESPACE", "slurmpool-system")
         log = open(self.log_path, "ab")
@@ -80,6 +78,22 @@ class Operator:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+_SA_KUBECONFIGS: dict[str, Path] = {}
+
+
+def _operator_kubeconfig(lab) -> Path:
+    """identity.operator_kubeconfig (the chart's RBAC applied, a 12 h token of its ServiceAccount),
+    once per pytest session and lab: no test removes that RBAC or account, so every operator the
+    session starts after the first reuses the kubeconfig instead of three more kubectl runs."""
+    from identity import operator_kubeconfig
+
+    key = str(lab.dir)
+    path = _SA_KUBECONFIGS.get(key)
+    if path is None or not path.exists():
+        path = _SA_KUBECONFIGS[key] = operator_kubeconfig(lab)
+    return path
 
 
 def pool_manifest(lab, name: str, slurm_nodes: int, namespace: str = NAMESPACE, **overrides) -> dict:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from kubernetes.client.rest import ApiException
 
 from harness import (
     NAMESPACE,
@@ -24,11 +25,15 @@ from harness import (
     ensure_namespace_and_secret,
     get_json,
     install_crd,
+    node_json,
     node_placements,
     pod_json,
+    pods_json,
+    pool_json,
     pool_manifest,
     pool_status,
     reset_lab,
+    slurmd_pods,
     wait,
 )
 from identity import apply_objects, manifest_objects, service_account_user, token_kubeconfig
@@ -102,7 +107,7 @@ def placements(lab) -> dict[str, str]:
 
 
 def pool(lab) -> dict:
-    return get_json(lab, "snp", POOL, "-n", NAMESPACE)
+    return pool_json(lab, POOL)
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +181,7 @@ def test_move_now_and_its_events(lab, oncall):
     assert "move-now=inference" in out and f"pool {NAMESPACE}/{POOL} will move it" in out, out
     wait(lambda: placements(lab)[node] == "inference:llm", 90, what=f"{node} moved now")
     wait(settled(lab, 5), 90, what="the split kept at 5/3 (a swap)")
-    wait(lambda: "slurmpool.io/move-now" not in (get_json(lab, "node", node)["metadata"].get("annotations") or {}), 30,
+    wait(lambda: "slurmpool.io/move-now" not in (node_json(lab, node)["metadata"].get("annotations") or {}), 30,
          what="move-now cleared")
     # Reading the operator's Events, as the runbook does.
     wait(lambda: "MoveNowDone" in oncall.ok("events", "-n", NAMESPACE), 30, what="MoveNowDone in kubectl events")
@@ -260,7 +265,7 @@ def refused_input(lab, args: tuple[str, ...], pod: str) -> str | None:
 
 @pytest.mark.parametrize("args", REFUSED, ids=lambda a: " ".join(a[:3]))
 def test_everything_else_is_refused(lab, oncall, args):
-    pods = get_json(lab, "pods", "-n", NAMESPACE, "-l", "slurmpool.io/component=slurmd")["items"]
+    pods = slurmd_pods(lab)
     pod = pods[0]["metadata"]["name"]
     resolved = tuple(a.replace("{slurmd_pod}", pod).replace("{node}", lab.nodes[-1]) for a in args)
     before = pool(lab)
@@ -269,8 +274,10 @@ def test_everything_else_is_refused(lab, oncall, args):
     assert "forbidden" in result.stderr.lower(), result.stderr
     after = pool(lab)
     assert after["spec"] == before["spec"] and after.get("status", {}).get("moving") == before.get("status", {}).get("moving")
-    assert pod in {p["metadata"]["name"] for p in get_json(lab, "pods", "-n", NAMESPACE)["items"]}
-    assert lab.kubectl("get", "snp", "oncall-was-here", "-n", NAMESPACE, check=False).returncode != 0
+    assert pod in {p["metadata"]["name"] for p in pods_json(lab)}
+    with pytest.raises(ApiException) as missing:
+        pool_json(lab, "oncall-was-here")
+    assert missing.value.status == 404
 
 
 # Each rule of the role -> a command of the plugin or the runbook that fails without it. The

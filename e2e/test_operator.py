@@ -64,14 +64,16 @@ def ensure_pool(lab, slurm: int | None = None) -> None:
     test before made it, then scaled to `slurm` if given. Tests that follow on from an earlier
     one start with this, so each also runs alone (-k); in order it only checks the split."""
     try:
-        pool_json(lab, POOL)
+        current = pool_json(lab, POOL)["spec"]["slurmNodes"]
     except ApiException as err:
         if err.status != 404:
             raise
         apply(lab, pool_manifest(lab, POOL, 8))
         wait(settled(lab, 8, 0), 120, what="status 8/0")
+        current = 8
     if slurm is not None:
-        lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={slurm}")
+        if current != slurm:  # no no-op scale: it would change who managedFields says set the count
+            lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={slurm}")
         wait(settled(lab, slurm, 8 - slurm), 90, what=f"status {slurm}/{8 - slurm}")
     else:
         wait(lambda: (s := pool_status(lab, POOL)).get("moving") == 0
