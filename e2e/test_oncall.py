@@ -322,9 +322,11 @@ def test_demand_grows_slurm_to_its_max_then_inference_without_flapping(lab, op):
     TIMINGS["demand: Slurm 3 -> 5 decided"] = time.monotonic() - t0
     wait(settled(lab, 5), 60, what="5/3")
     wait(lambda: sum(job_state(lab, j) == "RUNNING" for j in jobs) == 5, 30, what="5 jobs running on the grown side")
-    # Past the cooldown of that change (plus a pass or two), demand could act again: it must not grow past its max.
+    # Demand sees the one job that still cannot start; past the cooldown of its last change (and at
+    # least a few passes later) it could act again: it must not grow past its max.
+    wait(lambda: target(lab)["demand"]["pendingJobs"] == 1, 30, what="demand seeing the one job still pending")
     last = datetime.fromisoformat(target(lab)["demand"]["lastChange"].replace("Z", "+00:00"))
-    time.sleep(max(0.0, (last + timedelta(seconds=COOLDOWN + 2) - datetime.now(timezone.utc)).total_seconds()))
+    time.sleep(max(2.0, (last + timedelta(seconds=COOLDOWN + 2) - datetime.now(timezone.utc)).total_seconds()))
     assert target(lab)["slurmNodes"] == 5, "grew past slurm.maxNodes"
     assert target(lab)["demand"]["pendingJobs"] == 1
 

@@ -41,7 +41,9 @@ def test_moves_keep_whole_blocks_in_slurm(lab, operator, source):
     try:
         apply(lab, pool_manifest(lab, POOL, 8, topology=SOURCES[source]))
         wait(lambda: settled(lab, 8), 120, what="8 Slurm nodes")
-        assert pool_json(lab, POOL)["spec"]["topology"] == SOURCES[source]  # apply removed the other source's fields
+        topology = pool_json(lab, POOL)["spec"]["topology"]  # apply replaced the other source's fields
+        assert {k: topology.get(k) for k in SOURCES[source]} == SOURCES[source], topology
+        assert topology.get("fromSlurm", False) == (source == "slurm") and ("blockLabel" in topology) == (source == "labels"), topology
         # An admin drains gpu07 (a bad GPU): block-2 is broken for Slurm. Without topology the
         # planner would take gpu07 and then the first idle node by name, gpu01, breaking block-1 too.
         lab.slurm("scontrol", "update", "nodename=gpu07", "state=drain", "reason=bad GPU, ticket 42")
