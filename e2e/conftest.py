@@ -218,6 +218,11 @@ def lab() -> Iterator[Lab]:
     finally:
         with _lab_lock(d):
             (users / str(os.getpid())).unlink(missing_ok=True)
+            if not _other_users(users) and (d / "env").exists():
+                # The tests' namespaces, emptied by each module (harness.reset_lab), go now, once.
+                subprocess.run([str(Lab.from_env_file(d / "env").bin_dir / "kubectl"), "delete", "namespace",
+                                "-l", "slurmpool.io/e2e=true", "--wait=false"],
+                               env={**env, **_read_env(d / "env")}, capture_output=True, timeout=60)
             if started_marker.exists() and not _other_users(users):
                 subprocess.run([str(LAB_SCRIPTS / "down.sh")], env=env, capture_output=True)
                 started_marker.unlink(missing_ok=True)

@@ -149,18 +149,31 @@ def install_crd(lab) -> None:
     lab.kubectl("wait", "--for=condition=Established", "crd/slurmnodepools.slurmpool.io", "--timeout=30s")
 
 
+E2E_NAMESPACE_LABEL = "slurmpool.io/e2e"  # test namespaces: deleted when the last pytest session using the lab ends
+
+
 def ensure_namespace_and_secret(lab, namespace: str = NAMESPACE) -> None:
-    """The test namespace with the Secret that lets the operator reach the lab's sshd."""
-    lab.kubectl("create", "namespace", namespace, check=False)
+    """The test namespace (labelled E2E_NAMESPACE_LABEL) with the Secret that lets the operator
+    reach the lab's sshd; one kubectl apply."""
     key = Path(lab.ssh_key).read_text()
     known = Path(lab.ssh_known_hosts).read_text()
+    def terminating() -> bool:  # e.g. deleted at the end of a session that just ended
+        try:
+            return _raw(core(lab).read_namespace(namespace, _preload_content=False)).get("status", {}).get("phase") == "Terminating"
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+
+    wait(lambda: not terminating(), 90, what=f"namespace {namespace} deleted before it is made again")
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": {E2E_NAMESPACE_LABEL: "true"}}}
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": "slurm-ssh", "namespace": namespace},
         "stringData": {"ssh-privatekey": key, "known_hosts": known},
     }
-    apply(lab, secret)
+    apply(lab, [ns, secret])
 
 
 def get_json(lab, *args) -> dict:
@@ -269,30 +282,39 @@ RESET_LABELS = ("slurmpool.io/side", "slurmpool.io/inference-pool")
 RESET_TAINTS = ("slurmpool.io/slurm", "slurmpool.io/inference")
 
 
-def delete_namespace(lab, namespace: str, timeout: float = 60) -> bool:
-    """Delete a namespace and wait until it is gone (its pods too: slurmd pods are stopped by the
-    agent). False (and a line on stdout) if it is still there after `timeout`; missing is fine."""
-    try:
-        core(lab).delete_namespace(namespace)
-    except ApiException as err:
-        if err.status != 404:
-            raise
-
-    def gone():
+def clear_namespace(lab, namespace: str = NAMESPACE, timeout: float = 60) -> None:
+    """Everything the tests make in a namespace gone, the namespace itself (and its SSH Secret)
+    kept: pools, Deployments and ReplicaSets, PDBs, pods (slurmd pods too: the agent stops their
+    slurmd) and Events. One delete-collection call per kind, then a poll until the pods (which
+    the agent removes after stopping their process) and pools are gone. A namespace delete would
+    do the same but costs the namespace controller's passes (5-10 s on the lab)."""
+    apps, policy, core_api, crds = client.AppsV1Api(lab.api()), client.PolicyV1Api(lab.api()), core(lab), custom(lab)
+    calls = [
+        lambda: crds.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL),
+        lambda: apps.delete_collection_namespaced_deployment(namespace, propagation_policy="Background"),
+        lambda: apps.delete_collection_namespaced_replica_set(namespace, propagation_policy="Background"),
+        lambda: policy.delete_collection_namespaced_pod_disruption_budget(namespace),
+        lambda: core_api.delete_collection_namespaced_pod(namespace),
+        lambda: core_api.delete_collection_namespaced_event(namespace),
+    ]
+    for call in calls:
         try:
-            core(lab).read_namespace(namespace, _preload_content=False)
-            return False
+            call()
         except ApiException as err:
-            if err.status == 404:
-                return True
-            raise
+            if err.status != 404:  # no such namespace or no CRD: nothing to delete
+                raise
 
-    try:
-        wait(gone, timeout, interval=0.25, what=f"namespace {namespace} deleted")
-        return True
-    except AssertionError as err:
-        print(f"reset: {err}")
-        return False
+    def empty():
+        pods = pods_json(lab, namespace)
+        try:
+            pools = crds.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            pools = []
+        return not pods and not pools
+
+    wait(empty, timeout, what=f"namespace {namespace} emptied")
 
 
 def node_reset_patch(node: dict) -> dict | None:
@@ -359,13 +381,15 @@ def resume_our_drains(lab, names=None) -> list[str]:
 
 
 def reset_lab(lab, namespace: str = NAMESPACE) -> None:
-    """Leave the lab as a test found it: no jobs, no test namespace (so no pools and no slurmd
-    pods), nodes uncordoned and without anything slurmpool put on them, and no slurmpool drain left
-    in Slurm. One scancel, one namespace delete, one patch per node that needs one, one resume."""
+    """Leave the lab as a test found it: no jobs, nothing in the test namespace (no pools, no
+    slurmd pods, no Events; clear_namespace), nodes uncordoned and without anything slurmpool put
+    on them, and no slurmpool drain left in Slurm. One scancel, one delete per kind, one patch per
+    node that needs one, one resume. The empty test namespace itself is deleted at the end of the
+    pytest session (conftest.py, label E2E_NAMESPACE_LABEL)."""
     jobs = lab.slurm("squeue", "-h", "-o", "%i").stdout.split()
     if jobs:
         lab.slurm("scancel", *jobs)
-    delete_namespace(lab, namespace)
+    clear_namespace(lab, namespace)
     reset_nodes(lab)
     resume_our_drains(lab)
 
@@ -452,7 +476,7 @@ def settle_sides(lab, pool: str, timeout: float = 30) -> list[str]:
     left = stranded(lab, pool)
     deadline = time.monotonic() + timeout
     while left and time.monotonic() < deadline:
-        time.sleep(1)
+        time.sleep(0.5)
         left = stranded(lab, pool)
     return left
 

@@ -46,8 +46,7 @@ def cadence(lab):
     apply_objects(lab, [o for o in objects if o["kind"] in ("ServiceAccount", "RoleBinding")])
     kubeconfig = token_kubeconfig(lab, NS, "split-cadence", Path(lab.dir) / "cadence-sa.kubeconfig")
     yield lab, kubeconfig, objects
-    for ns in (NS, OTHER):
-        lab.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check=False)
+    lab.kubectl("delete", "namespace", NS, OTHER, "--wait=true", "--timeout=90s", check=False, timeout=120)  # side by side
 
 
 def as_cadence(lab, kubeconfig: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess:

@@ -129,8 +129,9 @@ def oncall(lab):
         print(operator.log_tail(30))
         lab.kubectl("delete", "clusterrolebinding", *BINDINGS, "--ignore-not-found", check=False)
         lab.kubectl("delete", "clusterrole", "slurmpool-oncall-minus", "--ignore-not-found", check=False)
-        lab.kubectl("delete", "namespace", SA_NAMESPACE, "--wait=true", "--timeout=60s", check=False)
-        reset_lab(lab)
+        lab.kubectl("delete", "namespace", SA_NAMESPACE, "--wait=false", check=False)
+        reset_lab(lab)  # meanwhile the namespace controller deletes SA_NAMESPACE; then wait for it
+        lab.kubectl("wait", "--for=delete", f"namespace/{SA_NAMESPACE}", "--timeout=60s", check=False, timeout=90)
 
 
 def test_the_account_has_exactly_the_role(lab, oncall):
