@@ -12,8 +12,10 @@ Use the session-scoped ``lab`` fixture::
 
 If ``$LAB_DIR/env`` exists and the lab is healthy (e2e/lab/health.sh), the tests use it and leave
 it running; otherwise the fixture runs e2e/lab/up.sh and, when the last pytest session using the lab
-ends, down.sh. Tests share one lab: leave it as you found it (no pods, jobs, cordons or drains).
-Every test in e2e/ is marked ``e2e`` automatically.
+ends, down.sh. Tests share one lab: leave it as you found it (no pods, jobs, cordons or drains;
+harness.reset_lab). Every test in e2e/ is marked ``e2e`` automatically. For polls, read through
+``lab.api()`` (harness.py's in-process readers) rather than a kubectl process per read. At the end of
+the session the wall time of each module is printed.
 """
 
 from __future__ import annotations
