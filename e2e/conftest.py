@@ -12,8 +12,10 @@ Use the session-scoped ``lab`` fixture::
 
 If ``$LAB_DIR/env`` exists and the lab is healthy (e2e/lab/health.sh), the tests use it and leave
 it running; otherwise the fixture runs e2e/lab/up.sh and, when the last pytest session using the lab
-ends, down.sh. Tests share one lab: leave it as you found it (no pods, jobs, cordons or drains).
-Every test in e2e/ is marked ``e2e`` automatically.
+ends, down.sh. Tests share one lab: leave it as you found it (no pods, jobs, cordons or drains;
+harness.reset_lab). Every test in e2e/ is marked ``e2e`` automatically. For polls, read through
+``lab.api()`` (harness.py's in-process readers) rather than a kubectl process per read. At the end of
+the session the wall time of each module is printed.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class Lab:
     ssh_command: list[str] = field(default_factory=list)  # argv of $LAB_SSH; append the remote command
     slurmd_timeout: int = 10  # Slurm's SlurmdTimeout in the lab, seconds
     sim_nodes: list[str] = field(default_factory=list)  # sim001..: LAB_SIM_NODES, for load tests
+    _api: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_env_file(cls, path: Path) -> "Lab":
@@ -91,6 +94,17 @@ class Lab:
                    ssh_key=Path(e["LAB_SSH_KEY"]), ssh_known_hosts=Path(e["LAB_SSH_KNOWN_HOSTS"]),
                    ssh_command=shlex.split(e["LAB_SSH"]), slurmd_timeout=int(e.get("LAB_SLURMD_TIMEOUT", "10")),
                    sim_nodes=[f"sim{i:03d}" for i in range(1, int(e.get("LAB_SIM_NODES", "0")) + 1)])
+
+    # --- the API, in-process
+    def api(self):
+        """A `kubernetes.client.ApiClient` with the lab's admin kubeconfig, made once and kept (one
+        keep-alive connection pool): for polls, where a kubectl process per read costs more than the
+        read. harness.py has readers that return the same JSON as `kubectl get -o json`."""
+        if self._api is None:
+            from kubernetes import config
+
+            self._api = config.new_client_from_config(str(self.kubeconfig))
+        return self._api
 
     # --- commands
     def run(self, *args: str, check: bool = True, input: str | None = None,
@@ -210,9 +224,44 @@ def lab() -> Iterator[Lab]:
     finally:
         with _lab_lock(d):
             (users / str(os.getpid())).unlink(missing_ok=True)
+            if not _other_users(users) and (d / "env").exists():
+                # The tests' namespaces, emptied by each module (harness.reset_lab), go now, once.
+                subprocess.run([str(Lab.from_env_file(d / "env").bin_dir / "kubectl"), "delete", "namespace",
+                                "-l", "slurmpool.io/e2e=true", "--wait=false"],
+                               env={**env, **_read_env(d / "env")}, capture_output=True, timeout=60)
             if started_marker.exists() and not _other_users(users):
                 subprocess.run([str(LAB_SCRIPTS / "down.sh")], env=env, capture_output=True)
                 started_marker.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- wall time per module
+
+_MODULE_SECONDS: dict[str, float] = {}
+_SESSION_START: list[float] = []
+
+
+def pytest_sessionstart(session):
+    _SESSION_START.append(time.monotonic())
+
+
+def pytest_runtest_logreport(report):
+    """Setup, call and teardown of every test, summed per module: module fixtures (an operator, a
+    pool, reset_lab) count for the module whose test set them up or tore them down; the session's
+    `lab` fixture counts for the first test that used it."""
+    module = report.nodeid.split("::", 1)[0]
+    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _MODULE_SECONDS:
+        return
+    tr = terminalreporter
+    tr.write_sep("=", "wall time per module (setup + call + teardown), slowest first")
+    for module, seconds in sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1]):
+        tr.write_line(f"{seconds:8.1f} s  {module}")
+    total = sum(_MODULE_SECONDS.values())
+    session = time.monotonic() - _SESSION_START[0] if _SESSION_START else total
+    tr.write_line(f"{total:8.1f} s  in tests ({session:.1f} s session)")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -14,9 +14,15 @@ import time
 from pathlib import Path
 
 import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "slurmpool-e2e"
+GROUP, VERSION, PLURAL = "slurmpool.io", "v1alpha1", "slurmnodepools"
+# A short Lease for the tests that wait for one to expire (a follower taking over from a killed
+# leader); the operator's defaults are 15 s and 3 s (leader.py).
+SHORT_LEASE = {"SLURMPOOL_LEASE_DURATION": "6", "SLURMPOOL_LEASE_RENEW": "1"}
 
 
 class Operator:
@@ -39,9 +45,7 @@ class Operator:
     def start(self) -> Operator:
         env = {**os.environ, **self.lab.env, "SLURMPOOL_INTERVAL": "0.5", **self.extra_env}
         if self.identity == "serviceaccount" and "KUBECONFIG" not in self.extra_env:
-            from identity import operator_kubeconfig
-
-            env["KUBECONFIG"] = str(operator_kubeconfig(self.lab))
+            env["KUBECONFIG"] = str(_operator_kubeconfig(self.lab))
             # The chart grants the Lease only in the release namespace (leader-rbac.yaml).
             env.setdefault("SLURMPOOL_LEASE_NAMESPACE", "slurmpool-system")
         log = open(self.log_path, "ab")
@@ -74,6 +78,22 @@ class Operator:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+_SA_KUBECONFIGS: dict[str, Path] = {}
+
+
+def _operator_kubeconfig(lab) -> Path:
+    """identity.operator_kubeconfig (the chart's RBAC applied, a 12 h token of its ServiceAccount),
+    once per pytest session and lab: no test removes that RBAC or account, so every operator the
+    session starts after the first reuses the kubeconfig instead of three more kubectl runs."""
+    from identity import operator_kubeconfig
+
+    key = str(lab.dir)
+    path = _SA_KUBECONFIGS.get(key)
+    if path is None or not path.exists():
+        path = _SA_KUBECONFIGS[key] = operator_kubeconfig(lab)
+    return path
 
 
 def pool_manifest(lab, name: str, slurm_nodes: int, namespace: str = NAMESPACE, **overrides) -> dict:
@@ -129,26 +149,104 @@ def install_crd(lab) -> None:
     lab.kubectl("wait", "--for=condition=Established", "crd/slurmnodepools.slurmpool.io", "--timeout=30s")
 
 
+E2E_NAMESPACE_LABEL = "slurmpool.io/e2e"  # test namespaces: deleted when the last pytest session using the lab ends
+
+
 def ensure_namespace_and_secret(lab, namespace: str = NAMESPACE) -> None:
-    """The test namespace with the Secret that lets the operator reach the lab's sshd."""
-    lab.kubectl("create", "namespace", namespace, check=False)
+    """The test namespace (labelled E2E_NAMESPACE_LABEL) with the Secret that lets the operator
+    reach the lab's sshd; one kubectl apply."""
     key = Path(lab.ssh_key).read_text()
     known = Path(lab.ssh_known_hosts).read_text()
+    def terminating() -> bool:  # e.g. deleted at the end of a session that just ended
+        try:
+            return _raw(core(lab).read_namespace(namespace, _preload_content=False)).get("status", {}).get("phase") == "Terminating"
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+
+    wait(lambda: not terminating(), 90, what=f"namespace {namespace} deleted before it is made again")
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": {E2E_NAMESPACE_LABEL: "true"}}}
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": "slurm-ssh", "namespace": namespace},
         "stringData": {"ssh-privatekey": key, "known_hosts": known},
     }
-    apply(lab, secret)
+    apply(lab, [ns, secret])
 
 
 def get_json(lab, *args) -> dict:
+    """kubectl get ... -o json, parsed. Polls use the in-process readers below instead."""
     return json.loads(lab.kubectl("get", *args, "-o", "json").stdout)
 
 
-def pool_status(lab, name: str) -> dict:
-    return get_json(lab, "snp", name, "-n", NAMESPACE).get("status") or {}
+# ---------------------------------------------------------------- in-process reads (no kubectl per poll)
+# The same JSON kubectl prints (camelCase, plain dicts), read with the `kubernetes` client over one
+# keep-alive connection with the lab's admin kubeconfig (Lab.api()). A missing object raises
+# ApiException (kubectl get would fail the same way).
+
+
+def core(lab) -> client.CoreV1Api:
+    return client.CoreV1Api(lab.api())
+
+
+def custom(lab) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(lab.api())
+
+
+def _raw(response) -> dict:
+    return json.loads(response.data)
+
+
+def pool_json(lab, name: str, namespace: str = NAMESPACE) -> dict:
+    """The SlurmNodePool as `kubectl get snp NAME -o json` prints it."""
+    return custom(lab).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+
+def pool_status(lab, name: str, namespace: str = NAMESPACE) -> dict:
+    return pool_json(lab, name, namespace).get("status") or {}
+
+
+def node_json(lab, name: str) -> dict:
+    return _raw(core(lab).read_node(name, _preload_content=False))
+
+
+def nodes_json(lab, selector: str | None = None) -> list[dict]:
+    return _raw(core(lab).list_node(label_selector=selector, _preload_content=False))["items"]
+
+
+def pods_json(lab, namespace: str = NAMESPACE, selector: str | None = None) -> list[dict]:
+    return _raw(core(lab).list_namespaced_pod(namespace, label_selector=selector, _preload_content=False))["items"]
+
+
+def pod_json(lab, name: str, namespace: str = NAMESPACE) -> dict:
+    return _raw(core(lab).read_namespaced_pod(name, namespace, _preload_content=False))
+
+
+def events_json(lab, namespace: str = NAMESPACE, field_selector: str | None = None) -> list[dict]:
+    """Events (core/v1) of a namespace, oldest first by creationTimestamp (kubectl --sort-by)."""
+    items = _raw(core(lab).list_namespaced_event(namespace, field_selector=field_selector, _preload_content=False))["items"]
+    return sorted(items, key=lambda e: e["metadata"].get("creationTimestamp") or "")
+
+
+def pdb_json(lab, name: str, namespace: str = NAMESPACE) -> dict:
+    return _raw(client.PolicyV1Api(lab.api()).read_namespaced_pod_disruption_budget(name, namespace, _preload_content=False))
+
+
+def readyz(lab) -> bool:
+    """The apiserver's /readyz answers 200 (False while it is down or starting)."""
+    api = lab.api()
+    try:
+        response = api.call_api(*api.param_serialize("GET", "/readyz", auth_settings=["BearerToken"]), _request_timeout=5)
+        response.read()
+        return response.status == 200
+    except Exception:  # noqa: BLE001 - connection refused while it restarts
+        return False
+
+
+def slurmd_pods(lab, namespace: str = NAMESPACE) -> list[dict]:
+    return pods_json(lab, namespace, "slurmpool.io/component=slurmd")
 
 
 def slurm_states(lab) -> dict[str, str]:
@@ -164,7 +262,7 @@ def slurm_states(lab) -> dict[str, str]:
 
 def node_placements(lab) -> dict[str, str]:
     """The lab's real nodes (not the simulated ones of a load lab) and their placements."""
-    nodes = get_json(lab, "nodes", "-l", "slurmpool.io/lab=true")["items"]
+    nodes = nodes_json(lab, "slurmpool.io/lab=true")
     return {n["metadata"]["name"]: (n["metadata"].get("annotations") or {}).get("slurmpool.io/placement", "none") for n in nodes}
 
 
@@ -179,21 +277,121 @@ def wait(predicate, timeout: float, interval: float = 0.25, what: str = "conditi
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
 
 
-def reset_lab(lab) -> None:
-    """Leave the lab as a test found it: no jobs, no test namespace (so no pools and no
-    slurmd pods), nodes uncordoned and without anything slurmpool put on them."""
+RESET_ANNOTATION_PREFIX = "slurmpool.io/"  # placement, move, pool, hold-until, pin, move-now, slurm, settled-at ...
+RESET_LABELS = ("slurmpool.io/side", "slurmpool.io/inference-pool")
+RESET_TAINTS = ("slurmpool.io/slurm", "slurmpool.io/inference")
+
+
+def clear_namespace(lab, namespace: str = NAMESPACE, timeout: float = 60) -> None:
+    """Everything the tests make in a namespace gone, the namespace itself (and its SSH Secret)
+    kept: pools, Deployments and ReplicaSets, PDBs, pods (slurmd pods too: the agent stops their
+    slurmd) and Events. One delete-collection call per kind, then a poll until the pods (which
+    the agent removes after stopping their process) and pools are gone. A namespace delete would
+    do the same but costs the namespace controller's passes (5-10 s on the lab)."""
+    apps, policy, core_api, crds = client.AppsV1Api(lab.api()), client.PolicyV1Api(lab.api()), core(lab), custom(lab)
+    calls = [
+        lambda: crds.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL),
+        lambda: apps.delete_collection_namespaced_deployment(namespace, propagation_policy="Background"),
+        lambda: apps.delete_collection_namespaced_replica_set(namespace, propagation_policy="Background"),
+        lambda: policy.delete_collection_namespaced_pod_disruption_budget(namespace),
+        lambda: core_api.delete_collection_namespaced_pod(namespace),
+        lambda: core_api.delete_collection_namespaced_event(namespace),
+    ]
+    for call in calls:
+        try:
+            call()
+        except ApiException as err:
+            if err.status != 404:  # no such namespace or no CRD: nothing to delete
+                raise
+
+    def empty():
+        pods = pods_json(lab, namespace)
+        try:
+            pools = crds.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            pools = []
+        return not pods and not pools
+
+    wait(empty, timeout, what=f"namespace {namespace} emptied")
+
+
+def node_reset_patch(node: dict) -> dict | None:
+    """The JSON merge patch that takes off a Node everything slurmpool (or a test) put on it: its
+    annotations, side and pool labels, taints and cordon; None if there is nothing to take off.
+    It carries the resourceVersion read, so a concurrent write makes it fail (409) instead of
+    losing that write."""
+    meta, spec = node["metadata"], node.get("spec") or {}
+    annotations = {k: None for k in meta.get("annotations") or {} if k.startswith(RESET_ANNOTATION_PREFIX)}
+    labels = {k: None for k in RESET_LABELS if k in (meta.get("labels") or {})}
+    taints = spec.get("taints") or []
+    kept = [t for t in taints if t["key"] not in RESET_TAINTS]
+    patch: dict = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "spec": {}}
+    if annotations:
+        patch["metadata"]["annotations"] = annotations
+    if labels:
+        patch["metadata"]["labels"] = labels
+    if len(kept) != len(taints):
+        patch["spec"]["taints"] = kept or None
+    if spec.get("unschedulable"):
+        patch["spec"]["unschedulable"] = None
+    if not (annotations or labels or "taints" in patch["spec"] or "unschedulable" in patch["spec"]):
+        return None
+    return patch
+
+
+def reset_nodes(lab, names=None) -> int:
+    """One merge patch per lab Node that needs one (see node_reset_patch); a 409 (the Node changed
+    under us: the agent's status is a subresource, so someone else wrote it) is read again and
+    retried. Returns how many Nodes were patched."""
+    names = set(names or lab.nodes)
+    patched = 0
+    for node in nodes_json(lab):
+        name = node["metadata"]["name"]
+        if name not in names:
+            continue
+        for _ in range(5):
+            patch = node_reset_patch(node)
+            if patch is None:
+                break
+            try:
+                core(lab).patch_node(name, patch, _content_type="application/merge-patch+json", _preload_content=False)
+                patched += 1
+                break
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+                node = node_json(lab, name)
+        else:
+            raise AssertionError(f"reset: {name} kept changing under the reset patch")
+    return patched
+
+
+def resume_our_drains(lab, names=None) -> list[str]:
+    """Resume (one scontrol call) the lab nodes slurmpool left drained in Slurm (reason `slurmpool:`),
+    so the next test finds them as the lab leaves them. An admin's drain (another reason) stays."""
+    names = set(names or lab.nodes)
+    ours = [f.split("=", 1)[1] for line in lab.slurm("scontrol", "-o", "show", "node").stdout.splitlines()
+            for f in line.split()[:1]
+            if f.startswith("NodeName=") and f.split("=", 1)[1] in names and "Reason=slurmpool:" in line]
+    if ours:
+        lab.slurm("scontrol", "update", f"nodename={','.join(ours)}", "state=resume", check=False)
+    return ours
+
+
+def reset_lab(lab, namespace: str = NAMESPACE) -> None:
+    """Leave the lab as a test found it: no jobs, nothing in the test namespace (no pools, no
+    slurmd pods, no Events; clear_namespace), nodes uncordoned and without anything slurmpool put
+    on them, and no slurmpool drain left in Slurm. One scancel, one delete per kind, one patch per
+    node that needs one, one resume. The empty test namespace itself is deleted at the end of the
+    pytest session (conftest.py, label E2E_NAMESPACE_LABEL)."""
     jobs = lab.slurm("squeue", "-h", "-o", "%i").stdout.split()
     if jobs:
         lab.slurm("scancel", *jobs)
-    lab.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=60s", check=False)
-    for node in lab.nodes:
-        lab.kubectl("uncordon", node, check=False)
-        lab.kubectl("annotate", "node", node, "slurmpool.io/placement-", "slurmpool.io/move-", "slurmpool.io/pool-",
-                    "slurmpool.io/hold-until-", "slurmpool.io/pin-", "slurmpool.io/move-now-", "slurmpool.io/slurm-",
-                    "slurmpool.io/settled-at-", check=False)
-        lab.kubectl("label", "node", node, "slurmpool.io/side-", "slurmpool.io/inference-pool-", check=False)
-        for key in ("slurmpool.io/slurm", "slurmpool.io/inference"):  # one by one: a missing key fails the call
-            lab.kubectl("taint", "node", node, f"{key}-", check=False)
+    clear_namespace(lab, namespace)
+    reset_nodes(lab)
+    resume_our_drains(lab)
 
 
 # ---------------------------------------------------------------- fault tests: observations and the lab's daemons
@@ -204,6 +402,7 @@ def condition(lab, pool: str, type_: str) -> dict:
 
 
 def split_reached(lab, pool: str, slurm: int, total: int = 8) -> bool:
+    """The pool's status reports `slurm` ready Slurm nodes, the rest ready in inference, no move."""
     s = pool_status(lab, pool)
     return s.get("slurm", {}).get("ready") == slurm and s.get("inference", {}).get("ready") == total - slurm and s.get("moving") == 0
 
@@ -211,10 +410,8 @@ def split_reached(lab, pool: str, slurm: int, total: int = 8) -> bool:
 def events(lab, reason: str, since: str = "") -> list[str]:
     """Messages of the test namespace's Events with this reason, oldest first (those created at or after
     `since`, an RFC 3339 time from now_rfc3339(), when given)."""
-    out = lab.kubectl("get", "events", "-n", NAMESPACE, "--field-selector", f"reason={reason}", "--sort-by=.metadata.creationTimestamp",
-                      "-o", "jsonpath={range .items[*]}{.metadata.creationTimestamp}{'\\t'}{.message}{'\\n'}{end}").stdout
-    rows = [line.split("\t", 1) for line in out.splitlines() if "\t" in line]
-    return [msg for ts, msg in rows if ts >= since]
+    items = events_json(lab, NAMESPACE, f"reason={reason}")
+    return [e.get("message") or "" for e in items if (e["metadata"].get("creationTimestamp") or "") >= since]
 
 
 def now_rfc3339() -> str:
@@ -249,8 +446,8 @@ def stranded(lab, pool: str) -> list[str]:
     """Nodes not settled in exactly one side: a move record left, no placement, or a shape that
     contradicts the placement (Slurm: slurmd pod, cordoned, slurm taint, responding in Slurm;
     inference: no slurmd pod, no slurm taint, drained in Slurm)."""
-    nodes = get_json(lab, "nodes")["items"]
-    pods = get_json(lab, "pods", "-n", NAMESPACE, "-l", "slurmpool.io/component=slurmd")["items"]
+    nodes = nodes_json(lab, "slurmpool.io/lab=true")
+    pods = slurmd_pods(lab)
     slurmd_on = {p["spec"].get("nodeName") for p in pods if not p["metadata"].get("deletionTimestamp")}
     states = slurm_states(lab)
     bad = []
@@ -279,7 +476,7 @@ def settle_sides(lab, pool: str, timeout: float = 30) -> list[str]:
     left = stranded(lab, pool)
     deadline = time.monotonic() + timeout
     while left and time.monotonic() < deadline:
-        time.sleep(1)
+        time.sleep(0.5)
         left = stranded(lab, pool)
     return left
 

@@ -9,7 +9,8 @@ import sys
 import pytest
 import yaml
 from pydantic import ValidationError
-from harness import REPO, NAMESPACE, Operator, apply, ensure_namespace_and_secret, get_json, install_crd, pool_manifest, reset_lab, wait
+from harness import (REPO, NAMESPACE, Operator, apply, ensure_namespace_and_secret, get_json, install_crd, pool_manifest, pool_status,
+                     reset_lab, wait)
 
 sys.path.insert(0, str(REPO))
 from slurmpool.models import SlurmNodePoolSpec  # noqa: E402
@@ -60,7 +61,7 @@ def _valid(spec: dict) -> bool:
 
 def degraded(lab, name: str):
     def check():
-        status = get_json(lab, "snp", name, "-n", NAMESPACE).get("status") or {}
+        status = pool_status(lab, name)
         cond = next((c for c in status.get("conditions", []) if c["type"] == "Degraded"), None)
         return cond if cond and cond["status"] == "True" else None
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import apply, pool_manifest
+from harness import apply, pool_json, pool_manifest
 from identity import MANIFESTS, REPO, apply_objects, manifest_objects, service_account_user, token_kubeconfig
 
 pytestmark = pytest.mark.e2e
@@ -46,8 +46,7 @@ def cadence(lab):
     apply_objects(lab, [o for o in objects if o["kind"] in ("ServiceAccount", "RoleBinding")])
     kubeconfig = token_kubeconfig(lab, NS, "split-cadence", Path(lab.dir) / "cadence-sa.kubeconfig")
     yield lab, kubeconfig, objects
-    for ns in (NS, OTHER):
-        lab.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check=False)
+    lab.kubectl("delete", "namespace", NS, OTHER, "--wait=true", "--timeout=90s", check=False, timeout=120)  # side by side
 
 
 def as_cadence(lab, kubeconfig: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
@@ -57,7 +56,7 @@ def as_cadence(lab, kubeconfig: Path, *args: str, input: str | None = None) -> s
 
 
 def slurm_nodes(lab, ns: str = NS) -> int:
-    return lab.kubectl_json("get", "snp", "gpu", "-n", ns)["spec"]["slurmNodes"]
+    return pool_json(lab, "gpu", ns)["spec"]["slurmNodes"]
 
 
 def test_the_role_is_the_charts_and_minimal(cadence):
@@ -131,11 +130,11 @@ def test_the_scale_subresource_get_patch_and_update(cadence):
 )
 def test_everything_else_is_refused(cadence, args):
     lab, kubeconfig, _ = cadence
-    before = lab.kubectl_json("get", "snp", "gpu", "-n", NS)
+    before = pool_json(lab, "gpu", NS)
     result = as_cadence(lab, kubeconfig, *args)
     assert result.returncode != 0
     assert "forbidden" in result.stderr.lower(), result.stderr
-    after = lab.kubectl_json("get", "snp", "gpu", "-n", NS)
+    after = pool_json(lab, "gpu", NS)
     assert after["spec"] == before["spec"] and after["metadata"].get("annotations") == before["metadata"].get("annotations")
 
 

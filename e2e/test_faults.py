@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 from harness import (
     install_crd,
     NAMESPACE,
@@ -22,14 +24,18 @@ from harness import (
     apply,
     daemon,
     ensure_namespace_and_secret,
+    SHORT_LEASE,
     events as all_events,
+    events_json,
     fault_line,
     get_json,
     job_state,
     lost_jobs,
     node_placements,
+    nodes_json,
     pool_manifest,
     pool_status,
+    readyz,
     reset_lab,
     sbatch,
     slurmd_timeout,
@@ -63,9 +69,7 @@ def settled(lab, slurm):
 
 
 def events(lab, reason):
-    out = lab.kubectl("get", "events", "-n", NAMESPACE, "--field-selector", f"reason={reason}",
-                      "-o", "jsonpath={range .items[*]}{.message}{'\\n'}{end}").stdout
-    return [line for line in out.splitlines() if line]
+    return [e["message"] for e in events_json(lab, NAMESPACE, f"reason={reason}") if e.get("message")]
 
 
 # ---------------------------------------------------------------- lab daemons, stopped and started by PID
@@ -88,18 +92,33 @@ def start_daemon(lab, name: str, *argv: str) -> None:
     wait(lambda: pidfile.exists() and pidfile.read_text().strip(), 10, what=f"{name} PID file")
 
 
+def delete_lease(lab, namespace: str) -> None:
+    """The Lease `slurmpool`, gone (no operator runs now): a replica of another identity would
+    otherwise wait for the stopped holder's Lease to expire before it acts."""
+    try:
+        client.CoordinationV1Api(lab.api()).delete_namespaced_lease("slurmpool", namespace)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+
+
 def test_two_replicas_only_one_acts_and_the_other_takes_over(lab, pool):
     for name in ("operator-replica-a.log", "operator-replica-b.log"):
         (Path(lab.dir) / "log" / name).unlink(missing_ok=True)
-    a = Operator(lab, "operator-replica-a.log", {"SLURMPOOL_IDENTITY": "replica-a"}).start()
-    b = Operator(lab, "operator-replica-b.log", {"SLURMPOOL_IDENTITY": "replica-b"}).start()
+    identity = Operator(lab).identity
+    lease_ns = "slurmpool-system" if identity == "serviceaccount" else "default"
+    lease_s = int(SHORT_LEASE["SLURMPOOL_LEASE_DURATION"])
+    delete_lease(lab, lease_ns)  # held by the module fixture's operator, stopped: both replicas start without one
+    a = Operator(lab, "operator-replica-a.log", {"SLURMPOOL_IDENTITY": "replica-a", **SHORT_LEASE}).start()
+    b = Operator(lab, "operator-replica-b.log", {"SLURMPOOL_IDENTITY": "replica-b", **SHORT_LEASE}).start()
     try:
         before = len(events(lab, "MoveStarted"))
         lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=6")
         wait(lambda: settled(lab, 6), 60, what="6/2 with two replicas")
         assert len(events(lab, "MoveStarted")) - before <= 2 * 2, "moves started twice"  # pool + node event each
-        lease_ns = "slurmpool-system" if a.identity == "serviceaccount" else "default"
-        holder = get_json(lab, "lease", "slurmpool", "-n", lease_ns)["spec"]["holderIdentity"]
+        lease = get_json(lab, "lease", "slurmpool", "-n", lease_ns)["spec"]
+        holder = lease["holderIdentity"]
+        assert lease["leaseDurationSeconds"] == lease_s, lease  # the tests' short Lease is the one in force
         assert holder in ("replica-a", "replica-b")
         leader, follower = (a, b) if holder == "replica-a" else (b, a)
         assert "acquired" not in follower.log_tail(200)
@@ -110,12 +129,13 @@ def test_two_replicas_only_one_acts_and_the_other_takes_over(lab, pool):
         print(f"takeover and move back: {time.monotonic() - t0:.1f} s")
         left = settle_sides(lab, POOL)
         assert not left, left
-        fault_line("two replicas; the leader SIGKILLed", "one acts (Lease); the other takes over once the Lease expires (15 s)",
-                   time.monotonic() - t0, "none running", 0)
+        fault_line("two replicas; the leader SIGKILLed", f"one acts (Lease); the other takes over once the Lease expires "
+                   f"({lease_s} s in this test; 15 s by default)", time.monotonic() - t0, "none running", 0)
         assert "acquired" in follower.log_tail(400)
     finally:
         a.stop()
         b.stop()
+        delete_lease(lab, lease_ns)  # the next operator (the tests' own identity) need not wait for it to expire
 
 
 def test_sshd_down_fails_closed_then_recovers(lab, pool):
@@ -255,7 +275,7 @@ def test_apiserver_restart_mid_move(lab, pool):
         time.sleep(3)  # the operator's writes and watches fail meanwhile
         daemon(lab, "start", "kube-apiserver")
         t0 = time.monotonic()
-        wait(lambda: lab.kubectl("get", "--raw", "/readyz", check=False).returncode == 0, 60, what="apiserver ready")
+        wait(lambda: readyz(lab), 60, what="apiserver ready")
         print(f"apiserver down {t0 - down:.1f} s, ready {time.monotonic() - t0:.1f} s later")
         wait(lambda: settled(lab, 8), 120, what="the moves finished after the restart")
         recovered = time.monotonic() - t0
@@ -304,7 +324,7 @@ def test_several_moves_both_ways_survive_a_sigkill(lab, pool):
     t0 = time.monotonic()
     try:
         wait(lambda: settled(lab, 4) and not any(
-            "slurmpool.io/move-now" in (n["metadata"].get("annotations") or {}) for n in get_json(lab, "nodes")["items"]),
+            "slurmpool.io/move-now" in (n["metadata"].get("annotations") or {}) for n in nodes_json(lab, "slurmpool.io/lab=true")),
             120, what="4/4 again, move-now fulfilled")
         recovered = time.monotonic() - t0
         placements = node_placements(lab)

@@ -23,7 +23,9 @@ from harness import (
     install_crd,
     job_state,
     lost_jobs,
+    node_json,
     node_placements,
+    pdb_json,
     pool_manifest,
     pool_status,
     reset_lab,
@@ -59,10 +61,6 @@ def patch_pool(lab, spec: dict) -> None:
 
 def move_of(lab, node: str) -> dict:
     return next((m for m in pool_status(lab, POOL).get("moves", []) if m["node"] == node), {})
-
-
-def node_json(lab, node: str) -> dict:
-    return get_json(lab, "node", node)
 
 
 def about(lab, reason: str, node: str) -> list[str]:
@@ -156,7 +154,7 @@ def test_people_acting_during_moves(lab, op):
     apply(lab, [_web_pod(n) for n in inference] + [{
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web", "namespace": NAMESPACE},
         "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}}])
-    wait(lambda: get_json(lab, "pdb", "web", "-n", NAMESPACE).get("status", {}).get("currentHealthy") == 2, 30, what="PDB healthy")
+    wait(lambda: pdb_json(lab, "web").get("status", {}).get("currentHealthy") == 2, 30, what="PDB healthy")
     scale(lab, 7)
     moving = wait(lambda: (m := [x for x in pool_status(lab, POOL).get("moves", []) if x["phase"] == "Evicting" and x["blockedBy"]])
                   and m[0]["node"], 60, what="a move held in Evicting by the PDB")

@@ -14,6 +14,9 @@ import time
 import uuid
 
 import pytest
+from kubernetes.client.rest import ApiException
+
+from harness import pdb_json, pod_json, pods_json
 
 pytestmark = pytest.mark.e2e
 
@@ -52,8 +55,14 @@ def pid_alive(pid: int) -> bool:
 
 
 def pod_or_none(lab, name: str, ns: str = "default") -> dict | None:
-    p = lab.kubectl("get", "pod", "-n", ns, name, "-o", "json", "--ignore-not-found", check=False)
-    return json.loads(p.stdout) if p.stdout.strip() else None
+    """The pod as `kubectl get pod -o json` prints it, or None if it does not exist (read in-process:
+    polled every 0.1 s)."""
+    try:
+        return pod_json(lab, name, ns)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
 
 
 @contextlib.contextmanager
@@ -213,7 +222,7 @@ def test_deployment_with_pdb_and_drain(lab, capsys):
         pods = lab.kubectl_json("get", "pods", "-l", f"app={app}")["items"]
         assert len(pods) == 2 and all(p["status"]["phase"] == "Running" for p in pods)
         assert all(p["spec"]["nodeName"] in lab.nodes for p in pods)
-        lab.wait_for(lambda: lab.kubectl_json("get", "pdb", app)["status"].get("currentHealthy") == 2,
+        lab.wait_for(lambda: pdb_json(lab, app, "default")["status"].get("currentHealthy") == 2,
                      timeout=30, message="PDB sees 2 healthy pods")
         drained = pods[0]["spec"]["nodeName"]
 
@@ -228,7 +237,7 @@ def test_deployment_with_pdb_and_drain(lab, capsys):
 
         # Relaxing the PDB lets the drain finish; the Deployment comes back on other nodes.
         lab.kubectl("patch", "pdb", app, "--type=merge", "-p", '{"spec":{"minAvailable":null,"maxUnavailable":1}}')
-        lab.wait_for(lambda: lab.kubectl_json("get", "pdb", app)["status"].get("disruptionsAllowed") == 1,
+        lab.wait_for(lambda: pdb_json(lab, app, "default")["status"].get("disruptionsAllowed") == 1,
                      timeout=30, message="PDB allows one disruption")
         t0 = time.monotonic()
         lab.kubectl("drain", drained, "--ignore-daemonsets", "--timeout=60s", timeout=90)
@@ -242,6 +251,6 @@ def test_deployment_with_pdb_and_drain(lab, capsys):
             lab.kubectl("uncordon", drained, check=False)
         lab.kubectl("delete", "pdb", app, "--ignore-not-found", check=False)
         lab.kubectl("delete", "deployment", app, "--ignore-not-found", "--wait=true", "--timeout=30s", check=False)
-        lab.wait_for(lambda: not lab.kubectl_json("get", "pods", "-l", f"app={app}")["items"], timeout=30,
+        lab.wait_for(lambda: not pods_json(lab, "default", f"app={app}"), timeout=30,
                      message="deployment pods gone")
     assert drained and not lab.kubectl_json("get", "node", drained)["spec"].get("unschedulable")

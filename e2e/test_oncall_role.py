@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from kubernetes.client.rest import ApiException
 
 from harness import (
     NAMESPACE,
@@ -31,11 +32,16 @@ from harness import (
     events,
     get_json,
     install_crd,
+    node_json,
     node_placements,
     now_rfc3339,
+    pod_json,
+    pods_json,
+    pool_json,
     pool_manifest,
     pool_status,
     reset_lab,
+    slurmd_pods,
     wait,
 )
 from identity import (
@@ -122,7 +128,7 @@ def placements(lab) -> dict[str, str]:
 
 
 def pool(lab) -> dict:
-    return get_json(lab, "snp", POOL, "-n", NAMESPACE)
+    return pool_json(lab, POOL)
 
 
 @pytest.fixture(scope="module")
@@ -147,8 +153,10 @@ def oncall(lab):
         print(operator.log_tail(30))
         lab.kubectl("delete", "clusterrolebinding", *BINDINGS, "--ignore-not-found", check=False)
         lab.kubectl("delete", "clusterrole", "slurmpool-oncall-minus", "--ignore-not-found", check=False)
-        lab.kubectl("delete", "namespace", SA_NAMESPACE, ONCALL_NAMESPACE, "--wait=true", "--timeout=60s", check=False)
-        reset_lab(lab)
+        lab.kubectl("delete", "namespace", SA_NAMESPACE, ONCALL_NAMESPACE, "--wait=false", check=False)
+        reset_lab(lab)  # meanwhile the namespace controller deletes both namespaces; then wait for them
+        lab.kubectl("wait", "--for=delete", f"namespace/{SA_NAMESPACE}", f"namespace/{ONCALL_NAMESPACE}", "--timeout=60s",
+                    check=False, timeout=90)
 
 
 def test_the_account_has_exactly_the_role(lab, oncall):
@@ -185,7 +193,7 @@ def test_status_shows_pods_of_any_namespace(lab, oncall):
                     "containers": [{"name": "llm", "image": "llm:1"}]}}
     apply(lab, pod)
     try:
-        wait(lambda: get_json(lab, "pod", "serve-1", "-n", SA_NAMESPACE).get("status", {}).get("phase") == "Running", 30,
+        wait(lambda: pod_json(lab, "serve-1", SA_NAMESPACE).get("status", {}).get("phase") == "Running", 30,
              what="serve-1 running")
         view = json.loads(oncall.ok("status", POOL, "-n", NAMESPACE, "-o", "json", plugin=True))
         rows = {n["node"]: n["pods"] for n in view["nodes"]}
@@ -200,7 +208,7 @@ def test_move_now_and_its_events(lab, oncall):
     assert "move-now=inference" in out and f"pool {NAMESPACE}/{POOL} will move it" in out, out
     wait(lambda: placements(lab)[node] == "inference:llm", 90, what=f"{node} moved now")
     wait(settled(lab, 5), 90, what="the split kept at 5/3 (a swap)")
-    wait(lambda: "slurmpool.io/move-now" not in (get_json(lab, "node", node)["metadata"].get("annotations") or {}), 30,
+    wait(lambda: "slurmpool.io/move-now" not in (node_json(lab, node)["metadata"].get("annotations") or {}), 30,
          what="move-now cleared")
     # Reading the operator's Events, as the runbook does.
     wait(lambda: "MoveNowDone" in oncall.ok("events", "-n", NAMESPACE), 30, what="MoveNowDone in kubectl events")
@@ -426,7 +434,7 @@ def refused_input(lab, args: tuple[str, ...], pod: str) -> str | None:
 
 @pytest.mark.parametrize("args", REFUSED, ids=lambda a: " ".join(a[:3]))
 def test_everything_else_is_refused(lab, oncall, args):
-    pods = get_json(lab, "pods", "-n", NAMESPACE, "-l", "slurmpool.io/component=slurmd")["items"]
+    pods = slurmd_pods(lab)
     pod = pods[0]["metadata"]["name"]
     resolved = tuple(a.replace("{slurmd_pod}", pod).replace("{node}", lab.nodes[-1]) for a in args)
     before = pool(lab)
@@ -435,8 +443,10 @@ def test_everything_else_is_refused(lab, oncall, args):
     assert "forbidden" in result.stderr.lower(), result.stderr
     after = pool(lab)
     assert after["spec"] == before["spec"] and after.get("status", {}).get("moving") == before.get("status", {}).get("moving")
-    assert pod in {p["metadata"]["name"] for p in get_json(lab, "pods", "-n", NAMESPACE)["items"]}
-    assert lab.kubectl("get", "snp", "oncall-was-here", "-n", NAMESPACE, check=False).returncode != 0
+    assert pod in {p["metadata"]["name"] for p in pods_json(lab)}
+    with pytest.raises(ApiException) as missing:
+        pool_json(lab, "oncall-was-here")
+    assert missing.value.status == 404
 
 
 # Each rule of the role -> a command of the plugin or the runbook that fails without it. The

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from kubernetes.client.rest import ApiException
 
 from harness import (
     install_crd,
@@ -15,8 +16,11 @@ from harness import (
     Operator,
     apply,
     ensure_namespace_and_secret,
+    events_json,
     get_json,
     node_placements,
+    pdb_json,
+    pool_json,
     pool_manifest,
     pool_status,
     slurm_states,
@@ -55,6 +59,27 @@ def settled(lab, slurm: int, inference: int):
     return check
 
 
+def ensure_pool(lab, slurm: int | None = None) -> None:
+    """The module's pool, settled: created at 8 Slurm nodes (as the first test makes it) when no
+    test before made it, then scaled to `slurm` if given. Tests that follow on from an earlier
+    one start with this, so each also runs alone (-k); in order it only checks the split."""
+    try:
+        current = pool_json(lab, POOL)["spec"]["slurmNodes"]
+    except ApiException as err:
+        if err.status != 404:
+            raise
+        apply(lab, pool_manifest(lab, POOL, 8))
+        wait(settled(lab, 8, 0), 120, what="status 8/0")
+        current = 8
+    if slurm is not None:
+        if current != slurm:  # no no-op scale: it would change who managedFields says set the count
+            lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={slurm}")
+        wait(settled(lab, slurm, 8 - slurm), 90, what=f"status {slurm}/{8 - slurm}")
+    else:
+        wait(lambda: (s := pool_status(lab, POOL)).get("moving") == 0
+             and s.get("slurm", {}).get("ready", 0) + s.get("inference", {}).get("ready", 0) == 8, 90, what="a settled split")
+
+
 def idle_in_slurm(lab, count: int):
     def check():
         states = slurm_states(lab)
@@ -62,6 +87,30 @@ def idle_in_slurm(lab, count: int):
         return idle if len(idle) == count else None
 
     return check
+
+
+# One whole-node server per inference node of pool llm.
+LLM_DEPLOYMENT = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"name": "llm", "namespace": NAMESPACE},
+    "spec": {
+        "replicas": 3,
+        "selector": {"matchLabels": {"app": "llm"}},
+        "template": {
+            "metadata": {"labels": {"app": "llm"}},
+            "spec": {
+                "nodeSelector": {"slurmpool.io/inference-pool": "llm"},
+                "tolerations": [{"key": "slurmpool.io/inference", "operator": "Exists"}],
+                "topologySpreadConstraints": [
+                    {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+                     "labelSelector": {"matchLabels": {"app": "llm"}}}
+                ],
+                "containers": [{"name": "server", "image": "vllm:latest", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+            },
+        },
+    },
+}
 
 
 def test_all_eight_nodes_join_slurm(lab, op):
@@ -76,6 +125,7 @@ def test_all_eight_nodes_join_slurm(lab, op):
 
 
 def test_scale_to_five_moves_three_to_inference_and_pods_land(lab, op):
+    ensure_pool(lab, 8)
     t0 = time.monotonic()
     lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"slurmNodes":5}}')
     wait(settled(lab, 5, 3), 60, what="status 5/3")
@@ -90,34 +140,16 @@ def test_scale_to_five_moves_three_to_inference_and_pods_land(lab, op):
         assert body["metadata"]["labels"]["slurmpool.io/inference-pool"] == "llm"
     slurmd_nodes = {p["spec"]["nodeName"] for p in get_json(lab, "pods", "-n", NAMESPACE, "-l", "slurmpool.io/component=slurmd")["items"]}
     assert slurmd_nodes.isdisjoint(inference_nodes)
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "llm", "namespace": NAMESPACE},
-        "spec": {
-            "replicas": 3,
-            "selector": {"matchLabels": {"app": "llm"}},
-            "template": {
-                "metadata": {"labels": {"app": "llm"}},
-                "spec": {
-                    "nodeSelector": {"slurmpool.io/inference-pool": "llm"},
-                    "tolerations": [{"key": "slurmpool.io/inference", "operator": "Exists"}],
-                    "topologySpreadConstraints": [
-                        {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
-                         "labelSelector": {"matchLabels": {"app": "llm"}}}
-                    ],
-                    "containers": [{"name": "server", "image": "vllm:latest", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
-                },
-            },
-        },
-    }
-    apply(lab, deployment)
+    apply(lab, LLM_DEPLOYMENT)
     lab.kubectl("rollout", "status", "deployment/llm", "-n", NAMESPACE, "--timeout=60s")
     pods = get_json(lab, "pods", "-n", NAMESPACE, "-l", "app=llm")["items"]
     assert sorted(p["spec"]["nodeName"] for p in pods) == inference_nodes
 
 
 def test_pdb_blocks_the_move_back_to_slurm_until_relaxed(lab, op):
+    ensure_pool(lab, 5)
+    apply(lab, LLM_DEPLOYMENT)  # unchanged if the test before left it: 3 servers on the 3 inference nodes
+    lab.kubectl("rollout", "status", "deployment/llm", "-n", NAMESPACE, "--timeout=60s")
     pdb = {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
@@ -125,7 +157,7 @@ def test_pdb_blocks_the_move_back_to_slurm_until_relaxed(lab, op):
         "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "llm"}}},
     }
     apply(lab, pdb)
-    wait(lambda: get_json(lab, "pdb", "llm", "-n", NAMESPACE).get("status", {}).get("expectedPods") == 3, 30, what="PDB observed")
+    wait(lambda: pdb_json(lab, "llm").get("status", {}).get("expectedPods") == 3, 30, what="PDB observed")
     lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=6")
 
     def blocked():
@@ -145,6 +177,7 @@ def test_pdb_blocks_the_move_back_to_slurm_until_relaxed(lab, op):
 
 
 def test_kubectl_scale_and_printer_columns(lab, op):
+    ensure_pool(lab)
     lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=5")
     wait(settled(lab, 5, 3), 60, what="status 5/3")
     table = lab.kubectl("get", "snp", "-n", NAMESPACE).stdout
@@ -174,6 +207,7 @@ def _slurm_nodes(lab) -> list[str]:
 
 
 def test_a_running_job_holds_the_node_until_it_ends(lab, op):
+    ensure_pool(lab)
     nodes = _slurm_nodes(lab)
     jobs = {n: _sbatch(lab, n, 600, 30 + i) for i, n in enumerate(nodes)}
     soon = nodes[-1]
@@ -199,8 +233,16 @@ def test_a_running_job_holds_the_node_until_it_ends(lab, op):
 
 
 def test_drain_timeout_requeue_keeps_the_job(lab, op):
+    ensure_pool(lab)
     nodes = _slurm_nodes(lab)
     lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"drain":{"timeout":"3s","onTimeout":"Requeue"}}}')
+    try:
+        _requeue(lab, op, nodes)
+    finally:  # the module's default drain policy for the tests after this one
+        lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"drain":{"timeout":"10m","onTimeout":"Wait"}}}')
+
+
+def _requeue(lab, op, nodes: list[str]) -> None:
     wait(lambda: not lab.slurm("squeue", "-h").stdout.strip(), 30, what="no jobs left")
     job = _sbatch(lab, nodes[0], 600, 30)
     others = [_sbatch(lab, n, 600, 60) for n in nodes[1:]]
@@ -220,6 +262,7 @@ def test_drain_timeout_requeue_keeps_the_job(lab, op):
 
 
 def test_drain_timeout_rollback_gives_the_node_back_to_slurm(lab, op):
+    ensure_pool(lab)
     nodes = _slurm_nodes(lab)
     lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"drain":{"timeout":"3s","onTimeout":"Rollback"}}}')
     wait(lambda: not lab.slurm("squeue", "-h").stdout.strip(), 30, what="no jobs left")
@@ -228,8 +271,7 @@ def test_drain_timeout_rollback_gives_the_node_back_to_slurm(lab, op):
     lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={len(nodes) - 1}")
 
     def rolled_back():
-        out = lab.kubectl("get", "events", "-n", NAMESPACE, "--field-selector", "reason=MoveRolledBack",
-                          "-o", "jsonpath={.items[*].message}").stdout.strip()
+        out = " ".join(e.get("message") or "" for e in events_json(lab, NAMESPACE, "reason=MoveRolledBack")).strip()
         return out.split(":")[0] if out else None
 
     node = wait(rolled_back, 30, what="a MoveRolledBack event")
@@ -252,6 +294,7 @@ def test_drain_timeout_rollback_gives_the_node_back_to_slurm(lab, op):
 def test_sigkill_at_each_phase_resumes_the_move(lab, op, direction, phase):
     """The operator kills itself (SIGKILL) right after recording `phase` on the node and
     before acting on it; a fresh operator must finish the move."""
+    ensure_pool(lab)
     wait(lambda: pool_status(lab, POOL).get("moving") == 0, 60, what="no move in flight")
     wait(lambda: not lab.slurm("squeue", "-h").stdout.strip(), 30, what="no jobs left")
     current = pool_status(lab, POOL)["slurm"]["ready"]

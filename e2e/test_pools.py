@@ -15,9 +15,11 @@ from harness import (
     Operator,
     apply,
     ensure_namespace_and_secret,
+    events_json,
     get_json,
     install_crd,
     node_placements,
+    pods_json,
     pool_manifest,
     pool_status,
     reset_lab,
@@ -104,7 +106,7 @@ def deployment(name: str, replicas: int, node_selector: dict, gpus: int = 0, tol
 
 def pods_by_node(lab, app: str) -> dict[str, str]:
     """node -> pod uid of the app's running pods that are not being deleted."""
-    items = get_json(lab, "pods", "-n", NAMESPACE, "-l", f"app={app}")["items"]
+    items = pods_json(lab, NAMESPACE, f"app={app}")
     return {p["spec"]["nodeName"]: p["metadata"]["uid"] for p in items
             if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")}
 
@@ -121,9 +123,7 @@ def drains(lab) -> dict[str, str]:
 
 
 def events(lab, reason: str) -> list[str]:
-    out = lab.kubectl("get", "events", "-n", NAMESPACE, "--field-selector", f"reason={reason}",
-                      "-o", "jsonpath={range .items[*]}{.message}{'\\n'}{end}").stdout
-    return [line for line in out.splitlines() if line]
+    return [e["message"] for e in events_json(lab, NAMESPACE, f"reason={reason}") if e.get("message")]
 
 
 def patch_pool(lab, patch: dict) -> None:

@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 import yaml
 
-from harness import Operator, apply, ensure_namespace_and_secret, pool_manifest, wait
+from harness import Operator, apply, ensure_namespace_and_secret, pool_json, pool_manifest, wait
 from identity import (
     MANIFESTS,
     OPERATOR_NAMESPACE,
@@ -152,7 +152,7 @@ def test_operator_under_its_service_account_reconciles_without_forbidden(install
         assert healthz[0] == 200
 
         def reconciled():
-            body = lab.kubectl_json("get", "snp", "rbac-check", "-n", RBAC_NAMESPACE)
+            body = pool_json(lab, "rbac-check", RBAC_NAMESPACE)
             status = body.get("status") or {}
             return status if status.get("observedGeneration") == body["metadata"]["generation"] and status.get("conditions") else None
 

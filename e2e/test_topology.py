@@ -6,7 +6,8 @@ them from block-2 and leave block-1 whole, whichever the source of the blocks.""
 from __future__ import annotations
 
 import pytest
-from harness import NAMESPACE, Operator, apply, ensure_namespace_and_secret, install_crd, node_placements, pool_manifest, pool_status, reset_lab, wait
+from harness import (NAMESPACE, Operator, apply, ensure_namespace_and_secret, install_crd, node_placements, pool_json, pool_manifest,
+                     pool_status, reset_lab, wait)
 
 pytestmark = pytest.mark.e2e
 POOL = "blocks"
@@ -22,14 +23,27 @@ def settled(lab, slurm):
 SOURCES = {"labels": {"blockLabel": "topology.slurmpool.io/block"}, "slurm": {"fromSlurm": True, "slurmLevel": 1}}
 
 
-@pytest.mark.parametrize("source", sorted(SOURCES))
-def test_moves_keep_whole_blocks_in_slurm(lab, source):
+@pytest.fixture(scope="module")
+def operator(lab):
+    """One operator and one pool for both sources: the second source's test re-applies the pool with
+    its topology and all 8 nodes in Slurm (the nodes the first test moved come back) instead of
+    resetting the lab and adopting all 8 again."""
     install_crd(lab)
     ensure_namespace_and_secret(lab)
-    op = Operator(lab, f"operator-topology-{source}.log").start()
+    op = Operator(lab, "operator-topology.log").start()
+    yield op
+    op.stop()
+    reset_lab(lab)
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+def test_moves_keep_whole_blocks_in_slurm(lab, operator, source):
     try:
         apply(lab, pool_manifest(lab, POOL, 8, topology=SOURCES[source]))
         wait(lambda: settled(lab, 8), 120, what="8 Slurm nodes")
+        topology = pool_json(lab, POOL)["spec"]["topology"]  # apply replaced the other source's fields
+        assert {k: topology.get(k) for k in SOURCES[source]} == SOURCES[source], topology
+        assert topology.get("fromSlurm", False) == (source == "slurm") and ("blockLabel" in topology) == (source == "labels"), topology
         # An admin drains gpu07 (a bad GPU): block-2 is broken for Slurm. Without topology the
         # planner would take gpu07 and then the first idle node by name, gpu01, breaking block-1 too.
         lab.slurm("scontrol", "update", "nodename=gpu07", "state=drain", "reason=bad GPU, ticket 42")
@@ -45,6 +59,4 @@ def test_moves_keep_whole_blocks_in_slurm(lab, source):
         # the admin's drain is never undone by the operator
         assert "Reason=bad GPU, ticket 42" in lab.slurm("scontrol", "show", "node", "gpu07").stdout
     finally:
-        op.stop()
         lab.slurm("scontrol", "update", "nodename=gpu07", "state=resume", check=False)
-        reset_lab(lab)
