@@ -6,7 +6,8 @@ them from block-2 and leave block-1 whole, whichever the source of the blocks.""
 from __future__ import annotations
 
 import pytest
-from harness import (NAMESPACE, Operator, apply, ensure_namespace_and_secret, install_crd, node_placements, pool_json, pool_manifest,
+from harness import (
+    NAMESPACE, Operator, apply, ensure_namespace_and_secret, install_crd, node_placements, pool_json, pool_manifest, slurm_states,
                      pool_status, reset_lab, wait)
 
 pytestmark = pytest.mark.e2e
@@ -41,6 +42,11 @@ def test_moves_keep_whole_blocks_in_slurm(lab, operator, source):
     try:
         apply(lab, pool_manifest(lab, POOL, 8, topology=SOURCES[source]))
         wait(lambda: settled(lab, 8), 120, what="8 Slurm nodes")
+        # A slurmd that just registered can show NOT_RESPONDING for one ping round (a ping sent before
+        # it came up), and a node Slurm cannot reach is as broken as a drained one: start from a
+        # cluster Slurm sees whole, as the admin in this story does.
+        wait(lambda: all("NOT_RESPONDING" not in s for s in slurm_states(lab).values()), 60, interval=0.5,
+             what="every node responding in Slurm")
         topology = pool_json(lab, POOL)["spec"]["topology"]  # apply replaced the other source's fields
         assert {k: topology.get(k) for k in SOURCES[source]} == SOURCES[source], topology
         assert topology.get("fromSlurm", False) == (source == "slurm") and ("blockLabel" in topology) == (source == "labels"), topology
