@@ -33,11 +33,7 @@ async def test_topology_is_polled_only_for_pools_that_want_it_and_at_most_once_a
     monkeypatch.setattr(access.time, "monotonic", lambda: clock[0])
     pool = access.SlurmAccessPool(read_secret=None)
     fake = CountingBackend()
-
-    async def build(namespace, spec):
-        return fake
-
-    monkeypatch.setattr(pool, "_build", build)
+    backend_is(monkeypatch, pool, fake)
     spec = SlurmAccess(local={})
     _, view = await pool.observe("ns", spec, max_age=0.5)
     assert fake.calls == ["nodes", "jobs"] and view.topology == ()
@@ -51,6 +47,15 @@ async def test_topology_is_polled_only_for_pools_that_want_it_and_at_most_once_a
     clock[0] += access.TOPOLOGY_MAX_AGE
     await pool.observe("ns", spec, max_age=0.5, topology=True)
     assert fake.calls.count("topology") == 2
+
+
+def backend_is(monkeypatch, pool: SlurmAccessPool, backend) -> None:
+    """Every access of `pool` is served by `backend`."""
+
+    async def build(namespace, spec):
+        return backend
+
+    monkeypatch.setattr(pool, "_build", build)
 
 
 class Clock:
@@ -103,11 +108,7 @@ async def test_pools_on_one_slurm_share_a_poll_unless_slurm_changed_since_it_beg
     clock = Clock()
     pool = SlurmAccessPool(read_secret=None, clock=clock)
     fake = CountingBackend()
-
-    async def build(namespace, spec):
-        return fake
-
-    monkeypatch.setattr(pool, "_build", build)
+    backend_is(monkeypatch, pool, fake)
     spec = SlurmAccess(local={})
     await pool.observe("ns", spec, max_age=0.5)
     clock.t += 0.1
@@ -135,11 +136,7 @@ async def test_pools_that_wait_for_another_pools_poll_take_it_instead_of_polling
         return await polled()
 
     fake.nodes = slow_nodes
-
-    async def build(namespace, spec):
-        return fake
-
-    monkeypatch.setattr(pool, "_build", build)
+    backend_is(monkeypatch, pool, fake)
     spec = SlurmAccess(local={})
     views = await asyncio.gather(*(pool.observe("ns", spec, max_age=0.5) for _ in range(5)))
     assert fake.calls.count("nodes") == 1 and len({id(v) for _, v in views}) == 1
@@ -160,11 +157,7 @@ async def test_while_a_pool_polls_another_takes_a_slightly_older_view_rather_tha
         return await polled()
 
     fake.nodes = nodes
-
-    async def build(namespace, spec):
-        return fake
-
-    monkeypatch.setattr(pool, "_build", build)
+    backend_is(monkeypatch, pool, fake)
     spec = SlurmAccess(local={})
     _, first = await pool.observe("ns", spec, max_age=0.5)
     clock.t = 1.0  # older than max_age, within the slack

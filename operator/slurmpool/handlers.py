@@ -148,7 +148,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, nodes_index,
     memo.settings = config
     memo.indexed = asyncio.Event()
     memo.queue = WorkQueue()
-    memo.generations, memo.owners, memo.owners_at = {}, {}, 0.0
+    memo.generations, memo.owners, memo.members, memo.owners_at = {}, {}, {}, 0.0
     memo.failures, memo.reconcile_errors, memo.published, memo.fresh, memo.last_poll = {}, {}, {}, set(), {}
     memo.expected = {}  # node -> (record annotations we wrote, when): until the watch shows them
     memo.kube = KubeAdapter(_api_client())
@@ -257,11 +257,14 @@ def _owners(memo, nodes_index, pools_index) -> dict[str, list[tuple[str, str]]]:
         if spec is not None and not spec.node_selector.is_empty():
             specs[key] = spec
     owners: dict[str, list[tuple[str, str]]] = {}
+    members: dict[tuple[str, str], list[str]] = {}  # the same, by pool: a pass reads only its own nodes
     for store in list(nodes_index.values()):
         node = _first(store)
         if node is not None:
             owners[node.name] = [key for key, spec in specs.items() if spec.node_selector.matches(node.labels)]
-    memo.owners, memo.owners_at = owners, now
+            for key in owners[node.name]:
+                members.setdefault(key, []).append(node.name)
+    memo.owners, memo.members, memo.owners_at = owners, members, now
     return owners
 
 
@@ -358,9 +361,9 @@ async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_ind
     owners = _owners(memo, nodes_index, pools_index)
     mine: list[NodeView] = []
     overlaps: list[str] = []
-    for store in list(nodes_index.values()):
-        node = _first(store)
-        if node is None or key not in owners.get(node.name, ()):
+    for name in memo.members.get(key, ()):
+        node = _first(nodes_index.get(name, ()))
+        if node is None:  # deleted since the owners were sorted
             continue
         if len(owners[node.name]) > 1:
             overlaps.append(node.name)
