@@ -58,6 +58,9 @@ for _ in $(seq 1 240); do
 done
 show "batch pool count 1: one node moved from llm to batch ($(( $(date +%s) - t0 )) s)"
 kubectl get nodes -L slurmpool.io/side,slurmpool.io/inference-pool
+# Hold the split a moment: moves now take about a second, and people (and the lab Prometheus's
+# 1 s scrapes behind e2e/test_dashboard_lab.py) should see the nodes serve inference.
+sleep "${DEMO_HOLD_SECONDS:-5}"
 kubectl patch snp gpu -n $ns --type=json -p '[{"op": "remove", "path": "/spec/inference/pools/1/nodes"}]'
 kubectl scale snp gpu -n $ns --replicas=8
 t0=$(date +%s)
