@@ -244,13 +244,35 @@ async def test_requeue_not_allowed_is_raised():
         await b.requeue(["8"])
 
 
-@pytest.mark.parametrize("bad", ["8;id", "8,9", "-1", "12_[1-3]", "abc", "", "8 "])
+@pytest.mark.parametrize("bad", ["8;id", "8,9", "-1", "12_[1-3", "12_[a]", "5+", "5+1+2", "abc", "", "8 ", "7_[0-3];id"])
 async def test_bad_job_ids_are_refused(bad):
     b, r = backend()
     for call in (b.requeue(["7", bad]), b.cancel([bad])):
         with pytest.raises(ValueError, match="invalid Slurm job id"):
             await call
     assert r.calls == []
+
+
+async def test_every_job_id_form_squeue_prints_is_cancelled_as_printed():
+    b, r = backend()
+    ids = ["8", "12_3", "7_[0-3]", "7_[1,4-6%2]", "5+1"]
+    await b.cancel(ids)
+    assert r.calls == [["scancel", *ids]]
+
+
+async def test_requeue_of_a_heterogeneous_job_part_requeues_the_job_through_its_leader():
+    b, r = backend("", "", "")
+    await b.requeue(["5+0", "5+1", "9"])
+    assert r.calls[0] == ["scontrol", "requeue", "5,9"]
+    assert r.calls[-1] == ["scontrol", "update", "JobId=5,9", "StartTime=now"]
+
+
+async def test_cancel_of_jobs_already_gone_is_done_but_a_refusal_is_raised():
+    b, _ = backend(failed(stderr="scancel: error: Kill job error on job id 8: Job/step already completing or completed"))
+    await b.cancel(["8"])
+    b, _ = backend(failed(stderr="scancel: error: Kill job error on job id 8: Access/permission denied"))
+    with pytest.raises(SlurmError, match="permission denied"):
+        await b.cancel(["8"])
 
 
 async def test_cancel_is_one_scancel():
@@ -355,6 +377,17 @@ async def test_local_runner_failure_carries_output():
     assert info.value.returncode == 1 and "gpu09 not found" in info.value.stdout
     with pytest.raises(SlurmUnavailable):
         await runner.run([*PY, "import sys; sys.stderr.write('Unable to contact slurm controller'); sys.exit(1)"], 10)
+
+
+async def test_an_error_on_stderr_with_exit_0_is_a_failure_and_a_warning_is_not():
+    runner = LocalRunner()
+    with pytest.raises(SlurmError, match="permission denied") as info:
+        await runner.run([*PY, "import sys; sys.stderr.write('scancel: error: Kill job error on job id 7: Access/permission denied\\n')"], 10)
+    assert info.value.returncode == 0
+    with pytest.raises(SlurmError, match="Invalid node"):
+        await runner.run([*PY, "import sys; sys.stderr.write('slurm_update error: Invalid node name specified\\n')"], 10)
+    out = await runner.run([*PY, "import sys; sys.stderr.write('scontrol: warning: deprecated option\\n'); print('ok')"], 10)
+    assert out.strip() == "ok"
 
 
 async def test_local_runner_timeout_kills_the_command():

@@ -91,6 +91,17 @@ def test_idle_drain_with_features_and_our_reason():
     assert n.drain_set and n.drained and not n.busy and n.responding
 
 
+def test_reason_stamp_is_kept_apart_from_the_text():
+    n = one(IDLE_DRAIN_FEATURES)
+    assert (n.reason_user, n.reason_time) == ("root", utc(2026, 11, 29, 15, 55, 26))
+    appended = IDLE_DRAIN_FEATURES.replace("State=IDLE+DRAIN", "State=IDLE+DRAIN+INVALID_REG").replace(
+        "(pool demo/a) [root@", "(pool demo/a) : gres/gpu count reported lower than configured (7 < 8) [slurm@")
+    n = one(appended)
+    assert n.reason == "slurmpool: move to inference (pool demo/a) : gres/gpu count reported lower than configured (7 < 8)"
+    assert (n.reason_user, n.flags) == ("slurm", frozenset({"DRAIN", "INVALID_REG"}))
+    assert one(IDLE_WITH_COMMENT).reason_time is None
+
+
 def test_comment_is_not_taken_for_a_reason():
     n = one(IDLE_WITH_COMMENT)
     assert (n.state, n.flags, n.reason, n.features) == ("IDLE", frozenset(), None, ())

@@ -24,6 +24,7 @@ _REQUEUE_ALREADY = ("job is pending execution", "invalid job id specified")
 # Releasing (StartTime=now) a job that already started again, finished, or was purged.
 _RELEASE_ALREADY = ("job is no longer pending execution", "job has already finished", "invalid job id specified")
 # States a requeued job passes through before it is PENDING again.
+_CANCEL_ALREADY = ("already completing or completed", "invalid job id specified")
 _SETTLING = frozenset({"COMPLETING", "STAGE_OUT", "SIGNALING", "REQUEUED"})
 
 
@@ -160,7 +161,7 @@ class ScontrolBackend:
 
         Caution: Slurm also requeues a batch job that has already finished (it runs again), so
         only requeue jobs just seen RUNNING."""
-        ids = validate.job_ids(job_ids)
+        ids = list(dict.fromkeys(validate.het_leader(i) for i in validate.job_ids(job_ids)))
         if not ids:
             return
         joined = ",".join(ids)
@@ -200,8 +201,12 @@ class ScontrolBackend:
         ids = validate.job_ids(job_ids)
         if not ids:
             return
-        # scancel exits 0 for jobs that are unknown or already finished: idempotent as is.
-        await self._run(["scancel", *ids])
+        # A job already finished or purged is what we wanted; anything else is a failure.
+        try:
+            await self._run(["scancel", *ids])
+        except SlurmError as e:
+            if isinstance(e, SlurmUnavailable) or not _only(e, _CANCEL_ALREADY):
+                raise
 
     async def ping(self) -> None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 # Substrings of scontrol/squeue/scancel output that mean "Slurm could not be reached" rather than
@@ -48,8 +49,20 @@ class SlurmUnavailable(SlurmError):
     errors, timeouts. Worth retrying later; the operator reports it as Degraded."""
 
 
+# A line of stderr that reports a failure although the command exited 0 ("scancel: error: Kill
+# job error on job id 7: Access/permission denied", "slurm_update error: ...").
+_STDERR_ERROR = re.compile(r"(?:^|[\s:])error\b", re.IGNORECASE)
+
+
+def check_exit(argv: Sequence[str], returncode: int, stdout: str, stderr: str) -> None:
+    """Raise when a command failed: a non-zero exit, or an exit 0 with an error on stderr (some
+    Slurm commands report a refused request only there). Warnings on stderr pass."""
+    if returncode != 0 or any(_STDERR_ERROR.search(line) for line in stderr.splitlines()):
+        raise command_failed(argv, returncode, stdout, stderr)
+
+
 def command_failed(argv: Sequence[str], returncode: int | None, stdout: str, stderr: str) -> SlurmError:
-    """Build the right exception for a command that exited non-zero."""
+    """Build the right exception for a command that failed (see check_exit)."""
     text = (stderr.strip() or stdout.strip() or "(no output)")
     cmd = argv[0] if argv else "command"
     message = f"{cmd} exited {returncode}: {text}"

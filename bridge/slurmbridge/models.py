@@ -60,6 +60,10 @@ class SlurmNode:
     features: tuple[str, ...]
     partitions: tuple[str, ...]
     slurmd_start: datetime | None = None  # SlurmdStartTime: when the slurmd Slurm heard from last started
+    # The Reason's stamp `[user@time]`: who set or last extended the reason, and when. Slurm
+    # appends its own reasons (" : Not responding", " : gres/gpu count ...") and restamps.
+    reason_user: str | None = None
+    reason_time: datetime | None = None
 
     @property
     def drain_set(self) -> bool:
@@ -95,7 +99,7 @@ class TopologyGroup:
 
 @dataclass(frozen=True)
 class SlurmJob:
-    job_id: str  # as squeue prints it: "42", or "42_3" for an array task
+    job_id: str  # as squeue prints it: "42", "42_3" (array task), "7_[0-3]" (pending array), "5+1" (het job part)
     name: str
     user: str
     state: str  # PENDING, RUNNING, COMPLETING, ...

@@ -81,6 +81,9 @@ def node_fields(line: str) -> dict[str, str]:
         reason = _REASON.match(line[tail.start() :])
         if reason:
             fields["Reason"] = reason.group("text")
+            if reason.group("when") is not None:
+                fields["ReasonUser"] = reason.group("user")
+                fields["ReasonTime"] = reason.group("when")
     return fields
 
 
@@ -116,6 +119,8 @@ def parse_scontrol_nodes(text: str, tz: tzinfo = timezone.utc) -> dict[str, Slur
             features=_list(f.get("AvailableFeatures")),
             partitions=_list(f.get("Partitions")),
             slurmd_start=parse_time(f.get("SlurmdStartTime", ""), tz),
+            reason_user=f.get("ReasonUser") or None,
+            reason_time=parse_time(f.get("ReasonTime", ""), tz),
         )
     return nodes
 

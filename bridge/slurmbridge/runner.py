@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
-from .errors import SlurmUnavailable, command_failed
+from .errors import SlurmUnavailable, check_exit
 
 # Pinned for every command so the parsers see one date format and one zone whatever the host's
 # settings: "standard" is ISO 8601 without a zone, and TZ=UTC makes Slurm print UTC.
@@ -65,8 +65,7 @@ class LocalRunner:
             await _reap(proc)
             raise
         stdout, stderr = _decode(out), _decode(err)
-        if proc.returncode != 0:
-            raise command_failed(argv, proc.returncode, stdout, stderr)
+        check_exit(argv, proc.returncode, stdout, stderr)
         return stdout
 
     async def close(self) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import asyncssh
 
-from .errors import SlurmUnavailable, command_failed
+from .errors import SlurmUnavailable, check_exit
 from .runner import DEFAULT_ENV
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -179,8 +179,7 @@ class SshRunner:
                 f"{argv[0]} on {self.target}: {why} before it finished",
                 argv=argv, stdout=stdout, stderr=stderr,
             )
-        if result.exit_status != 0:
-            raise command_failed(argv, result.exit_status, stdout, stderr)
+        check_exit(argv, result.exit_status, stdout, stderr)
         return stdout
 
     async def close(self) -> None:

@@ -9,7 +9,9 @@ from collections.abc import Iterable, Sequence
 import hostlist
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-JOB_ID_RE = re.compile(r"^[0-9]+(_[0-9]+)?$")
+# Every form squeue prints: "42", an array task "42_3", a pending array "7_[0-3]" (ranges, lists
+# and a "%N" throttle inside the brackets), a part of a heterogeneous job "5+1".
+JOB_ID_RE = re.compile(r"^[0-9]+(?:_[0-9]+|_\[[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*(?:%[0-9]+)?\]|\+[0-9]+)?$")
 STATE_RE = re.compile(r"^[A-Za-z_]{1,32}$")
 MAX_REASON = 200
 
@@ -45,6 +47,12 @@ def job_ids(ids: Iterable[str | int]) -> list[str]:
             raise ValueError(f"invalid Slurm job id {job_id!r}: must match {JOB_ID_RE.pattern}")
         out.append(text)
     return out
+
+
+def het_leader(job_id: str) -> str:
+    """The job a part of a heterogeneous job belongs to ("5+1" -> "5"): Slurm requeues only a
+    whole heterogeneous job, through its leader."""
+    return job_id.split("+", 1)[0]
 
 
 def job_states(states: Iterable[str]) -> list[str]:
