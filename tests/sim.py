@@ -1,16 +1,26 @@
 """A tiny pure simulation of one node's world (Kubernetes side and Slurm side) that
 applies the state machine's actions, so moves can be walked, crashed and resumed in
 unit tests without a cluster. It is deliberately simple: the lab tests the real thing.
+
+Slurm's reasons are modelled per version, as slurmctld's set_node_reason() and RESUME do:
+- "22.05": RESUME clears the Reason; a node that stops responding keeps its Reason.
+- "24.11" (23.11 and later, accounting off): RESUME keeps the Reason and its stamp; a reason
+  Slurm sets on a node that has one is appended (" : Not responding", " : gres/gpu count ...")
+  and restamped by SlurmUser.
+`drain_owner` is the ground truth the operator cannot see: who set the drain in force. Resuming a
+drain that is not slurmpool's fails the test.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from slurmbridge import SlurmJob, SlurmNode
 from slurmpool.moves import Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, PatchNode, Requeue, Resume, advance
-from slurmpool.view import ANN_MOVE, ANN_PLACEMENT, MoveRecord, NodeView, PodView, SlurmView
+from slurmpool.view import ANN_DRAIN, ANN_MOVE, ANN_PLACEMENT, DrainClaim, MoveRecord, NodeView, PodView, SlurmView
+
+VERSIONS = ("22.05", "24.11")
 
 
 @dataclass
@@ -24,6 +34,48 @@ class World:
     requeued: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
+    version: str = "22.05"
+    drain_owner: str | None = None  # slurmpool | slurm | admin: who set the drain in force
+    clock: datetime = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+    def __post_init__(self) -> None:
+        if self.drain_owner is None and self.slurm_node is not None and self.slurm_node.drain_set:
+            claimed = self.node.drain_claim is not None and self.node.drain_claim.reason == self.slurm_node.reason
+            self.drain_owner = "slurmpool" if claimed else "admin"
+
+    # -- Slurm's own hand
+    def slurm_sets_reason(self, message: str, drain: bool = False) -> None:
+        """slurmctld's set_node_reason(): append to a Reason already there (24.11), restamp."""
+        sn = self.slurm_node
+        reason = sn.reason
+        if not reason:
+            reason = message
+        elif self.version != "22.05" and f" : {message}" not in reason:
+            reason = f"{reason} : {message}"
+        flags = sn.flags | {"DRAIN"} if drain else sn.flags
+        self.slurm_node = replace(sn, reason=reason, flags=flags, reason_user="slurm", reason_time=self.clock)
+        if drain:
+            self.drain_owner = "slurm"
+
+    def registers_short(self) -> None:
+        """slurmd came back with fewer GPUs than configured: Slurm drains the node itself."""
+        self.slurm_sets_reason("gres/gpu count reported lower than configured (7 < 8)", drain=True)
+        self.slurm_node = replace(self.slurm_node, flags=self.slurm_node.flags | {"INVALID_REG"})
+
+    def admin_drains(self, reason: str) -> None:
+        self.slurm_node = replace(self.slurm_node, flags=self.slurm_node.flags | {"DRAIN"}, reason=reason,
+                                  reason_user="admin", reason_time=self.clock)
+        self.drain_owner = "admin"
+
+    def admin_resumes(self) -> None:
+        self._resume()
+
+    def _resume(self) -> None:
+        sn = self.slurm_node
+        keep = self.version != "22.05"  # 23.11+: the Reason and its stamp stay
+        self.slurm_node = replace(sn, flags=sn.flags - {"DRAIN", "INVALID_REG"}, reason=sn.reason if keep else None,
+                                  reason_time=sn.reason_time if keep else None, reason_user=sn.reason_user if keep else None)
+        self.drain_owner = None
 
     def view(self) -> SlurmView:
         if not self.slurm_up:
@@ -43,7 +95,9 @@ class World:
             state = "MIXED" if busy else "IDLE"
             self.slurm_node = replace(sn, state=state, flags=sn.flags - {"NOT_RESPONDING"})
         elif not has_slurmd:
-            self.slurm_node = replace(sn, state="DOWN", flags=sn.flags | {"NOT_RESPONDING"})
+            if sn.reason and "NOT_RESPONDING" not in sn.flags:
+                self.slurm_sets_reason("Not responding")
+            self.slurm_node = replace(self.slurm_node, state="DOWN", flags=self.slurm_node.flags | {"NOT_RESPONDING"})
         # a deleting pod finishes its graceful stop
         pods = tuple(p for p in self.node.pods if not p.deleting)
         self.node = replace(self.node, pods=pods)
@@ -58,10 +112,13 @@ class World:
         if isinstance(action, Drain) and sn:
             # The machine drains only a node not drained yet: it never overwrites anyone's reason.
             assert not sn.drain_set, f"drained {sn.name} again over reason {sn.reason!r}"
-            self.slurm_node = replace(sn, flags=sn.flags | {"DRAIN"}, reason=action.reason)
+            claim = self.node.drain_claim
+            assert claim is not None and claim.reason == action.reason, "drained without claiming the drain first"
+            self.slurm_node = replace(sn, flags=sn.flags | {"DRAIN"}, reason=action.reason, reason_user="root", reason_time=self.clock)
+            self.drain_owner = "slurmpool"
         elif isinstance(action, Resume) and sn:
-            assert sn.reason and sn.reason.startswith("slurmpool:"), "resumed a drain that is not ours"
-            self.slurm_node = replace(sn, flags=sn.flags - {"DRAIN"}, reason=None)
+            assert self.drain_owner in ("slurmpool", None), f"resumed a drain set by {self.drain_owner}: {sn.reason!r}"
+            self._resume()
         elif isinstance(action, Requeue):
             self.requeued += action.job_ids
             self.jobs = [j for j in self.jobs if j.job_id not in action.job_ids]
@@ -86,13 +143,17 @@ class World:
                     labels[k] = v
             self.node = replace(self.node, labels=labels, taints=action.taints, unschedulable=action.unschedulable)
 
-    def record(self, move: MoveRecord | None, settled: str | None) -> None:
+    def record(self, move: MoveRecord | None, settled: str | None, step=None) -> None:
         ann = dict(self.node.annotations)
         ann.pop(ANN_MOVE, None)
         if move:
             ann[ANN_MOVE] = move.to_annotation()
         if settled:
             ann[ANN_PLACEMENT] = settled
+        if step is not None and step.claim:
+            ann[ANN_DRAIN] = step.claim.to_annotation()
+        elif step is not None and step.drop_claim:
+            ann.pop(ANN_DRAIN, None)
         self.node = replace(self.node, annotations=ann)
 
 
@@ -108,8 +169,9 @@ def run_move(world: World, spec, now: datetime, rounds=40, crash_at: int | None 
         move = world.node.move
         if move is None:
             return world
+        world.clock = now
         step = advance(move, world.node, world.view(), spec, now)
-        world.record(step.move, step.settled)
+        world.record(step.move, step.settled, step)
         groups = [
             [a for a in step.actions if isinstance(a, PatchNode)],
             [a for a in step.actions if isinstance(a, SLURM_ACTIONS)],
@@ -123,6 +185,14 @@ def run_move(world: World, spec, now: datetime, rounds=40, crash_at: int | None 
         world.tick()
         now += timedelta(seconds=step_seconds)
     return world
+
+
+def parked(node: NodeView, slurm_node: SlurmNode, pool: str, at: datetime) -> tuple[NodeView, SlurmNode]:
+    """A node slurmpool parked in inference: its claim on the Node, its drain in Slurm."""
+    reason = f"slurmpool: moving to inference:{pool}"
+    claim = DrainClaim(reason, at)
+    node = replace(node, annotations={**node.annotations, ANN_DRAIN: claim.to_annotation()})
+    return node, replace(slurm_node, flags=slurm_node.flags | {"DRAIN"}, reason=reason, reason_user="root", reason_time=at)
 
 
 def start(world: World, source: str, target: str, now: datetime) -> None:
@@ -162,9 +232,11 @@ class PoolWorld:
             snap = self.snapshot()
             decision = decide(snap)
             self.decisions.append(decision)
+            for world in self.worlds.values():
+                world.clock = self.now
             for name, step in decision.steps.items():
                 world = self.worlds[name]
-                world.record(step.move, step.settled)
+                world.record(step.move, step.settled, step)
                 for kind in ((PatchNode,), SLURM_ACTIONS):
                     for action in step.actions:
                         if isinstance(action, kind):

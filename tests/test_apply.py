@@ -11,7 +11,9 @@ from slurmpool.interfaces import PoolRef
 from slurmpool.snapshot import PoolSnapshot
 from slurmpool.status import build_status
 from slurmpool.models import MoveStatus, SlurmNodePoolStatus
-from slurmpool.view import ANN_MOVE, ANN_PLACEMENT, ANN_SLURM, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
+from dataclasses import replace
+
+from slurmpool.view import ANN_DRAIN, ANN_MOVE, DrainClaim, ANN_PLACEMENT, ANN_SLURM, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 
@@ -139,10 +141,27 @@ async def test_refused_eviction_is_reported_with_the_pod():
 async def test_settled_slurm_node_gets_its_slurmd_back_and_stray_drain_of_ours_resumed():
     nodes, view = slurm_nodes(2)
     nodes[0] = NodeView(name="gpu00", annotations={ANN_PLACEMENT: SLURM}, unschedulable=True)
-    view.nodes["gpu01"] = slurm_node("gpu01", "IDLE", {"DRAIN"}, reason="slurmpool: moving to inference:default")
+    reason = "slurmpool: moving to inference:default"
+    claimed = {**nodes[1].annotations, ANN_DRAIN: DrainClaim(reason, NOW).to_annotation()}
+    nodes[1] = replace(nodes[1], annotations=claimed)
+    view.nodes["gpu01"] = replace(slurm_node("gpu01", "IDLE", {"DRAIN"}, reason=reason), reason_time=NOW)
     _, kube, slurm = await run(make_spec(slurm_nodes=2), nodes, view)
     assert ("create_slurmd_pod", "gpu00") in kube.calls
     assert slurm.calls == [("resume", ("gpu01",))]
+
+
+async def test_a_settled_slurm_node_drained_under_our_old_text_is_not_resumed_and_a_stale_claim_goes():
+    """Slurm 23.11+ keeps the Reason on RESUME; a drain Slurm sets later keeps our old text."""
+    reason = "slurmpool: moving to slurm"
+    nodes, view = slurm_nodes(2)
+    view.nodes["gpu00"] = replace(slurm_node("gpu00", "IDLE", {"DRAIN"}, reason=reason), reason_time=NOW)  # no claim
+    stale = DrainClaim(reason, NOW)
+    nodes[1] = replace(nodes[1], annotations={**nodes[1].annotations, ANN_DRAIN: stale.to_annotation()})
+    view.nodes["gpu01"] = slurm_node("gpu01", "IDLE", {"DRAIN", "INVALID_REG"}, reason=reason + " : gres/gpu count reported lower than configured (7 < 8)")
+    _, kube, slurm = await run(make_spec(slurm_nodes=2), nodes, view)
+    assert slurm.calls == []
+    patches = [json.loads(c[2]) for c in kube.calls if c[0] == "patch_node" and c[1] == "gpu01"]
+    assert {"metadata": {"annotations": {ANN_DRAIN: None}}} in patches
 
 
 

@@ -14,7 +14,7 @@ from slurmpool.moves import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, Drain, PatchN
 from slurmpool.view import ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, MoveRecord, NodeView, PodView
 
 from .factories import NOW, make_spec, slurm_node
-from .sim import World, run_move, start
+from .sim import World, parked, run_move, start
 from .test_planner import job
 
 INFERENCE = "inference:default"
@@ -35,7 +35,8 @@ def slurm_world(**kw) -> World:
 def inference_world(pods=(), **kw) -> World:
     node = NodeView(name="gpu01", annotations={ANN_PLACEMENT: INFERENCE}, labels={LABEL_SIDE: "inference", "pool": "default"},
                     taints=({"key": "inference", "value": "default", "effect": "NoSchedule"},), pods=tuple(pods))
-    return World(node=node, slurm_node=slurm_node("gpu01", "DOWN", {"DRAIN", "NOT_RESPONDING"}, reason="slurmpool: move x to inference:default"), **kw)
+    node, sn = parked(node, slurm_node("gpu01", "DOWN", {"NOT_RESPONDING"}), "default", NOW - timedelta(hours=1))
+    return World(node=node, slurm_node=sn, **kw)
 
 
 def assert_inference(world: World):
@@ -247,7 +248,7 @@ def test_a_stale_registration_from_the_stopped_slurmd_is_not_taken_for_the_new_o
     spec = make_spec()
     old_start, pod_made = NOW - timedelta(minutes=5), NOW - timedelta(seconds=20)
     pod = PodView("slurm", "slurmd-gpu01", "u2", slurmd=True, created=pod_made)
-    stale = replace(slurm_node("gpu01", "IDLE", {"DRAIN"}, reason="slurmpool: moving to slurm"), slurmd_start=old_start)
+    stale = replace(inference_world().slurm_node, state="IDLE", flags=frozenset({"DRAIN"}), slurmd_start=old_start)
     node = replace(inference_world().node, pods=(pod,), unschedulable=True,
                    taints=({"key": SLURM_TAINT_KEY, "value": "true", "effect": "NoSchedule"},))
     move = MoveRecord(id="m1", source=INFERENCE, target=SLURM, phase="Registering", since=NOW, started=NOW)

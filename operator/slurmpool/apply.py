@@ -27,7 +27,7 @@ from .interfaces import Kube, PoolRef, node_object, pool_object
 from .models import SlurmNodePoolSpec
 from .moves import Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, PatchNode, Requeue, Resume, Step, between_pools
 from .snapshot import ApplyResult, NodeEvent, PoolDecision
-from .view import ANN_MOVE, ANN_MOVE_NOW, ANN_PLACEMENT, ANN_POOL, ANN_SETTLED, ANN_HOLD_UNTIL, ANN_SLURM, NONE, SLURM, MoveRecord, NodeView, iso
+from .view import ANN_DRAIN, ANN_MOVE, ANN_MOVE_NOW, ANN_PLACEMENT, ANN_POOL, ANN_SETTLED, ANN_HOLD_UNTIL, ANN_SLURM, NONE, SLURM, MoveRecord, NodeView, iso
 
 log = logging.getLogger("slurmpool.apply")
 PUBLISH_LAG = 10.0  # seconds: a value written this recently is not written again (the watch lags)
@@ -59,7 +59,7 @@ async def apply(
     written = await asyncio.gather(*(_guard(result, f"patch node {n}", kube.patch_node(n, p), ok=True) for n, p in patches.items()))
     result.unwritten = {name for name, ok in zip(patches, written) if ok is None}
     for name, patch in patches.items():
-        record = {k: v for k, v in patch.get("metadata", {}).get("annotations", {}).items() if k in (ANN_MOVE, ANN_PLACEMENT)}
+        record = {k: v for k, v in patch.get("metadata", {}).get("annotations", {}).items() if k in (ANN_MOVE, ANN_PLACEMENT, ANN_DRAIN)}
         if record and name not in result.unwritten:
             result.records[name] = record
     result.acted = bool(patches)
@@ -198,6 +198,10 @@ def node_patch(pool: PoolRef, node: NodeView, step: Step) -> dict:
         annotations[ANN_POOL] = pool.key
     if step.hold_until:
         annotations[ANN_HOLD_UNTIL] = iso(step.hold_until)
+    if step.claim and node.annotations.get(ANN_DRAIN) != step.claim.to_annotation():
+        annotations[ANN_DRAIN] = step.claim.to_annotation()
+    elif step.drop_claim and ANN_DRAIN in node.annotations:
+        annotations[ANN_DRAIN] = None
     patch: dict = {}
     if annotations:
         patch["metadata"] = {"annotations": annotations}

@@ -22,11 +22,13 @@ from dataclasses import replace
 from .demand import signals
 from .interfaces import PoolRef
 from .models import SlurmNodePoolSpec
-from .moves import CreateSlurmdPod, Resume, Step, advance, first_phase, ours, restore_cordon, reverse
+from .moves import CreateSlurmdPod, Resume, Step, advance, first_phase, restore_cordon, reverse
+from .ownership import our_drain
 from .planner import current_placement, desired_split, move_now_done, move_now_target, placements, plan
 from .snapshot import NodeEvent, PoolDecision, PoolSnapshot
 from .target import Decision, decide_target
 from .view import (
+    ANN_DRAIN,
     ANN_HOLD_UNTIL,
     ANN_MOVE,
     ANN_PIN,
@@ -58,9 +60,9 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
         if node.move is not None:
             steps[node.name] = advance(node.move, node, slurm, spec, now)
         elif node.placement == SLURM:
-            repair = Step(move=None, actions=_repair_slurm_node(node, slurm))
+            repair = _repair_slurm_node(node, slurm)
             restore_cordon(node, spec, repair, "while settled in Slurm")
-            if repair.actions:
+            if repair.actions or repair.drop_claim:
                 steps[node.name] = repair
     decision = PoolDecision(target=target, desired={}, problems=[], steps=steps, nodes_after=[], node_events=node_events)
     decision.pool_events.extend(target.events)
@@ -162,16 +164,22 @@ def _target(snap: PoolSnapshot, nodes: list[NodeView]) -> Decision:
 # ---------------------------------------------------------------- 3. settled nodes
 
 
-def _repair_slurm_node(node: NodeView, slurm: SlurmView) -> list:
-    """Level-triggered upkeep of a settled Slurm node: its slurmd pod runs, and no drain
-    of ours outlives the move that set it (a crash between the two writes)."""
-    actions: list = []
+def _repair_slurm_node(node: NodeView, slurm: SlurmView) -> Step:
+    """Level-triggered upkeep of a settled Slurm node: its slurmd pod runs, and no drain of ours
+    outlives the move that set it (a crash between the two writes). A claim outlives nothing: once
+    the node is seen undrained, or drained by someone else, the claim goes."""
+    step = Step(move=None)
     if node.slurmd_pod is None:
-        actions.append(CreateSlurmdPod(node.name))
+        step.actions.append(CreateSlurmdPod(node.name))
     sn = slurm.nodes.get(node.name) if slurm.available else None
-    if sn is not None and sn.drain_set and ours(sn.reason) and sn.responding:
-        actions.append(Resume(node.name))
-    return actions
+    if sn is None or node.drain_claim is None:
+        return step
+    if our_drain(node, sn):
+        if sn.responding:
+            step.actions.append(Resume(node.name))
+    else:
+        step.drop_claim = True
+    return step
 
 
 def _after(node: NodeView, step: Step) -> NodeView:
@@ -182,6 +190,10 @@ def _after(node: NodeView, step: Step) -> NodeView:
         annotations[ANN_PLACEMENT] = step.settled
     if step.hold_until:
         annotations[ANN_HOLD_UNTIL] = iso(step.hold_until)
+    if step.claim:
+        annotations[ANN_DRAIN] = step.claim.to_annotation()
+    elif step.drop_claim:
+        annotations.pop(ANN_DRAIN, None)
     return replace(node, annotations={k: v for k, v in annotations.items() if v})
 
 

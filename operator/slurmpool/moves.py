@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from .fit import misfit
+from .ownership import claim, why_not_ours
 from .models import InferencePool, SlurmNodePoolSpec, seconds
 from .phases import ABORTABLE, BETWEEN_POOLS, FINISH, TO_INFERENCE, TO_SLURM, WAIT, Advance, Finish, Outcome, Phase, Rollback, Wait
 from .view import (
     LABEL_SIDE,
     NONE,
+    DrainClaim,
     REASON_PREFIX,
     SLURM,
     SLURM_TAINT_KEY,
@@ -98,6 +100,8 @@ class Step:
     message: str = ""
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     hold_until: datetime | None = None
+    claim: DrainClaim | None = None  # written on the Node with the record, before the drain
+    drop_claim: bool = False  # the node serves Slurm again: no drain on it is ours any more
     entered: list[Phase] = field(default_factory=list)  # phases this step moved into
     finished: MoveRecord | None = None  # the move that completed in this step (metrics)
     rolled_back: MoveRecord | None = None  # the move this step turned back (metrics)
@@ -125,8 +129,10 @@ def drain_reason(move: MoveRecord) -> str:
     return f"{REASON_PREFIX} moving to {move.target}"
 
 
-def ours(reason: str | None) -> bool:
-    return bool(reason) and reason.startswith(REASON_PREFIX)
+def drain(step: Step, node: NodeView, reason: str, now: datetime) -> None:
+    """Drain the node in Slurm, claiming the drain first (ownership.py)."""
+    step.actions.append(Drain(node.name, reason))
+    step.claim = claim(reason, now)
 
 
 # ---------------------------------------------------------------- node shapes
@@ -278,15 +284,16 @@ def _draining(move, node, slurm: SlurmView, spec, now, step: Step) -> Outcome:
     if sn is None:  # Slurm does not know the node: nothing to drain
         return Advance(Phase.STOPPING_SLURMD)
     jobs = slurm.jobs_on(node.name)
+    foreign = sn.drain_set and why_not_ours(node, sn)
     if not sn.drain_set:
-        step.actions.append(Drain(node.name, drain_reason(move)))
+        drain(step, node, drain_reason(move), now)
         step.message = "draining in Slurm"
-    elif not ours(sn.reason):
-        step.message = f"already drained by someone else ({sn.reason}); not touching that drain"
+    elif foreign:
+        step.message = f"already drained by someone else ({sn.reason}: {foreign}); not touching that drain"
     if sn.drain_set and not sn.busy and not jobs:
-        if not ours(sn.reason):  # the node leaves Slurm drained either way; their drain stays
-            step.events.append(("Warning", "ForeignDrain", f"{node.name} is drained by someone else ({sn.reason}) during move {move.id}; "
-                                "the move goes on and that drain is left in place"))
+        if foreign:  # the node leaves Slurm drained either way; their drain stays
+            step.events.append(("Warning", "ForeignDrain", f"{node.name} is drained by someone else ({sn.reason}: {foreign}) "
+                                f"during move {move.id}; the move goes on and that drain is left in place"))
         return Advance(Phase.STOPPING_SLURMD)
     step.blocked_by = [f"job/{j.job_id}" for j in jobs]
     if jobs:
@@ -383,7 +390,7 @@ def _starting_slurmd(move, node: NodeView, slurm: SlurmView, spec, now, step: St
     # Hold the node drained in Slurm until we have checked it: no job lands before Resuming.
     sn = slurm.nodes.get(node.name)
     if sn is not None and not sn.drain_set:
-        step.actions.append(Drain(node.name, drain_reason(move)))
+        drain(step, node, drain_reason(move), now)
     patch = slurm_shape(spec, node)
     if not shaped(node, patch):
         step.actions.append(patch)
@@ -453,9 +460,11 @@ def _resuming(move, node, slurm: SlurmView, spec, now, step: Step) -> Outcome:
         return WAIT
     sn = slurm.nodes.get(node.name)
     if sn is None or not sn.drain_set:
+        step.drop_claim = True
         return FINISH
-    if not ours(sn.reason):
-        step.events.append(("Warning", "ForeignDrain", f"{node.name} is drained by someone else ({sn.reason}); left drained"))
+    if foreign := why_not_ours(node, sn):
+        step.events.append(("Warning", "ForeignDrain", f"{node.name} is drained by someone else ({sn.reason}: {foreign}); left drained"))
+        step.drop_claim = True
         return FINISH
     step.actions.append(Resume(node.name))
     return WAIT

@@ -31,6 +31,7 @@ ANN_HOLD_UNTIL = f"{PREFIX}/hold-until"  # no new move before this time (after a
 ANN_MOVE_NOW = f"{PREFIX}/move-now"  # on-call: move this node now (a one-shot pin, cleared when done)
 ANN_SLURM = f"{PREFIX}/slurm"  # published by the operator: the node's Slurm state and jobs (JSON)
 ANN_SETTLED = f"{PREFIX}/settled-at"  # when the node last settled at its placement
+ANN_DRAIN = f"{PREFIX}/drain"  # JSON DrainClaim: the Slurm drain the operator set (ownership.py)
 LABEL_SIDE = f"{PREFIX}/side"  # "slurm" or "inference": for selectors and humans
 LABEL_POOL = f"{PREFIX}/pool"  # on slurmd pods: the owning SlurmNodePool's name
 LABEL_COMPONENT = f"{PREFIX}/component"  # "slurmd" on slurmd pods (the lab agent's contract)
@@ -178,6 +179,32 @@ def _short(err: ValidationError, body: dict) -> str:
 
 
 @dataclass(frozen=True)
+class DrainClaim:
+    """The drain the operator is about to set, written on the Node before the drain itself:
+    its exact reason and the time. Only a drain that matches it is the operator's to lift."""
+
+    reason: str
+    at: datetime | None  # None: a drain set by a version that wrote no claim (ownership.py)
+
+    def to_annotation(self) -> str:
+        return json.dumps({"reason": self.reason, "at": iso(self.at) if self.at else None})
+
+    @classmethod
+    def parse(cls, text: str) -> DrainClaim:
+        """Raises ValueError with a message for people (the annotation is writable)."""
+        try:
+            body = json.loads(text)
+        except ValueError as err:
+            raise ValueError(f"not JSON ({err})") from None
+        reason, at = (body.get("reason"), body.get("at")) if isinstance(body, dict) else (None, None)
+        if not isinstance(reason, str) or not reason.startswith(REASON_PREFIX) or len(reason) > 200:
+            raise ValueError(f"reason must be a string starting with {REASON_PREFIX!r}")
+        if not isinstance(at, str):
+            raise ValueError("at must be an RFC 3339 time")
+        return cls(reason, read_time(at))
+
+
+@dataclass(frozen=True)
 class PodView:
     namespace: str
     name: str
@@ -225,6 +252,7 @@ class NodeView:
     pin: str | None = field(init=False, repr=False)
     move_now: str | None = field(init=False, repr=False)
     held_until: datetime | None = field(init=False, repr=False)
+    drain_claim: DrainClaim | None = field(init=False, repr=False)
     # Annotations that could not be read (people can write them): the node is left alone.
     problems: tuple[RecordProblem, ...] = field(init=False, repr=False)
 
@@ -248,6 +276,13 @@ class NodeView:
             held = read_time(get(ANN_HOLD_UNTIL))
         except ValueError:
             problems.append(RecordProblem(ANN_HOLD_UNTIL, f"{get(ANN_HOLD_UNTIL)!r} is no RFC 3339 time"))
+        claim = None
+        if text := get(ANN_DRAIN):
+            try:
+                claim = DrainClaim.parse(text)
+            except ValueError as err:
+                problems.append(RecordProblem(ANN_DRAIN, str(err)))
+        object.__setattr__(self, "drain_claim", claim)
         object.__setattr__(self, "placement", placement)
         object.__setattr__(self, "move", move)
         object.__setattr__(self, "pin", pin)

@@ -1,0 +1,153 @@
+"""Drain ownership (ownership.py): slurmpool lifts only a drain it provably set, on every Slurm
+version. The simulated world (sim.py) models each version's reasons: 22.05 clears the Reason on
+RESUME; 23.11 and later keep it, and Slurm appends its own reasons and restamps them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurmpool.ownership import our_drain, why_not_ours
+from slurmpool.view import ANN_DRAIN, ANN_MOVE, ANN_PLACEMENT, LABEL_SIDE, SLURM, DrainClaim, MoveRecord, NodeView
+
+from .factories import NOW, make_spec, slurm_node
+from .sim import VERSIONS, PoolWorld, World, parked
+
+INFERENCE = "inference:default"
+PARKED = "slurmpool: moving to inference:default"
+
+
+def claimed(reason: str = PARKED, at=NOW, **annotations) -> NodeView:
+    return NodeView("gpu01", annotations={ANN_PLACEMENT: INFERENCE, ANN_DRAIN: DrainClaim(reason, at).to_annotation(), **annotations})
+
+
+def drained(reason: str, flags=(), when=NOW):
+    return replace(slurm_node("gpu01", "IDLE", {"DRAIN", *flags}, reason=reason), reason_time=when)
+
+
+# ---------------------------------------------------------------- the rule
+
+
+def test_the_claimed_reason_is_ours_and_slurms_not_responding_suffix_does_not_change_that():
+    assert our_drain(claimed(), drained(PARKED))
+    assert our_drain(claimed(), drained(PARKED + " : Not responding", {"NOT_RESPONDING"}, NOW + timedelta(minutes=5)))
+
+
+@pytest.mark.parametrize("sn, why", [
+    (drained(PARKED + " : Kill task failed"), "not the one slurmpool set"),
+    (drained(PARKED + " : gres/gpu count reported lower than configured (7 < 8)", {"INVALID_REG"}), "INVALID_REG"),
+    (drained("admin: bad HBM"), "not the one slurmpool set"),
+    (drained("NHC: check_hw_gpu failed"), "not the one slurmpool set"),
+    (drained(PARKED, when=NOW - timedelta(hours=2)), "before slurmpool's claim"),
+    (slurm_node("gpu01"), "not drained"),
+    (None, "not drained"),
+])
+def test_anything_else_is_someone_elses(sn, why):
+    assert why in why_not_ours(claimed(), sn)
+
+
+def test_without_a_claim_our_old_text_on_a_settled_slurm_node_is_not_ours():
+    """The issue's case: after a RESUME that kept the Reason, Slurm drained the node itself."""
+    node = NodeView("gpu01", annotations={ANN_PLACEMENT: SLURM})
+    assert "set no drain" in why_not_ours(node, drained("slurmpool: moving to slurm"))
+    assert "set no drain" in why_not_ours(node, drained(PARKED))
+
+
+def test_a_node_an_older_version_parked_or_left_mid_move_is_read_as_claimed():
+    parked_node = NodeView("gpu01", annotations={ANN_PLACEMENT: INFERENCE})
+    assert our_drain(parked_node, drained(PARKED + " : Not responding"))
+    assert not our_drain(parked_node, drained("slurmpool: moving to inference:other"))
+    move = MoveRecord(id="m", source=SLURM, target=INFERENCE, phase="Draining", since=NOW, started=NOW)
+    moving = NodeView("gpu01", annotations={ANN_PLACEMENT: SLURM, ANN_MOVE: move.to_annotation()})
+    assert our_drain(moving, drained(PARKED))
+    assert not our_drain(moving, drained("slurmpool: moving to slurm"))
+
+
+def test_a_claim_people_broke_is_a_record_problem_and_never_ownership():
+    for bad in ("{", '{"reason": "admin: x", "at": "2026-11-29T12:00:00Z"}', '{"reason": "slurmpool: x"}', "[]"):
+        node = NodeView("gpu01", annotations={ANN_PLACEMENT: INFERENCE, ANN_DRAIN: bad})
+        assert [p.annotation for p in node.problems] == [ANN_DRAIN] and node.drain_claim is None
+
+
+# ---------------------------------------------------------------- whole passes, per Slurm version
+
+
+def parked_world(version: str) -> World:
+    node = NodeView("gpu01", annotations={ANN_PLACEMENT: INFERENCE}, labels={LABEL_SIDE: "inference", "pool": "default"},
+                    taints=({"key": "inference", "value": "default", "effect": "NoSchedule"},))
+    # Just parked: drained by us, its slurmd stopped a moment ago (Slurm has not noticed yet).
+    node, sn = parked(node, slurm_node("gpu01"), "default", NOW - timedelta(hours=1))
+    return World(node=node, slurm_node=sn, version=version, clock=NOW)
+
+
+def pool_of(world: World, slurm_nodes: int) -> PoolWorld:
+    return PoolWorld(spec=make_spec(slurm_nodes=slurm_nodes), worlds={"gpu01": world}, now=NOW)
+
+
+def events(pool: PoolWorld) -> list[str]:
+    return [r for d in pool.decisions for s in d.steps.values() for _, r, _ in s.events]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_node_slurm_drains_itself_after_we_resumed_it_is_never_resumed(version):
+    world = parked_world(version)
+    pool = pool_of(world, 1)
+    pool.run(passes=15)
+    assert world.node.placement == SLURM and not world.slurm_node.drain_set and world.node.drain_claim is None
+    if version != "22.05":
+        assert world.slurm_node.reason.startswith("slurmpool:")  # 23.11+: our text outlives the RESUME
+    world.registers_short()  # slurmd came back with 7 of its 8 GPUs
+    pool.run(passes=10)  # the sim fails the test if this resumes Slurm's drain
+    assert world.slurm_node.drain_set and world.drain_owner == "slurm"
+    pool.spec = make_spec(slurm_nodes=0)  # to inference: it leaves Slurm drained, Slurm's drain stays
+    pool.run(passes=15)
+    assert world.node.placement == INFERENCE and "ForeignDrain" in events(pool)
+    pool.spec = make_spec(slurm_nodes=1)  # and back: still Slurm's drain, never lifted by us
+    pool.run(passes=15)
+    assert world.node.placement == SLURM and world.slurm_node.drain_set and world.drain_owner == "slurm"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_parked_node_whose_reason_grew_not_responding_is_resumed_when_it_returns(version):
+    world = parked_world(version)
+    world.tick()
+    assert world.slurm_node.reason.endswith(" : Not responding") == (version != "22.05")
+    pool = pool_of(world, 1)
+    pool.run(passes=15)
+    assert world.node.placement == SLURM and not world.slurm_node.drain_set
+
+
+OPS = st.sampled_from(["to_slurm", "to_inference", "admin_drains", "admin_resumes", "registers_short", "passes"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(version=st.sampled_from(VERSIONS), ops=st.lists(OPS, min_size=1, max_size=8))
+def test_whatever_happens_no_drain_but_ours_is_lifted(version, ops):
+    """The sim raises if the operator resumes a drain Slurm or an admin set, or drains without a
+    claim. Without any foreign drain, every move still reaches its side, resumed."""
+    world = parked_world(version)
+    pool = pool_of(world, 0)
+    foreign = False
+    for op in ops:
+        if op == "to_slurm":
+            pool.spec = make_spec(slurm_nodes=1)
+        elif op == "to_inference":
+            pool.spec = make_spec(slurm_nodes=0)
+        elif op == "admin_drains":
+            world.admin_drains("admin: bad HBM")
+            foreign = True
+        elif op == "admin_resumes" and world.slurm_node.drain_set:
+            world.admin_resumes()
+        elif op == "registers_short" and world.node.slurmd_pod is not None and "NOT_RESPONDING" not in world.slurm_node.flags:
+            world.registers_short()
+            foreign = True
+        pool.run(passes=3)
+    pool.run(passes=20)
+    if foreign and world.drain_owner in ("admin", "slurm"):
+        assert world.slurm_node.drain_set  # never lifted by slurmpool
+    if not foreign and world.node.placement == SLURM and world.node.move is None:
+        assert not world.slurm_node.drain_set
