@@ -261,6 +261,26 @@ def _requeue(lab, op, nodes: list[str]) -> None:
     lab.slurm("scancel", job, *others)
 
 
+def test_drain_timeout_cancel_ends_only_the_jobs_on_that_node(lab, op):
+    ensure_pool(lab)
+    nodes = _slurm_nodes(lab)
+    lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"drain":{"timeout":"3s","onTimeout":"Cancel"}}}')
+    try:
+        wait(lambda: not lab.slurm("squeue", "-h").stdout.strip(), 30, what="no jobs left")
+        job = _sbatch(lab, nodes[0], 600, 30)  # ends first: the victim
+        others = [_sbatch(lab, n, 600, 60) for n in nodes[1:]]
+        wait(lambda: all(_job_state(lab, j) == "RUNNING" for j in [job, *others]), 30, what="jobs running")
+        lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={len(nodes) - 1}")
+        wait(settled(lab, len(nodes) - 1, 8 - len(nodes) + 1), 60, what="node moved after the cancel")
+        assert placements(lab)[nodes[0]] == "inference:llm"
+        assert _job_state(lab, job) in ("", "CANCELLED", "COMPLETING"), f"job {job} still {_job_state(lab, job)!r}"
+        assert all(_job_state(lab, j) == "RUNNING" for j in others), "a job on another node was touched"
+        assert any(job in (e.get("message") or "") for e in events_json(lab, NAMESPACE, "reason=JobsCancelled"))
+        lab.slurm("scancel", *others)
+    finally:
+        lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"drain":{"timeout":"10m","onTimeout":"Wait"}}}')
+
+
 def test_drain_timeout_rollback_gives_the_node_back_to_slurm(lab, op):
     ensure_pool(lab)
     nodes = _slurm_nodes(lab)
