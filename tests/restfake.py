@@ -110,6 +110,10 @@ class FakeSlurmrestd:
             return web.Response(status=401, text="Authentication failure")
         path = request.path
         version = path.split("/")[2] if path.startswith("/slurm/") else self.versions[-1]
+        if token not in self.tokens and path.endswith("/ping/") and version >= "v0.0.42":
+            # slurmrestd 26.05 pings slurmctld with the token: refused, but the answer is a 200
+            return self.answer(version, pings=[{"hostname": "ctl", "responding": False, "latency": 10833,
+                                                "primary": True, "status": "Protocol authentication error"}])
         if token not in self.tokens:
             return self.answer(version, 511, [error("Unable to authenticate", 1007,
                                                     "Protocol authentication error", "slurm_rest_auth")])

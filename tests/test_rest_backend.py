@@ -335,7 +335,7 @@ async def test_no_token_is_401_and_a_bad_one_511(serve, backends):
     fake = FakeSlurmrestd()
     url = await serve(fake)
     with pytest.raises(SlurmAuthError, match="511 Network Authentication Required.*expired") as info:
-        await backends(url, RestAuth("stale")).ping()
+        await backends(url, RestAuth("stale")).nodes()
     assert not isinstance(info.value, SlurmUnavailable)  # not retried as an outage: the token is wrong
     fake.versions = ("v0.0.45",)
     b = backends(url)
@@ -407,13 +407,15 @@ async def test_a_token_that_stays_refused_or_cannot_be_read_fails_closed(serve, 
     await backend.ping()
     fake.tokens = set()  # expired, and nobody renewed it
     with pytest.raises(SlurmAuthError, match="511"):
-        await backend.ping()
+        await backend.nodes()
+    with pytest.raises(SlurmAuthError, match=r"did not accept the token \(ping: Protocol authentication error\)"):
+        await backend.ping()  # a 200 whose controller "is not responding" because of the token
     fake.tokens = {"t1"}
     secret["token"] = None  # the Secret lost its key: a periodic read keeps the token that works
     await backend.ping()
     fake.tokens = set()  # ... until it is refused: then the unreadable Secret is the answer
     with pytest.raises(SlurmAuthError, match="cannot read the slurmrestd token.*has no key 'token'"):
-        await backend.ping()
+        await backend.nodes()
 
 
 def free_port() -> int:
@@ -572,3 +574,137 @@ async def test_close_releases_the_pool_and_a_later_call_opens_a_new_one(serve, b
     await backend.close()
     await backend.ping()
     assert paths(fake)[-1] == "/slurm/v0.0.45/ping/"
+
+
+# ---------------------------------------------------------------- HTTP quirks of the real slurmrestd
+
+# What slurmrestd 26.05.3 wrote, byte for byte, for a RESUME of a node that was not drained
+# (captured from e2e/test_rest_real.py's cluster): a complete JSON answer with Connection: Close,
+# then a second answer on the same connection, in one write.
+QUIRK = (
+    b'HTTP/1.1 422 UNPROCESSABLE CONTENT\r\nConnection: Close\r\nContent-Length: %d\r\n'
+    b'Content-Type: application/json\r\n\r\n%s'
+    b'HTTP/1.1 422 UNPROCESSABLE CONTENT\r\nContent-Length: 29\r\nContent-Type: text/plain\r\n\r\n'
+    b'Invalid node state transition'
+)
+QUIRK_JSON = (b'{\n  "errors": [\n    {\n      "description": "Failure to update node gpu01",\n'
+              b'      "error_number": 2180,\n      "error": "Invalid node state transition",\n'
+              b'      "source": "_update_node"\n    }\n  ],\n  "warnings": [\n  ],\n  "meta": {}\n}')
+
+
+async def raw_server(answer):
+    """A TCP server answering each request (read up to its blank line and body) with answer(request)."""
+    async def handle(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")), 0)
+                body = await reader.readexactly(length) if length else b""
+                data, close = answer(head + body)
+                writer.write(data)
+                await writer.drain()
+                if close:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+def ok(body: dict, close=False) -> tuple[bytes, bool]:
+    import json as _json
+    text = _json.dumps({**body, "meta": {}, "errors": [], "warnings": []}).encode()
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: application/json\r\n\r\n%s" % (len(text), text), close
+
+
+async def test_the_double_answer_of_slurmrestd_2605_errors_is_read_as_its_json(backends):
+    state = {"node": ["IDLE"]}
+
+    def answer(request):
+        if b"POST /slurm/v0.0.45/node/gpu01" in request:
+            return QUIRK % (len(QUIRK_JSON), QUIRK_JSON), True
+        if b"GET /openapi/v3" in request:
+            return ok({"paths": {"/slurm/v0.0.45/ping/": {}}})
+        if b"GET /slurm/v0.0.45/nodes/" in request:
+            return ok({"nodes": [rest_node("gpu01", state["node"])]})
+        return b"HTTP/1.1 404 NOT FOUND\r\nContent-Length: 0\r\n\r\n", True
+
+    server = await raw_server(answer)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        backend = backends(f"http://127.0.0.1:{port}")
+        await backend.resume(["gpu01"])  # not drained: the refusal is the goal, once the node shows it
+        state["node"] = ["IDLE", "DRAIN"]  # drained, and RESUME refused all the same: an error with Slurm's words
+        with pytest.raises(SlurmError, match=r"failed \(422\): Invalid node state transition: Failure to update node gpu01") as info:
+            await backend.resume(["gpu01"])
+        assert not isinstance(info.value, SlurmUnavailable)
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_connections_are_kept_alive_and_a_stale_one_is_replaced(backends):
+    requests = []
+
+    def answer(request):
+        requests.append(request)
+        if b"/openapi/v3" in request:
+            return ok({"paths": {"/slurm/v0.0.45/ping/": {}}})
+        # every third answer closes the connection afterwards, as a server's idle timeout would
+        return ok({"pings": [{"hostname": "ctl", "responding": True}]}, close=len(requests) % 3 == 0)
+
+    server = await raw_server(answer)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        backend = backends(f"http://127.0.0.1:{port}")
+        for _ in range(8):
+            await backend.ping()
+        assert len(requests) == 9  # openapi + 8 pings, none lost or repeated
+        # Answers 3, 6 and 9 close their connection without saying so: the next request finds it
+        # stale and goes again on a new one. One connection per three requests, not one per request.
+        assert backend._http.opened == 3
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_something_that_is_not_http_is_an_error_not_an_outage(backends):
+    server = await raw_server(lambda request: (b"SSH-2.0-OpenSSH_9.2\r\n", True))
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with pytest.raises(SlurmError, match="did not answer in HTTP") as info:
+            await backends(f"http://127.0.0.1:{port}").ping()
+        assert not isinstance(info.value, SlurmUnavailable)
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_an_untrusted_certificate_is_a_clear_error(backends):
+    import ssl as _ssl
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=slurmrestd",
+                        "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", f"{d}/k.pem", "-out", f"{d}/c.pem"], check=True, capture_output=True)
+        ctx = _ssl.create_default_context(_ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(f"{d}/c.pem", f"{d}/k.pem")
+        fake = FakeSlurmrestd()
+        runner = web.AppRunner(fake.app())
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            with pytest.raises(SlurmError, match="TLS certificate not trusted") as info:
+                await backends(f"https://127.0.0.1:{port}").ping()
+            assert not isinstance(info.value, SlurmUnavailable)
+            # The CA given (here the self-signed certificate itself) makes it trusted.
+            trusted = _ssl.create_default_context(cadata=open(f"{d}/c.pem").read())
+            await backends(f"https://127.0.0.1:{port}", ssl_context=trusted).ping()
+        finally:
+            await runner.cleanup()

@@ -48,11 +48,10 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
-
 from . import validate
 from .backend import _RELEASE_ALREADY, _REQUEUE_ALREADY, _RESUME_ALREADY, _SETTLING
 from .errors import UNAVAILABLE_MARKERS, SlurmError, SlurmUnavailable
+from .http import HttpClient, HttpProtocolError
 from .models import SlurmJob, SlurmNode, TopologyGroup, gpu_count
 
 log = logging.getLogger(__name__)
@@ -76,6 +75,8 @@ _LISTED_BY_DEFAULT = frozenset({"PENDING", "RUNNING", "SUSPENDED"})
 # scancel exits 0 for these; so does cancel.
 _CANCEL_ALREADY = ("job has already finished", "already completing or completed", "invalid job id specified",
                    "job/step already completing or completed")
+# RESUME refused on a node that is not drained or down: 24.11's words, and 26.05's (not specific).
+_RESUME_REFUSED = ("invalid node state specified", "invalid node state transition")
 # squeue's job id forms: 42, 42_3, 7_[0-3,5-9:2%4], 5+1.
 REST_JOB_ID_RE = re.compile(r"^[0-9]+(?:_[0-9]+|_\[[0-9,:%-]{1,128}\]|\+[0-9]+)?$")
 
@@ -151,8 +152,8 @@ class StaticToken:
 
 
 class RestBackend:
-    """SlurmBackend over slurmrestd. One aiohttp session (a pool of keep-alive connections)
-    per backend, made on first use inside the running loop. Every call is retried on
+    """SlurmBackend over slurmrestd. One HttpClient (a pool of keep-alive connections, see
+    http.py for why not aiohttp) per backend, made on first use inside the running loop. Every call is retried on
     SlurmUnavailable with exponential backoff, as ScontrolBackend does; `commands_run` counts
     HTTP requests, retries included."""
 
@@ -184,20 +185,16 @@ class RestBackend:
         self.connections = connections
         self.version: str | None = None
         self.commands_run = 0
-        self._session: aiohttp.ClientSession | None = None
+        self._http: HttpClient | None = None
         self._negotiating = asyncio.Lock()
 
     # ------------------------------------------------------------------ HTTP
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self.connections, ssl=self.ssl_context if self.ssl_context else True)
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-                headers={"Accept": "application/json"},
-            )
-        return self._session
+    def _client(self) -> HttpClient:
+        if self._http is None:
+            self._http = HttpClient(self.url, ssl_context=self.ssl_context, timeout=self.timeout,
+                                    connections=self.connections)
+        return self._http
 
     async def _send(self, method: str, path: str, body: Any = None, refresh: bool = False) -> tuple[int, Any, str]:
         """One HTTP request: (status, parsed JSON or None, text). Transport failures are
@@ -208,26 +205,27 @@ class RestBackend:
         headers = auth.headers()
         data = None
         if body is not None:
-            data = json.dumps(body)
+            data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
         self.commands_run += 1
         argv = (method, path)
         try:
-            async with self._client().request(method, self.url + path, data=data, headers=headers) as resp:
-                text = await resp.text(errors="replace")
-                status = resp.status
-        except aiohttp.ClientConnectorCertificateError as e:
+            resp = await self._client().request(method, path, headers, data)
+        except ssl.SSLCertVerificationError as e:
             raise SlurmError(f"slurmrestd at {self.url}: TLS certificate not trusted: {e}", argv=argv) from e
-        except aiohttp.ClientSSLError as e:
+        except ssl.SSLError as e:
             raise SlurmError(f"slurmrestd at {self.url}: TLS error: {e}", argv=argv) from e
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-            what = "timed out" if isinstance(e, asyncio.TimeoutError) else f"{type(e).__name__}: {e}"
+        except HttpProtocolError as e:
+            raise SlurmError(f"slurmrestd at {self.url} did not answer in HTTP ({method} {path}): {e}", argv=argv) from e
+        except (OSError, EOFError, TimeoutError) as e:
+            what = "timed out" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
             raise SlurmUnavailable(f"slurmrestd at {self.url} unreachable ({method} {path}): {what}", argv=argv) from e
+        text = resp.body.decode("utf-8", errors="replace")
         try:
             parsed = json.loads(text) if text.strip() else None
         except ValueError:
             parsed = None
-        return status, parsed, text
+        return resp.status, parsed, text
 
     async def _call(self, method: str, path: str, body: Any = None, *, benign: tuple[str, ...] = ()) -> dict:
         """A request with the API version prefix, judged: returns the JSON object of a success,
@@ -356,16 +354,26 @@ class RestBackend:
         return []
 
     async def ping(self) -> None:
-        data = await self._call("GET", "/ping/")
-        pings = _list(data, "pings")
-        if not pings:
-            raise SlurmUnavailable("slurmrestd answered the ping with no controller", argv=("GET", "/ping/"))
-        up = [p for p in pings if isinstance(p, dict) and str(p.get("pinged", "")).upper() == "UP"
-              or (isinstance(p, dict) and p.get("responding") is True)]
-        if not up:
-            first = pings[0] if isinstance(pings[0], dict) else {}
-            raise SlurmUnavailable(f"slurmctld is not responding: {first.get('hostname', '?')} is "
-                                   f"{first.get('pinged', 'DOWN')}", argv=("GET", "/ping/"))
+        """slurmctld answers: UP ("pinged", v0.0.40/41) or "responding" (v0.0.42+). A token
+        slurmctld does not accept is not a 511 here: the ping answers 200 with the controller not
+        responding and "status": "Protocol authentication error". That is a SlurmAuthError (after
+        reading the token again once), not an outage."""
+        for fresh in (False, True):
+            if fresh:
+                await self.token.get(refresh=True)
+            data = await self._call("GET", "/ping/")
+            pings = [p for p in _list(data, "pings") if isinstance(p, dict)]
+            if not pings:
+                raise SlurmUnavailable("slurmrestd answered the ping with no controller", argv=("GET", "/ping/"))
+            if any(p.get("responding") is True or str(p.get("pinged", "")).upper() == "UP" for p in pings):
+                return
+            first = pings[0]
+            status = str(first.get("status") or first.get("pinged") or "DOWN")
+            if "authentication" not in status.lower():
+                raise SlurmUnavailable(f"slurmctld is not responding: {first.get('hostname', '?')}: {status}",
+                                       argv=("GET", "/ping/"), stdout=json.dumps(data)[:2000])
+        raise SlurmAuthError(f"slurmctld did not accept the token (ping: {status}): expired, or not signed with "
+                             "slurmctld's jwt key", argv=("GET", "/ping/"))
 
     # ------------------------------------------------------------------ writes
 
@@ -376,9 +384,24 @@ class RestBackend:
                                                        {"state": ["DRAIN"], "reason": reason}))
 
     async def resume(self, nodes: Sequence[str]) -> None:
+        """RESUME each node. Slurm refuses RESUME on a node that is neither drained nor down
+        ("Invalid node state specified" up to 24.11, "Invalid node state transition" in 26.05):
+        that is the goal already, but the 26.05 words are not specific to it, so the node is read
+        and the refusal forgiven only when it shows no DRAIN and is not DOWN."""
         checked = list(dict.fromkeys(validate.node_names(nodes)))
-        await self._each(checked, lambda n: self._call("POST", f"/node/{quote(n, safe='')}",
-                                                       {"state": ["RESUME"]}, benign=_RESUME_ALREADY))
+        await self._each(checked, self._resume_one)
+
+    async def _resume_one(self, name: str) -> None:
+        try:
+            await self._call("POST", f"/node/{quote(name, safe='')}", {"state": ["RESUME"]}, benign=_RESUME_ALREADY)
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if not any(m in e.output.lower() for m in _RESUME_REFUSED):
+                raise
+            node = (await self.nodes([name])).get(name)
+            if node is None or node.drain_set or node.state == "DOWN":
+                raise
 
     async def cancel(self, job_ids: Sequence[str]) -> None:
         ids = rest_job_ids(job_ids)
@@ -461,9 +484,9 @@ class RestBackend:
             raise next((e for e in errors if isinstance(e, SlurmUnavailable)), errors[0])
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
 
 
 # ---------------------------------------------------------------------- mapping
