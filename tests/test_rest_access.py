@@ -145,3 +145,15 @@ async def test_unreachable_slurmrestd_is_slurm_unavailable(unused_tcp_port):
 
 def test_token_max_age_is_short():
     assert restaccess.TOKEN_MAX_AGE <= 60
+
+
+def test_the_rest_sample_is_a_valid_pool():
+    from pathlib import Path
+
+    import yaml
+
+    from slurmpool.models import SlurmNodePoolSpec
+
+    sample = yaml.safe_load((Path(__file__).resolve().parents[1] / "deploy" / "samples" / "rest-pool.yaml").read_text())
+    spec = SlurmNodePoolSpec.model_validate(sample["spec"])
+    assert spec.slurm.access.rest.ca_secret_ref.key == "ca.crt" and spec.slurm.access.ssh is None
