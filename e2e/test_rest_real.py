@@ -325,6 +325,15 @@ async def test_a_running_job_is_requeued_and_runs_again(cluster, both):
     await rest.cancel([job])
 
 
+async def test_requeue_of_a_pending_or_unknown_job_is_no_failure(cluster, both):
+    rest, cli = both
+    job = cluster.run("sbatch", "--parsable", "--hold", "--wrap", "sleep 600").stdout.strip()
+    await rest.requeue([job])  # "Job is pending execution": already where a requeue would put it
+    await rest.requeue(["999999"])  # purged since it was seen: "Invalid job id specified"
+    assert job in {j.job_id for j in await cli.jobs(states=["PENDING"])}
+    await rest.cancel([job])
+
+
 async def _running(state, after=None):
     job = await state()
     if job and job.state == "RUNNING" and (after is None or (job.start_time and job.start_time > after)):

@@ -12,6 +12,10 @@ from typing import Any
 from aiohttp import web
 
 VERSION_RE = r"v0\.0\.4[0-9]"
+# What slurmrestd 26.05 answers (text/plain) for a path it does not serve.
+UNKNOWN_URL = ("Unable to find requested URL endpoint. Please query the '/openapi/v3' endpoint or visit "
+               "'https://slurm.schedmd.com/rest_api.html' for the OpenAPI specification which includes a list of all "
+               "possible slurmrestd endpoints.")
 
 
 def no_val(number: int | None) -> dict:
@@ -119,7 +123,7 @@ class FakeSlurmrestd:
                                                     "Protocol authentication error", "slurm_rest_auth")])
         if path == "/openapi/v3":
             if not self.openapi:
-                return web.Response(status=404, text="")
+                return web.Response(status=404, text=UNKNOWN_URL)
             paths = {}
             for v in self.versions:
                 for p in ("ping/", "nodes/", "node/{node_name}", "jobs/", "job/{job_id}"):
@@ -129,7 +133,7 @@ class FakeSlurmrestd:
                 paths[f"/slurmdb/{v}/jobs/"] = {}
             return web.json_response({"openapi": "3.0.2", "info": {"title": "Slurm REST API"}, "paths": paths})
         if not path.startswith("/slurm/") or version not in self.versions:
-            return web.Response(status=404, text="")
+            return web.Response(status=404, text=UNKNOWN_URL)
         rest = path[len(f"/slurm/{version}"):]
         if (request.method, rest) in self.scripted:
             status, extra, errors = self.scripted[(request.method, rest)]
@@ -165,7 +169,7 @@ class FakeSlurmrestd:
             return self.answer(version)
         if rest.endswith("/requeue") and request.method == "GET":
             if version != "v0.0.45":
-                return web.Response(status=404, text="")
+                return web.Response(status=404, text=UNKNOWN_URL)
             job_id = rest.split("/")[2]
             for job in self.jobs:
                 if str(job["job_id"]) == job_id or job_id == f"{job['array_job_id']['number']}_{job['array_task_id']['number']}":
@@ -176,4 +180,4 @@ class FakeSlurmrestd:
             return self.answer(version, job_id=int(rest.split("/")[2]), step_id=None, job_submit_user_msg="",
                                results=[{"job_id": int(rest.split("/")[2]), "step_id": rest.split("/")[2],
                                          "error": "No error", "error_code": 0, "why": "Job updated"}])
-        return web.Response(status=404, text="")
+        return web.Response(status=404, text=UNKNOWN_URL)
