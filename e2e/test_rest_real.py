@@ -86,7 +86,9 @@ class Cluster:
     restd_argv: list[str]
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=60, check=check)
+        # In the cluster's directory: sbatch's jobs write their slurm-N.out there, not in the checkout.
+        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=60, check=check,
+                              cwd=self.dir)
 
     def token(self, lifespan: int = 3600) -> str:
         out = self.run("scontrol", "token", "username=root", f"lifespan={lifespan}").stdout
