@@ -708,3 +708,34 @@ async def test_an_untrusted_certificate_is_a_clear_error(backends):
             await backends(f"https://127.0.0.1:{port}", ssl_context=trusted).ping()
         finally:
             await runner.cleanup()
+
+
+# ---------------------------------------------------------------- the same node, either way
+
+_word = st.text(st.characters(min_codepoint=33, max_codepoint=126, blacklist_characters="=[]"), min_size=1, max_size=12)
+
+
+@given(
+    name=st.from_regex(r"[a-z][a-z0-9-]{0,10}[0-9]", fullmatch=True),
+    base=st.sampled_from(BASES),
+    flags=st.sets(st.sampled_from(FLAGS)),
+    reason=st.one_of(st.just(""), st.lists(_word, min_size=1, max_size=6).map(" ".join)),
+    gres=st.sampled_from(["gpu:h100:8", "gpu:8", "gpu:a100:4,nic:1", "(null)"]),
+    features=st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), max_size=4, unique=True),
+    partitions=st.lists(st.sampled_from(["gpu", "debug", "long"]), min_size=1, max_size=3, unique=True),
+    started=st.integers(1_600_000_000, 1_900_000_000),
+)
+@settings(max_examples=150, deadline=None)
+def test_any_node_reads_the_same_over_rest_and_scontrol(name, base, flags, reason, gres, features, partitions, started):
+    when = datetime.fromtimestamp(started, timezone.utc)
+    state = "+".join([base, *sorted(flags)])
+    line = scontrol_line(name, state, reason, f"root@{when:%Y-%m-%dT%H:%M:%S}" if reason else "",
+                         gres=gres, features=",".join(features) or "(null)", partitions=",".join(partitions),
+                         start=f"{when:%Y-%m-%dT%H:%M:%S}")
+    want = parse_scontrol_nodes(line)[name]
+    raw = rest_node(name, [base, *flags], reason=reason, reason_user="root" if reason else "", reason_at=started,
+                    gres="" if gres == "(null)" else gres, features=features, partitions=partitions, slurmd_start=started)
+    got = parse_rest_node(raw)
+    assert got == want.__class__(**{**want.__dict__, "reason_user": got.reason_user, "reason_time": got.reason_time})
+    if reason:
+        assert (got.reason_user, got.reason_time) == ("root", when)
