@@ -114,10 +114,17 @@ class Cluster:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
 
-    def start_restd(self) -> None:
-        self.start("slurmrestd", self.restd_argv, env={**self.env, "SLURM_JWT": "daemon"})
-        wait_until(lambda: socket.create_connection(("127.0.0.1", self.rest_port), 1).close() or True, 30,
-                   "slurmrestd to listen")
+    def start_restd(self, name: str = "slurmrestd", port: int | None = None, parsers: str | None = None) -> str:
+        """Start slurmrestd (another one with `name`, `port` and only the data `parsers` given);
+        its URL."""
+        port = port or self.rest_port
+        argv = [a.replace(f"127.0.0.1:{self.rest_port}", f"127.0.0.1:{port}") for a in self.restd_argv]
+        if parsers:
+            argv[-1:-1] = ["-d", parsers]  # before the listen address
+        self.start(name, argv, env={**self.env, "SLURM_JWT": "daemon"})
+        wait_until(lambda: socket.create_connection(("127.0.0.1", port), 1).close() or True, 30,
+                   f"{name} to listen")
+        return f"http://127.0.0.1:{port}"
 
 
 def blocked_dir(prefix: Path) -> Path | None:
@@ -371,3 +378,30 @@ async def test_an_expired_or_foreign_token_is_a_clear_error(cluster):
             await forged.ping()
     finally:
         await forged.close()
+
+
+async def test_an_older_api_version_reads_the_same_and_cannot_requeue(cluster, both):
+    """slurmrestd limited to the v0.0.42 data parser (what 24.11 serves at most): the backend
+    negotiates it, reads nodes and jobs as scontrol does, drains and resumes, and refuses a
+    requeue with a clear error (the first requeue endpoint is v0.0.45's)."""
+    _, cli = both
+    url = cluster.start_restd("slurmrestd-v42", free_port(), "v0.0.42")
+    old = RestBackend(url, RestAuth(cluster.token()), timeout=10, retries=1, backoff=0.2)
+    try:
+        over_rest = await old.nodes()
+        assert old.version == "v0.0.42"
+        over_cli = await cli.nodes()
+        assert {n: (v.state, v.flags, v.gres, v.features, v.partitions, v.slurmd_start) for n, v in over_rest.items()} == \
+            {n: (v.state, v.flags, v.gres, v.features, v.partitions, v.slurmd_start) for n, v in over_cli.items()}
+        await old.drain(["gpu01"], "slurmpool: over v0.0.42")
+        assert (await cli.nodes(["gpu01"]))["gpu01"].reason == "slurmpool: over v0.0.42"
+        await old.resume(["gpu01"])
+        assert not (await cli.nodes(["gpu01"]))["gpu01"].drain_set
+        job = cluster.run("sbatch", "--parsable", "--hold", "--array=0-1", "--wrap", "sleep 600").stdout.strip()
+        assert f"{job}_[0-1]" in {j.job_id for j in await old.jobs()}
+        with pytest.raises(SlurmError, match="slurmrestd v0.0.42 has no requeue endpoint"):
+            await old.requeue(["1"])
+        await old.cancel([f"{job}_[0-1]"])
+    finally:
+        await old.close()
+        cluster.stop("slurmrestd-v42")
