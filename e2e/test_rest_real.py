@@ -405,3 +405,24 @@ async def test_an_older_api_version_reads_the_same_and_cannot_requeue(cluster, b
     finally:
         await old.close()
         cluster.stop("slurmrestd-v42")
+
+
+async def test_slurmctld_down_behind_slurmrestd_is_unavailable(cluster):
+    """slurmrestd up, slurmctld stopped: its answer (502, "Unable to contact slurm controller") is
+    SlurmUnavailable, the operator's fail-closed path; everything works again once slurmctld is back."""
+    rest = RestBackend(cluster.url, RestAuth(cluster.token()), timeout=60, retries=0)
+    try:
+        await rest.ping()
+        cluster.stop("slurmctld")
+        try:
+            with pytest.raises(SlurmUnavailable) as info:
+                await rest.nodes()
+            assert info.value.returncode in (502, 503, 504), info.value
+            with pytest.raises(SlurmUnavailable):
+                await rest.ping()
+        finally:
+            cluster.start("slurmctld", ["slurmctld", "-D", "-i"])
+            wait_until(lambda: cluster.run("scontrol", "ping", check=False).returncode == 0, 30, "slurmctld back")
+        assert set(await rest.nodes()) == {"gpu01", "gpu02"}
+    finally:
+        await rest.close()
