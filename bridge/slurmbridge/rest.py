@@ -18,8 +18,9 @@ Calls:
 - topology: slurmrestd has no topology endpoint in any version: [] (what scontrol gives for
   topology/flat). Use `spec.topology.blockLabel` with REST access.
 - drain/resume: POST /slurm/V/node/NAME {"state":["DRAIN"],"reason":...} / {"state":["RESUME"]},
-  one per node, concurrently. Resuming a node that is not drained ("Invalid node state specified")
-  succeeds, as with scontrol.
+  one per node, concurrently. Resuming a node that is not drained succeeds, as with scontrol
+  ("Invalid node state specified"; 26.05 says "Invalid node state transition", which is not
+  specific, so then the node is read and must show no DRAIN and not be DOWN).
 - cancel: DELETE /slurm/V/jobs/ {"jobs":[...],"signal":"SIGKILL"} (every version from v0.0.40): one
   call that takes every squeue id form, as scancel does; per-job errors in `status` are failures
   except "already finished"/"invalid job id" (scancel exits 0 for those).
@@ -27,7 +28,10 @@ Calls:
   versions there is no way to requeue over REST: `requeue` raises a SlurmError saying so (the
   operator reports the failed action; use drain.onTimeout Cancel, Wait or Rollback there). As with
   scontrol, a requeued job is then released (POST /slurm/V/job/ID {"begin_time":"now"}) once PENDING.
-- ping: GET /slurm/V/ping/; a controller that answers but is not "UP" is SlurmUnavailable.
+- ping: GET /slurm/V/ping/; a controller that is not responding is SlurmUnavailable, unless its
+  status says the token was refused (26.05 answers 200 then): SlurmAuthError.
+
+HTTP goes through http.py (a keep-alive pool on asyncio streams), not aiohttp: see there why.
 
 The API version is the highest of `versions` that the server lists in GET /openapi/v3 (probing
 GET /slurm/V/ping/ from the highest down when the spec cannot be read), chosen on first use and
