@@ -432,3 +432,36 @@ async def test_slurmctld_down_behind_slurmrestd_is_unavailable(cluster):
         assert set(await rest.nodes()) == {"gpu01", "gpu02"}
     finally:
         await rest.close()
+
+
+async def test_the_operators_access_pool_polls_through_it_and_follows_the_secret(cluster):
+    """What the operator runs for a pool with spec.slurm.access.rest: the shared access pool builds
+    the backend from the token Secret and polls nodes and jobs; when the token expires, the renewed
+    one in the Secret is used at once; a Secret whose token slurmctld refuses is the pool's
+    SlurmUnavailable reason."""
+    from slurmpool.access import SlurmAccessPool
+    from slurmpool.models import SlurmAccess
+
+    secrets = {("slurm", "slurm-jwt"): {"token": cluster.token(lifespan=3)}}
+
+    async def read_secret(namespace, name):
+        return dict(secrets[(namespace, name)])
+
+    access = SlurmAccess.model_validate({"rest": {"url": cluster.url, "tokenSecretRef": {"name": "slurm-jwt"}}})
+    pool = SlurmAccessPool(read_secret, retries=0, backoff_base=0)
+    try:
+        _, view = await pool.observe("slurm", access, max_age=0)
+        assert view.available and set(view.nodes) == {"gpu01", "gpu02"}, view.error
+        await asyncio.sleep(4)  # the token expires; whoever renews tokens writes a new one
+        secrets[("slurm", "slurm-jwt")] = {"token": cluster.token()}
+        _, view = await pool.observe("slurm", access, max_age=0)  # 511, the Secret read again, asked again
+        assert view.available, view.error
+    finally:
+        await pool.close()
+    secrets[("slurm", "slurm-jwt")] = {"token": "eyJhbGciOiJIUzI1NiJ9.eyJzdW4iOiJyb290In0.c2lnbmF0dXJl"}
+    pool = SlurmAccessPool(read_secret, retries=0, backoff_base=0)
+    try:
+        _, view = await pool.observe("slurm", access, max_age=0)
+        assert not view.available and "511" in view.error and "did not accept the token" in view.error, view.error
+    finally:
+        await pool.close()
