@@ -204,6 +204,7 @@ SlurmdTimeout=10
 KillWait=2
 MpiDefault=none
 SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1
 MailProg=/bin/true
 MinJobAge=60
 {nodes}
@@ -338,6 +339,22 @@ async def test_a_running_job_is_requeued_and_runs_again(cluster, both):
     again = await wait_for(lambda: _running(state, after=first.start_time), 60, f"job {job} running again")
     assert again.start_time > first.start_time
     await rest.cancel([job])
+
+
+async def test_a_heterogeneous_job_is_requeued_through_its_leader(cluster, both):
+    rest, cli = both
+    script = cluster.dir / "het-run.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -n1 -w gpu01\n#SBATCH --requeue\n#SBATCH hetjob\n#SBATCH -n1 -w gpu02\nsleep 600\n")
+    leader = cluster.run("sbatch", "--parsable", str(script)).stdout.strip().split(";")[0]
+
+    async def part():
+        return {j.job_id: j for j in await cli.jobs(states=["all"])}.get(f"{leader}+1")
+
+    first = await wait_for(lambda: _running(part), 30, f"het job {leader} running")
+    await rest.requeue([f"{leader}+1"])  # through the leader: Slurm requeues only whole het jobs
+    again = await wait_for(lambda: _running(part, after=first.start_time), 60, f"het job {leader} running again")
+    assert again.start_time > first.start_time
+    await rest.cancel([f"{leader}+0"])
 
 
 async def test_requeue_of_a_pending_or_unknown_job_is_no_failure(cluster, both):

@@ -172,7 +172,8 @@ class FakeSlurmrestd:
                 return web.Response(status=404, text=UNKNOWN_URL)
             job_id = rest.split("/")[2]
             for job in self.jobs:
-                if str(job["job_id"]) == job_id or job_id == f"{job['array_job_id']['number']}_{job['array_task_id']['number']}":
+                if str(job["job_id"]) == job_id or job_id == f"{job['array_job_id']['number']}_{job['array_task_id']['number']}" \
+                        or (job["het_job_id"]["number"] and str(job["het_job_id"]["number"]) == job_id):
                     job["job_state"] = list(self.requeue_state)
             return self.answer(version, status=[{"job_id": int(job_id.split("_")[0]), "step_id": job_id,
                                                  "error": "No error", "error_code": 0, "why": ""}])

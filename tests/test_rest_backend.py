@@ -213,7 +213,7 @@ JOB_ID_CASES = [
     (dict(job_id=42), "42"),
     (dict(job_id=45, array_job_id=42, array_task_id=3), "42_3"),
     (dict(job_id=7, array_job_id=7, array_task_string="0-3"), "7_[0-3]"),
-    (dict(job_id=7, array_job_id=7, array_task_string="1,3,5-9:2%4"), "7_[1,3,5-9:2%4]"),
+    (dict(job_id=7, array_job_id=7, array_task_string="1,3,5-9%4"), "7_[1,3,5-9%4]"),
     (dict(job_id=6, het_job_id=5, het_job_offset=1), "5+1"),
     (dict(job_id=5, het_job_id=5, het_job_offset=0), "5+0"),
 ]
@@ -522,6 +522,16 @@ async def test_requeue_then_release_on_v0045(serve, backends):
                                  ("GET", "/slurm/v0.0.45/job/44_1/requeue", None)]
     assert sorted(calls[2:]) == [("POST", "/slurm/v0.0.45/job/42", {"begin_time": "now"}),
                                  ("POST", "/slurm/v0.0.45/job/45", {"begin_time": "now"})]
+
+
+async def test_a_heterogeneous_job_is_requeued_and_released_through_its_leader(serve, backends):
+    fake = FakeSlurmrestd(jobs=[rest_job(5, ["RUNNING"], nodes="gpu01", het_job_id=5, het_job_offset=0),
+                                rest_job(6, ["RUNNING"], nodes="gpu02", het_job_id=5, het_job_offset=1)])
+    await backends(await serve(fake)).requeue(["5+1", "5+0"])
+    calls = [(m, p, b) for m, p, _, b in fake.requests if "/job/" in p]
+    assert calls[0] == ("GET", "/slurm/v0.0.45/job/5/requeue", None)
+    assert sorted(calls[1:]) == [("POST", "/slurm/v0.0.45/job/5", {"begin_time": "now"}),
+                                 ("POST", "/slurm/v0.0.45/job/6", {"begin_time": "now"})]
 
 
 async def test_requeue_waits_while_the_job_settles(serve, backends):

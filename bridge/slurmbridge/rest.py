@@ -81,8 +81,6 @@ _CANCEL_ALREADY = ("job has already finished", "already completing or completed"
                    "job/step already completing or completed")
 # RESUME refused on a node that is not drained or down: 24.11's words, and 26.05's (not specific).
 _RESUME_REFUSED = ("invalid node state specified", "invalid node state transition")
-# squeue's job id forms: 42, 42_3, 7_[0-3,5-9:2%4], 5+1.
-REST_JOB_ID_RE = re.compile(r"^[0-9]+(?:_[0-9]+|_\[[0-9,:%-]{1,128}\]|\+[0-9]+)?$")
 
 
 class SlurmAuthError(SlurmError):
@@ -428,7 +426,8 @@ class RestBackend:
         """Requeue jobs and let them start again at once (see ScontrolBackend.requeue). Only the
         v0.0.45 API (Slurm 26.05) can requeue; a pending array record (7_[0-3]) is pending
         already, so there is nothing to requeue (scontrol would say "Job is pending execution")."""
-        ids = [i for i in rest_job_ids(job_ids) if "[" not in i]
+        # A part of a heterogeneous job (5+1) is requeued through its leader (5), as with scontrol.
+        ids = list(dict.fromkeys(validate.het_leader(i) for i in rest_job_ids(job_ids) if "[" not in i))
         if not ids:
             return
         version = await self._version()
@@ -455,22 +454,29 @@ class RestBackend:
 
     async def _wait_pending(self, ids: list[str]) -> list[int]:
         """Wait (bounded by requeue_settle) until no requeued job is still settling; the numeric
-        job ids of those that are then pending (an array task 42_3 has its own)."""
+        job ids to release of those then pending: an array task (42_3) has its own, and every part
+        of a heterogeneous job (asked as its leader, 5) is released (a POST to the leader's id
+        releases the leader only: measured on 26.05, its other parts kept BeginTime +120 s)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.requeue_settle
         delay = 0.1
         while True:
             data = await self._call("GET", "/jobs/")
-            seen: dict[str, tuple[int, str, set[str]]] = {}
+            seen: dict[str, list[tuple[int, str, set[str]]]] = {}
             for raw in _list(data, "jobs"):
                 job, tokens = parse_rest_job(raw)
-                if job.job_id in ids:
-                    seen[job.job_id] = (int(raw.get("job_id", 0)), job.state, tokens)
-            settling = [i for i in ids if i in seen and (seen[i][1] in _SETTLING or seen[i][2] & _SETTLING)]
+                het = _number(raw.get("het_job_id")) or 0
+                number = _number(raw.get("job_id")) or 0
+                key = str(het) if het else job.job_id
+                if key in ids:
+                    seen.setdefault(key, []).append((number, job.state, tokens))
+            settling = [i for i in ids for (_, state, tokens) in seen.get(i, ())
+                        if state in _SETTLING or tokens & _SETTLING]
             if not settling or loop.time() + delay > deadline:
                 if settling:
-                    log.warning("requeued jobs %s still settling after %.0fs", ",".join(settling), self.requeue_settle)
-                return [seen[i][0] for i in ids if i in seen and seen[i][1] == "PENDING" and seen[i][0]]
+                    log.warning("requeued jobs %s still settling after %.0fs", ",".join(dict.fromkeys(settling)),
+                                self.requeue_settle)
+                return [number for i in ids for (number, state, _) in seen.get(i, ()) if state == "PENDING" and number]
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
@@ -656,13 +662,6 @@ def _state_wanted(tokens: set[str], wanted: set[str] | None) -> bool:
 
 
 def rest_job_ids(ids: Sequence[str | int]) -> list[str]:
-    """Job ids in every form squeue prints (42, 42_3, 7_[0-3], 5+1); nothing else reaches a URL."""
-    if isinstance(ids, str):
-        raise TypeError("job ids must be a sequence, not a string")
-    out = []
-    for value in ids:
-        text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-        if not isinstance(text, str) or not REST_JOB_ID_RE.fullmatch(text):
-            raise ValueError(f"invalid Slurm job id {value!r}: must be N, N_M, N_[tasks] or N+M")
-        out.append(text)
-    return list(dict.fromkeys(out))
+    """Job ids in every form squeue prints (42, 42_3, 7_[0-3], 5+1: validate.job_ids), once each;
+    nothing else reaches a URL or a body."""
+    return list(dict.fromkeys(validate.job_ids(ids)))
