@@ -284,7 +284,8 @@ async def test_drain_then_resume(both):
     assert node.drain_set and node.reason == reason
     over_rest = (await rest.nodes(["gpu02"]))["gpu02"]
     assert over_rest.drain_set and over_rest.reason == reason
-    assert over_rest.reason_user == "root" and over_rest.reason_time is not None  # the stamp's parts
+    assert over_rest.reason_user == "root" and over_rest.reason_time is not None  # the stamp's parts,
+    assert (over_rest.reason_user, over_rest.reason_time) == (node.reason_user, node.reason_time)  # as scontrol's
     await rest.drain(["gpu02"], reason)  # again: still fine
     await rest.resume(["gpu02", "gpu01"])  # gpu01 was not drained: fine, as with scontrol
     assert not (await cli.nodes(["gpu02"]))["gpu02"].drain_set
