@@ -40,6 +40,7 @@ GE0 = "should be greater than or equal to 0"
 DURATION = "must be a duration such as 90s, 10m or 1h30m"
 SLURM_NAME = "must be a Slurm name: letters, digits, '.', '_' or '-'"
 GRES = "must be Slurm GRES such as gpu:h100:8"
+ACCESS_ONE = "set exactly one of slurm.access.ssh, slurm.access.local, slurm.access.rest"
 
 CASES = [
     # counts
@@ -90,7 +91,17 @@ CASES = [
     Case("feature-space", {"slurm": {"features": ["a b"]}}, "cel", SLURM_NAME),
     # selectors, access, policies
     Case("empty-selector", {"nodeSelector!": {}}, "cel", "nodeSelector must select something: set matchLabels or matchExpressions"),
-    Case("ssh-and-local", {"slurm": {"access!": {"ssh": {"host": "slurm", "secretRef": {"name": "s"}}, "local": {}}}}, "cel", "set exactly one of slurm.access.ssh and slurm.access.local"),
+    Case("ssh-and-local", {"slurm": {"access!": {"ssh": {"host": "slurm", "secretRef": {"name": "s"}}, "local": {}}}}, "cel", ACCESS_ONE),
+    Case("ssh-and-rest", {"slurm": {"access!": {"ssh": {"host": "slurm", "secretRef": {"name": "s"}},
+                                                "rest": {"url": "https://slurmrestd:6820", "tokenSecretRef": {"name": "t"}}}}},
+         "cel", ACCESS_ONE),
+    Case("no-access", {"slurm": {"access!": {}}}, "cel", ACCESS_ONE),
+    Case("rest-url-query", {"slurm": {"access!": {"rest": {"url": "https://slurmrestd:6820/?x=1", "tokenSecretRef": {"name": "t"}}}}},
+         "cel", "must be an http:// or https:// URL"),
+    Case("rest-url-credentials", {"slurm": {"access!": {"rest": {"url": "https://user:pw@slurmrestd:6820", "tokenSecretRef": {"name": "t"}}}}},
+         "cel", "must be an http:// or https:// URL"),
+    Case("rest-auth-header", {"slurm": {"access!": {"rest": {"url": "http://slurmrestd:6820", "tokenSecretRef": {"name": "t"},
+                                                             "authHeader": "Cookie"}}}}, "schema", 'Unsupported value: "Cookie"'),
     Case("unknown-onTimeout", {"drain": {"onTimeout": "Kill"}}, "schema", 'Unsupported value: "Kill"'),
     # only the cluster can tell: accepted, reported, nothing moves
     Case("more-slurm-than-selected", {"slurmNodes": 3}, "operator", "3 Slurm nodes wanted but only 2 nodes are selected",

@@ -16,6 +16,7 @@ from slurmbridge import LocalRunner, ScontrolBackend, SlurmBackend, SlurmError, 
 
 from . import metrics
 from .models import SlurmAccess
+from .restaccess import build_rest_backend, rest_key
 from .view import SlurmView
 
 ReadSecret = Callable[[str, str], Awaitable[dict[str, str]]]
@@ -28,6 +29,8 @@ def access_key(namespace: str, access: SlurmAccess) -> tuple:
     if access.ssh:
         s = access.ssh
         return ("ssh", s.host, s.port, s.user, namespace, s.secret_ref.name)
+    if access.rest:
+        return rest_key(namespace, access.rest)
     return ("local", access.local.slurm_conf if access.local else None)
 
 
@@ -93,6 +96,9 @@ class SlurmAccessPool:
         return self._backends[key]
 
     async def _build(self, namespace: str, access: SlurmAccess) -> SlurmBackend:
+        if access.rest:
+            return Instrumented(await build_rest_backend(
+                self._read_secret, namespace, access.rest, timeout=self.command_timeout, retries=self.retries))
         if access.ssh:
             s = access.ssh
             secret = await self._read_secret(namespace, s.secret_ref.name)

@@ -13,6 +13,8 @@ from typing import Any
 import yaml
 
 from .models import (
+    ACCESS_KINDS,
+    ACCESS_ONE,
     GROUP,
     KIND,
     NODE_SELECTOR_EMPTY,
@@ -47,8 +49,9 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
     ],
     "spec.slurm.access": [
         {
-            "rule": "has(self.ssh) != has(self.local)",
-            "message": "set exactly one of slurm.access.ssh and slurm.access.local",
+            # One term per kind of access in the model (ssh, local, rest): a new kind is counted too.
+            "rule": " + ".join(f"(has(self.{kind}) ? 1 : 0)" for kind in ACCESS_KINDS) + " == 1",
+            "message": ACCESS_ONE,
         }
     ],
     "spec.schedule[]": [

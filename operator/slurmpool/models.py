@@ -33,6 +33,7 @@ TIME_ZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+/-]{0,63}$"
 
 SSH_HOST_PATTERN = r"^[A-Za-z0-9.:\[\]_-]+$"
 SSH_USER_PATTERN = r"^[a-z_][a-z0-9_-]*[$]?$"
+REST_URL_PATTERN = r"^https?://[A-Za-z0-9.:\[\]_-]+(:[0-9]+)?(/[A-Za-z0-9._~/-]*)?$"
 GRES_PATTERN = r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$"
 # What the API server says when a pattern does not match: crd.py turns these patterns into CEL
 # rules with these messages (a bare pattern error shows the regular expression instead).
@@ -45,6 +46,7 @@ PATTERN_MESSAGES = {
     TIME_ZONE_PATTERN: "must be an IANA time zone name such as Europe/Berlin",
     SSH_HOST_PATTERN: "must be a host name or IP address",
     SSH_USER_PATTERN: "must be a Unix user name",
+    REST_URL_PATTERN: "must be an http:// or https:// URL such as https://slurmrestd.slurm:6820 (no query or credentials)",
 }
 
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
@@ -144,15 +146,50 @@ class LocalAccess(Model):
     slurm_conf: str | None = Field(default=None, description="SLURM_CONF for the commands; unset uses the client default.")
 
 
+class TokenSecretRef(Model):
+    name: str = Field(max_length=253, description="Secret in the pool's namespace holding the JWT.")
+    key: str = Field(default="token", max_length=253, description="Key of the JWT in the Secret.")
+    user_key: str | None = Field(
+        default=None, max_length=253,
+        description="Key of a user name in the Secret, sent as X-SLURM-USER-NAME (unset: the token's own user).",
+    )
+
+
+class CaSecretRef(Model):
+    name: str = Field(max_length=253, description="Secret in the pool's namespace holding the CA bundle.")
+    key: str = Field(default="ca.crt", max_length=253, description="Key of the PEM CA bundle in the Secret.")
+
+
+class RestAccess(Model):
+    """Reach slurmrestd (Slurm's REST API, v0.0.40 to v0.0.45) with a JWT (auth/jwt)."""
+
+    url: str = Field(max_length=512, pattern=REST_URL_PATTERN, description="slurmrestd's base URL, e.g. https://slurmrestd.slurm:6820.")
+    token_secret_ref: TokenSecretRef = Field(
+        description="Secret with the JWT (e.g. from `scontrol token lifespan=...`). Read again every 30 s and "
+        "after a refusal, so a renewed token is picked up without a restart."
+    )
+    auth_header: Literal["X-SLURM-USER-TOKEN", "Bearer"] = Field(
+        default="X-SLURM-USER-TOKEN", description="How the token is sent: X-SLURM-USER-TOKEN, or Authorization: Bearer."
+    )
+    ca_secret_ref: CaSecretRef | None = Field(
+        default=None, description="CA bundle to trust for an https url (unset: the system's CAs)."
+    )
+
+
 class SlurmAccess(Model):
     ssh: SshAccess | None = None
     local: LocalAccess | None = None
+    rest: RestAccess | None = None
 
     @model_validator(mode="after")
     def _one(self) -> "SlurmAccess":
-        if (self.ssh is None) == (self.local is None):
-            raise ValueError("set exactly one of slurm.access.ssh and slurm.access.local")
+        if sum(getattr(self, kind) is not None for kind in ACCESS_KINDS) != 1:
+            raise ValueError(ACCESS_ONE)
         return self
+
+
+ACCESS_KINDS = tuple(SlurmAccess.model_fields)  # ssh, local, rest: crd.py makes the CEL rule from these
+ACCESS_ONE = "set exactly one of " + ", ".join(f"slurm.access.{k}" for k in ACCESS_KINDS)
 
 
 class SlurmdPodTemplate(Model):

@@ -1,0 +1,667 @@
+"""SlurmBackend over slurmrestd (Slurm's REST API, data parsers v0.0.40 to v0.0.45) with a JWT.
+
+What slurmrestd answers, as read from Slurm 26.05's source (src/slurmrestd, src/plugins/data_parser):
+- Every answer is a JSON object with `meta`, `errors` and `warnings`. A failed call usually has a
+  non-2xx status (502/504 when slurmctld cannot be reached, 404 for an unknown job, 500 otherwise),
+  but not always: a 200 whose `errors` is not empty is a failure too, and is treated as one (fail
+  closed, as Slinky's client learned).
+- No token gets 401; a token slurmctld does not accept (expired, signed with another key) gets 511.
+  Both are `SlurmAuthError`: the token is read again once (it may have been renewed) and the call
+  retried once; if it still fails, the error says so plainly.
+- Connection refused, resets and timeouts are `SlurmUnavailable`, as an SSH or slurmctld outage is
+  for the scontrol backend, so the operator's `SlurmView.available=false` path is the same.
+
+Calls:
+- nodes: GET /slurm/V/nodes/ (one call; asked-for names are filtered here, unknown ones are absent).
+- jobs: GET /slurm/V/jobs/, filtered here as `squeue -a [-p] [-t]` would; job ids are printed as
+  squeue prints them: 42, 42_3 (array task), 7_[0-3] (pending array tasks), 5+1 (het component).
+- topology: slurmrestd has no topology endpoint in any version: [] (what scontrol gives for
+  topology/flat). Use `spec.topology.blockLabel` with REST access.
+- drain/resume: POST /slurm/V/node/NAME {"state":["DRAIN"],"reason":...} / {"state":["RESUME"]},
+  one per node, concurrently. Resuming a node that is not drained succeeds, as with scontrol
+  ("Invalid node state specified"; 26.05 says "Invalid node state transition", which is not
+  specific, so then the node is read and must show no DRAIN and not be DOWN).
+- cancel: DELETE /slurm/V/jobs/ {"jobs":[...],"signal":"SIGKILL"} (every version from v0.0.40): one
+  call that takes every squeue id form, as scancel does; per-job errors in `status` are failures
+  except "already finished"/"invalid job id" (scancel exits 0 for those).
+- requeue: GET /slurm/V/job/ID/requeue, which only v0.0.45 (Slurm 26.05) serves. On older
+  versions there is no way to requeue over REST: `requeue` raises a SlurmError saying so (the
+  operator reports the failed action; use drain.onTimeout Cancel, Wait or Rollback there). As with
+  scontrol, a requeued job is then released (POST /slurm/V/job/ID {"begin_time":"now"}) once PENDING.
+- ping: GET /slurm/V/ping/; a controller that is not responding is SlurmUnavailable, unless its
+  status says the token was refused (26.05 answers 200 then): SlurmAuthError.
+
+HTTP goes through http.py (a keep-alive pool on asyncio streams), not aiohttp: see there why.
+
+The API version is the highest of `versions` that the server lists in GET /openapi/v3 (probing
+GET /slurm/V/ping/ from the highest down when the spec cannot be read), chosen on first use and
+again after a 404 for an unknown path (slurmrestd upgraded or downgraded under us).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import quote
+
+from . import validate
+from .backend import _RELEASE_ALREADY, _REQUEUE_ALREADY, _RESUME_ALREADY, _SETTLING
+from .errors import UNAVAILABLE_MARKERS, SlurmError, SlurmUnavailable
+from .http import HttpClient, HttpProtocolError
+from .models import SlurmJob, SlurmNode, TopologyGroup, gpu_count
+
+log = logging.getLogger(__name__)
+
+KNOWN_VERSIONS = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
+REQUEUE_VERSIONS = frozenset({"v0.0.45"})  # the first data parser with GET /job/{id}/requeue
+_VERSION_PATH = re.compile(r"^/slurm/(v0\.0\.\d+)/")
+
+NODE_BASE_STATES = ("UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "INVALID")
+JOB_BASE_STATES = frozenset({
+    "PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
+    "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY",
+})
+# squeue's %T is job_state_string(): the first of these flags the job has, else its base state.
+JOB_FLAG_PRECEDENCE = (
+    "COMPLETING", "STAGE_OUT", "CONFIGURING", "EXPEDITING", "RESIZING", "REQUEUED", "REQUEUE_FED",
+    "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED", "REVOKED", "RESV_DEL_HOLD", "SIGNALING",
+)
+# What squeue lists without -t: jobs not finished, or still completing.
+_LISTED_BY_DEFAULT = frozenset({"PENDING", "RUNNING", "SUSPENDED"})
+# scancel exits 0 for these; so does cancel.
+_CANCEL_ALREADY = ("job has already finished", "already completing or completed", "invalid job id specified",
+                   "job/step already completing or completed")
+# RESUME refused on a node that is not drained or down: 24.11's words, and 26.05's (not specific).
+_RESUME_REFUSED = ("invalid node state specified", "invalid node state transition")
+
+
+class SlurmAuthError(SlurmError):
+    """slurmrestd refused the credentials (401, 511) or they could not be read."""
+
+
+@dataclass(frozen=True)
+class RestAuth:
+    """A JWT and how to present it: X-SLURM-USER-TOKEN (with X-SLURM-USER-NAME when `user` is
+    set), or `Authorization: Bearer`."""
+
+    token: str
+    user: str | None = None
+    bearer: bool = False
+
+    def headers(self) -> dict[str, str]:
+        if self.bearer:
+            out = {"Authorization": f"Bearer {self.token}"}
+        else:
+            out = {"X-SLURM-USER-TOKEN": self.token}
+        if self.user:
+            out["X-SLURM-USER-NAME"] = self.user
+        return out
+
+    def __repr__(self) -> str:  # never log a token
+        return f"RestAuth(token=<{len(self.token)} chars>, user={self.user!r}, bearer={self.bearer})"
+
+
+class CachedToken:
+    """Credentials read through `read` (the operator reads a Secret), kept `max_age` seconds.
+
+    `get(refresh=True)` reads at once (after a 401/511: the token may have been renewed). A read
+    that fails while a token is cached keeps the cached one (an API server blip must not stop
+    Slurm access), unless the read was forced by a refusal: then the failure is the answer."""
+
+    def __init__(self, read: Callable[[], Awaitable[RestAuth]], max_age: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self._read = read
+        self.max_age = max_age
+        self._clock = clock
+        self._cached: tuple[float, RestAuth] | None = None
+        self._lock = asyncio.Lock()
+        self.reads = 0
+
+    async def get(self, refresh: bool = False) -> RestAuth:
+        async with self._lock:
+            now = self._clock()
+            if self._cached and not refresh and now - self._cached[0] < self.max_age:
+                return self._cached[1]
+            self.reads += 1
+            try:
+                auth = await self._read()
+            except Exception as err:  # noqa: BLE001 - reported as the backend's own error below
+                if self._cached and not refresh:
+                    log.warning("cannot read the slurmrestd token again, keeping the one read before: %s", err)
+                    self._cached = (now, self._cached[1])
+                    return self._cached[1]
+                raise SlurmAuthError(f"cannot read the slurmrestd token: {err}") from err
+            if not isinstance(auth, RestAuth) or not auth.token:
+                raise SlurmAuthError("the slurmrestd token is empty")
+            self._cached = (now, auth)
+            return auth
+
+
+class StaticToken:
+    def __init__(self, auth: RestAuth):
+        self.auth = auth
+
+    async def get(self, refresh: bool = False) -> RestAuth:
+        return self.auth
+
+
+class RestBackend:
+    """SlurmBackend over slurmrestd. One HttpClient (a pool of keep-alive connections, see
+    http.py for why not aiohttp) per backend, made on first use inside the running loop. Every call is retried on
+    SlurmUnavailable with exponential backoff, as ScontrolBackend does; `commands_run` counts
+    HTTP requests, retries included."""
+
+    def __init__(
+        self,
+        url: str,
+        token: CachedToken | StaticToken | RestAuth,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        timeout: float = 20.0,
+        retries: int = 2,
+        backoff: float = 0.5,
+        max_backoff: float = 5.0,
+        requeue_settle: float = 30.0,
+        versions: Sequence[str] = KNOWN_VERSIONS,
+        connections: int = 8,
+    ) -> None:
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise ValueError(f"slurmrestd url {url!r} must start with http:// or https://")
+        self.url = url.rstrip("/")
+        self.token = StaticToken(token) if isinstance(token, RestAuth) else token
+        self.ssl_context = ssl_context
+        self.timeout = timeout
+        self.retries = max(0, retries)
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.requeue_settle = requeue_settle
+        self.versions = tuple(versions)
+        self.connections = connections
+        self.version: str | None = None
+        self.commands_run = 0
+        self._http: HttpClient | None = None
+        self._negotiating = asyncio.Lock()
+
+    # ------------------------------------------------------------------ HTTP
+
+    def _client(self) -> HttpClient:
+        if self._http is None:
+            self._http = HttpClient(self.url, ssl_context=self.ssl_context, timeout=self.timeout,
+                                    connections=self.connections)
+        return self._http
+
+    async def _send(self, method: str, path: str, body: Any = None, refresh: bool = False) -> tuple[int, Any, str]:
+        """One HTTP request: (status, parsed JSON or None, text). Transport failures are
+        SlurmUnavailable; nothing here judges the status."""
+        auth = await self.token.get(refresh=refresh)
+        if not auth.token:
+            raise SlurmAuthError("the slurmrestd token is empty", argv=(method, path))
+        headers = auth.headers()
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        self.commands_run += 1
+        argv = (method, path)
+        try:
+            resp = await self._client().request(method, path, headers, data)
+        except ssl.SSLCertVerificationError as e:
+            raise SlurmError(f"slurmrestd at {self.url}: TLS certificate not trusted: {e}", argv=argv) from e
+        except ssl.SSLError as e:
+            raise SlurmError(f"slurmrestd at {self.url}: TLS error: {e}", argv=argv) from e
+        except HttpProtocolError as e:
+            raise SlurmError(f"slurmrestd at {self.url} did not answer in HTTP ({method} {path}): {e}", argv=argv) from e
+        except (OSError, EOFError, TimeoutError) as e:
+            what = "timed out" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
+            raise SlurmUnavailable(f"slurmrestd at {self.url} unreachable ({method} {path}): {what}", argv=argv) from e
+        text = resp.body.decode("utf-8", errors="replace")
+        try:
+            parsed = json.loads(text) if text.strip() else None
+        except ValueError:
+            parsed = None
+        return resp.status, parsed, text
+
+    async def _call(self, method: str, path: str, body: Any = None, *, benign: tuple[str, ...] = ()) -> dict:
+        """A request with the API version prefix, judged: returns the JSON object of a success,
+        raises SlurmAuthError, SlurmUnavailable or SlurmError. `benign`: error texts that mean
+        the goal already holds (then the answer counts as a success)."""
+        for attempt in range(self.retries + 1):
+            try:
+                version = await self._version()
+                full = f"/slurm/{version}{path}"
+                status, data, text = await self._send(method, full, body)
+                if status in (401, 511):  # the token may have been renewed: read it again, once
+                    status, data, text = await self._send(method, full, body, refresh=True)
+                return self._judge(method, full, status, data, text, benign)
+            except SlurmUnavailable as e:
+                if attempt == self.retries:
+                    raise
+                delay = min(self.max_backoff, self.backoff * 2**attempt)
+                log.warning("slurmrestd unavailable (attempt %d), retrying in %.2fs: %s", attempt + 1, delay, e)
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _judge(self, method: str, path: str, status: int, data: Any, text: str, benign: tuple[str, ...]) -> dict:
+        argv = (method, path)
+        errors = _errors(data)
+        said = "; ".join(errors) if errors else (text.strip()[:300] or "(no body)")
+        if status == 401:
+            raise SlurmAuthError(
+                f"slurmrestd refused the request (401 Unauthorized): no token, or a token it cannot use: {said}",
+                argv=argv, returncode=status, stdout=text)
+        if status == 511:
+            raise SlurmAuthError(
+                "slurmrestd did not accept the token (511 Network Authentication Required): expired, "
+                f"or not signed with slurmctld's jwt key: {said}", argv=argv, returncode=status, stdout=text)
+        if status == 404 and not isinstance(data, dict):
+            # Not slurmrestd's answer about an object: the path itself is unknown (another version).
+            self.version = None
+            raise SlurmError(f"slurmrestd does not serve {method} {path} (404)", argv=argv, returncode=status, stdout=text)
+        ok = 200 <= status < 300
+        if ok and not isinstance(data, dict):
+            if status == 204:
+                return {}
+            raise SlurmError(f"slurmrestd answered {method} {path} with no JSON object: {text[:200]!r}",
+                             argv=argv, returncode=status, stdout=text)
+        if ok and not errors:
+            return data
+        lowered = [e.lower() for e in errors]
+        if benign and lowered and all(any(b in e for b in benign) for e in lowered):
+            return data if isinstance(data, dict) else {}
+        message = f"slurmrestd {method} {path} failed ({status}): {said}"
+        unavailable = status in (502, 503, 504) or any(m in e for e in lowered for m in UNAVAILABLE_MARKERS)
+        cls = SlurmUnavailable if unavailable else SlurmError
+        raise cls(message, argv=argv, returncode=status, stdout=text, stderr="\n".join(errors))
+
+    async def _version(self) -> str:
+        if self.version:
+            return self.version
+        async with self._negotiating:
+            if not self.version:
+                self.version = await self._negotiate()
+        return self.version
+
+    async def _negotiate(self) -> str:
+        """The highest of `versions` the server offers: from its OpenAPI spec, else by probing."""
+        status, data, text = await self._send("GET", "/openapi/v3")
+        if status in (401, 511):
+            status, data, text = await self._send("GET", "/openapi/v3", refresh=True)
+        if status == 200 and isinstance(data, dict) and isinstance(data.get("paths"), dict):
+            offered = {m.group(1) for p in data["paths"] if (m := _VERSION_PATH.match(p))}
+            usable = [v for v in self.versions if v in offered]
+            if usable:
+                return max(usable, key=_version_key)
+            raise SlurmError(
+                f"slurmrestd at {self.url} offers API versions {sorted(offered, key=_version_key)}, none of "
+                f"{list(self.versions)} (is it run with -s openapi/slurmctld?)", argv=("GET", "/openapi/v3"))
+        for version in sorted(self.versions, key=_version_key, reverse=True):
+            path = f"/slurm/{version}/ping/"
+            status, data, text = await self._send("GET", path)
+            if status in (401, 511):
+                self._judge("GET", path, status, data, text, ())
+            if status != 404:
+                return version
+        raise SlurmError(f"slurmrestd at {self.url} serves none of the API versions {list(self.versions)}",
+                         argv=("GET", "/openapi/v3"), returncode=status, stdout=text)
+
+    # ------------------------------------------------------------------ reads
+
+    async def nodes(self, names: Sequence[str] | None = None) -> dict[str, SlurmNode]:
+        wanted = None
+        if names is not None:
+            wanted = set(validate.node_names(names))
+            if not wanted:
+                return {}
+        data = await self._call("GET", "/nodes/")
+        nodes = {}
+        for raw in _list(data, "nodes"):
+            node = parse_rest_node(raw)
+            if node is not None and (wanted is None or node.name in wanted):
+                nodes[node.name] = node
+        return nodes
+
+    async def jobs(self, partition: str | None = None, states: Sequence[str] | None = None) -> list[SlurmJob]:
+        if partition is not None:
+            validate.partition(partition)
+        wanted = None
+        if states is not None:
+            wanted = set(validate.job_states(states))
+            if not wanted:
+                return []
+        data = await self._call("GET", "/jobs/")
+        jobs = []
+        for raw in _list(data, "jobs"):
+            try:
+                job, tokens = parse_rest_job(raw)
+            except (KeyError, TypeError, ValueError) as e:
+                raise SlurmError(f"cannot read a job in slurmrestd's answer: {e}: {str(raw)[:200]}",
+                                 argv=("GET", "/jobs/")) from e
+            if partition is not None and partition not in job.partition.split(","):
+                continue
+            if not _state_wanted(tokens, wanted):
+                continue
+            jobs.append(job)
+        return jobs
+
+    async def topology(self) -> list[TopologyGroup]:
+        """slurmrestd has no topology endpoint: no blocks (as scontrol says for topology/flat)."""
+        return []
+
+    async def ping(self) -> None:
+        """slurmctld answers: UP ("pinged", v0.0.40/41) or "responding" (v0.0.42+). A token
+        slurmctld does not accept is not a 511 here: the ping answers 200 with the controller not
+        responding and "status": "Protocol authentication error". That is a SlurmAuthError (after
+        reading the token again once), not an outage."""
+        for fresh in (False, True):
+            if fresh:
+                await self.token.get(refresh=True)
+            data = await self._call("GET", "/ping/")
+            pings = [p for p in _list(data, "pings") if isinstance(p, dict)]
+            if not pings:
+                raise SlurmUnavailable("slurmrestd answered the ping with no controller", argv=("GET", "/ping/"))
+            if any(p.get("responding") is True or str(p.get("pinged", "")).upper() == "UP" for p in pings):
+                return
+            first = pings[0]
+            status = str(first.get("status") or first.get("pinged") or "DOWN")
+            if "authentication" not in status.lower():
+                raise SlurmUnavailable(f"slurmctld is not responding: {first.get('hostname', '?')}: {status}",
+                                       argv=("GET", "/ping/"), stdout=json.dumps(data)[:2000])
+        raise SlurmAuthError(f"slurmctld did not accept the token (ping: {status}): expired, or not signed with "
+                             "slurmctld's jwt key", argv=("GET", "/ping/"))
+
+    # ------------------------------------------------------------------ writes
+
+    async def drain(self, nodes: Sequence[str], reason: str) -> None:
+        checked = list(dict.fromkeys(validate.node_names(nodes)))
+        validate.reason(reason)
+        await self._each(checked, lambda n: self._call("POST", f"/node/{quote(n, safe='')}",
+                                                       {"state": ["DRAIN"], "reason": reason}))
+
+    async def resume(self, nodes: Sequence[str]) -> None:
+        """RESUME each node. Slurm refuses RESUME on a node that is neither drained nor down
+        ("Invalid node state specified" up to 24.11, "Invalid node state transition" in 26.05):
+        that is the goal already, but the 26.05 words are not specific to it, so the node is read
+        and the refusal forgiven only when it shows no DRAIN and is not DOWN."""
+        checked = list(dict.fromkeys(validate.node_names(nodes)))
+        await self._each(checked, self._resume_one)
+
+    async def _resume_one(self, name: str) -> None:
+        try:
+            await self._call("POST", f"/node/{quote(name, safe='')}", {"state": ["RESUME"]}, benign=_RESUME_ALREADY)
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if not any(m in e.output.lower() for m in _RESUME_REFUSED):
+                raise
+            node = (await self.nodes([name])).get(name)
+            if node is None or node.drain_set or node.state == "DOWN":
+                raise
+
+    async def cancel(self, job_ids: Sequence[str]) -> None:
+        ids = rest_job_ids(job_ids)
+        if not ids:
+            return
+        data = await self._call("DELETE", "/jobs/", {"jobs": ids, "signal": "SIGKILL"}, benign=_CANCEL_ALREADY)
+        failed = []
+        for entry in _list(data, "status"):
+            err = entry.get("error") if isinstance(entry, dict) else None
+            if not isinstance(err, dict) or not err.get("code"):
+                continue
+            text = f"{err.get('string') or ''} {err.get('message') or ''}".strip()
+            if not any(b in text.lower() for b in _CANCEL_ALREADY):
+                failed.append(f"{entry.get('step_id') or _number(entry.get('job_id'))}: {text}")
+        if failed:
+            raise SlurmError(f"slurmrestd could not cancel: {'; '.join(failed)}", argv=("DELETE", "/jobs/"),
+                             stdout=json.dumps(data)[:2000])
+
+    async def requeue(self, job_ids: Sequence[str]) -> None:
+        """Requeue jobs and let them start again at once (see ScontrolBackend.requeue). Only the
+        v0.0.45 API (Slurm 26.05) can requeue; a pending array record (7_[0-3]) is pending
+        already, so there is nothing to requeue (scontrol would say "Job is pending execution")."""
+        # A part of a heterogeneous job (5+1) is requeued through its leader (5), as with scontrol.
+        ids = list(dict.fromkeys(validate.het_leader(i) for i in rest_job_ids(job_ids) if "[" not in i))
+        if not ids:
+            return
+        version = await self._version()
+        if version not in REQUEUE_VERSIONS:
+            raise SlurmError(
+                f"slurmrestd {version} has no requeue endpoint (Slurm 26.05's v0.0.45 has one): cannot requeue "
+                f"{','.join(ids)} over REST; use drain.onTimeout Cancel, Wait or Rollback, or SSH access",
+                argv=("GET", "/job/{id}/requeue"))
+        await self._each(ids, lambda i: self._call("GET", f"/job/{quote(i, safe='')}/requeue",
+                                                   benign=_REQUEUE_ALREADY))
+        numeric = await self._wait_pending(ids)
+        await self._each(numeric, lambda n: self._release(n))
+
+    async def _release(self, job_id: int) -> None:
+        data = await self._call("POST", f"/job/{job_id}", {"begin_time": "now"}, benign=_RELEASE_ALREADY)
+        bad = []
+        for entry in _list(data, "results"):
+            if isinstance(entry, dict) and entry.get("error_code"):
+                text = f"{entry.get('error') or ''} {entry.get('why') or ''}".strip()
+                if not any(b in text.lower() for b in _RELEASE_ALREADY):
+                    bad.append(text)
+        if bad:
+            raise SlurmError(f"slurmrestd could not release job {job_id}: {'; '.join(bad)}", argv=("POST", f"/job/{job_id}"))
+
+    async def _wait_pending(self, ids: list[str]) -> list[int]:
+        """Wait (bounded by requeue_settle) until no requeued job is still settling; the numeric
+        job ids to release of those then pending: an array task (42_3) has its own, and every part
+        of a heterogeneous job (asked as its leader, 5) is released (a POST to the leader's id
+        releases the leader only: measured on 26.05, its other parts kept BeginTime +120 s)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.requeue_settle
+        delay = 0.1
+        while True:
+            data = await self._call("GET", "/jobs/")
+            seen: dict[str, list[tuple[int, str, set[str]]]] = {}
+            for raw in _list(data, "jobs"):
+                job, tokens = parse_rest_job(raw)
+                het = _number(raw.get("het_job_id")) or 0
+                number = _number(raw.get("job_id")) or 0
+                key = str(het) if het else job.job_id
+                if key in ids:
+                    seen.setdefault(key, []).append((number, job.state, tokens))
+            settling = [i for i in ids for (_, state, tokens) in seen.get(i, ())
+                        if state in _SETTLING or tokens & _SETTLING]
+            if not settling or loop.time() + delay > deadline:
+                if settling:
+                    log.warning("requeued jobs %s still settling after %.0fs", ",".join(dict.fromkeys(settling)),
+                                self.requeue_settle)
+                return [number for i in ids for (number, state, _) in seen.get(i, ()) if state == "PENDING" and number]
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    async def _each(self, items: list, call: Callable[[Any], Awaitable[Any]]) -> None:
+        """Run one call per item concurrently; every call runs, then the first failure is raised
+        (a SlurmUnavailable before any other, so the caller backs off)."""
+        if not items:
+            return
+        results = await asyncio.gather(*(call(i) for i in items), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for r in errors:
+            if not isinstance(r, Exception):
+                raise r
+        if errors:
+            raise next((e for e in errors if isinstance(e, SlurmUnavailable)), errors[0])
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+
+# ---------------------------------------------------------------------- mapping
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.lstrip("v").split("."))
+
+
+def _errors(data: Any) -> list[str]:
+    """The `errors` of an answer as text: "error (error_number): description [source]"."""
+    if not isinstance(data, dict):
+        return []
+    out = []
+    for e in data.get("errors") or []:
+        if isinstance(e, dict):
+            parts = [str(e.get("error") or "").strip(), str(e.get("description") or "").strip()]
+            text = ": ".join(p for p in parts if p) or json.dumps(e)
+            if e.get("error_number"):
+                text += f" (error {e['error_number']})"
+            out.append(text)
+        else:
+            out.append(str(e))
+    return out
+
+
+def _list(data: Any, key: str) -> list:
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, list) else []
+
+
+def _number(value: Any) -> int | None:
+    """A number as the data parsers dump it: a plain int, or {"set","infinite","number"}
+    (None when unset or infinite), or null."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value)
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        return _number(value.get("number"))
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+def _time(value: Any) -> datetime | None:
+    seconds = _number(value)
+    if not seconds or seconds <= 0:  # 0 is Slurm's "None"/"Unknown"
+        return None
+    try:
+        return datetime.fromtimestamp(seconds, timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    """A CSV_STRING: a list of strings, or (older dumps) one comma-separated string."""
+    if isinstance(value, list):
+        return tuple(str(v) for v in value if v not in (None, ""))
+    if isinstance(value, str) and value not in ("", "(null)", "N/A"):
+        return tuple(v for v in value.split(",") if v)
+    return ()
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) and value != "(null)" else ""
+
+
+def _tokens(value: Any) -> list[str]:
+    if isinstance(value, list):
+        return [str(v).upper() for v in value if v]
+    if isinstance(value, str) and value:
+        return [t for t in re.split(r"[+,\s]+", value.upper()) if t]
+    return []
+
+
+def node_state(value: Any) -> tuple[str, frozenset[str]]:
+    """["IDLE", "DRAIN"] -> ("IDLE", {"DRAIN"}): the base state and the flags, as scontrol's
+    "IDLE+DRAIN". No base state at all reads as UNKNOWN (not responding: fail closed)."""
+    tokens = _tokens(value)
+    base = next((t for t in tokens if t in NODE_BASE_STATES), "UNKNOWN")
+    return base, frozenset(t for t in tokens if t not in NODE_BASE_STATES)
+
+
+def parse_rest_node(raw: Any) -> SlurmNode | None:
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or not raw["name"]:
+        return None
+    state, flags = node_state(raw.get("state"))
+    reason = _text(raw.get("reason"))
+    return SlurmNode(
+        name=raw["name"],
+        state=state,
+        flags=flags,
+        reason=reason or None,
+        gres=_text(raw.get("gres")),
+        gres_used=_text(raw.get("gres_used")),
+        features=_strings(raw.get("features")),
+        partitions=_strings(raw.get("partitions")),
+        slurmd_start=_time(raw.get("slurmd_start_time")),
+        reason_user=(_text(raw.get("reason_set_by_user")) or None) if reason else None,
+        reason_time=_time(raw.get("reason_changed_at")) if reason else None,
+    )
+
+
+def job_state(value: Any) -> tuple[str, set[str]]:
+    """What squeue's %T prints for a job (the first flag of JOB_FLAG_PRECEDENCE, else the base
+    state), and every state token (base and flags) for -t filtering."""
+    tokens = set(_tokens(value))
+    shown = next((f for f in JOB_FLAG_PRECEDENCE if f in tokens), None)
+    if shown is None:
+        shown = next((t for t in _tokens(value) if t in JOB_BASE_STATES), None) or "UNKNOWN"
+    return shown, tokens
+
+
+def job_id(raw: dict) -> str:
+    """The id as squeue's %i prints it (src/squeue/print.c _print_job_job_id)."""
+    array_job = _number(raw.get("array_job_id")) or 0
+    task_string = _text(raw.get("array_task_string"))
+    task = _number(raw.get("array_task_id"))
+    het = _number(raw.get("het_job_id")) or 0
+    if task_string:
+        return f"{array_job}_[{task_string}]"
+    if task is not None and array_job:
+        return f"{array_job}_{task}"
+    if het:
+        return f"{het}+{_number(raw.get('het_job_offset')) or 0}"
+    number = _number(raw.get("job_id"))
+    if number is None:
+        raise ValueError("job without job_id")
+    return str(number)
+
+
+def parse_rest_job(raw: dict) -> tuple[SlurmJob, set[str]]:
+    if not isinstance(raw, dict):
+        raise TypeError(f"a job is a {type(raw).__name__}, not an object")
+    state, tokens = job_state(raw.get("job_state"))
+    nodes = _text(raw.get("nodes"))
+    return SlurmJob(
+        job_id=job_id(raw),
+        name=_text(raw.get("name")),
+        user=_text(raw.get("user_name")),
+        state=state,
+        partition=_text(raw.get("partition")),
+        nodes=validate.expand(nodes),
+        gpus_per_node=gpu_count(_text(raw.get("tres_per_node"))),
+        num_nodes=_number(raw.get("node_count")) or 0,
+        start_time=_time(raw.get("start_time")),
+        end_time=_time(raw.get("end_time")),
+        reason=_text(raw.get("state_reason")),
+    ), tokens
+
+
+def _state_wanted(tokens: set[str], wanted: set[str] | None) -> bool:
+    if wanted is None:
+        return bool(tokens & _LISTED_BY_DEFAULT) or "COMPLETING" in tokens or "STAGE_OUT" in tokens
+    if "ALL" in wanted:
+        return True
+    return bool(tokens & wanted)
+
+
+def rest_job_ids(ids: Sequence[str | int]) -> list[str]:
+    """Job ids in every form squeue prints (42, 42_3, 7_[0-3], 5+1: validate.job_ids), once each;
+    nothing else reaches a URL or a body."""
+    return list(dict.fromkeys(validate.job_ids(ids)))
