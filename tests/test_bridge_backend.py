@@ -267,6 +267,14 @@ async def test_requeue_of_a_heterogeneous_job_part_requeues_the_job_through_its_
     assert r.calls[-1] == ["scontrol", "update", "JobId=5,9", "StartTime=now"]
 
 
+async def test_requeue_releases_every_part_of_a_heterogeneous_job():
+    """On 26.05, releasing the leader alone left the other part waiting out its BeginTime."""
+    b, r = backend("", "5+0|COMPLETING\n5+1|COMPLETING\n9|PENDING\n", "5+0|PENDING\n5+1|PENDING\n9|PENDING\n", "")
+    await b.requeue(["5+1", "9"])
+    assert r.calls[0] == ["scontrol", "requeue", "5,9"]
+    assert r.calls[-1] == ["scontrol", "update", "JobId=5+0,5+1,9", "StartTime=now"]
+
+
 async def test_cancel_of_jobs_already_gone_is_done_but_a_refusal_is_raised():
     b, _ = backend(failed(stderr="scancel: error: Kill job error on job id 8: Job/step already completing or completed"))
     await b.cancel(["8"])

@@ -170,30 +170,36 @@ class ScontrolBackend:
         except SlurmError as e:
             if isinstance(e, SlurmUnavailable) or not _only(e, _REQUEUE_ALREADY):
                 raise
-        await self._wait_pending(ids)
+        parts = await self._wait_pending(ids)
         try:
-            await self._run(["scontrol", "update", f"JobId={joined}", "StartTime=now"])
+            await self._run(["scontrol", "update", f"JobId={','.join(parts)}", "StartTime=now"])
         except SlurmError as e:
             if isinstance(e, SlurmUnavailable) or not _only(e, _RELEASE_ALREADY):
                 raise
 
-    async def _wait_pending(self, ids: list[str]) -> None:
+    async def _wait_pending(self, ids: list[str]) -> list[str]:
+        """Wait until the requeued jobs have left their settling states; return what to release:
+        every part squeue prints for them (a heterogeneous job "5" is "5+0" and "5+1", and on
+        26.05 releasing the leader leaves the other parts waiting out their BeginTime)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.requeue_settle
         delay = 0.1
+        parts = list(ids)
         while True:
             try:
                 out = await self._run(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T"])
             except SlurmError as e:
                 if isinstance(e, SlurmUnavailable):
                     raise
-                return  # every job already purged: nothing left to release
-            states = dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
-            if not any(states.get(i, "").strip() in _SETTLING for i in ids):
-                return
+                return parts  # every job already purged: the release is refused as benign
+            states = {k.strip(): v.strip() for k, v in (line.split("|", 1) for line in out.splitlines() if "|" in line)}
+            mine = {k: v for k, v in states.items() if validate.het_leader(k) in ids}
+            parts = sorted(mine, key=lambda k: (ids.index(validate.het_leader(k)), k)) or list(ids)
+            if not any(v in _SETTLING for v in mine.values()):
+                return parts
             if loop.time() + delay > deadline:
                 log.warning("requeued jobs %s still settling after %.0fs", ",".join(ids), self.requeue_settle)
-                return
+                return parts
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
