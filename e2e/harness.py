@@ -96,6 +96,23 @@ def _operator_kubeconfig(lab) -> Path:
     return path
 
 
+def lab_access() -> str:
+    """How the e2e pools reach Slurm: LAB_ACCESS=ssh (default) or rest (the lab's slurmrestd, 26.05
+    and 24.11 labs). The Slurm matrix (e2e/matrix.sh) runs the same modules both ways."""
+    access = os.environ.get("LAB_ACCESS", "ssh")
+    if access not in ("ssh", "rest"):
+        raise ValueError(f"LAB_ACCESS must be ssh or rest, not {access!r}")
+    return access
+
+
+def access_spec(lab, access: str | None = None) -> dict:
+    if (access or lab_access()) == "rest":
+        if not lab.env.get("LAB_SLURMRESTD_URL"):
+            raise RuntimeError("LAB_ACCESS=rest needs a lab with slurmrestd (LAB_SLURM=26.05 or 24.11)")
+        return {"rest": {"url": lab.env["LAB_SLURMRESTD_URL"], "tokenSecretRef": {"name": "slurm-jwt"}}}
+    return {"ssh": {"host": lab.ssh_host, "port": int(lab.ssh_port), "user": lab.ssh_user, "secretRef": {"name": "slurm-ssh"}}}
+
+
 def pool_manifest(lab, name: str, slurm_nodes: int, namespace: str = NAMESPACE, **overrides) -> dict:
     spec = {
         "nodeSelector": {"matchLabels": {"slurmpool.io/lab": "true"}},
@@ -105,14 +122,7 @@ def pool_manifest(lab, name: str, slurm_nodes: int, namespace: str = NAMESPACE, 
             "partition": "gpu",
             "gres": "gpu:h100:8",
             "slurmdPod": {"image": "slurmd:22.05", "command": ["slurmd", "-D", "-N", "$(NODE_NAME)"]},
-            "access": {
-                "ssh": {
-                    "host": lab.ssh_host,
-                    "port": int(lab.ssh_port),
-                    "user": lab.ssh_user,
-                    "secretRef": {"name": "slurm-ssh"},
-                }
-            },
+            "access": access_spec(lab),
             "registerTimeout": "60s",
         },
         "inference": {
@@ -153,8 +163,8 @@ E2E_NAMESPACE_LABEL = "slurmpool.io/e2e"  # test namespaces: deleted when the la
 
 
 def ensure_namespace_and_secret(lab, namespace: str = NAMESPACE) -> None:
-    """The test namespace (labelled E2E_NAMESPACE_LABEL) with the Secret that lets the operator
-    reach the lab's sshd; one kubectl apply."""
+    """The test namespace (labelled E2E_NAMESPACE_LABEL) with the Secrets that let the operator
+    reach the lab's sshd and, on labs that run it, slurmrestd; one kubectl apply."""
     key = Path(lab.ssh_key).read_text()
     known = Path(lab.ssh_known_hosts).read_text()
     def terminating() -> bool:  # e.g. deleted at the end of a session that just ended
@@ -173,7 +183,14 @@ def ensure_namespace_and_secret(lab, namespace: str = NAMESPACE) -> None:
         "metadata": {"name": "slurm-ssh", "namespace": namespace},
         "stringData": {"ssh-privatekey": key, "known_hosts": known},
     }
-    apply(lab, [ns, secret])
+    secrets = [secret]
+    if lab.env.get("LAB_SLURM_JWT"):
+        secrets.append(jwt_secret(lab.env["LAB_SLURM_JWT"], namespace))
+    apply(lab, [ns, *secrets])
+
+
+def jwt_secret(token: str, namespace: str = NAMESPACE) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "slurm-jwt", "namespace": namespace}, "stringData": {"token": token}}
 
 
 def get_json(lab, *args) -> dict:
