@@ -131,7 +131,7 @@ async def test_refused_eviction_is_reported_with_the_pod():
     move = '{"id":"m","source":"inference:default","target":"slurm","phase":"Evicting","since":"2026-11-29T12:00:00Z","started":"2026-11-29T12:00:00Z"}'
     node = NodeView(name="gpu09", annotations={ANN_PLACEMENT: "inference:default", ANN_MOVE: move}, unschedulable=True,
                     taints=({"key": "slurmpool.io/slurm", "value": "true", "effect": "NoSchedule"},), pods=(web,))
-    status, kube, _ = await run(make_spec(slurm_nodes=1), [node], SlurmView(True, nodes={"gpu09": slurm_node("gpu09", "DOWN", {"DRAIN"})}))
+    status, kube, _ = await run(make_spec(slurm_nodes=1), [node], SlurmView(True, nodes={"gpu09": slurm_node("gpu09", "DOWN", {"DRAIN"}, reason="slurmpool: moving to inference:default")}))
     assert ("evict", "web/protected-1") in kube.calls
     blocked = next(c for c in status.conditions if c.type == "DrainBlocked")
     assert blocked.status == "True" and blocked.reason == "EvictionRefused" and "pod/web/protected-1" in blocked.message

@@ -120,8 +120,10 @@ def direction(source: str, target: str) -> str:
 
 
 def _count(node: NodeView, step: Step) -> None:
-    """Moves completed, their duration, and rollbacks (slurmpool_moves_*)."""
-    if step.settled:
+    """Moves completed, their duration, rollbacks and moves stopped on unhealthy nodes (slurmpool_moves_*)."""
+    if step.stopped is not None:
+        metrics.MOVES_FAILED.labels(direction=direction(step.stopped.source, step.stopped.target), reason="unhealthy").inc()
+    elif step.settled:
         move = step.finished or node.move
         d = direction(move.source if move else NONE, step.settled)
         metrics.MOVES_COMPLETED.labels(direction=d).inc()

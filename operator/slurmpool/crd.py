@@ -93,6 +93,7 @@ PRINTER_COLUMNS = [
     {"name": "Inference", "type": "integer", "jsonPath": ".status.inference.ready", "description": "Nodes serving inference"},
     {"name": "Desired", "type": "integer", "jsonPath": ".spec.slurmNodes", "description": "Desired Slurm nodes"},
     {"name": "Moving", "type": "integer", "jsonPath": ".status.moving", "description": "Moves in flight"},
+    {"name": "Unhealthy", "type": "integer", "jsonPath": ".status.unhealthy", "description": "Unhealthy nodes, never moved (status.unhealthyNodes)"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Blocked", "type": "integer", "jsonPath": ".status.blocked", "priority": 1, "description": "Moves blocked by jobs or PDBs"},
     {"name": "Paused", "type": "boolean", "jsonPath": ".spec.paused", "priority": 1},

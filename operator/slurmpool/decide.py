@@ -3,10 +3,11 @@ clock but the snapshot's, no randomness; the same snapshot gives the same decisi
 
 In order:
 1. records: a node whose annotations cannot be read (or name what this pool does not have)
-   is left alone and reported; every other node goes on;
+   is left alone and reported; every other node goes on; each node's health (health.py);
 2. the target: who sets the split now (target.py: manual, schedule, demand);
 3. each node's step: the move in flight advanced as far as the observations allow
-   (moves.py), or the upkeep of a settled Slurm node;
+   (moves.py; an unhealthy node's move stops where it is safe), or the upkeep of a settled
+   Slurm node (its slurmd pod; a health drain for a listed condition, resumed once it clears);
 4. nodes deleted from Kubernetes: reported, their orphan slurmd pods deleted once idle;
 5. the plan (planner.py) on the nodes as the steps leave them: moves to turn back, moves
    to start (each advanced at once on the same observations);
@@ -19,11 +20,12 @@ import hashlib
 import json
 from dataclasses import replace
 
+from . import health as healthmod
 from .demand import signals
+from .health import HEALTHY, NodeHealth
 from .interfaces import PoolRef
 from .models import SlurmNodePoolSpec
-from .moves import CreateSlurmdPod, Resume, Step, advance, first_phase, restore_cordon, reverse
-from .ownership import our_drain
+from .moves import CreateSlurmdPod, Resume, Step, advance, drain, first_phase, restore_cordon, reverse
 from .planner import current_placement, desired_split, move_now_done, move_now_target, placements, plan
 from .snapshot import NodeEvent, PoolDecision, PoolSnapshot
 from .target import Decision, decide_target
@@ -52,19 +54,20 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     nodes = [_flag(spec, n) for n in snap.nodes]
     target = _target(snap, nodes)
     node_events = _record_events(snap, nodes)
+    health = healthmod.assess_all(spec.health, nodes, slurm, now, snap.previous.unhealthy_nodes if snap.previous else ())
 
     steps: dict[str, Step] = {}
     for node in nodes:
         if node.problems:
             continue  # left alone: no step, never a victim (planner), reported above
         if node.move is not None:
-            steps[node.name] = advance(node.move, node, slurm, spec, now)
+            steps[node.name] = advance(node.move, node, slurm, spec, now, _unhealthy(node, health))
         elif node.placement == SLURM:
-            repair = _repair_slurm_node(node, slurm)
+            repair = _repair_slurm_node(node, slurm, health.get(node.name, HEALTHY), now)
             restore_cordon(node, spec, repair, "while settled in Slurm")
             if repair.actions or repair.drop_claim:
                 steps[node.name] = repair
-    decision = PoolDecision(target=target, desired={}, problems=[], steps=steps, nodes_after=[], node_events=node_events)
+    decision = PoolDecision(target=target, desired={}, problems=[], steps=steps, nodes_after=[], node_events=node_events, health=health)
     decision.pool_events.extend(target.events)
     _gone(snap, nodes, decision)
 
@@ -72,7 +75,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     by_name = {n.name: n for n in nodes}
     for name, step in steps.items():
         by_name[name] = _after(by_name[name], step)
-    result = plan(spec, list(by_name.values()), slurm, now, target.slurm_nodes, target.pool_counts)
+    result = plan(spec, list(by_name.values()), slurm, now, target.slurm_nodes, target.pool_counts, health)
     decision.desired, decision.problems = result.desired, result.problems
     for name in result.aborts:
         node = by_name[name]
@@ -92,8 +95,11 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
             started=now,
             cause=start.cause,
         )
-        step = advance(move, node, slurm, spec, now)
+        step = advance(move, node, slurm, spec, now, _unhealthy(node, health))
         step.entered.insert(0, move.phase)
+        if start.node in result.forced:
+            step.events.insert(0, ("Warning", "UnhealthyNodeForced", f"{node.name} is unhealthy ({health[node.name].reason}) and "
+                                   f"moves to {start.target} anyway: {start.cause} with slurmpool.io/force=true"))
         step.events.insert(0, ("Normal", "MoveStarted", f"{node.name}: {start.source} -> {start.target} ({start.cause}, move {move.id})"))
         steps[node.name] = step
         by_name[node.name] = _after(node, step)
@@ -164,19 +170,36 @@ def _target(snap: PoolSnapshot, nodes: list[NodeView]) -> Decision:
 # ---------------------------------------------------------------- 3. settled nodes
 
 
-def _repair_slurm_node(node: NodeView, slurm: SlurmView) -> Step:
-    """Level-triggered upkeep of a settled Slurm node: its slurmd pod runs, and no drain of ours
-    outlives the move that set it (a crash between the two writes). A claim outlives nothing: once
-    the node is seen undrained, or drained by someone else, the claim goes."""
+def _unhealthy(node: NodeView, health: dict[str, NodeHealth]) -> str | None:
+    """Why the node's move must stop (moves.stop_side), or None: healthy, or forced by the on-call."""
+    h = health.get(node.name, HEALTHY)
+    return h.reason if h.unhealthy and not node.force else None
+
+
+def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now) -> Step:
+    """Level-triggered upkeep of a settled Slurm node: its slurmd pod runs; a listed condition
+    drains it (`slurmpool: health: <type>`, claimed first: running jobs end, no new job starts);
+    and no drain of ours outlives its cause: the move that set it (a crash between the two
+    writes) or the condition. A drain of ours on an unhealthy node stays; a drain by others is
+    never resumed. A claim outlives nothing: once the node is seen undrained, or drained by
+    someone else, the claim goes."""
     step = Step(move=None)
     if node.slurmd_pod is None:
         step.actions.append(CreateSlurmdPod(node.name))
     sn = slurm.nodes.get(node.name) if slurm.available else None
-    if sn is None or node.drain_claim is None:
+    if sn is None:
         return step
-    if our_drain(node, sn):
-        if sn.responding:
+    if (condition := health.drain_condition) and not sn.drain_set:
+        drain(step, node, healthmod.health_drain_reason(condition), now)
+        step.events.append(("Warning", "HealthDrain", f"{node.name}: {health.reason}; draining it in Slurm (running jobs end, no new job starts)"))
+        return step
+    if node.drain_claim is None:
+        return step
+    if sn.drain_set and not healthmod.drained_by_others(node, sn):
+        if sn.responding and not health.suspect:
             step.actions.append(Resume(node.name))
+            if (sn.reason or "").startswith(healthmod.HEALTH_REASON):
+                step.events.append(("Normal", "HealthResume", f"{node.name} is healthy again; resuming it in Slurm (drain {sn.reason!r})"))
     else:
         step.drop_claim = True
     return step

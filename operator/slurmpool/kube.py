@@ -20,7 +20,7 @@ from .fit import needs_of
 from .models import SlurmNodePoolSpec
 from .interfaces import PoolRef
 from .view import parse_time
-from .view import LABEL_COMPONENT, LABEL_POOL, SLURM_TAINT_KEY, NodeView, PodView
+from .view import LABEL_COMPONENT, LABEL_POOL, SLURM_TAINT_KEY, NodeCondition, NodeView, PodView
 
 log = logging.getLogger("slurmpool.kube")
 SLURMD_CONTAINER = "slurmd"
@@ -53,6 +53,24 @@ def node_view(body: dict) -> NodeView:
         unschedulable=bool(spec.get("unschedulable")),
         ready=ready,
         gpus=_gpus((status.get("allocatable") or {}).get("nvidia.com/gpu")),
+        conditions=_conditions(status.get("conditions")),
+    )
+
+
+def _time(value) -> datetime | None:
+    return parse_time(value) if isinstance(value, str) else None
+
+
+MAX_CONDITIONS = 64  # anyone with nodes/status access can add conditions: keep the view bounded
+
+
+def _conditions(items) -> tuple[NodeCondition, ...]:
+    if not isinstance(items, list):
+        return ()
+    return tuple(
+        NodeCondition(type=str(c.get("type"))[:316], status=str(c.get("status"))[:16], since=_time(c.get("lastTransitionTime")))
+        for c in items[:MAX_CONDITIONS]
+        if isinstance(c, dict) and c.get("type")
     )
 
 

@@ -36,6 +36,11 @@ GPU_SECONDS = Counter(
 )
 POOL_CONDITION = Gauge("slurmpool_pool_condition", "A pool's status condition: 1 when True, 0 otherwise", ["pool", "type"])
 MOVES_BLOCKED = Gauge("slurmpool_moves_blocked", "Moves in flight that are blocked (jobs, PDBs)", ["pool"])
+UNHEALTHY_NODES = Gauge(
+    "slurmpool_unhealthy_nodes", "Unhealthy nodes per pool, side and kind of finding (README: Node health)", ["pool", "side", "kind"]
+)
+HEALTH_SIDES = ("slurm", "inference", "none")
+HEALTH_KINDS = ("SlurmDown", "DrainedByOthers", "NotReady", "Condition")  # models.UnhealthyNode.kind
 
 # Counters start at 0 for every label value the code can set (Prometheus' advice). A series born
 # at 1 has no increase() or rate() in Prometheus: without this, SlurmPoolMovesFailing would miss
@@ -43,7 +48,7 @@ MOVES_BLOCKED = Gauge("slurmpool_moves_blocked", "Moves in flight that are block
 # error, and the dashboard's failure and error panels would show "No data" on a healthy cluster.
 # tests/test_metrics_init.py keeps these lists equal to the values the code uses.
 DIRECTIONS = ("to_slurm", "to_inference", "between_pools")  # apply.direction
-FAILURE_REASONS = ("rollback",)  # apply: MOVES_FAILED reasons
+FAILURE_REASONS = ("rollback", "unhealthy")  # apply: MOVES_FAILED reasons
 ACTIONS = ("patch", "create", "delete", "evict", "scontrol", "scancel")  # apply._guard: first word
 SLURM_COMMANDS = ("nodes", "jobs", "drain", "resume", "requeue", "cancel", "ping")  # access.Instrumented
 for _direction in DIRECTIONS:

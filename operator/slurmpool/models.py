@@ -34,6 +34,7 @@ TIME_ZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+/-]{0,63}$"
 SSH_HOST_PATTERN = r"^[A-Za-z0-9.:\[\]_-]+$"
 SSH_USER_PATTERN = r"^[a-z_][a-z0-9_-]*[$]?$"
 REST_URL_PATTERN = r"^https?://[A-Za-z0-9.:\[\]_-]+(:[0-9]+)?(/[A-Za-z0-9._~/-]*)?$"
+CONDITION_TYPE_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 GRES_PATTERN = r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$"
 # What the API server says when a pattern does not match: crd.py turns these patterns into CEL
 # rules with these messages (a bare pattern error shows the regular expression instead).
@@ -47,6 +48,7 @@ PATTERN_MESSAGES = {
     SSH_HOST_PATTERN: "must be a host name or IP address",
     SSH_USER_PATTERN: "must be a Unix user name",
     REST_URL_PATTERN: "must be an http:// or https:// URL such as https://slurmrestd.slurm:6820 (no query or credentials)",
+    CONDITION_TYPE_PATTERN: "must be a Node condition type such as GpuXidError (letters, digits, '-', '_', '.')",
 }
 
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
@@ -388,6 +390,36 @@ class DemandSpec(Model):
     )
 
 
+class HealthCondition(Model):
+    """A Node condition that makes a node unhealthy (node-problem-detector, DCGM, NVSentinel...)."""
+
+    type: str = Field(max_length=63, pattern=CONDITION_TYPE_PATTERN, description="The condition's type, e.g. GpuXidError.")
+    status: Literal["True", "False", "Unknown"] = Field(default="True", description="The status that means unhealthy.")
+    min_age: Duration | None = Field(
+        default=None, description="How long the condition must have held (from its lastTransitionTime) before it counts."
+    )
+
+
+class HealthSpec(Model):
+    """When a node is unhealthy: never chosen for a move, never resumed (README: Node health)."""
+
+    not_responding_grace: Duration = Field(
+        default="5m",
+        description="How long Slurm may report a node that should run slurmd DOWN, FAIL or NOT_RESPONDING before it is unhealthy "
+        "(a slurmd restart is not a failure). Drains by others and Kubernetes NotReady count at once.",
+    )
+    conditions: list[HealthCondition] = Field(
+        default_factory=list, max_length=32,
+        description="Node conditions that make a node unhealthy. On the Slurm side such a node is also drained "
+        "(reason `slurmpool: health: <type>`) and resumed once the condition clears.",
+    )
+    replace: bool = Field(
+        default=False,
+        description="false: the split counts nodes on a side. true: it counts healthy nodes, so a healthy node moves from "
+        "the other side (within floors and maxConcurrentMoves) to make up for a broken one.",
+    )
+
+
 class SlurmNodePoolSpec(Model):
     node_selector: LabelSelector = Field(description="Nodes that belong to this pool; a node may belong to one pool only.")
     slurm_nodes: int = Field(ge=0, le=100000, description="Desired nodes on the Slurm side; the rest serve inference (scale subresource).")
@@ -403,6 +435,7 @@ class SlurmNodePoolSpec(Model):
         default_factory=list, max_length=64, description="Windows that set the split while open; outside them slurmNodes holds."
     )
     demand: DemandSpec | None = Field(default=None, description="Follow demand within bounds (opt-in).")
+    health: HealthSpec = Field(default_factory=HealthSpec, json_schema_extra={"default": {}})
 
     @model_validator(mode="after")
     def _check(self) -> "SlurmNodePoolSpec":
@@ -439,6 +472,7 @@ class SideCounts(Model):
     desired: int = 0
     ready: int = 0
     moving: int = 0
+    unhealthy: int = Field(default=0, description="Nodes on this side (settled or moving to it) that are unhealthy.")
 
 
 class PoolCounts(SideCounts):
@@ -467,6 +501,17 @@ class InvalidRecord(Model):
     node: str
     annotation: str
     message: str
+
+
+class UnhealthyNode(Model):
+    """A node found unhealthy (or, with graceUntil, seen failing and not yet counted)."""
+
+    node: str
+    side: str = Field(description="slurm, inference, or none (not adopted).")
+    kind: Literal["SlurmDown", "DrainedByOthers", "NotReady", "Condition"]
+    reason: str
+    since: str = Field(description="When it was first seen (the grace period counts from it).")
+    grace_until: str | None = Field(default=None, description="Set while within notRespondingGrace: not counted as unhealthy yet.")
 
 
 class DemandStatus(Model):
@@ -519,6 +564,10 @@ class SlurmNodePoolStatus(Model):
     moves: list[MoveStatus] = Field(default_factory=list)
     invalid_records: list[InvalidRecord] = Field(
         default_factory=list, description="Nodes left alone because an annotation of theirs cannot be read (see Events)."
+    )
+    unhealthy: int = Field(default=0, description="Unhealthy nodes of the pool (both sides).")
+    unhealthy_nodes: list[UnhealthyNode] = Field(
+        default_factory=list, description="Why each unhealthy node is unhealthy (README: Node health); never chosen for a move."
     )
     conditions: list[Condition] = Field(default_factory=list)
     last_error: str | None = None

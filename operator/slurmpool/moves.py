@@ -105,6 +105,7 @@ class Step:
     entered: list[Phase] = field(default_factory=list)  # phases this step moved into
     finished: MoveRecord | None = None  # the move that completed in this step (metrics)
     rolled_back: MoveRecord | None = None  # the move this step turned back (metrics)
+    stopped: MoveRecord | None = None  # the move this step stopped: its node is unhealthy (metrics)
 
 
 def between_pools(source: str, target: str) -> bool:
@@ -220,10 +221,14 @@ def advance(
     slurm: SlurmView,
     spec: SlurmNodePoolSpec,
     now: datetime,
+    unhealthy: str | None = None,
 ) -> Step:
-    """Take the move as far as the current observations allow."""
+    """Take the move as far as the current observations allow. `unhealthy`: why the node is
+    broken (health.py); its move stops at the first phase where stopping is safe (stop_side)."""
     step = Step(move=move)
     for _ in range(len(TO_SLURM) + len(TO_INFERENCE) + len(BETWEEN_POOLS) + 2):
+        if unhealthy and (side := stop_side(move)) is not None:
+            return _stop(move, node, slurm, spec, now, step, side, unhealthy)
         outcome: Outcome = PHASE_FUNCTIONS[move.phase](move, node, slurm, spec, now, step)
         match outcome:
             case Wait():
@@ -245,6 +250,44 @@ def advance(
                 move = move.model_copy(update={"phase": phase, "since": now})
                 step.entered.append(phase)
     step.move = move
+    return step
+
+
+# Where a move of an unhealthy node stops, by direction and phase (None: it goes on).
+# To inference: Draining and StoppingSlurmd only take the node out of Slurm's service, so the
+# move stops and the node stays in Slurm (our drain kept until it is healthy, its slurmd pod
+# restarted by the upkeep); Relabeling was entered with its patch sent, so it finishes.
+# To Slurm: Cordoning and Evicting only take it out of inference, so it stays in its pool,
+# cordoned (a quarantine: on the inference side the cordon is people's); from StartingSlurmd on
+# it is held drained in Slurm, so it stays there, drained, never resumed while unhealthy.
+# Between inference pools nothing crosses: it goes on.
+STOP_AT_SOURCE = {"ToInference": (Phase.DRAINING, Phase.STOPPING_SLURMD), "ToSlurm": (Phase.CORDONING, Phase.EVICTING)}
+STOP_IN_SLURM = (Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING)
+
+
+def stop_side(move: MoveRecord) -> str | None:
+    """Where a move of an unhealthy node stops now: its source, Slurm, or None (it goes on)."""
+    if move.phase in STOP_AT_SOURCE.get(move.direction, ()):
+        return move.source
+    if move.direction == "ToSlurm" and move.phase in STOP_IN_SLURM:
+        return SLURM
+    return None
+
+
+def _stop(move: MoveRecord, node: NodeView, slurm: SlurmView, spec, now: datetime, step: Step, side: str, why: str) -> Step:
+    step.move, step.stopped, step.blocked_by = None, move, []
+    step.settled = side if side != NONE else None
+    step.actions = [a for a in step.actions if not isinstance(a, Resume)]
+    pool = _pool(spec, pool_of(side))
+    if pool is not None:  # back in its inference pool, still cordoned: a quarantine
+        step.actions.append(inference_shape(spec, node, pool, keep_cordon=True))
+    sn = slurm.nodes.get(node.name) if slurm.available else None
+    if side == SLURM and move.target == SLURM and sn is not None and not sn.drain_set:
+        drain(step, node, drain_reason(move), now)  # held drained until healthy
+    where = {SLURM: "stays in Slurm, drained until it is healthy", NONE: "stays unadopted"}.get(
+        side, f"stays in {side}, cordoned (uncordon it once it is fixed)")
+    step.events.append(("Warning", "MoveStopped", f"{node.name} is unhealthy ({why}): move {move.id} to {move.target} stopped "
+                        f"in {move.phase}; the node {where}"))
     return step
 
 

@@ -8,6 +8,9 @@ to start now. Pure and O(n log n) in the number of nodes.
 2. Pinned nodes that are elsewhere move to their pin.
 3. Groups above their desired count give nodes to groups below it (unadopted nodes first),
    cheapest node first, within the budget `maxConcurrentMoves - moves in flight`.
+Unhealthy or suspect nodes (health.py) are never chosen, in either direction: their side
+keeps them. A pin or move-now moves one only with slurmpool.io/force=true. With
+`health.replace` the split counts healthy nodes only (healthy_split).
 Nothing moves while the spec cannot be met (more desired than selected, floors that
 cannot hold): that is reported instead.
 """
@@ -16,10 +19,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from . import topology
+from .health import NodeHealth
 from .models import SlurmNodePoolSpec
 from .moves import abortable
 from .view import LABEL_SIDE, NONE, SLURM, NodeView, SlurmView, inference
@@ -41,6 +46,8 @@ class Plan:
     problems: list[str] = field(default_factory=list)
     starts: list[Start] = field(default_factory=list)
     aborts: list[str] = field(default_factory=list)  # moves to turn back: the split changed under them
+    forced: list[str] = field(default_factory=list)  # unhealthy nodes moved by a pin or move-now with slurmpool.io/force
+    refused: list[str] = field(default_factory=list)  # unhealthy nodes whose pin or move-now waits for health or force
 
 
 def placements(spec: SlurmNodePoolSpec) -> list[str]:
@@ -102,6 +109,19 @@ def desired_split(
     desired = {SLURM: slurm}
     desired.update({inference(name): n for name, n in counts.items()})
     return desired, problems
+
+
+def healthy_split(
+    spec: SlurmNodePoolSpec, healthy: int, target_slurm: int | None = None, pool_counts: dict[str, int] | None = None
+) -> dict[str, int]:
+    """With `health.replace`: the split of the healthy nodes. Slurm's count is served first, down
+    to what the inference floors leave (never below minSlurmNodes); the inference pools share
+    the healthy rest as in desired_split. So a broken Slurm node is made up from inference while
+    inference stays above its floors."""
+    slurm = spec.slurm_nodes if target_slurm is None else target_slurm
+    floor = max(spec.min_inference_nodes, sum(p.min_nodes for p in spec.inference.pools))
+    slurm = min(slurm, max(spec.min_slurm_nodes, healthy - floor), healthy)
+    return desired_split(spec, healthy, slurm, pool_counts)[0]
 
 
 def current_placement(node: NodeView) -> str:
@@ -197,8 +217,15 @@ def plan(
     now: datetime,
     target_slurm: int | None = None,
     pool_counts: dict[str, int] | None = None,
+    health: Mapping[str, NodeHealth] | None = None,
 ) -> Plan:
     desired, problems = desired_split(spec, len(nodes), target_slurm, pool_counts)
+    health = health or {}
+    keep = {n.name for n in nodes if n.name in health and health[n.name].suspect}  # never chosen
+    # With replace, broken nodes count on no side: the split is of healthy nodes.
+    broken = {n for n in keep if health[n].unhealthy} if spec.health.replace else set()
+    if broken and not problems:
+        desired = healthy_split(spec, len(nodes) - len(broken), target_slurm, pool_counts)
     result = Plan(desired=desired, problems=problems)
     if problems:
         return result
@@ -209,25 +236,36 @@ def plan(
     count = dict.fromkeys(valid, 0)
     count[NONE] = 0
     for node in nodes:
-        count[counted_placement(node, valid)] += 1
+        if node.name not in broken:
+            count[counted_placement(node, valid)] += 1
 
     def start(node: NodeView, target: str, cause: str) -> None:
         source = node.placement if node.placement in valid else NONE
         result.starts.append(Start(node.name, source, target, cause))
-        count[current_placement(node) if current_placement(node) in count else NONE] -= 1
-        count[target] += 1
+        if node.name in keep:
+            result.forced.append(node.name)
+        if node.name not in broken:
+            count[current_placement(node) if current_placement(node) in count else NONE] -= 1
+            count[target] += 1
+
+    def may_force(node: NodeView) -> bool:
+        """An unhealthy node moves on the on-call's word only with slurmpool.io/force=true."""
+        if node.name in keep and not node.force:
+            result.refused.append(node.name)
+            return False
+        return True
 
     # Pins first: the on-call's word beats the planner's arithmetic.
     # A node with an unreadable record is left alone (decide.py reports it), even when pinned.
     for node in sorted((n for n in nodes if n.pin and not n.problems), key=lambda n: n.name):
-        if budget and node.move is None and node.pin in valid and node.pin != node.placement:
+        if budget and node.move is None and node.pin in valid and node.pin != node.placement and may_force(node):
             start(node, node.pin, "pin")
             budget -= 1
     # Then move-now requests: a one-shot pin (see move_now_target); the split is unchanged, so
     # the rebalance below sends another node the other way (a swap).
     for node in sorted((n for n in nodes if n.move_now and not n.problems), key=lambda n: n.name):
         want = move_now_target(node, spec, desired, count)
-        if budget and node.move is None and want and want != node.placement and node.pin is None:
+        if budget and node.move is None and want and want != node.placement and node.pin is None and may_force(node):
             start(node, want, "move-now")
             budget -= 1
 
@@ -259,9 +297,9 @@ def plan(
         return result
     # One heap of candidates across all groups in surplus; a group stops giving at its surplus.
     already = {s.node for s in result.starts}
-    movable = [n for n in nodes if n.name not in already and _movable(n, now)]
+    movable = [n for n in nodes if n.name not in already and n.name not in keep and _movable(n, now)]
     movable_names = {n.name for n in movable}
-    topo = topology.ranks(spec.topology, nodes, slurm, current_placement, lambda n: n.name in movable_names)
+    topo = topology.ranks(spec.topology, nodes, slurm, current_placement, lambda n: n.name in movable_names, keep)
     candidates = [
         (_cost(n, slurm, topo.get(n.name, topology.NO_BLOCK)), n.name, n)
         for n in movable

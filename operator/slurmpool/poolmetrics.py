@@ -45,6 +45,17 @@ def settled_side(node: NodeView) -> str | None:
     return side_of(node.placement)
 
 
+def _unhealthy(pool_key: str, status: SlurmNodePoolStatus) -> None:
+    """slurmpool_unhealthy_nodes: every side and kind, 0 included (an alert needs the series)."""
+    counted: dict[tuple[str, str], set[str]] = {}
+    for r in status.unhealthy_nodes:
+        if r.grace_until is None:
+            counted.setdefault((r.side, r.kind), set()).add(r.node)
+    for side in metrics.HEALTH_SIDES:
+        for kind in metrics.HEALTH_KINDS:
+            metrics.UNHEALTHY_NODES.labels(pool=pool_key, side=side, kind=kind).set(len(counted.get((side, kind), ())))
+
+
 def export(
     pool_key: str,
     nodes: list[NodeView],
@@ -81,6 +92,7 @@ def export(
             metrics.POOL_CONDITION.labels(pool=pool_key, type=cond.type).set(1 if cond.status == "True" else 0)
             conditions.add(cond.type)
         metrics.MOVES_BLOCKED.labels(pool=pool_key).set(status.blocked)
+        _unhealthy(pool_key, status)
     for gone in (last.conditions if last else set()) - conditions:
         metrics.POOL_CONDITION.remove(pool_key, gone)
     # Drains that ended since the previous pass.

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from .demand import PendingPod
+from .health import NodeHealth
 from .interfaces import PoolRef
 from .models import SlurmNodePoolSpec, SlurmNodePoolStatus
 from .moves import Step
@@ -62,6 +63,7 @@ class PoolDecision:
     missing: list[str] = field(default_factory=list)  # deleted Nodes whose slurmd pod is kept
     publish: dict[str, str] = field(default_factory=dict)  # node -> new slurmpool.io/slurm value
     clear_move_now: list[NodeEvent] = field(default_factory=list)  # remove the annotation, then post
+    health: dict[str, NodeHealth] = field(default_factory=dict)  # nodes with findings (health.py)
 
 
 @dataclass

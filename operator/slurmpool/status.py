@@ -15,8 +15,10 @@ from .models import (
     SlurmNodePoolSpec,
     SlurmNodePoolStatus,
 )
+from . import health as healthmod
+from .health import NodeHealth
 from .snapshot import ApplyResult, PoolDecision, PoolSnapshot
-from .view import LABEL_COMPONENT, LABEL_POOL, SLURM, MoveRecord, NodeView, inference, iso
+from .view import LABEL_COMPONENT, LABEL_POOL, NONE, SLURM, MoveRecord, NodeView, inference, iso, side_of
 
 
 @dataclass
@@ -31,6 +33,7 @@ class Observed:
     missing: list[str] = field(default_factory=list)  # deleted Nodes whose slurmd pod is kept
     blocked: dict[str, tuple[list[str], str]] = field(default_factory=dict)  # node -> (blocked_by, message)
     invalid: list[InvalidRecord] = field(default_factory=list)  # nodes left alone: unreadable records
+    health: dict[str, NodeHealth] = field(default_factory=dict)  # nodes with findings (health.py)
 
 
 def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult) -> SlurmNodePoolStatus:
@@ -43,6 +46,7 @@ def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult
         missing=decision.missing,
         invalid=[InvalidRecord(node=node, annotation=p.annotation, message=p.message[:512])
                  for node, problems in sorted(decision.invalid.items()) for p in problems],
+        health=decision.health,
     )
     for name, step in decision.steps.items():
         message = result.refused.get(name) or step.message
@@ -79,10 +83,15 @@ def status_from(
     moves: list[MoveStatus] = []
     ready = {SLURM: 0, **{inference(p.name): 0 for p in spec.inference.pools}}
     moving = dict.fromkeys(ready, 0)
+    unhealthy = dict.fromkeys(ready, 0)  # settled or moving there: never counted as ready capacity
+    broken = {name for name, h in seen.health.items() if h.unhealthy}
     for node in nodes:
         move: MoveRecord | None = node.move
+        here = move.target if move else node.placement
+        if node.name in broken and here in unhealthy:
+            unhealthy[here] += 1
         if move is None:
-            if node.placement in ready:
+            if node.placement in ready and node.name not in broken:
                 ready[node.placement] += 1
             continue
         if move.target in moving:
@@ -107,6 +116,7 @@ def status_from(
             desired=seen.desired.get(inference(p.name), 0),
             ready=ready[inference(p.name)],
             moving=moving[inference(p.name)],
+            unhealthy=unhealthy[inference(p.name)],
         )
         for p in spec.inference.pools
     ]
@@ -116,11 +126,12 @@ def status_from(
         selected_nodes=len(nodes),
         replicas=ready[SLURM],
         selector=f"{LABEL_COMPONENT}=slurmd,{LABEL_POOL}={name}",
-        slurm=SideCounts(desired=seen.desired.get(SLURM, 0), ready=ready[SLURM], moving=moving[SLURM]),
+        slurm=SideCounts(desired=seen.desired.get(SLURM, 0), ready=ready[SLURM], moving=moving[SLURM], unhealthy=unhealthy[SLURM]),
         inference=InferenceStatus(
             desired=sum(p.desired for p in pools),
             ready=sum(p.ready for p in pools),
             moving=sum(p.moving for p in pools),
+            unhealthy=sum(p.unhealthy for p in pools),
             pools=pools,
             by_pool=", ".join(f"{p.name} {p.ready}/{p.desired}" for p in pools),
         ),
@@ -128,10 +139,25 @@ def status_from(
         blocked=len(blocked),
         moves=moves,
         invalid_records=seen.invalid[:50],
+        unhealthy=len(broken & {n.name for n in nodes}),
+        unhealthy_nodes=healthmod.records(seen.health, {n.name: _side(n) for n in nodes}),
         last_error=(seen.errors[-1][:1024] if seen.errors else None),
     )
     status.conditions = _conditions(spec, status, seen, blocked, previous, now, generation)
     return status
+
+
+def _side(node: NodeView) -> str:
+    here = node.move.target if node.move else node.placement
+    return NONE if here == NONE else side_of(here)
+
+
+def _split_reached(spec: SlurmNodePoolSpec, status: SlurmNodePoolStatus) -> bool:
+    """Every side at its desired count: of healthy nodes with `health.replace`, else of all its
+    nodes (an unhealthy node still counts on its side, though never as ready)."""
+    def have(side) -> int:
+        return side.ready + (0 if spec.health.replace else side.unhealthy)
+    return have(status.slurm) == status.slurm.desired and all(have(p) == p.desired for p in status.inference.pools)
 
 
 def _conditions(spec, status: SlurmNodePoolStatus, seen: Observed, blocked, previous, now, generation) -> list[Condition]:
@@ -172,13 +198,14 @@ def _conditions(spec, status: SlurmNodePoolStatus, seen: Observed, blocked, prev
         c = set_condition(c, "Progressing", False, "Paused", "spec.paused is set: no new moves start", now, generation)
     else:
         c = set_condition(c, "Progressing", False, "Idle", "", now, generation)
-    settled = status.slurm.ready == status.slurm.desired and all(p.ready == p.desired for p in status.inference.pools)
+    settled = _split_reached(spec, status)
     if degraded:
         ready = (False, degraded[0][0], "; ".join(m for _, m in degraded))
     elif not settled or status.moving:
         ready = (False, "Progressing", f"Slurm {status.slurm.ready}/{status.slurm.desired}, inference {status.inference.ready}/{status.inference.desired}")
     else:
-        ready = (True, "SplitReached", f"Slurm {status.slurm.ready}, inference {status.inference.ready}")
+        ready = (True, "SplitReached", f"Slurm {status.slurm.ready}, inference {status.inference.ready}" + (
+            f" ({status.unhealthy} unhealthy: see status.unhealthyNodes)" if status.unhealthy else ""))
     c = set_condition(c, "Ready", *ready, now, generation)
     order = {"Ready": 0, "Progressing": 1, "DrainBlocked": 2, "Degraded": 3}
     return sorted(c, key=lambda x: order.get(x.type, 9))

@@ -3,7 +3,7 @@
 A *block* is a set of nodes that a job wants whole (an NVLink domain exposed to Slurm as a
 topology block), named by a node label (`spec.topology.blockLabel`) or read from Slurm's own
 topology (`fromSlurm`: the switches of one level of topology/tree, or topology/block's blocks). A block is *whole* when
-every node of it serves Slurm and Slurm can use it (not drained, not down): taking one node
+every node of it serves Slurm and Slurm can use it (not drained, not down, not unhealthy: health.py): taking one node
 from each of four whole blocks leaves 89% of the GPUs free and no block an 18-node job can use.
 
 Objective order, leaving Slurm (to inference):
@@ -22,7 +22,7 @@ whole block fits in what is still to move.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from .models import TopologySpec
 from .view import SLURM, NodeView, SlurmView
@@ -38,10 +38,11 @@ def block_of(topology: TopologySpec, node: NodeView, slurm: SlurmView | None = N
     return node.labels.get(topology.block_label) if topology.block_label else None
 
 
-def usable_in_slurm(node: NodeView, placement: str, slurm: SlurmView) -> bool:
+def usable_in_slurm(node: NodeView, placement: str, slurm: SlurmView, broken: Collection[str] = ()) -> bool:
     """Serves Slurm and Slurm can use it. A node on its way into Slurm counts (it is held
-    drained only until it is resumed); one Slurm does not report cannot be proven unusable."""
-    if placement != SLURM:
+    drained only until it is resumed); one Slurm does not report cannot be proven unusable.
+    An unhealthy node (`broken`) is unusable whatever Slurm says: it breaks its block."""
+    if placement != SLURM or node.name in broken:
         return False
     sn = slurm.nodes.get(node.name)
     return node.move is not None or sn is None or (sn.responding and not sn.drain_set)
@@ -53,6 +54,7 @@ def ranks(
     slurm: SlurmView,
     placement_of: Callable[[NodeView], str],
     movable: Callable[[NodeView], bool],
+    broken: Collection[str] = (),
 ) -> dict[str, tuple]:
     """node -> a rank tuple that sorts before the planner's own cost (lower moves first)."""
     if not topology.enabled:
@@ -69,7 +71,7 @@ def ranks(
     whole_out: list[tuple[int, str]] = []  # (-movable count, block) of whole Slurm blocks
     into: list[tuple[int, str]] = []  # (missing, block) of blocks that can be completed
     for block, members in blocks.items():
-        if all(usable_in_slurm(n, p, slurm) for n, p, _ in members):
+        if all(usable_in_slurm(n, p, slurm, broken) for n, p, _ in members):
             whole_out.append((-sum(1 for _, _, m in members if m), block))
         else:
             for n, p, _ in members:
@@ -100,11 +102,13 @@ def whole_block_sizes(
     return dict(sizes)
 
 
-def whole_slurm_blocks(topology: TopologySpec, nodes: Iterable[NodeView], slurm: SlurmView, placement_of) -> int:
+def whole_slurm_blocks(
+    topology: TopologySpec, nodes: Iterable[NodeView], slurm: SlurmView, placement_of, broken: Collection[str] = ()
+) -> int:
     """How many blocks Slurm can use whole (the benchmark's fragmentation figure)."""
     blocks: dict[str, bool] = {}
     for node in nodes:
         block = block_of(topology, node, slurm)
         if block is not None:
-            blocks[block] = blocks.get(block, True) and usable_in_slurm(node, placement_of(node), slurm)
+            blocks[block] = blocks.get(block, True) and usable_in_slurm(node, placement_of(node), slurm, broken)
     return sum(blocks.values())

@@ -32,6 +32,7 @@ ANN_MOVE_NOW = f"{PREFIX}/move-now"  # on-call: move this node now (a one-shot p
 ANN_SLURM = f"{PREFIX}/slurm"  # published by the operator: the node's Slurm state and jobs (JSON)
 ANN_SETTLED = f"{PREFIX}/settled-at"  # when the node last settled at its placement
 ANN_DRAIN = f"{PREFIX}/drain"  # JSON DrainClaim: the Slurm drain the operator set (ownership.py)
+ANN_FORCE = f"{PREFIX}/force"  # on-call: "true" lets a pin or move-now move an unhealthy node
 LABEL_SIDE = f"{PREFIX}/side"  # "slurm" or "inference": for selectors and humans
 LABEL_POOL = f"{PREFIX}/pool"  # on slurmd pods: the owning SlurmNodePool's name
 LABEL_COMPONENT = f"{PREFIX}/component"  # "slurmd" on slurmd pods (the lab agent's contract)
@@ -233,6 +234,15 @@ class PodView:
 
 
 @dataclass(frozen=True)
+class NodeCondition:
+    """One of the Node's status conditions (kubelet's Ready, node-problem-detector's, DCGM's...)."""
+
+    type: str
+    status: str
+    since: datetime | None = None  # lastTransitionTime; None when absent or unreadable
+
+
+@dataclass(frozen=True)
 class NodeView:
     name: str
     labels: dict[str, str] = field(default_factory=dict)
@@ -243,6 +253,7 @@ class NodeView:
     exists: bool = True
     pods: tuple[PodView, ...] = ()
     gpus: int = 0  # allocatable nvidia.com/gpu (metrics only)
+    conditions: tuple[NodeCondition, ...] = ()  # status.conditions (health.py)
     flagged: tuple[RecordProblem, ...] = ()  # problems only the pool's spec reveals (decide.py)
 
     # Computed once per view: the planner reads them for every node, several times per pass
@@ -253,6 +264,7 @@ class NodeView:
     move_now: str | None = field(init=False, repr=False)
     held_until: datetime | None = field(init=False, repr=False)
     drain_claim: DrainClaim | None = field(init=False, repr=False)
+    force: bool = field(init=False, repr=False)  # slurmpool.io/force=true: pin/move-now may move it unhealthy
     # Annotations that could not be read (people can write them): the node is left alone.
     problems: tuple[RecordProblem, ...] = field(init=False, repr=False)
 
@@ -283,6 +295,10 @@ class NodeView:
             except ValueError as err:
                 problems.append(RecordProblem(ANN_DRAIN, str(err)))
         object.__setattr__(self, "drain_claim", claim)
+        force = get(ANN_FORCE) or None
+        if force not in (None, "true"):
+            problems.append(RecordProblem(ANN_FORCE, f"{force[:40]!r} is not 'true' (remove the annotation to stop forcing)"))
+        object.__setattr__(self, "force", force == "true")
         object.__setattr__(self, "placement", placement)
         object.__setattr__(self, "move", move)
         object.__setattr__(self, "pin", pin)
@@ -293,6 +309,9 @@ class NodeView:
     @property
     def slurmd_pod(self) -> PodView | None:
         return next((p for p in self.pods if p.slurmd), None)
+
+    def condition(self, type_: str) -> NodeCondition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
 
     def hold_until(self) -> datetime | None:
         return self.held_until
