@@ -43,7 +43,7 @@ def test_subresources_and_columns():
     assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.slurmNodes"
     assert "status" in version["subresources"]
     names = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
-    assert names == ["Slurm", "Inference", "Desired", "Moving", "Age"]
+    assert names == ["Slurm", "Inference", "Desired", "Moving", "Unhealthy", "Age"]
     wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority")]
     assert {"Blocked", "Paused"} <= set(wide)
     assert crd()["spec"]["names"]["shortNames"] == ["snp"]
