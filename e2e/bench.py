@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "e2e"))
 sys.path.insert(0, str(REPO))
 
-from slurmbridge import ScontrolBackend  # noqa: E402
+from slurmbridge import ScontrolBackend, SlurmJob  # noqa: E402
 from slurmpool.planner import plan  # noqa: E402
 from slurmpool.access import observe_slurm  # noqa: E402
 from slurmpool.apply import apply  # noqa: E402
@@ -181,6 +181,73 @@ def bench_fragmentation(cases: int = 200) -> None:
     record("fragmentation_cases_equal_to_optimum", equal, "cases", f"== {cases}", equal == cases)
 
 
+def _article(rng: random.Random | None = None, n_blocks=4, size=18):
+    """The reference article's fragmentation example (4 NVLink blocks of 18) with unhealthy nodes
+    in every block: one long job and one admin drain per block (or, with `rng`, small random
+    clusters with one unhealthy node per block: an admin drain, Slurm's own drain or NotReady)."""
+    nodes, states, jobs = [], {}, []
+    for b in range(n_blocks):
+        sick = rng.randrange(size) if rng else 0
+        for i in range(size):
+            name = f"b{b}n{i:02d}"
+            how = rng.choice(["admin", "slurm", "notready"]) if rng and i == sick else ("admin" if i == sick else None)
+            nodes.append(NodeView(name=name, labels={"blk": f"b{b}"}, annotations={ANN_PLACEMENT: SLURM}, ready=how != "notready"))
+            if how == "admin":
+                states[name] = slurm_node(name, "IDLE", {"DRAIN"}, "admin: bad HBM")
+            elif how == "slurm":
+                states[name] = slurm_node(name, "IDLE", {"DRAIN"}, "gres/gpu count reported lower than configured (4 < 8)")
+            else:
+                busy = (rng.random() < 0.3) if rng else i == 1
+                states[name] = slurm_node(name, "MIXED" if busy else "IDLE")
+                if busy:
+                    jobs.append(SlurmJob(job_id=f"{name}-j", name="long", user="u", state="RUNNING", partition="gpu", nodes=(name,),
+                                         gpus_per_node=8, num_nodes=1, start_time=NOW, end_time=None, reason="None"))
+    return nodes, SlurmView(True, nodes=states, jobs=tuple(jobs))
+
+
+def _whole_once_repaired(spec, nodes, moved: set[str]) -> int:
+    """Blocks whose every healthy node still serves Slurm: whole again once the broken node is fixed."""
+    blocks: dict[str, bool] = {}
+    for n in nodes:
+        b = n.labels["blk"]
+        blocks[b] = blocks.get(b, True) and n.name not in moved
+    return sum(blocks.values())
+
+
+def bench_health_fragmentation(cases: int = 100) -> None:
+    from slurmpool.health import assess_all
+
+    spec = make_spec(slurm_nodes=64, max_moves=100)
+    spec.topology.block_label = "blk"
+    nodes, view = _article()
+    health = assess_all(spec.health, nodes, view, NOW)
+    moved = {s.node for s in plan(spec, nodes, view, NOW, health=health).starts}
+    record("health_article_unhealthy_handed_to_inference", len(moved & set(health)), "nodes", "== 0", not moved & set(health))
+    usable = whole_slurm_blocks(spec.topology, nodes, view, lambda n: "inference:default" if n.name in moved else n.placement, set(health))
+    record("health_article_whole_blocks_now", usable, "blocks", "== 0 (a drain in every block)", usable == 0)
+    repaired = _whole_once_repaired(spec, nodes, moved)
+    record("health_article_whole_blocks_once_repaired", repaired, "blocks", "== 3 (of 4)", repaired == 3)
+    served = sum(1 for n in nodes if n.name not in moved and n.name not in health)
+    record("health_article_healthy_slurm_nodes", served, "nodes", "== 60 (64 minus 4 drained)", served == 60)
+    rng = random.Random(15)
+    equal = 0
+    for _ in range(cases):
+        n_blocks, size = rng.randint(2, 4), rng.randint(3, 4)
+        nodes, view = _article(rng, n_blocks, size)
+        spec = make_spec(slurm_nodes=0, max_moves=100)
+        spec.topology.block_label = "blk"
+        health = assess_all(spec.health, nodes, view, NOW)
+        healthy = [n.name for n in nodes if n.name not in health]
+        k = rng.randint(1, len(healthy) - 1)
+        spec = spec.model_copy(update={"slurm_nodes": len(nodes) - k})
+        moved = {s.node for s in plan(spec, nodes, view, NOW, health=health).starts}
+        assert not moved & set(health), "an unhealthy node was chosen"
+        got = _whole_once_repaired(spec, nodes, moved)
+        best = max(_whole_once_repaired(spec, nodes, set(c)) for c in itertools.combinations(healthy, k))
+        equal += got == best
+    record("health_fragmentation_cases_equal_to_optimum", equal, "cases", f"== {cases}", equal == cases)
+
+
 # ---------------------------------------------------------------- on the lab
 
 
@@ -316,6 +383,7 @@ def main() -> int:
     bench_planner()
     bench_calls()
     bench_fragmentation()
+    bench_health_fragmentation()
     if not args.no_lab:
         bench_lab()
     if not args.no_lab and not args.no_load:

@@ -113,15 +113,18 @@ def desired_split(
 
 def healthy_split(
     spec: SlurmNodePoolSpec, healthy: int, target_slurm: int | None = None, pool_counts: dict[str, int] | None = None
-) -> dict[str, int]:
+) -> dict[str, int] | None:
     """With `health.replace`: the split of the healthy nodes. Slurm's count is served first, down
-    to what the inference floors leave (never below minSlurmNodes); the inference pools share
-    the healthy rest as in desired_split. So a broken Slurm node is made up from inference while
-    inference stays above its floors."""
+    to what the inference floors leave; the inference pools share the healthy rest as in
+    desired_split. So a broken Slurm node is made up from inference above its floors, and a
+    broken inference node below them from Slurm. None when the healthy nodes cannot hold both
+    sides' floors: then the split counts all nodes (as without replace), and no side gives
+    below its floor."""
     slurm = spec.slurm_nodes if target_slurm is None else target_slurm
     floor = max(spec.min_inference_nodes, sum(p.min_nodes for p in spec.inference.pools))
-    slurm = min(slurm, max(spec.min_slurm_nodes, healthy - floor), healthy)
-    return desired_split(spec, healthy, slurm, pool_counts)[0]
+    if healthy < spec.min_slurm_nodes + floor:
+        return None
+    return desired_split(spec, healthy, min(slurm, healthy - floor), pool_counts)[0]
 
 
 def current_placement(node: NodeView) -> str:
@@ -225,7 +228,11 @@ def plan(
     # With replace, broken nodes count on no side: the split is of healthy nodes.
     broken = {n for n in keep if health[n].unhealthy} if spec.health.replace else set()
     if broken and not problems:
-        desired = healthy_split(spec, len(nodes) - len(broken), target_slurm, pool_counts)
+        split = healthy_split(spec, len(nodes) - len(broken), target_slurm, pool_counts)
+        if split is None:
+            broken = set()
+        else:
+            desired = split
     result = Plan(desired=desired, problems=problems)
     if problems:
         return result

@@ -7,7 +7,9 @@ every node of it serves Slurm and Slurm can use it (not drained, not down, not u
 from each of four whole blocks leaves 89% of the GPUs free and no block an 18-node job can use.
 
 Objective order, leaving Slurm (to inference):
-  1. keep as many whole blocks as possible: take nodes of already-broken blocks first;
+  1. keep as many whole blocks as possible: take nodes of already-broken blocks first, the one
+     with most movable nodes first and taken whole before the next (so a block broken only by
+     an unhealthy node keeps its other nodes where it can, and is whole again once fixed);
   2. when a whole block must break, break as few as possible: the block with the most
      movable nodes first, and take it all before breaking another;
   3. among equals, the planner's usual order (drained, idle, soonest free).
@@ -70,16 +72,23 @@ def ranks(
     out: dict[str, tuple] = {}
     whole_out: list[tuple[int, str]] = []  # (-movable count, block) of whole Slurm blocks
     into: list[tuple[int, str]] = []  # (missing, block) of blocks that can be completed
+    broken_out: list[tuple[int, str]] = []  # (-movable count, block) of broken blocks
     for block, members in blocks.items():
+        movable_count = sum(1 for _, p, m in members if m and p == SLURM)
         if all(usable_in_slurm(n, p, slurm, broken) for n, p, _ in members):
-            whole_out.append((-sum(1 for _, _, m in members if m), block))
+            whole_out.append((-movable_count, block))
         else:
-            for n, p, _ in members:
-                if p == SLURM:
-                    out[n.name] = (0, 0, "")  # already broken: taking it costs no whole block
+            broken_out.append((-movable_count, block))
         missing = [m for _, p, m in members if p != SLURM]
         if missing and all(missing):
             into.append((len(missing), block))
+    # Already broken: taking its nodes costs no whole block. The one with most movable nodes
+    # first, taken whole before the next: a block broken only by a broken node is whole again
+    # once that node is fixed, if its other nodes are still in Slurm.
+    for order, (_, block) in enumerate(sorted(broken_out)):
+        for n, p, _ in blocks[block]:
+            if p == SLURM:
+                out[n.name] = (0, order, block)
     for order, (_, block) in enumerate(sorted(whole_out)):
         for n, _, _ in blocks[block]:
             out[n.name] = (1, order, block)
