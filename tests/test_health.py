@@ -21,12 +21,14 @@ from slurmpool.snapshot import ApplyResult, PoolSnapshot
 from slurmpool.status import build_status
 from slurmpool.topology import whole_slurm_blocks
 from slurmpool.view import (
+    ANN_DRAIN,
     ANN_FORCE,
     ANN_MOVE,
     ANN_PLACEMENT,
     LABEL_SIDE,
     SLURM,
     SLURM_TAINT_KEY,
+    DrainClaim,
     MoveRecord,
     NodeCondition,
     NodeView,
@@ -50,6 +52,11 @@ def with_health(spec: SlurmNodePoolSpec, **health) -> SlurmNodePoolSpec:
 def moving(name, source, target, phase, rollback=False, **kw) -> NodeView:
     rec = MoveRecord(id="m1", source=source, target=target, phase=phase, since=NOW, started=NOW, rollback=rollback)
     return NodeView(name=name, annotations={ANN_PLACEMENT: source, ANN_MOVE: rec.to_annotation()}, **kw)
+
+
+def claimed(n: NodeView, reason: str) -> NodeView:
+    """The node with the claim slurmpool writes before it drains (ownership.py)."""
+    return replace(n, annotations={**n.annotations, ANN_DRAIN: DrainClaim(reason, NOW).to_annotation()})
 
 
 def assess(spec, n: NodeView, sn=None, now=NOW, seen=None, available=True) -> H.NodeHealth:
@@ -102,8 +109,10 @@ def test_slurms_own_drain_of_a_registering_node_is_unhealthy():
     assert assess(make_spec(), n, sn).unhealthy
 
 
-def test_our_drain_is_not_a_finding():
-    assert assess(make_spec(), node("a"), slurm_node("a", "IDLE", {"DRAIN"}, reason=OURS)).findings == ()
+def test_our_drain_is_not_a_finding_and_an_unclaimed_one_is():
+    drained = slurm_node("a", "IDLE", {"DRAIN"}, reason=OURS)
+    assert assess(make_spec(), claimed(node("a"), OURS), drained).findings == ()
+    assert assess(make_spec(), node("a"), drained).unhealthy  # our text, but no claim: not ours (ownership.py)
 
 
 def test_not_ready_and_unreachable():
@@ -133,7 +142,8 @@ def test_slurm_unavailable_keeps_the_last_slurm_findings():
 
 def test_health_drains_and_ownership_go_through_one_function():
     assert H.health_drain_reason("GpuXid") == "slurmpool: health: GpuXid"
-    assert not H.drained_by_others(node("a"), slurm_node("a", "IDLE", {"DRAIN"}, reason=H.health_drain_reason("GpuXid")))
+    reason = H.health_drain_reason("GpuXid")
+    assert not H.drained_by_others(claimed(node("a"), reason), slurm_node("a", "IDLE", {"DRAIN"}, reason=reason))
     assert H.drained_by_others(node("a"), slurm_node("a", "IDLE", {"DRAIN"}, reason=None))
 
 
@@ -401,6 +411,8 @@ def test_a_listed_condition_drains_a_slurm_node_and_its_clearing_resumes_it():
     running = SlurmView(True, nodes={"a": slurm_node("a", "MIXED")}, jobs=(job("7", ["a"], end_in=600),))
     decision, status = _decide(spec, [sick], running)
     assert Drain("a", "slurmpool: health: GpuXid") in decision.steps["a"].actions
+    assert decision.steps["a"].claim.reason == "slurmpool: health: GpuXid"  # claimed with the drain
+    sick = claimed(sick, "slurmpool: health: GpuXid")
     assert status.slurm.unhealthy == 1 and status.slurm.ready == 0 and status.unhealthy_nodes[0].kind == "Condition"
     # drained by us, job still running: no resume while the condition holds, no requeue or cancel
     drained = SlurmView(True, nodes={"a": slurm_node("a", "MIXED", {"DRAIN"}, reason="slurmpool: health: GpuXid")}, jobs=running.jobs)
@@ -425,7 +437,7 @@ def test_an_admins_drain_is_never_resumed_and_never_redrained():
 
 def test_our_move_drain_left_on_an_unhealthy_node_is_not_resumed():
     spec = make_spec(slurm_nodes=1)
-    n = _slurm_node_view("a", ready=False)
+    n = claimed(_slurm_node_view("a", ready=False), OURS)
     decision, _ = _decide(spec, [n], SlurmView(True, nodes={"a": slurm_node("a", "IDLE", {"DRAIN"}, reason=OURS)}))
     step = decision.steps.get("a")
     assert step is None or not any(isinstance(a, Resume) for a in step.actions)

@@ -103,12 +103,11 @@ def test_a_node_slurm_drains_itself_after_we_resumed_it_is_never_resumed(version
     world.registers_short()  # slurmd came back with 7 of its 8 GPUs
     pool.run(passes=10)  # the sim fails the test if this resumes Slurm's drain
     assert world.slurm_node.drain_set and world.drain_owner == "slurm"
-    pool.spec = make_spec(slurm_nodes=0)  # to inference: it leaves Slurm drained, Slurm's drain stays
+    pool.spec = make_spec(slurm_nodes=0)  # Slurm shrinks: an unhealthy node is never handed to inference (issue 15)
     pool.run(passes=15)
-    assert world.node.placement == INFERENCE and "ForeignDrain" in events(pool)
-    pool.spec = make_spec(slurm_nodes=1)  # and back: still Slurm's drain, never lifted by us
-    pool.run(passes=15)
-    assert world.node.placement == SLURM and world.slurm_node.drain_set and world.drain_owner == "slurm"
+    assert world.node.placement == SLURM and world.node.move is None
+    assert world.slurm_node.drain_set and world.drain_owner == "slurm"  # Slurm's drain, never lifted by us
+    assert pool.status.slurm.unhealthy == 1 and pool.status.unhealthy_nodes[0].kind == "DrainedByOthers"
 
 
 @pytest.mark.parametrize("version", VERSIONS)
