@@ -1,7 +1,8 @@
 """Topology-aware choice on real objects (issue 5): the lab's nodes carry block labels
 (gpu01-04 in block-1, gpu05-08 in block-2), and its slurm.conf has the same blocks as tree
 switches. With one node of block-2 drained by an admin, taking two nodes from Slurm must take
-them from block-2 and leave block-1 whole, whichever the source of the blocks."""
+them from block-2 and leave block-1 whole, whichever the source of the blocks; the drained node
+itself is unhealthy and stays in Slurm (issue 15)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ pytestmark = pytest.mark.e2e
 POOL = "blocks"
 
 
-def settled(lab, slurm):
+def settled(lab, slurm, unhealthy=0):
+    """`slurm` nodes in Slurm (of them `unhealthy` unhealthy: never ready capacity), the rest ready in inference."""
     s = pool_status(lab, POOL)
-    return s.get("slurm", {}).get("ready") == slurm and s.get("inference", {}).get("ready") == 8 - slurm and s.get("moving") == 0
+    return (s.get("slurm", {}).get("ready") == slurm - unhealthy and s.get("slurm", {}).get("unhealthy", 0) == unhealthy
+            and s.get("inference", {}).get("ready") == 8 - slurm and s.get("moving") == 0)
 
 
 # Blocks from the Node labels, or from Slurm's own topology.conf (the lab's level-1 switches
@@ -51,12 +54,14 @@ def test_moves_keep_whole_blocks_in_slurm(lab, operator, source):
         assert {k: topology.get(k) for k in SOURCES[source]} == SOURCES[source], topology
         assert topology.get("fromSlurm", False) == (source == "slurm") and ("blockLabel" in topology) == (source == "labels"), topology
         # An admin drains gpu07 (a bad GPU): block-2 is broken for Slurm. Without topology the
-        # planner would take gpu07 and then the first idle node by name, gpu01, breaking block-1 too.
+        # planner would take the first idle nodes by name, gpu01 and gpu02, breaking block-1 too.
+        # gpu07 itself is unhealthy: never handed to inference (issue 15).
         lab.slurm("scontrol", "update", "nodename=gpu07", "state=drain", "reason=bad GPU, ticket 42")
+        wait(lambda: pool_status(lab, POOL).get("slurm", {}).get("unhealthy") == 1, 30, what="gpu07 reported unhealthy")
         lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=6")
-        wait(lambda: settled(lab, 6), 60, what="6/2")
+        wait(lambda: settled(lab, 6, unhealthy=1), 60, what="6/2 with gpu07 unhealthy in Slurm")
         moved = sorted(n for n, p in node_placements(lab).items() if p != "slurm")
-        assert "gpu07" in moved and all(n in ("gpu05", "gpu06", "gpu07", "gpu08") for n in moved), moved
+        assert len(moved) == 2 and all(n in ("gpu05", "gpu06", "gpu08") for n in moved), moved
         # block-1 stays whole and usable: a 4-node job fits in it at once
         job = lab.slurm("sbatch", "--parsable", "-N", "4", "-w", "gpu[01-04]", "--gres=gpu:8", "-o", "/dev/null",
                         "--wrap", "sleep 1").stdout.strip()

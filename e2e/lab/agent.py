@@ -4,6 +4,9 @@
 * Keeps the Node objects gpu01..gpuNN: creates a missing one (with the lab's labels), keeps its
   status Ready and renews its Lease in kube-node-lease every 10 s. On an existing Node it writes
   only the status subresource: labels, taints and spec.unschedulable belong to the operator.
+* A Node annotated lab.slurmpool.io/not-ready=true is reported NotReady (Ready=False), as a
+  kubelet that lost its runtime would; conditions others set (node-problem-detector's, a test's)
+  are kept in every status write.
 * Simulated nodes sim001..simNNN (--sim-nodes, for load tests) are kept alive by their Lease
   alone (every 20 s, no GET, no status heartbeat), so 500 of them cost the apiserver ~25 writes/s.
 * Runs the pods bound to those nodes. A pod labelled slurmpool.io/component=slurmd runs its first
@@ -38,6 +41,8 @@ import yaml
 log = logging.getLogger("agent")
 
 SLURMD_LABEL = ("slurmpool.io/component", "slurmd")
+NOT_READY_ANNOTATION = "lab.slurmpool.io/not-ready"  # "true": the agent reports the Node NotReady
+AGENT_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
 POD_IP = "127.0.0.1"
 LEASE_SECONDS = 40
 RENEW_INTERVAL = 10.0
@@ -609,21 +614,25 @@ class Agent:
                 "topology.slurmpool.io/block": f"block-{(i - 1) // 4 + 1}",
                 "topology.slurmpool.io/rack": f"rack-{(i - 1) // 2 + 1}"}
 
-    def node_status(self, name: str) -> dict:
+    def node_status(self, name: str, ready: bool = True, others: list | None = None) -> dict:
+        """The status the agent writes; `others`: conditions set by anyone else, kept as they are
+        (a merge patch replaces the whole list)."""
         res = {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "8", "ephemeral-storage": "100Gi"}
         t = now()
 
-        def cond(ctype, status, reason, message):
+        def cond(ctype, status, reason, message, since=None):
             return {"type": ctype, "status": status, "reason": reason, "message": message,
-                    "lastHeartbeatTime": t, "lastTransitionTime": self.ready_since}
+                    "lastHeartbeatTime": t, "lastTransitionTime": since or self.ready_since}
+        ready_cond = (cond("Ready", "True", "KubeletReady", "slurmpool lab agent is posting ready status") if ready else
+                      cond("Ready", "False", "KubeletNotReady", f"{NOT_READY_ANNOTATION}=true", t))
         return {
             "capacity": res, "allocatable": res,
             "conditions": [
                 cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "lab node"),
                 cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "lab node"),
                 cond("PIDPressure", "False", "KubeletHasSufficientPID", "lab node"),
-                cond("Ready", "True", "KubeletReady", "slurmpool lab agent is posting ready status"),
-            ],
+                ready_cond,
+            ] + list(others or []),
             "addresses": [{"type": "InternalIP", "address": POD_IP}, {"type": "Hostname", "address": name}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
             "nodeInfo": {"machineID": name, "systemUUID": name, "bootID": self.boot_id,
@@ -700,10 +709,13 @@ class Agent:
                 raise
             node = self._create_node(name)
             heartbeat_due = True
-        conds = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions") or []}
-        if heartbeat_due or conds.get("Ready") != "True":
+        all_conds = node.get("status", {}).get("conditions") or []
+        conds = {c["type"]: c["status"] for c in all_conds}
+        ready = (node["metadata"].get("annotations") or {}).get(NOT_READY_ANNOTATION) != "true"
+        if heartbeat_due or conds.get("Ready") != ("True" if ready else "False"):
             # Only the status subresource: labels, taints and unschedulable are the operator's.
-            self.kube.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": self.node_status(name)},
+            others = [c for c in all_conds if c.get("type") not in AGENT_CONDITIONS]
+            self.kube.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": self.node_status(name, ready, others)},
                               content_type="application/merge-patch+json")
         lease_path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
         try:
