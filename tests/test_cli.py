@@ -141,3 +141,22 @@ def test_move_rejects_unknown_sides(capsys):
     with pytest.raises(SystemExit):
         cli.main(["move", "n1", "--to", "kubernetes"])
     assert "--to must be slurm, inference or inference:POOL" in capsys.readouterr().err
+
+
+def test_unhealthy_nodes_are_shown_and_never_planned():
+    pool, nodes = world()
+    pool["status"]["unhealthy"] = 1
+    pool["status"]["slurm"]["unhealthy"] = 1
+    pool["status"]["unhealthyNodes"] = [{"node": "n3", "side": "slurm", "kind": "DrainedByOthers",
+                                         "reason": "drained in Slurm by others: admin: bad HBM", "since": "2026-11-29T11:00:00Z"}]
+    view = cli.status_view(pool, nodes, NOW)
+    row = next(r for r in view["nodes"] if r["node"] == "n3")
+    assert row["unhealthy"] == "drained in Slurm by others: admin: bad HBM"
+    text = cli.render_status(view, 120)
+    assert "unhealthy: Slurm 1, inference 0" in text and "n3: drained in Slurm by others: admin: bad HBM" in text
+    # n3 is idle, the cheapest victim when healthy; unhealthy, it is never chosen
+    plan = cli.plan_view(SPEC, pool, nodes, NOW, 1)
+    assert "n3" not in [m["node"] for m in plan["moves"]] and plan["unhealthy"] == ["n3"]
+    assert "never moved (unhealthy" in cli.render_plan(plan, 120)
+    pool["status"]["unhealthyNodes"] = []
+    assert "n3" in [m["node"] for m in cli.plan_view(SPEC, pool, nodes, NOW, 1)["moves"]]

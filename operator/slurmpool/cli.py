@@ -25,6 +25,7 @@ from typing import Any
 
 from slurmbridge import SlurmJob, SlurmNode
 
+from . import health
 from .models import GROUP, PLURAL, VERSION, SlurmNodePoolSpec
 from .moves import disturbed_pods
 from .planner import current_placement, desired_split, plan
@@ -115,7 +116,9 @@ def age(since: datetime | None, now: datetime) -> str:
     return f"{s // 86400}d"
 
 
-def node_rows(nodes: list[NodeView], now: datetime) -> list[dict[str, Any]]:
+def node_rows(nodes: list[NodeView], now: datetime, sick: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """One row per node; `sick`: node -> why it is unhealthy (the pool's status.unhealthyNodes)."""
+    sick = sick or {}
     rows = []
     for node in nodes:
         move = node.move
@@ -136,9 +139,19 @@ def node_rows(nodes: list[NodeView], now: datetime) -> list[dict[str, Any]]:
                 "pin": node.pin,
                 "moveNow": node.move_now,
                 "cordoned": node.unschedulable,
+                "unhealthy": sick.get(node.name),
             }
         )
     return rows
+
+
+def unhealthy_reasons(status: dict) -> dict[str, str]:
+    """node -> why it is unhealthy (or suspect, with 'until' its grace ends), from the pool's status."""
+    out: dict[str, list[str]] = {}
+    for r in status.get("unhealthyNodes") or []:
+        text = str(r.get("reason", "")) + (f" (grace until {r['graceUntil']})" if r.get("graceUntil") else "")
+        out.setdefault(str(r.get("node")), []).append(text)
+    return {node: "; ".join(texts) for node, texts in out.items()}
 
 
 def status_view(pool: dict, nodes: list[NodeView], now: datetime) -> dict[str, Any]:
@@ -152,8 +165,9 @@ def status_view(pool: dict, nodes: list[NodeView], now: datetime) -> dict[str, A
         "slurm": status.get("slurm"),
         "inference": {k: v for k, v in (status.get("inference") or {}).items() if k != "byPool"},
         "moving": status.get("moving", 0),
+        "unhealthy": status.get("unhealthy", 0),
         "conditions": {c["type"]: f"{c['status']} {c.get('reason', '')}".strip() for c in status.get("conditions") or []},
-        "nodes": node_rows(nodes, now),
+        "nodes": node_rows(nodes, now, unhealthy_reasons(status)),
     }
 
 
@@ -165,6 +179,7 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
         target = (status.get("target") or {}).get("slurmNodes", spec.slurm_nodes)
     pool_counts = (status.get("target") or {}).get("inference")  # None: the spec's own counts
     slurm = slurm_view(nodes)
+    sick = health.from_status(status.get("unhealthyNodes") or [])  # never chosen, as by the operator
     jobs_by_node = {n.name: [j for j in published(n).get("jobs") or []] for n in nodes}
     before = _counts(nodes)
     desired, problems = desired_split(spec, len(nodes), target, pool_counts)
@@ -176,7 +191,7 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
     ]
     current = list(nodes)
     for wave in range(1, MAX_WAVES + 1):
-        result = plan(spec, current, slurm, now, target, pool_counts)
+        result = plan(spec, current, slurm, now, target, pool_counts, sick)
         problems = result.problems
         if not result.starts and not result.aborts:
             break
@@ -211,6 +226,7 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
         "before": before,
         "desired": desired,
         "problems": problems,
+        "unhealthy": sorted(sick),
         "inFlight": in_flight,
         "moves": moves,
         "waves": max([m["wave"] for m in moves] or [0]),
@@ -290,7 +306,8 @@ def render_status(view: dict[str, Any], total: int = 100) -> str:
                          f"{d.get('pendingPods', 0)} pending pod(s) ({d.get('pendingPodGpus', 0)} GPUs)"[:total])
     s, i = view.get("slurm") or {}, view.get("inference") or {}
     lines.append(f"Slurm {s.get('ready', 0)}/{s.get('desired', 0)} ready, inference {i.get('ready', 0)}/{i.get('desired', 0)} ready, "
-                 f"{view.get('moving', 0)} moving")
+                 f"{view.get('moving', 0)} moving" + (f", unhealthy: Slurm {s.get('unhealthy', 0)}, inference {i.get('unhealthy', 0)}"
+                                                      if view.get("unhealthy") else ""))
     counts = t.get("inference") or {}
     pools = [f"{p['name']} {p.get('ready', 0)}/{p.get('desired', 0)}" + (f" (count {counts[p['name']]})" if p["name"] in counts else "")
              for p in i.get("pools") or []]
@@ -302,7 +319,7 @@ def render_status(view: dict[str, Any], total: int = 100) -> str:
     rows = []
     for r in view["nodes"]:
         phase = r["phase"] if not r["to"] else f"{r['phase']}>{_short(r['to'])}"
-        marks = "".join(m for m, on in (("P", r["pin"]), ("M", r["moveNow"]), ("C", r["cordoned"])) if on)
+        marks = "".join(m for m, on in (("P", r["pin"]), ("M", r["moveNow"]), ("C", r["cordoned"]), ("U", r.get("unhealthy"))) if on)
         rows.append([r["node"], _short(r["side"]), phase, r["age"], sinfo_state(r["slurmState"]), marks or "-", ""])
     fixed = table(["NODE", "SIDE", "PHASE", "AGE", "SLURM", "FLAGS", "WORKLOAD"], [row for row in rows], total)
     # Fill the last column (jobs or pods) with what room is left on each line.
@@ -315,7 +332,11 @@ def render_status(view: dict[str, Any], total: int = 100) -> str:
         out.append((line.ljust(start) + work)[:total])
     lines.append("")
     lines.extend(out)
-    lines.append("FLAGS: P pinned, M move-now asked, C cordoned. AGE: time in the phase.")
+    sick = [f"  {r['node']}: {r['unhealthy']}" for r in view["nodes"] if r.get("unhealthy")]
+    if sick:
+        lines.append("Unhealthy (never moved, never counted as ready):")
+        lines.extend(sick)
+    lines.append("FLAGS: P pinned, M move-now asked, C cordoned, U unhealthy. AGE: time in the phase.")
     return "\n".join(line[:total] for line in lines)
 
 
@@ -346,6 +367,8 @@ def render_plan(view: dict[str, Any], total: int = 100) -> str:
     lines.append("  desired: " + ", ".join(f"{k} {v}" for k, v in desired.items()))
     for p in view["problems"]:
         lines.append(f"  cannot plan: {p}"[:total])
+    if view.get("unhealthy"):
+        lines.append(("  never moved (unhealthy, see `kubectl slurmpool status`): " + ", ".join(view["unhealthy"]))[:total])
     if view["paused"]:
         lines.append("  the pool is paused: no move starts until `kubectl slurmpool resume`")
     for m in view["inFlight"]:

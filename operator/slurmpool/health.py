@@ -170,6 +170,20 @@ def _finding(record: UnhealthyNode) -> Finding | None:
     return Finding(record.kind, record.reason, since, parse_time(record.grace_until))
 
 
+def from_status(records: Iterable[dict]) -> dict[str, NodeHealth]:
+    """The health the operator published (status.unhealthyNodes, as JSON): `kubectl slurmpool plan`
+    plans with it, as the operator does. Unreadable entries are skipped."""
+    out: dict[str, list[Finding]] = {}
+    for body in records:
+        try:
+            record = UnhealthyNode.model_validate(body)
+        except ValueError:
+            continue
+        if finding := _finding(record):
+            out.setdefault(record.node, []).append(finding)
+    return {name: NodeHealth(tuple(found)) for name, found in out.items()}
+
+
 def records(health: Mapping[str, NodeHealth], side_of_node: Mapping[str, str], limit: int = 100) -> list[UnhealthyNode]:
     """The status' `unhealthyNodes`: one entry per node and finding, sorted by node."""
     out = [
