@@ -93,3 +93,32 @@ def test_drain_duration_is_observed_when_draining_ends():
                        wall=NOW + timedelta(seconds=41))
     assert value("slurmpool_drain_duration_seconds_count") == before + 1
     assert value("slurmpool_drain_duration_seconds_sum") == total + 41
+
+
+def test_unhealthy_nodes_per_side_and_kind_with_zeros():
+    from slurmpool.models import UnhealthyNode
+
+    pool = "ns/health"
+    st = status()
+    st.unhealthy_nodes = [
+        UnhealthyNode(node="a", side="slurm", kind="DrainedByOthers", reason="drained in Slurm by others: admin", since="2026-11-29T12:00:00Z"),
+        UnhealthyNode(node="b", side="inference", kind="NotReady", reason="Kubernetes: NotReady", since="2026-11-29T12:00:00Z"),
+        UnhealthyNode(node="c", side="slurm", kind="SlurmDown", reason="Slurm reports DOWN", since="2026-11-29T12:00:00Z",
+                      grace_until="2026-11-29T12:05:00Z"),  # within its grace: not counted yet
+    ]
+    poolmetrics.export(pool, [], st, now=1.0, wall=NOW)
+    assert value("slurmpool_unhealthy_nodes", pool=pool, side="slurm", kind="DrainedByOthers") == 1
+    assert value("slurmpool_unhealthy_nodes", pool=pool, side="inference", kind="NotReady") == 1
+    assert value("slurmpool_unhealthy_nodes", pool=pool, side="slurm", kind="SlurmDown") == 0
+    assert value("slurmpool_unhealthy_nodes", pool=pool, side="none", kind="Condition") == 0
+    poolmetrics.export(pool, [], status(), now=2.0, wall=NOW)
+    assert value("slurmpool_unhealthy_nodes", pool=pool, side="slurm", kind="DrainedByOthers") == 0
+
+
+def test_health_kinds_are_the_models():
+    from typing import get_args
+
+    from slurmpool import metrics
+    from slurmpool.models import UnhealthyNode
+
+    assert set(get_args(UnhealthyNode.model_fields["kind"].annotation)) == set(metrics.HEALTH_KINDS)
