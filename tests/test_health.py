@@ -140,6 +140,15 @@ def test_slurm_unavailable_keeps_the_last_slurm_findings():
     assert set(out) == {"a"} and out["a"].unhealthy
 
 
+def test_slurmpools_own_old_drain_on_a_node_registered_again_is_no_failure():
+    old = slurm_node("a", "IDLE", {"DRAIN"}, reason="slurmpool: moving to inference:default")
+    assert assess(make_spec(), node("a", placement="none"), old).findings == ()  # its Node was deleted, the claim with it
+    verdict = slurm_node("a", "IDLE", {"DRAIN", "INVALID_REG"}, reason="slurmpool: moving to inference:default")
+    assert assess(make_spec(), node("a", placement="none"), verdict).unhealthy  # Slurm's own verdict
+    settled = assess(make_spec(), node("a"), old)  # on a settled Slurm node it is not provably ours: reported
+    assert settled.unhealthy and "slurmpool set no drain on this node" in settled.reason
+
+
 def test_health_drains_and_ownership_go_through_one_function():
     assert H.health_drain_reason("GpuXid") == "slurmpool: health: GpuXid"
     reason = H.health_drain_reason("GpuXid")

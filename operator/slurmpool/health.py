@@ -28,7 +28,7 @@ from slurmbridge import SlurmNode
 from . import ownership
 from .models import HealthCondition, HealthSpec, UnhealthyNode, seconds
 from .phases import Phase
-from .view import REASON_PREFIX, SLURM, NodeView, SlurmView, iso, parse_time
+from .view import NONE, REASON_PREFIX, SLURM, NodeView, SlurmView, iso, parse_time
 
 # Findings read from Slurm: kept from the last status while Slurm cannot be seen.
 SLURM_KINDS = ("SlurmDown", "DrainedByOthers")
@@ -74,8 +74,18 @@ HEALTHY = NodeHealth()
 
 def drained_by_others(node: NodeView, sn: SlurmNode | None) -> bool:
     """Drained in Slurm by someone else (an admin, a health checker, Slurm itself). Every
-    ownership question of health and its upkeep is asked here (ownership.py decides)."""
-    return sn is not None and sn.drain_set and not ownership.our_drain(node, sn)
+    ownership question of health and its upkeep is asked here (ownership.py decides), with one
+    exception for health: a node slurmpool has no record of (its Node was deleted and registered
+    again) may carry slurmpool's own earlier drain, its exact text and no verdict of Slurm's.
+    That is no failure, though it is not provably slurmpool's to lift either."""
+    if sn is None or not sn.drain_set or ownership.our_drain(node, sn):
+        return False
+    return not _our_leftover(node, sn)
+
+
+def _our_leftover(node: NodeView, sn: SlurmNode) -> bool:
+    unrecorded = node.placement == NONE and node.move is None and node.drain_claim is None
+    return unrecorded and not (ownership.VERDICT_FLAGS & sn.flags) and (sn.reason or "").startswith(f"{REASON_PREFIX} moving to ")
 
 
 def health_drain_reason(condition: str) -> str:
@@ -92,6 +102,14 @@ def slurmd_expected(node: NodeView) -> bool:
     if move.direction == "ToSlurm":  # registered once it reached Resuming
         return move.phase == Phase.RESUMING
     return False  # between inference pools: parked
+
+
+def _drained_reason(node: NodeView, sn: SlurmNode) -> str:
+    """Slurm's reason, and why the drain is not slurmpool's when the reason looks like its own."""
+    reason = sn.reason or "no reason given"
+    if reason.startswith(REASON_PREFIX) or ownership.VERDICT_FLAGS & sn.flags:
+        return f"drained in Slurm by others: {reason} ({ownership.why_not_ours(node, sn)})"
+    return f"drained in Slurm by others: {reason}"
 
 
 def slurm_down(sn: SlurmNode) -> bool:
@@ -120,7 +138,7 @@ def assess(
     if slurm.available:
         sn = slurm.nodes.get(node.name)
         if drained_by_others(node, sn):
-            findings.append(Finding("DrainedByOthers", f"drained in Slurm by others: {sn.reason or 'no reason given'}", first_seen("DrainedByOthers")))
+            findings.append(Finding("DrainedByOthers", _drained_reason(node, sn), first_seen("DrainedByOthers")))
         if sn is not None and slurmd_expected(node) and slurm_down(sn):
             since = first_seen("SlurmDown")
             until = since + timedelta(seconds=seconds(spec.not_responding_grace))
