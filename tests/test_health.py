@@ -276,6 +276,19 @@ def test_an_unhealthy_node_breaks_its_block():
     assert whole_slurm_blocks(spec.topology, nodes, slurm, current_placement, {"b0n05"}) == 3
 
 
+def test_nodes_within_their_grace_go_after_idle_healthy_ones_and_before_busy_ones():
+    """After a slurmctld restart every node shows NOT_RESPONDING for a while: suspect, not broken.
+    Taking the busy node because the idle ones are suspect would drain a running job."""
+    spec = make_spec(slurm_nodes=2, max_moves=2)
+    nodes = [node("busy"), node("idle"), node("quiet"), node("down")]
+    slurm = SlurmView(True, nodes={"busy": slurm_node("busy", "MIXED"), "idle": slurm_node("idle"),
+                                   "quiet": slurm_node("quiet", "IDLE", {"NOT_RESPONDING"}), "down": slurm_node("down", "DOWN", {"NOT_RESPONDING"})},
+                      jobs=(job("1", ["busy"], end_in=60),))
+    health = _health(spec, nodes, slurm)
+    assert health["quiet"].suspect and not health["quiet"].unhealthy
+    assert [s.node for s in plan(spec, nodes, slurm, NOW, health=health).starts] == ["idle", "down"]
+
+
 def test_a_pin_of_an_unhealthy_node_waits_for_force():
     spec = make_spec(slurm_nodes=1, max_moves=2)
     admin = slurm_node("a", "IDLE", {"DRAIN"}, reason=ADMIN)
@@ -346,7 +359,7 @@ def test_no_plan_moves_an_unhealthy_node_unless_forced_and_budget_and_floors_hol
     result = plan(spec, nodes, slurm, NOW, health=health)
     by_name = {n.name: n for n in nodes}
     for s in result.starts:
-        if s.node in health:
+        if s.node in health and health[s.node].unhealthy:
             assert by_name[s.node].force and s.cause in ("pin", "move-now") and s.node in result.forced
     assert len(result.starts) <= spec.max_concurrent_moves
     if result.problems:

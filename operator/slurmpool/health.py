@@ -10,8 +10,9 @@ A node is *unhealthy* when
 - Kubernetes reports it NotReady or unreachable (Ready False or Unknown);
 - a Node condition listed in `health.conditions` holds (with its status, for its minAge).
 
-A finding still within its grace (or minAge) makes the node *suspect*: never chosen for a move,
-still counted as capacity. Unhealthy nodes are never chosen, their moves stop where it is safe
+A finding still within its grace (or minAge) makes the node *suspect*: still counted as
+capacity, chosen for a move only after the healthy idle nodes (a slurmctld restart shows every
+node not responding for a while: a busy node must not go first). Unhealthy nodes are never chosen, their moves stop where it is safe
 (moves.py), and the split counts them honestly (planner.py, status.py). The time a finding was
 first seen lives in the pool's status (`status.unhealthyNodes[].since`), so the grace survives
 a restart of the operator.
@@ -55,7 +56,7 @@ class NodeHealth:
 
     @property
     def suspect(self) -> bool:
-        """Something is wrong or may be: never chosen for a move."""
+        """Something is wrong or may be: chosen after the healthy idle nodes, never resumed."""
         return bool(self.findings)
 
     @property

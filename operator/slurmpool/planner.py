@@ -8,8 +8,8 @@ to start now. Pure and O(n log n) in the number of nodes.
 2. Pinned nodes that are elsewhere move to their pin.
 3. Groups above their desired count give nodes to groups below it (unadopted nodes first),
    cheapest node first, within the budget `maxConcurrentMoves - moves in flight`.
-Unhealthy or suspect nodes (health.py) are never chosen, in either direction: their side
-keeps them. A pin or move-now moves one only with slurmpool.io/force=true. With
+Unhealthy nodes (health.py) are never chosen, in either direction: their side keeps them.
+Suspect ones (a finding within its grace) come after the healthy idle ones. A pin or move-now moves one only with slurmpool.io/force=true. With
 `health.replace` the split counts healthy nodes only (healthy_split).
 Nothing moves while the spec cannot be met (more desired than selected, floors that
 cannot hold): that is reported instead.
@@ -145,23 +145,26 @@ def counted_placement(node: NodeView, valid: set[str]) -> str:
     return NONE
 
 
-def _cost(node: NodeView, slurm: SlurmView, topology_rank: tuple = topology.NO_BLOCK) -> tuple:
+def _cost(node: NodeView, slurm: SlurmView, topology_rank: tuple = topology.NO_BLOCK, suspect: bool = False) -> tuple:
     """Lower is cheaper to take away from where the node is now: unadopted nodes first, then
-    the topology rank (see topology.py), then drained or down, idle, soonest free (Slurm
-    side) or cordoned, fewest pods (inference side)."""
+    the topology rank (see topology.py), then drained, idle, suspect (health.py: down or
+    failing within its grace: it may be broken), soonest free (Slurm side) or cordoned, fewest
+    pods, suspect (inference side)."""
     placement = node.placement
     name = node.name
     if placement == NONE:
-        return (0, *topology_rank, 0, 0.0, name)
+        return (0, *topology_rank, int(suspect), 0.0, name)
     if placement == SLURM:
         jobs = slurm.jobs_on(name)
         if not jobs:
             sn = slurm.nodes.get(name)
-            # Already draining, or down: nothing to lose. Then idle nodes.
-            return (1, *topology_rank, 0 if sn is None or sn.drain_set or not sn.responding else 1, 0.0, name)
-        return (1, *topology_rank, 2, max(j.end_time.timestamp() if j.end_time else NEVER for j in jobs), name)
+            # Already draining: nothing to lose. Then idle nodes, then those that may be broken
+            # (a slurmctld restart shows every node not responding for a while).
+            idle = 2 if suspect or (sn is not None and not sn.responding) else 0 if sn is None or sn.drain_set else 1
+            return (1, *topology_rank, idle, 0.0, name)
+        return (1, *topology_rank, 3, max(j.end_time.timestamp() if j.end_time else NEVER for j in jobs), name)
     evictable = sum(1 for p in node.pods if p.evictable)
-    return (1, *topology_rank, 0 if node.unschedulable else 1, float(evictable), name)
+    return (1, *topology_rank, 2 if suspect else 0 if node.unschedulable else 1, float(evictable), name)
 
 
 def _movable(node: NodeView, now: datetime) -> bool:
@@ -224,9 +227,9 @@ def plan(
 ) -> Plan:
     desired, problems = desired_split(spec, len(nodes), target_slurm, pool_counts)
     health = health or {}
-    keep = {n.name for n in nodes if n.name in health and health[n.name].suspect}  # never chosen
+    keep = {n.name for n in nodes if n.name in health and health[n.name].unhealthy}  # never chosen
     # With replace, broken nodes count on no side: the split is of healthy nodes.
-    broken = {n for n in keep if health[n].unhealthy} if spec.health.replace else set()
+    broken = set(keep) if spec.health.replace else set()
     if broken and not problems:
         split = healthy_split(spec, len(nodes) - len(broken), target_slurm, pool_counts)
         if split is None:
@@ -308,7 +311,7 @@ def plan(
     movable_names = {n.name for n in movable}
     topo = topology.ranks(spec.topology, nodes, slurm, current_placement, lambda n: n.name in movable_names, keep)
     candidates = [
-        (_cost(n, slurm, topo.get(n.name, topology.NO_BLOCK)), n.name, n)
+        (_cost(n, slurm, topo.get(n.name, topology.NO_BLOCK), n.name in health), n.name, n)
         for n in movable
         if (n.placement if n.placement in valid else NONE) in surplus
     ]
