@@ -103,6 +103,9 @@ CASES = [
     Case("rest-auth-header", {"slurm": {"access!": {"rest": {"url": "http://slurmrestd:6820", "tokenSecretRef": {"name": "t"},
                                                              "authHeader": "Cookie"}}}}, "schema", 'Unsupported value: "Cookie"'),
     Case("unknown-onTimeout", {"drain": {"onTimeout": "Kill"}}, "schema", 'Unsupported value: "Kill"'),
+    Case("health-condition-type", {"health": {"conditions": [{"type": "GPU error"}]}}, "cel", "must be a Node condition type"),
+    Case("health-condition-status", {"health": {"conditions": [{"type": "GpuXid", "status": "Yes"}]}}, "schema", 'Unsupported value: "Yes"'),
+    Case("health-grace", {"health": {"notRespondingGrace": "5 minutes"}}, "cel", DURATION),
     # only the cluster can tell: accepted, reported, nothing moves
     Case("more-slurm-than-selected", {"slurmNodes": 3}, "operator", "3 Slurm nodes wanted but only 2 nodes are selected",
          reason="InvalidSpec"),
