@@ -477,3 +477,15 @@ def test_status_counts_unhealthy_nodes_per_side_and_the_split_still_counts_them_
     assert status.unhealthy == 2 and {r.node: r.side for r in status.unhealthy_nodes} == {"a": "slurm", "c": "inference"}
     ready = next(c for c in status.conditions if c.type == "Ready")
     assert ready.status == "True" and "2 unhealthy" in ready.message
+
+
+def test_a_held_pin_is_reported_once_and_in_the_status():
+    spec = make_spec(slurm_nodes=1)
+    sick = _slurm_node_view("a", ready=False)
+    nodes = [replace(sick, annotations={**sick.annotations, "slurmpool.io/pin": INF}), node("b", placement=INF)]
+    slurm = SlurmView(True, nodes={"a": slurm_node("a"), "b": slurm_node("b")})
+    decision, status = _decide(spec, nodes, slurm)
+    assert not decision.starts and [e.reason for e in decision.node_events] == ["UnhealthyNodeHeld"]
+    assert status.unhealthy_nodes[0].held
+    decision, status = _decide(spec, nodes, slurm, status)
+    assert decision.node_events == [] and status.unhealthy_nodes[0].held  # not again while it waits

@@ -77,6 +77,13 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
         by_name[name] = _after(by_name[name], step)
     result = plan(spec, list(by_name.values()), slurm, now, target.slurm_nodes, target.pool_counts, health)
     decision.desired, decision.problems = result.desired, result.problems
+    decision.held = sorted(set(result.refused))
+    was_held = {r.node for r in snap.previous.unhealthy_nodes if r.held} if snap.previous else set()
+    for name in decision.held:
+        if name not in was_held:  # once, when it starts to wait: the status says it meanwhile
+            what = f"pin={by_name[name].pin!r}" if by_name[name].pin else f"move-now={by_name[name].move_now!r}"
+            decision.node_events.append(NodeEvent(name, "Warning", "UnhealthyNodeHeld", f"{name} is unhealthy ({health[name].reason}): "
+                                                  f"{what} waits until it is healthy; set slurmpool.io/force=true to move it anyway"))
     for name in result.aborts:
         node = by_name[name]
         back = reverse(node.move, spec, now, cause="abort")

@@ -203,11 +203,15 @@ def from_status(records: Iterable[dict]) -> dict[str, NodeHealth]:
     return {name: NodeHealth(tuple(found)) for name, found in out.items()}
 
 
-def records(health: Mapping[str, NodeHealth], side_of_node: Mapping[str, str], limit: int = 100) -> list[UnhealthyNode]:
-    """The status' `unhealthyNodes`: one entry per node and finding, sorted by node."""
+def records(
+    health: Mapping[str, NodeHealth], side_of_node: Mapping[str, str], held: Iterable[str] = (), limit: int = 100
+) -> list[UnhealthyNode]:
+    """The status' `unhealthyNodes`: one entry per node and finding, sorted by node. `held`: nodes
+    whose pin or move-now waits for health or slurmpool.io/force."""
+    held = set(held)
     out = [
         UnhealthyNode(node=name, side=side_of_node.get(name, "none"), kind=f.kind, reason=f.reason[:512], since=iso(f.since),
-                      grace_until=iso(f.grace_until) if f.grace_until else None)
+                      grace_until=iso(f.grace_until) if f.grace_until else None, held=name in held)
         for name in sorted(health)
         for f in health[name].findings
     ]

@@ -512,6 +512,7 @@ class UnhealthyNode(Model):
     reason: str
     since: str = Field(description="When it was first seen (the grace period counts from it).")
     grace_until: str | None = Field(default=None, description="Set while within notRespondingGrace: not counted as unhealthy yet.")
+    held: bool = Field(default=False, description="Its pin or move-now waits: set slurmpool.io/force=true to move it anyway.")
 
 
 class DemandStatus(Model):

@@ -64,6 +64,7 @@ class PoolDecision:
     publish: dict[str, str] = field(default_factory=dict)  # node -> new slurmpool.io/slurm value
     clear_move_now: list[NodeEvent] = field(default_factory=list)  # remove the annotation, then post
     health: dict[str, NodeHealth] = field(default_factory=dict)  # nodes with findings (health.py)
+    held: list[str] = field(default_factory=list)  # unhealthy nodes whose pin or move-now waits (planner.Plan.refused)
 
 
 @dataclass

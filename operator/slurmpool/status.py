@@ -34,6 +34,7 @@ class Observed:
     blocked: dict[str, tuple[list[str], str]] = field(default_factory=dict)  # node -> (blocked_by, message)
     invalid: list[InvalidRecord] = field(default_factory=list)  # nodes left alone: unreadable records
     health: dict[str, NodeHealth] = field(default_factory=dict)  # nodes with findings (health.py)
+    held: list[str] = field(default_factory=list)  # unhealthy nodes whose pin or move-now waits
 
 
 def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult) -> SlurmNodePoolStatus:
@@ -47,6 +48,7 @@ def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult
         invalid=[InvalidRecord(node=node, annotation=p.annotation, message=p.message[:512])
                  for node, problems in sorted(decision.invalid.items()) for p in problems],
         health=decision.health,
+        held=decision.held,
     )
     for name, step in decision.steps.items():
         message = result.refused.get(name) or step.message
@@ -140,7 +142,7 @@ def status_from(
         moves=moves,
         invalid_records=seen.invalid[:50],
         unhealthy=len(broken & {n.name for n in nodes}),
-        unhealthy_nodes=healthmod.records(seen.health, {n.name: _side(n) for n in nodes}),
+        unhealthy_nodes=healthmod.records(seen.health, {n.name: _side(n) for n in nodes}, seen.held),
         last_error=(seen.errors[-1][:1024] if seen.errors else None),
     )
     status.conditions = _conditions(spec, status, seen, blocked, previous, now, generation)
