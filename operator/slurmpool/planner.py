@@ -8,9 +8,10 @@ to start now. Pure and O(n log n) in the number of nodes.
 2. Pinned nodes that are elsewhere move to their pin.
 3. Groups above their desired count give nodes to groups below it (unadopted nodes first),
    cheapest node first, within the budget `maxConcurrentMoves - moves in flight`.
-Unhealthy nodes (health.py) are never chosen, in either direction: their side keeps them.
-Suspect ones (a finding within its grace) come after the healthy idle ones. A pin or move-now moves one only with slurmpool.io/force=true. With
-`health.replace` the split counts healthy nodes only (healthy_split).
+Unhealthy nodes (health.py) are never chosen, in either direction: their side keeps them;
+a pin or move-now moves one only with slurmpool.io/force=true. Suspect ones (a finding within
+its grace) come after the healthy idle ones. With `health.replace` the split counts healthy
+nodes only (healthy_split).
 Nothing moves while the spec cannot be met (more desired than selected, floors that
 cannot hold): that is reported instead.
 """
@@ -268,14 +269,14 @@ def plan(
     # Pins first: the on-call's word beats the planner's arithmetic.
     # A node with an unreadable record is left alone (decide.py reports it), even when pinned.
     for node in sorted((n for n in nodes if n.pin and not n.problems), key=lambda n: n.name):
-        if budget and node.move is None and node.pin in valid and node.pin != node.placement and may_force(node):
+        if node.move is None and node.pin in valid and node.pin != node.placement and may_force(node) and budget:
             start(node, node.pin, "pin")
             budget -= 1
     # Then move-now requests: a one-shot pin (see move_now_target); the split is unchanged, so
     # the rebalance below sends another node the other way (a swap).
     for node in sorted((n for n in nodes if n.move_now and not n.problems), key=lambda n: n.name):
         want = move_now_target(node, spec, desired, count)
-        if budget and node.move is None and want and want != node.placement and node.pin is None and may_force(node):
+        if node.move is None and want and want != node.placement and node.pin is None and may_force(node) and budget:
             start(node, want, "move-now")
             budget -= 1
 
