@@ -12,9 +12,9 @@ A node is *unhealthy* when
 
 A finding still within its grace (or minAge) makes the node *suspect*: still counted as
 capacity, chosen for a move only after the healthy idle nodes (a slurmctld restart shows every
-node not responding for a while: a busy node must not go first). Unhealthy nodes are never chosen, their moves stop where it is safe
-(moves.py), and the split counts them honestly (planner.py, status.py). The time a finding was
-first seen lives in the pool's status (`status.unhealthyNodes[].since`), so the grace survives
+node not responding for a while: a busy node must not go first). Unhealthy nodes are never
+chosen, their moves stop where it is safe (moves.py), and the split counts them honestly
+(planner.py, status.py). The time a finding was first seen lives in the pool's status (`status.unhealthyNodes[].since`), so the grace survives
 a restart of the operator.
 """
 
