@@ -489,3 +489,30 @@ def test_a_held_pin_is_reported_once_and_in_the_status():
     assert status.unhealthy_nodes[0].held
     decision, status = _decide(spec, nodes, slurm, status)
     assert decision.node_events == [] and status.unhealthy_nodes[0].held  # not again while it waits
+
+
+# ---------------------------------------------------------------- whole passes: a move whose node breaks
+
+
+def test_a_node_an_admin_drains_while_it_drains_out_of_slurm_stays_in_slurm_and_another_goes():
+    from .sim import PoolWorld
+    from .test_decide import slurm_node_world
+
+    worlds = {n: slurm_node_world(n) for n in ("gpu01", "gpu02")}
+    worlds["gpu01"].jobs = [job("1", ["gpu01"], end_in=60)]  # ends first: the first victim
+    worlds["gpu02"].jobs = [job("2", ["gpu02"], end_in=600)]
+    pool = PoolWorld(spec=make_spec(slurm_nodes=1), worlds=worlds, now=NOW)
+    pool.run(passes=2)
+    assert worlds["gpu01"].node.move is not None and worlds["gpu01"].node.move.phase == Phase.DRAINING
+    worlds["gpu01"].admin_drains(ADMIN)  # over our drain: a bad GPU, the admin says
+    pool.run(passes=3)
+    sick, other = worlds["gpu01"], worlds["gpu02"]
+    assert sick.node.move is None and sick.node.placement == SLURM and sick.drain_owner == "admin"
+    assert sick.node.labels.get(LABEL_SIDE) == "slurm" and sick.node.unschedulable  # never relabelled for inference
+    assert other.node.move is not None and other.node.move.target == INF  # the split is made with a healthy node
+    assert "MoveStopped" in [r for d in pool.decisions for s in d.steps.values() for _, r, _ in s.events]
+    for w in worlds.values():
+        w.jobs = []
+    pool.run(passes=10)
+    assert other.node.placement == INF and sick.node.placement == SLURM and sick.slurm_node.reason == ADMIN
+    assert pool.status.slurm.unhealthy == 1 and pool.status.inference.ready == 1
