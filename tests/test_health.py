@@ -516,3 +516,17 @@ def test_a_node_an_admin_drains_while_it_drains_out_of_slurm_stays_in_slurm_and_
     pool.run(passes=10)
     assert other.node.placement == INF and sick.node.placement == SLURM and sick.slurm_node.reason == ADMIN
     assert pool.status.slurm.unhealthy == 1 and pool.status.inference.ready == 1
+
+
+
+@pytest.mark.parametrize("policy, action", [("Wait", None), ("Requeue", "Requeue"), ("Cancel", "Cancel")])
+def test_a_health_drains_jobs_end_by_the_drain_policy(policy, action):
+    spec = with_health(make_spec(slurm_nodes=1, drain={"timeout": "10m", "onTimeout": policy}), conditions=[{"type": "GpuXid"}])
+    sick = claimed(_slurm_node_view("a", conditions=(NodeCondition("GpuXid", "True", NOW),)), "slurmpool: health: GpuXid")
+    slurm = SlurmView(True, nodes={"a": slurm_node("a", "MIXED", {"DRAIN"}, reason="slurmpool: health: GpuXid")},
+                      jobs=(job("7", ["a"], end_in=3600),))
+    before, _ = _decide(spec, [sick], slurm, now=NOW + timedelta(minutes=9))
+    assert not before.steps.get("a") or not [a for a in before.steps["a"].actions if type(a).__name__ in ("Requeue", "Cancel")]
+    after, _ = _decide(spec, [sick], slurm, now=NOW + timedelta(minutes=11))
+    done = [type(a).__name__ for a in (after.steps["a"].actions if "a" in after.steps else [])]
+    assert done == ([action] if action else [])

@@ -24,8 +24,8 @@ from . import health as healthmod
 from .demand import signals
 from .health import HEALTHY, NodeHealth
 from .interfaces import PoolRef
-from .models import SlurmNodePoolSpec
-from .moves import CreateSlurmdPod, Resume, Step, advance, drain, first_phase, restore_cordon, reverse
+from .models import SlurmNodePoolSpec, seconds
+from .moves import Cancel, CreateSlurmdPod, Requeue, Resume, Step, advance, drain, first_phase, restore_cordon, reverse
 from .planner import current_placement, desired_split, move_now_done, move_now_target, placements, plan
 from .snapshot import NodeEvent, PoolDecision, PoolSnapshot
 from .target import Decision, decide_target
@@ -63,7 +63,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
         if node.move is not None:
             steps[node.name] = advance(node.move, node, slurm, spec, now, _unhealthy(node, health))
         elif node.placement == SLURM:
-            repair = _repair_slurm_node(node, slurm, health.get(node.name, HEALTHY), now)
+            repair = _repair_slurm_node(node, slurm, health.get(node.name, HEALTHY), now, spec)
             restore_cordon(node, spec, repair, "while settled in Slurm")
             if repair.actions or repair.drop_claim:
                 steps[node.name] = repair
@@ -183,7 +183,7 @@ def _unhealthy(node: NodeView, health: dict[str, NodeHealth]) -> str | None:
     return h.reason if h.unhealthy and not node.force else None
 
 
-def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now) -> Step:
+def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now, spec: SlurmNodePoolSpec) -> Step:
     """Level-triggered upkeep of a settled Slurm node: its slurmd pod runs; a listed condition
     drains it (`slurmpool: health: <type>`, claimed first: running jobs end, no new job starts);
     and no drain of ours outlives its cause: the move that set it (a crash between the two
@@ -203,6 +203,8 @@ def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now
     if node.drain_claim is None:
         return step
     if sn.drain_set and not healthmod.drained_by_others(node, sn):
+        if health.drain_condition and (sn.reason or "").startswith(healthmod.HEALTH_REASON):
+            _health_drain_timeout(node, slurm, spec, now, step)
         if sn.responding and not health.suspect:
             step.actions.append(Resume(node.name))
             if (sn.reason or "").startswith(healthmod.HEALTH_REASON):
@@ -210,6 +212,25 @@ def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now
     else:
         step.drop_claim = True
     return step
+
+
+def _health_drain_timeout(node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now, step: Step) -> None:
+    """A health drain's jobs end by the drain policy: after `drain.timeout` (from the claim),
+    `onTimeout` Requeue or Cancel ends them; Wait (and Rollback, which has no move to undo) lets
+    them run."""
+    claim = node.drain_claim
+    running = tuple(j.job_id for j in slurm.jobs_on(node.name) if j.state == "RUNNING")
+    if not running or claim is None or claim.at is None or (now - claim.at).total_seconds() < seconds(spec.drain.timeout):
+        return
+    policy = spec.drain.on_timeout
+    if policy == "Requeue":
+        step.actions.append(Requeue(running))
+    elif policy == "Cancel":
+        step.actions.append(Cancel(running))
+    else:
+        return
+    step.events.append(("Warning", "JobsRequeued" if policy == "Requeue" else "JobsCancelled",
+                        f"{node.name}: health drain timed out after {spec.drain.timeout}; {policy.lower()}ed job(s) {', '.join(running)}"))
 
 
 def _after(node: NodeView, step: Step) -> NodeView:
