@@ -79,9 +79,11 @@ def test_the_pool_uses_rest_and_moves_both_ways(lab, op):
 
 def test_slurmrestd_stopped_mid_move_fails_closed_then_recovers(lab, op):
     wait(lambda: settled(lab, 8), 60, what="8/0")
-    node = sorted(node_placements(lab))[0]
-    job = sbatch(lab, node, 600, 10)  # ends first: the node chosen, held in Draining by its job
-    wait(lambda: job_state(lab, job) == "RUNNING", 30, what="job running")
+    nodes = sorted(node_placements(lab))
+    node = nodes[0]
+    job = sbatch(lab, node, 600, 10)  # every node busy; this job ends first: the node chosen, held in Draining
+    others = [sbatch(lab, n, 600, 60) for n in nodes[1:]]
+    wait(lambda: all(job_state(lab, j) == "RUNNING" for j in [job, *others]), 30, what="jobs running")
     scale(lab, 7)
     wait(lambda: any(m["node"] == node and m["phase"] == "Draining" for m in pool_status(lab, POOL).get("moves", [])), 30,
          what=f"{node} draining")
@@ -100,6 +102,8 @@ def test_slurmrestd_stopped_mid_move_fails_closed_then_recovers(lab, op):
     wait(lambda: settled(lab, 7), 60, what="the move finished once slurmrestd was back")
     wait(lambda: condition(lab, "Degraded").get("status") == "False", 30, what="Degraded cleared")
     assert node_placements(lab)[node] == "inference:llm"
+    assert all(job_state(lab, j) == "RUNNING" for j in others), "a job on another node was touched"
+    lab.slurm("scancel", *others)
     scale(lab, 8)
     wait(lambda: settled(lab, 8), 60, what="8/0 again")
 
