@@ -13,9 +13,11 @@ bad() { echo "lab not healthy: $*" >&2; exit 1; }
 . "$LAB_DIR/env"
 
 alive() { [ -r "/proc/$1/stat" ] && ! awk '{exit !($3=="Z")}' "/proc/$1/stat" 2>/dev/null; }
-for spec in etcd:etcd kube-apiserver:kube-apiserver kube-scheduler:kube-scheduler \
-            kube-controller-manager:kube-controller-manager munged:munged slurmctld:slurmctld \
-            sshd:sshd agent:agent.py; do
+daemons="etcd:etcd kube-apiserver:kube-apiserver kube-scheduler:kube-scheduler
+         kube-controller-manager:kube-controller-manager slurmctld:slurmctld sshd:sshd agent:agent.py"
+# 22.05 authenticates through munged; 26.05 through auth/slurm, and serves slurmrestd.
+if [ "${LAB_SLURM:-22.05}" = 22.05 ]; then daemons="$daemons munged:munged"; else daemons="$daemons slurmrestd:slurmrestd"; fi
+for spec in $daemons; do
   name=${spec%%:*} exp=${spec##*:}
   pid=$(cat "$LAB_DIR/run/$name.pid" 2>/dev/null) || bad "no PID file for $name"
   alive "$pid" && tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "$exp" || bad "$name (pid $pid) is not running"
@@ -32,4 +34,8 @@ if [ "${LAB_SIM_NODES:-0}" -gt 0 ]; then
 fi
 timeout 5 scontrol ping >/dev/null 2>&1 || bad "scontrol ping failed"
 timeout 2 bash -c "exec 3<>/dev/tcp/$LAB_SSH_HOST/$LAB_SSH_PORT" 2>/dev/null || bad "sshd not accepting on $LAB_SSH_HOST:$LAB_SSH_PORT"
+if [ -n "${LAB_SLURMRESTD_URL:-}" ]; then
+  hp=${LAB_SLURMRESTD_URL#http://}
+  timeout 2 bash -c "exec 3<>/dev/tcp/${hp%:*}/${hp##*:}" 2>/dev/null || bad "slurmrestd not accepting on $hp"
+fi
 exit 0
