@@ -95,6 +95,18 @@ class Lab:
                    ssh_command=shlex.split(e["LAB_SSH"]), slurmd_timeout=int(e.get("LAB_SLURMD_TIMEOUT", "10")),
                    sim_nodes=[f"sim{i:03d}" for i in range(1, int(e.get("LAB_SIM_NODES", "0")) + 1)])
 
+    @property
+    def slurm_version(self) -> str:
+        """The lab's Slurm version (LAB_SLURM: 22.05 or 26.05)."""
+        return self.env.get("LAB_SLURM", "22.05")
+
+    @property
+    def slurm_env(self) -> dict[str, str]:
+        """What a local Slurm client of this lab needs in its environment: SLURM_CONF, and on 26.05
+        the built clients first in PATH and this lab's auth/slurm socket (SLURM_SACK_SOCKET)."""
+        keys = ("SLURM_CONF", "PATH", "SLURM_SACK_SOCKET")
+        return {k: self.env[k] for k in keys if k in self.env}
+
     # --- the API, in-process
     def api(self):
         """A `kubernetes.client.ApiClient` with the lab's admin kubeconfig, made once and kept (one

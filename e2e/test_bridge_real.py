@@ -1,4 +1,4 @@
-"""slurmbridge against the lab's real Slurm 22.05 and real sshd (no fakes).
+"""slurmbridge against the lab's real Slurm (LAB_SLURM: 22.05 or 26.05) and real sshd (no fakes).
 
 Independent of node health: the lab's static nodes only have a slurmd while a slurmd pod runs, and
 drain/resume work on DOWN nodes too, so the checks look at the DRAIN flag and the reason only.
@@ -30,7 +30,7 @@ def ssh_runner(lab, known_hosts=None) -> SshRunner:
 
 @asynccontextmanager
 async def backends(lab) -> AsyncIterator[tuple[ScontrolBackend, ScontrolBackend]]:
-    local = ScontrolBackend(LocalRunner(env={"SLURM_CONF": str(lab.slurm_conf)}), timeout=20, backoff=0.2)
+    local = ScontrolBackend(LocalRunner(env=lab.slurm_env), timeout=20, backoff=0.2)
     ssh = ScontrolBackend(ssh_runner(lab), timeout=20, backoff=0.2)
     try:
         yield local, ssh
