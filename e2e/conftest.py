@@ -151,9 +151,29 @@ class Lab:
         return self.run(*self.ssh_command, command, check=check, timeout=timeout)
 
     def node_state(self, node: str) -> str:
-        """Slurm's State= of a node, e.g. IDLE, IDLE+DRAIN, DOWN+NOT_RESPONDING."""
+        """Slurm's State= of a node, e.g. IDLE, IDLE+DRAIN, DOWN+NOT_RESPONDING (dynamic nodes also
+        carry DYNAMIC_NORM: see `dynamic_nodes`)."""
         out = self.slurm("scontrol", "show", "node", "-o", node).stdout
         return next(w.split("=", 1)[1] for w in out.split() if w.startswith("State="))
+
+    @property
+    def dynamic_nodes(self) -> bool:
+        """LAB_SLURM_NODES=dynamic: a node exists in Slurm only once its slurmd registered, and its
+        State= has the flag DYNAMIC_NORM (IDLE+DYNAMIC_NORM where a static node shows IDLE)."""
+        return self.env.get("LAB_SLURM_NODES", "static") == "dynamic"
+
+    def idle_state(self) -> str:
+        """A serving, idle node's State= in this lab's node model."""
+        return "IDLE+DYNAMIC_NORM" if self.dynamic_nodes else "IDLE"
+
+    def slurm_knows(self, node: str) -> bool:
+        """False for a dynamic node whose slurmd never registered (Slurm: "Node ... not found")."""
+        p = self.slurm("scontrol", "show", "node", "-o", node, check=False)
+        if p.returncode == 0 and f"NodeName={node} " in p.stdout:
+            return True
+        if "not found" in (p.stdout + p.stderr).lower():
+            return False
+        raise LabCommandError(p.returncode, p.args, p.stdout, p.stderr)
 
     # --- polling
     @staticmethod

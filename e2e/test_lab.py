@@ -116,7 +116,9 @@ def test_slurmd_pod_lifecycle(lab, tmp_path, capsys):
                            f"--field-selector=spec.nodeName={node}", "-o", "name").stdout.strip(), \
         f"a slurmd pod already runs on {node}"
     # A slurmd stopped by an earlier test is noticed by Slurm only after SlurmdTimeout (~20 s).
-    lab.wait_for(lambda: (st := lab.node_state(node)) and ("NOT_RESPONDING" in st or st.startswith(("UNKNOWN", "DOWN"))) and st,
+    # (A dynamic node whose slurmd never ran is not in Slurm at all.)
+    lab.wait_for(lambda: not lab.slurm_knows(node) or
+                 ((st := lab.node_state(node)) and ("NOT_RESPONDING" in st or st.startswith(("UNKNOWN", "DOWN"))) and st),
                  timeout=60, interval=0.5, message=f"{node} out of Slurm service before the test")
 
     with slurm_node_cleanup(lab, node):
@@ -130,7 +132,7 @@ def test_slurmd_pod_lifecycle(lab, tmp_path, capsys):
         lab.wait_for(idle_with_gpus, timeout=10, interval=0.05, message=f"{node} idle in sinfo")
         elapsed = time.monotonic() - t0
         report(capsys, f"slurmd pod created -> {node} idle with gpu:h100:8 in {elapsed:.2f} s")
-        assert lab.node_state(node) == "IDLE"
+        assert lab.node_state(node) == lab.idle_state()
 
         pod = lab.wait_for(lambda: (p := pod_or_none(lab, name)) and p["status"].get("phase") == "Running" and p,
                            timeout=10, message="pod Running")
@@ -141,7 +143,16 @@ def test_slurmd_pod_lifecycle(lab, tmp_path, capsys):
         pid = int(pid_file.read_text())
         assert pid_alive(pid)
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            assert f.read().split(b"\0")[:4] == [b"slurmd", b"-D", b"-N", node.encode()]
+            argv = f.read().decode().split("\0")
+        assert argv[:4] == ["slurmd", "-D", "-N", node]
+        if lab.dynamic_nodes:
+            # The agent appended what a dynamic slurmd needs (README: the slurmd pod contract), and
+            # the node Slurm created has the port and the place in the topology of its --conf line.
+            assert argv[4:7] == ["-Z", "--conf-server", f"127.0.0.1:{lab.env['LAB_SLURMCTLD_PORT']}"], argv
+            shown = lab.slurm("scontrol", "show", "node", "-o", node).stdout
+            port = argv[8].split("Port=")[1].split()[0]
+            assert f" Port={port} " in shown and "Topology=default:spine:block-1:rack-1" in shown, shown
+            assert "NodeName=gpu" not in lab.slurm_conf.read_text()  # Slurm knows nodes only from their slurmd
 
         # 2. a crashed slurmd is restarted (restartPolicy Always) and registers again
         os.kill(pid, 9)
@@ -154,7 +165,7 @@ def test_slurmd_pod_lifecycle(lab, tmp_path, capsys):
         assert pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 137
         new_pid = int(pid_file.read_text())
         assert new_pid != pid and pid_alive(new_pid)
-        lab.wait_for(lambda: lab.node_state(node) == "IDLE", timeout=10, message=f"{node} IDLE after restart")
+        lab.wait_for(lambda: lab.node_state(node) == lab.idle_state(), timeout=10, message=f"{node} IDLE after restart")
 
         # 3. a job asking for all 8 GPUs of the node runs there to completion
         out = tmp_path / "job.out"
