@@ -132,7 +132,7 @@ def test_slurmd_pod_lifecycle(lab, tmp_path, capsys):
         lab.wait_for(idle_with_gpus, timeout=10, interval=0.05, message=f"{node} idle in sinfo")
         elapsed = time.monotonic() - t0
         report(capsys, f"slurmd pod created -> {node} idle with gpu:h100:8 in {elapsed:.2f} s")
-        assert lab.node_state(node) == lab.idle_state()
+        assert lab.node_state(node) == "IDLE"
 
         pod = lab.wait_for(lambda: (p := pod_or_none(lab, name)) and p["status"].get("phase") == "Running" and p,
                            timeout=10, message="pod Running")
@@ -152,6 +152,7 @@ def test_slurmd_pod_lifecycle(lab, tmp_path, capsys):
             shown = lab.slurm("scontrol", "show", "node", "-o", node).stdout
             port = argv[8].split("Port=")[1].split()[0]
             assert f" Port={port} " in shown and "Topology=default:spine:block-1:rack-1" in shown, shown
+            assert " State=IDLE+DYNAMIC_NORM " in shown, shown
             assert "NodeName=gpu" not in lab.slurm_conf.read_text()  # Slurm knows nodes only from their slurmd
 
         # 2. a crashed slurmd is restarted (restartPolicy Always) and registers again
@@ -165,7 +166,7 @@ def test_slurmd_pod_lifecycle(lab, tmp_path, capsys):
         assert pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 137
         new_pid = int(pid_file.read_text())
         assert new_pid != pid and pid_alive(new_pid)
-        lab.wait_for(lambda: lab.node_state(node) == lab.idle_state(), timeout=10, message=f"{node} IDLE after restart")
+        lab.wait_for(lambda: lab.node_state(node) == "IDLE", timeout=10, message=f"{node} IDLE after restart")
 
         # 3. a job asking for all 8 GPUs of the node runs there to completion
         out = tmp_path / "job.out"
