@@ -254,6 +254,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SwitchType=switch/none"
   unset SLURM_SACK_SOCKET SLURM_SACK_KEY
+  rm -f "$LAB_DIR/etc/cgroup.conf"  # 26.05's (CgroupPlugin=disabled) is a fatal error for 22.05's slurmd
 else
   # auth/slurm with a lab-private key (no munge). Its daemons serve tokens to local clients on
   # host-wide sockets (/run/slurmctld/sack.socket, /run/slurm/sack.socket): slurmctld and each slurmd
