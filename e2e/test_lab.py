@@ -10,6 +10,7 @@ import contextlib
 import datetime
 import json
 import os
+import subprocess
 import time
 import uuid
 
@@ -202,10 +203,49 @@ def test_slurmd_pod_lifecycle(lab, tmp_path, capsys):
 
 
 def test_ssh_runs_scontrol(lab):
-    out = lab.ssh("scontrol show node gpu01").stdout
-    assert "NodeName=gpu01" in out and "Gres=gpu:h100:8" in out
-    # Remote commands talk to the lab's slurmctld (sshd's SetEnv), as the operator's would.
+    if lab.dynamic_nodes:  # gpu01 exists in Slurm only once a slurmd registered it
+        out = lab.ssh("scontrol show partition gpu").stdout
+        assert "PartitionName=gpu" in out and "Nodes=ALL" in out, out
+    else:
+        out = lab.ssh("scontrol show node gpu01").stdout
+        assert "NodeName=gpu01" in out and "Gres=gpu:h100:8" in out
+    # Remote commands talk to the lab's slurmctld (sshd's SetEnv), as the operator's would, with the
+    # clients of the lab's Slurm version (26.05: the built ones, first in the SetEnv PATH).
     assert lab.ssh("echo $SLURM_CONF").stdout.strip() == str(lab.slurm_conf)
+    version = lab.ssh("scontrol --version").stdout.split()
+    assert version[0] in ("slurm", "slurm-wlm") and version[1].startswith(lab.slurm_version + "."), version
+
+
+@pytest.mark.skipif(os.environ.get("LAB_SLURM", "22.05") == "22.05", reason="auth/slurm and slurmrestd: LAB_SLURM=26.05")
+def test_26_05_auth_socket_and_slurmrestd_are_the_labs_own(lab):
+    """auth/slurm serves tokens on host-wide paths; the lab's slurmctld has its own (a bind mount in its
+    mount namespace), and its clients reach it only through SLURM_SACK_SOCKET. slurmrestd takes JWTs."""
+    import stat
+    import urllib.error
+    import urllib.request
+
+    sock = lab.env["SLURM_SACK_SOCKET"]
+    assert sock.startswith(str(lab.dir) + "/") and stat.S_ISSOCK(os.stat(sock).st_mode), sock
+    ctld = int((lab.dir / "run" / "slurmctld.pid").read_text())
+    with open(f"/proc/{ctld}/mountinfo") as f:
+        assert any(line.split()[4] == "/run/slurmctld" for line in f), "slurmctld has no /run/slurmctld of its own"
+    assert not os.path.exists("/run/slurmctld/sack.socket") or os.stat("/run/slurmctld/sack.socket").st_ino != os.stat(sock).st_ino
+    # Without the lab's socket a client cannot authenticate: the lab's Slurm is not reached through
+    # anything host-wide.
+    env = {**lab.env, "SLURM_SACK_SOCKET": str(lab.dir / "no-such.socket")}
+    p = subprocess.run(["scontrol", "ping"], env=env, capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0 or "DOWN" in p.stdout, p.stdout + p.stderr
+
+    url = lab.env["LAB_SLURMRESTD_URL"] + "/slurm/v0.0.45/ping"
+    with pytest.raises(urllib.error.HTTPError) as no_token:
+        urllib.request.urlopen(url, timeout=10)
+    assert no_token.value.code == 401
+    req = urllib.request.Request(url, headers={"X-SLURM-USER-NAME": lab.env["LAB_SLURM_JWT_USER"],
+                                               "X-SLURM-USER-TOKEN": lab.env["LAB_SLURM_JWT"]})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        body = json.loads(r.read())
+    assert body["pings"][0]["responding"] and not body.get("errors"), body
+    assert body["meta"]["slurm"]["version"]["major"] == "26", body["meta"]
 
 
 def test_deployment_with_pdb_and_drain(lab, capsys):
