@@ -216,14 +216,13 @@ def test_ssh_runs_scontrol(lab):
     assert version[0] in ("slurm", "slurm-wlm") and version[1].startswith(lab.slurm_version + "."), version
 
 
-@pytest.mark.skipif(os.environ.get("LAB_SLURM", "22.05") == "22.05", reason="auth/slurm and slurmrestd: LAB_SLURM=26.05")
-def test_26_05_auth_socket_and_slurmrestd_are_the_labs_own(lab):
+def test_26_05_auth_socket_is_the_labs_own(lab):
     """auth/slurm serves tokens on host-wide paths; the lab's slurmctld has its own (a bind mount in its
-    mount namespace), and its clients reach it only through SLURM_SACK_SOCKET. slurmrestd takes JWTs."""
+    mount namespace), and its clients reach it only through SLURM_SACK_SOCKET."""
     import stat
-    import urllib.error
-    import urllib.request
 
+    if lab.slurm_version != "26.05":
+        pytest.skip("auth/slurm: LAB_SLURM=26.05")
     sock = lab.env["SLURM_SACK_SOCKET"]
     assert sock.startswith(str(lab.dir) + "/") and stat.S_ISSOCK(os.stat(sock).st_mode), sock
     ctld = int((lab.dir / "run" / "slurmctld.pid").read_text())
@@ -236,7 +235,17 @@ def test_26_05_auth_socket_and_slurmrestd_are_the_labs_own(lab):
     p = subprocess.run(["scontrol", "ping"], env=env, capture_output=True, text=True, timeout=30)
     assert p.returncode != 0 or "DOWN" in p.stdout, p.stdout + p.stderr
 
-    url = lab.env["LAB_SLURMRESTD_URL"] + "/slurm/v0.0.45/ping"
+
+def test_slurmrestd_takes_the_labs_jwt(lab):
+    """24.11 and 26.05: slurmrestd (rest_auth/jwt) answers 401 without a token and serves the highest
+    API version of its Slurm with the token up.sh wrote into the env file."""
+    import urllib.error
+    import urllib.request
+
+    if lab.slurm_version == "22.05":
+        pytest.skip("slurmrestd: LAB_SLURM=24.11 or 26.05")
+    api, major = {"24.11": ("v0.0.42", "24"), "26.05": ("v0.0.45", "26")}[lab.slurm_version]
+    url = lab.env["LAB_SLURMRESTD_URL"] + f"/slurm/{api}/ping"
     with pytest.raises(urllib.error.HTTPError) as no_token:
         urllib.request.urlopen(url, timeout=10)
     assert no_token.value.code == 401
@@ -245,7 +254,7 @@ def test_26_05_auth_socket_and_slurmrestd_are_the_labs_own(lab):
     with urllib.request.urlopen(req, timeout=10) as r:
         body = json.loads(r.read())
     assert body["pings"][0]["responding"] and not body.get("errors"), body
-    assert body["meta"]["slurm"]["version"]["major"] == "26", body["meta"]
+    assert body["meta"]["slurm"]["version"]["major"] == major, body["meta"]
 
 
 def test_deployment_with_pdb_and_drain(lab, capsys):

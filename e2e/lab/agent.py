@@ -592,8 +592,8 @@ class Agent:
         os.makedirs(self.pod_log_dir, exist_ok=True)
         self.slurm_conf = args.slurm_conf
         self.path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-        if args.slurm_prefix:  # a Slurm built by build-slurm.sh: its binaries come first
-            self.path = f"{args.slurm_prefix}/sbin:{args.slurm_prefix}/bin:{self.path}"
+        if args.slurm_path:  # the lab's Slurm (26.05's prefix, 24.11's chroot wrappers) comes first
+            self.path = f"{args.slurm_path}:{self.path}"
         # Extra environment of slurmd processes (26.05: SLURM_SACK_KEY, SLURM_SACK_SOCKET).
         self.slurm_env = dict(kv.split("=", 1) for kv in args.slurm_env)
         # 26.05: each slurmd runs in its own mount namespace with <dir>/<node> on /run/slurm, so its
@@ -886,7 +886,7 @@ def main() -> None:
     ap.add_argument("--sim-nodes", type=int, default=0, help="simulated nodes sim001.. (load tests)")
     ap.add_argument("--sim-group", type=int, default=25, help="simulated nodes per slurmpool.io/sim-group label")
     ap.add_argument("--slurm-conf", required=True)
-    ap.add_argument("--slurm-prefix", default="", help="a built Slurm's prefix: its sbin and bin come first in PATH")
+    ap.add_argument("--slurm-path", default="", help="directories of the lab's Slurm binaries, first in PATH")
     ap.add_argument("--slurm-env", action="append", default=[], help="KEY=VALUE for slurmd processes (repeatable)")
     ap.add_argument("--slurmd-run-dir", default="", help="run slurmd in a mount namespace with DIR/<node> on /run/slurm")
     ap.add_argument("--conf-server", default="", help="HOST:PORT of slurmctld for configless slurmd")

@@ -42,7 +42,7 @@ cleanup() {
 }
 trap cleanup EXIT
 t0=$(date +%s)
-debootstrap --variant=minbase --include=slurmctld,slurmd,slurm-client,slurmrestd,munge \
+debootstrap --variant=minbase --include=slurmctld,slurmd,slurm-client,slurmrestd,slurm-wlm-jwt-plugin,munge \
   trixie "$tmp/root" http://deb.debian.org/debian >"$tmp/debootstrap.log" 2>&1 ||
   { tail -30 "$tmp/debootstrap.log" >&2; echo "build-rootfs-2411.sh: debootstrap failed" >&2; exit 1; }
 # Nothing of the packages' own services runs here, and no apt caches are kept.

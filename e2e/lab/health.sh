@@ -15,8 +15,9 @@ bad() { echo "lab not healthy: $*" >&2; exit 1; }
 alive() { [ -r "/proc/$1/stat" ] && ! awk '{exit !($3=="Z")}' "/proc/$1/stat" 2>/dev/null; }
 daemons="etcd:etcd kube-apiserver:kube-apiserver kube-scheduler:kube-scheduler
          kube-controller-manager:kube-controller-manager slurmctld:slurmctld sshd:sshd agent:agent.py"
-# 22.05 authenticates through munged; 26.05 through auth/slurm, and serves slurmrestd.
-if [ "${LAB_SLURM:-22.05}" = 22.05 ]; then daemons="$daemons munged:munged"; else daemons="$daemons slurmrestd:slurmrestd"; fi
+# 22.05 and 24.11 authenticate through munged, 26.05 through auth/slurm; 24.11 and 26.05 serve slurmrestd.
+[ "${LAB_SLURM:-22.05}" = 26.05 ] || daemons="$daemons munged:munged"
+[ "${LAB_SLURM:-22.05}" = 22.05 ] || daemons="$daemons slurmrestd:slurmrestd"
 for spec in $daemons; do
   name=${spec%%:*} exp=${spec##*:}
   pid=$(cat "$LAB_DIR/run/$name.pid" 2>/dev/null) || bad "no PID file for $name"
