@@ -76,7 +76,14 @@ async def test_drain_resume_round_trip_with_shell_metacharacters(lab):
             await local.resume([node])
             await local.resume([node])  # idempotent: already resumed is fine
             resumed = (await ssh.nodes([node]))[node]
-            assert not resumed.drain_set and resumed.reason != reason
+            assert not resumed.drain_set
+            if lab.slurm_version == "24.11":
+                # 24.11 (Slurm 23.11+ without accounting storage) keeps the Reason after a RESUME: a
+                # stale `slurmpool:` reason on a node that is not drained (issue 13). 22.05 and 26.05
+                # clear it. The ownership rules must not trust the text alone.
+                assert resumed.reason == reason, resumed
+            else:
+                assert resumed.reason != reason, resumed
         finally:
             if before.drain_set and before.reason:  # give a drain that was not ours back
                 await local.drain([node], before.reason)
