@@ -200,9 +200,13 @@ class Lab:
 def _healthy(d: Path) -> bool:
     if not (d / "env").exists():
         return False
-    wanted = os.environ.get("LAB_SIM_NODES")  # e.g. `make load`: a lab with other counts is restarted by up.sh
-    if wanted is not None and _read_env(d / "env").get("LAB_SIM_NODES", "0") != wanted:
-        return False
+    running = _read_env(d / "env")
+    # e.g. `make load`: a lab with other counts is restarted by up.sh; so is one of another Slurm
+    # version or node model (LAB_SLURM, LAB_SLURM_NODES).
+    for key, default in (("LAB_SIM_NODES", "0"), ("LAB_SLURM", "22.05"), ("LAB_SLURM_NODES", "static")):
+        wanted = os.environ.get(key)
+        if wanted is not None and running.get(key, default) != wanted:
+            return False
     return subprocess.run([str(LAB_SCRIPTS / "health.sh")], env={**os.environ, "LAB_DIR": str(d)},
                           capture_output=True).returncode == 0
 
