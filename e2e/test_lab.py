@@ -182,6 +182,9 @@ def test_slurmd_pod_lifecycle(lab, tmp_path, capsys):
         assert "GresUsed=gpu:h100:8" in detail, detail
         lab.wait_for(lambda: job_state() == "COMPLETED", timeout=30, interval=0.25, message=f"job {job} completed")
         assert out.read_text().strip() == f"node={node}"
+        if lab.env.get("LAB_SLURMDBD") == "1":  # accounting on: slurmdbd recorded the job
+            lab.wait_for(lambda: lab.slurm("sacct", "-n", "-X", "-j", job, "-o", "State,NodeList%20").stdout.split()
+                         == ["COMPLETED", node], timeout=30, interval=0.25, message=f"job {job} in sacct")
         assert not lab.slurm("squeue", "-h", "-j", job, check=False).stdout.strip()
 
         # 4. the operator drains the node, then deletes the pod: slurmd stops at once (SIGTERM)

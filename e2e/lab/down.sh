@@ -125,7 +125,10 @@ stop_group sshd:sshd slurmctld:slurmctld kube-scheduler:kube-scheduler kube-cont
 stop_group kube-apiserver:kube-apiserver
 stop_group etcd:etcd
 
-# 5. munged last: everything above authenticates through it
+# 5. slurmdbd (LAB_SLURMDBD=1) after slurmctld, then its MariaDB; munged last: everything above
+#    authenticates through it
+stop_group slurmdbd:slurmdbd
+stop_group mariadbd:mariadbd
 stop_group munged:munged
 
 # Our daemons were reparented to PID 1, which reaps them a little later: wait (briefly) so that

@@ -18,6 +18,7 @@ daemons="etcd:etcd kube-apiserver:kube-apiserver kube-scheduler:kube-scheduler
 # 22.05 and 24.11 authenticate through munged, 26.05 through auth/slurm; 24.11 and 26.05 serve slurmrestd.
 [ "${LAB_SLURM:-22.05}" = 26.05 ] || daemons="$daemons munged:munged"
 [ "${LAB_SLURM:-22.05}" = 22.05 ] || daemons="$daemons slurmrestd:slurmrestd"
+[ "${LAB_SLURMDBD:-0}" = 0 ] || daemons="$daemons slurmdbd:slurmdbd mariadbd:mariadbd"
 for spec in $daemons; do
   name=${spec%%:*} exp=${spec##*:}
   pid=$(cat "$LAB_DIR/run/$name.pid" 2>/dev/null) || bad "no PID file for $name"
