@@ -50,6 +50,12 @@ def _read_env(path: Path) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in out.decode().split("\0") if "=" in kv)
 
 
+def without_node_model(state: str) -> str:
+    """IDLE+DRAIN+DYNAMIC_NORM -> IDLE+DRAIN: the e2e suite compares states the same way on static and
+    dynamic nodes (LAB_SLURM_NODES); the operator's parser reads DYNAMIC_NORM as a flag like any other."""
+    return "+".join(f for f in state.split("+") if f != "DYNAMIC_NORM")
+
+
 class LabTimeout(AssertionError):
     """wait_for gave up."""
 
@@ -95,6 +101,18 @@ class Lab:
                    ssh_command=shlex.split(e["LAB_SSH"]), slurmd_timeout=int(e.get("LAB_SLURMD_TIMEOUT", "10")),
                    sim_nodes=[f"sim{i:03d}" for i in range(1, int(e.get("LAB_SIM_NODES", "0")) + 1)])
 
+    @property
+    def slurm_version(self) -> str:
+        """The lab's Slurm version (LAB_SLURM: 22.05 or 26.05)."""
+        return self.env.get("LAB_SLURM", "22.05")
+
+    @property
+    def slurm_env(self) -> dict[str, str]:
+        """What a local Slurm client of this lab needs in its environment: SLURM_CONF, and on 26.05
+        the built clients first in PATH and this lab's auth/slurm socket (SLURM_SACK_SOCKET)."""
+        keys = ("SLURM_CONF", "PATH", "SLURM_SACK_SOCKET")
+        return {k: self.env[k] for k in keys if k in self.env}
+
     # --- the API, in-process
     def api(self):
         """A `kubernetes.client.ApiClient` with the lab's admin kubeconfig, made once and kept (one
@@ -139,9 +157,25 @@ class Lab:
         return self.run(*self.ssh_command, command, check=check, timeout=timeout)
 
     def node_state(self, node: str) -> str:
-        """Slurm's State= of a node, e.g. IDLE, IDLE+DRAIN, DOWN+NOT_RESPONDING."""
+        """Slurm's State= of a node, e.g. IDLE, IDLE+DRAIN, DOWN+NOT_RESPONDING; without the flag
+        DYNAMIC_NORM of dynamic nodes (it names the node model, not a state: see `dynamic_nodes`)."""
         out = self.slurm("scontrol", "show", "node", "-o", node).stdout
-        return next(w.split("=", 1)[1] for w in out.split() if w.startswith("State="))
+        return without_node_model(next(w.split("=", 1)[1] for w in out.split() if w.startswith("State=")))
+
+    @property
+    def dynamic_nodes(self) -> bool:
+        """LAB_SLURM_NODES=dynamic: a node exists in Slurm only once its slurmd registered, and its
+        State= has the flag DYNAMIC_NORM (IDLE+DYNAMIC_NORM where a static node shows IDLE)."""
+        return self.env.get("LAB_SLURM_NODES", "static") == "dynamic"
+
+    def slurm_knows(self, node: str) -> bool:
+        """False for a dynamic node whose slurmd never registered (Slurm: "Node ... not found")."""
+        p = self.slurm("scontrol", "show", "node", "-o", node, check=False)
+        if p.returncode == 0 and f"NodeName={node} " in p.stdout:
+            return True
+        if "not found" in (p.stdout + p.stderr).lower():
+            return False
+        raise LabCommandError(p.returncode, p.args, p.stdout, p.stderr)
 
     # --- polling
     @staticmethod
@@ -166,9 +200,13 @@ class Lab:
 def _healthy(d: Path) -> bool:
     if not (d / "env").exists():
         return False
-    wanted = os.environ.get("LAB_SIM_NODES")  # e.g. `make load`: a lab with other counts is restarted by up.sh
-    if wanted is not None and _read_env(d / "env").get("LAB_SIM_NODES", "0") != wanted:
-        return False
+    running = _read_env(d / "env")
+    # e.g. `make load`: a lab with other counts is restarted by up.sh; so is one of another Slurm
+    # version or node model (LAB_SLURM, LAB_SLURM_NODES).
+    for key, default in (("LAB_SIM_NODES", "0"), ("LAB_SLURM", "22.05"), ("LAB_SLURM_NODES", "static"), ("LAB_SLURMDBD", "0")):
+        wanted = os.environ.get(key)
+        if wanted is not None and running.get(key, default) != wanted:
+            return False
     return subprocess.run([str(LAB_SCRIPTS / "health.sh")], env={**os.environ, "LAB_DIR": str(d)},
                           capture_output=True).returncode == 0
 

@@ -267,13 +267,14 @@ def slurmd_pods(lab, namespace: str = NAMESPACE) -> list[dict]:
 
 
 def slurm_states(lab) -> dict[str, str]:
-    """node -> State= as `scontrol show node -o` prints it (e.g. IDLE, IDLE+DRAIN)."""
+    """node -> State= as `scontrol show node -o` prints it (e.g. IDLE, IDLE+DRAIN), without dynamic
+    nodes' DYNAMIC_NORM (conftest.without_node_model)."""
     out = lab.slurm("scontrol", "-o", "show", "node").stdout
     states = {}
     for line in out.splitlines():
         fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
         if "NodeName" in fields:
-            states[fields["NodeName"]] = fields.get("State", "")
+            states[fields["NodeName"]] = "+".join(f for f in fields.get("State", "").split("+") if f != "DYNAMIC_NORM")
     return states
 
 

@@ -10,6 +10,7 @@ import contextlib
 import datetime
 import json
 import os
+import subprocess
 import time
 import uuid
 
@@ -116,7 +117,9 @@ def test_slurmd_pod_lifecycle(lab, tmp_path, capsys):
                            f"--field-selector=spec.nodeName={node}", "-o", "name").stdout.strip(), \
         f"a slurmd pod already runs on {node}"
     # A slurmd stopped by an earlier test is noticed by Slurm only after SlurmdTimeout (~20 s).
-    lab.wait_for(lambda: (st := lab.node_state(node)) and ("NOT_RESPONDING" in st or st.startswith(("UNKNOWN", "DOWN"))) and st,
+    # (A dynamic node whose slurmd never ran is not in Slurm at all.)
+    lab.wait_for(lambda: not lab.slurm_knows(node) or
+                 ((st := lab.node_state(node)) and ("NOT_RESPONDING" in st or st.startswith(("UNKNOWN", "DOWN"))) and st),
                  timeout=60, interval=0.5, message=f"{node} out of Slurm service before the test")
 
     with slurm_node_cleanup(lab, node):
@@ -141,7 +144,17 @@ def test_slurmd_pod_lifecycle(lab, tmp_path, capsys):
         pid = int(pid_file.read_text())
         assert pid_alive(pid)
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            assert f.read().split(b"\0")[:4] == [b"slurmd", b"-D", b"-N", node.encode()]
+            argv = f.read().decode().split("\0")
+        assert argv[:4] == ["slurmd", "-D", "-N", node]
+        if lab.dynamic_nodes:
+            # The agent appended what a dynamic slurmd needs (README: the slurmd pod contract), and
+            # the node Slurm created has the port and the place in the topology of its --conf line.
+            assert argv[4:7] == ["-Z", "--conf-server", f"127.0.0.1:{lab.env['LAB_SLURMCTLD_PORT']}"], argv
+            shown = lab.slurm("scontrol", "show", "node", "-o", node).stdout
+            port = argv[8].split("Port=")[1].split()[0]
+            assert f" Port={port} " in shown and "Topology=default:spine:block-1:rack-1" in shown, shown
+            assert " State=IDLE+DYNAMIC_NORM " in shown, shown
+            assert "NodeName=gpu" not in lab.slurm_conf.read_text()  # Slurm knows nodes only from their slurmd
 
         # 2. a crashed slurmd is restarted (restartPolicy Always) and registers again
         os.kill(pid, 9)
@@ -169,6 +182,9 @@ def test_slurmd_pod_lifecycle(lab, tmp_path, capsys):
         assert "GresUsed=gpu:h100:8" in detail, detail
         lab.wait_for(lambda: job_state() == "COMPLETED", timeout=30, interval=0.25, message=f"job {job} completed")
         assert out.read_text().strip() == f"node={node}"
+        if lab.env.get("LAB_SLURMDBD") == "1":  # accounting on: slurmdbd recorded the job
+            lab.wait_for(lambda: lab.slurm("sacct", "-n", "-X", "-j", job, "-o", "State,NodeList%20").stdout.split()
+                         == ["COMPLETED", node], timeout=30, interval=0.25, message=f"job {job} in sacct")
         assert not lab.slurm("squeue", "-h", "-j", job, check=False).stdout.strip()
 
         # 4. the operator drains the node, then deletes the pod: slurmd stops at once (SIGTERM)
@@ -190,10 +206,58 @@ def test_slurmd_pod_lifecycle(lab, tmp_path, capsys):
 
 
 def test_ssh_runs_scontrol(lab):
-    out = lab.ssh("scontrol show node gpu01").stdout
-    assert "NodeName=gpu01" in out and "Gres=gpu:h100:8" in out
-    # Remote commands talk to the lab's slurmctld (sshd's SetEnv), as the operator's would.
+    if lab.dynamic_nodes:  # gpu01 exists in Slurm only once a slurmd registered it
+        out = lab.ssh("scontrol show partition gpu").stdout
+        assert "PartitionName=gpu" in out and "Nodes=ALL" in out, out
+    else:
+        out = lab.ssh("scontrol show node gpu01").stdout
+        assert "NodeName=gpu01" in out and "Gres=gpu:h100:8" in out
+    # Remote commands talk to the lab's slurmctld (sshd's SetEnv), as the operator's would, with the
+    # clients of the lab's Slurm version (26.05: the built ones, first in the SetEnv PATH).
     assert lab.ssh("echo $SLURM_CONF").stdout.strip() == str(lab.slurm_conf)
+    version = lab.ssh("scontrol --version").stdout.split()
+    assert version[0] in ("slurm", "slurm-wlm") and version[1].startswith(lab.slurm_version + "."), version
+
+
+def test_26_05_auth_socket_is_the_labs_own(lab):
+    """auth/slurm serves tokens on host-wide paths; the lab's slurmctld has its own (a bind mount in its
+    mount namespace), and its clients reach it only through SLURM_SACK_SOCKET."""
+    import stat
+
+    if lab.slurm_version != "26.05":
+        pytest.skip("auth/slurm: LAB_SLURM=26.05")
+    sock = lab.env["SLURM_SACK_SOCKET"]
+    assert sock.startswith(str(lab.dir) + "/") and stat.S_ISSOCK(os.stat(sock).st_mode), sock
+    ctld = int((lab.dir / "run" / "slurmctld.pid").read_text())
+    with open(f"/proc/{ctld}/mountinfo") as f:
+        assert any(line.split()[4] == "/run/slurmctld" for line in f), "slurmctld has no /run/slurmctld of its own"
+    assert not os.path.exists("/run/slurmctld/sack.socket") or os.stat("/run/slurmctld/sack.socket").st_ino != os.stat(sock).st_ino
+    # Without the lab's socket a client cannot authenticate: the lab's Slurm is not reached through
+    # anything host-wide.
+    env = {**lab.env, "SLURM_SACK_SOCKET": str(lab.dir / "no-such.socket")}
+    p = subprocess.run(["scontrol", "ping"], env=env, capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0 or "DOWN" in p.stdout, p.stdout + p.stderr
+
+
+def test_slurmrestd_takes_the_labs_jwt(lab):
+    """24.11 and 26.05: slurmrestd (rest_auth/jwt) answers 401 without a token and serves the highest
+    API version of its Slurm with the token up.sh wrote into the env file."""
+    import urllib.error
+    import urllib.request
+
+    if lab.slurm_version == "22.05":
+        pytest.skip("slurmrestd: LAB_SLURM=24.11 or 26.05")
+    api, major = {"24.11": ("v0.0.42", "24"), "26.05": ("v0.0.45", "26")}[lab.slurm_version]
+    url = lab.env["LAB_SLURMRESTD_URL"] + f"/slurm/{api}/ping"
+    with pytest.raises(urllib.error.HTTPError) as no_token:
+        urllib.request.urlopen(url, timeout=10)
+    assert no_token.value.code == 401
+    req = urllib.request.Request(url, headers={"X-SLURM-USER-NAME": lab.env["LAB_SLURM_JWT_USER"],
+                                               "X-SLURM-USER-TOKEN": lab.env["LAB_SLURM_JWT"]})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        body = json.loads(r.read())
+    assert body["pings"][0]["responding"] and not body.get("errors"), body
+    assert body["meta"]["slurm"]["version"]["major"] == major, body["meta"]
 
 
 def test_deployment_with_pdb_and_drain(lab, capsys):

@@ -202,6 +202,13 @@ async def test_resume_is_one_update_and_idempotent():
     assert r.calls == [["scontrol", "update", "NodeName=gpu[01-02]", "State=RESUME"]] * 2
 
 
+async def test_resume_of_a_node_not_drained_on_26_05_is_fine():
+    # Slurm 26.05 names the same refusal differently (measured in the lab, LAB_SLURM=26.05).
+    b, r = backend(failed(stderr="slurm_update error: Invalid node state transition"))
+    await b.resume(["gpu01"])
+    assert r.calls == [["scontrol", "update", "NodeName=gpu01", "State=RESUME"]]
+
+
 async def test_resume_real_errors_are_raised():
     b, _ = backend(failed(stderr="slurm_update error: Invalid node name specified"))
     with pytest.raises(SlurmError, match="Invalid node name"):

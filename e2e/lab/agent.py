@@ -440,13 +440,19 @@ class PodWorker(threading.Thread):
         c = self.pod["spec"]["containers"][0]
         if not c.get("command"):
             raise ConfigError("the lab runs no images: a slurmd pod's first container must set 'command'")
-        env = self._container_env(c)
+        # What the lab offers this node's slurmd (its port, the conf server, its --conf line for
+        # dynamic nodes) can be referenced as $(SLURMPOOL_LAB_...), like the Service variables a
+        # kubelet injects; the container's own env wins.
+        lab_vars = self.agent.node_vars(self.node)
+        env = {**lab_vars, **self._container_env(c)}
         argv = [expand(a, env) for a in (c.get("command") or []) + (c.get("args") or [])]
+        argv = self.agent.slurmd_argv(self.node, argv)
         penv = {"HOME": "/root", "LANG": "C.UTF-8"}
         penv.update(env)
         # The lab's values win: images (and their PATH/config) do not exist here.
         penv.update({"PATH": self.agent.path, "SLURM_CONF": self.agent.slurm_conf,
                      "SLURMPOOL_LAB_DIR": self.agent.lab_dir, "SLURMPOOL_POD_UID": self.uid})
+        penv.update(self.agent.slurm_env)
         workdir = c.get("workingDir") if os.path.isdir(c.get("workingDir") or "") else self.agent.lab_dir
         logpath = os.path.join(self.agent.pod_log_dir, f"{self.ns}_{self.pod_name}.log")
         with open(logpath, "ab") as out:
@@ -591,6 +597,26 @@ class Agent:
         os.makedirs(self.pod_log_dir, exist_ok=True)
         self.slurm_conf = args.slurm_conf
         self.path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        if args.slurm_path:  # the lab's Slurm (26.05's prefix, 24.11's chroot wrappers) comes first
+            self.path = f"{args.slurm_path}:{self.path}"
+        # Extra environment of slurmd processes (26.05: SLURM_SACK_KEY, SLURM_SACK_SOCKET).
+        self.slurm_env = dict(kv.split("=", 1) for kv in args.slurm_env)
+        # 26.05: each slurmd runs in its own mount namespace with <dir>/<node> on /run/slurm, so its
+        # host-wide auth/slurm socket (/run/slurm/sack.socket) and configless link (/run/slurm/conf)
+        # are its own, not another slurmd's or another lab's.
+        self.slurmd_run_dir = args.slurmd_run_dir
+        # Dynamic nodes: node -> its `--conf` line (from up.sh), and the conf server (slurmctld).
+        self.conf_server = args.conf_server
+        self.dynamic: dict[str, str] = {}
+        self.ports: dict[str, str] = {}
+        if args.node_conf:
+            with open(args.node_conf) as f:
+                for line in f:
+                    if line.strip() and not line.startswith("#"):
+                        name, port, conf = line.rstrip("\n").split("\t", 2)
+                        self.ports[name] = port
+                        if conf:
+                            self.dynamic[name] = conf
         self.nodes = [f"gpu{i:02d}" for i in range(1, args.nodes + 1)]
         self.sim_nodes = [f"sim{i:03d}" for i in range(1, args.sim_nodes + 1)]
         self.sim_group = args.sim_group
@@ -601,6 +627,34 @@ class Agent:
         self.lock = threading.Lock()
         self.boot_id = str(uuid.uuid4())
         self.ready_since = now()
+
+    # --- slurmd processes
+    def node_vars(self, node: str) -> dict[str, str]:
+        """$(SLURMPOOL_LAB_...) values a slurmd pod on `node` may reference (README: the contract)."""
+        out = {}
+        if node in self.ports:
+            out["SLURMPOOL_LAB_SLURMD_PORT"] = self.ports[node]
+        if self.conf_server:
+            out["SLURMPOOL_LAB_CONF_SERVER"] = self.conf_server
+        if node in self.dynamic:
+            out["SLURMPOOL_LAB_SLURMD_CONF"] = self.dynamic[node]
+        return out
+
+    def slurmd_argv(self, node: str, argv: list[str]) -> list[str]:
+        """The lab's slurmd "image": with dynamic nodes, a `slurmd` command without -Z gets
+        `-Z --conf-server HOST:PORT --conf LINE` appended (what the entrypoint of a Slinky-style
+        slurmd image adds); a command with -Z runs as written. With a slurmd run directory, the
+        process runs in its own mount namespace (unshare -m) with that directory on /run/slurm."""
+        is_slurmd = bool(argv) and os.path.basename(argv[0]) == "slurmd"
+        if is_slurmd and node in self.dynamic and "-Z" not in argv:
+            argv = argv + ["-Z", "--conf-server", self.conf_server, "--conf", self.dynamic[node]]
+        if is_slurmd and self.slurmd_run_dir:
+            d = os.path.join(self.slurmd_run_dir, node)
+            os.makedirs(d, exist_ok=True)
+            os.makedirs("/run/slurm", exist_ok=True)
+            argv = ["unshare", "-m", "--propagation", "private", "--", "sh", "-c",
+                    'mount --bind "$0" /run/slurm && exec "$@"', d] + argv
+        return argv
 
     # --- nodes
     def node_labels(self, name: str) -> dict[str, str]:
@@ -844,6 +898,11 @@ def main() -> None:
     ap.add_argument("--sim-nodes", type=int, default=0, help="simulated nodes sim001.. (load tests)")
     ap.add_argument("--sim-group", type=int, default=25, help="simulated nodes per slurmpool.io/sim-group label")
     ap.add_argument("--slurm-conf", required=True)
+    ap.add_argument("--slurm-path", default="", help="directories of the lab's Slurm binaries, first in PATH")
+    ap.add_argument("--slurm-env", action="append", default=[], help="KEY=VALUE for slurmd processes (repeatable)")
+    ap.add_argument("--slurmd-run-dir", default="", help="run slurmd in a mount namespace with DIR/<node> on /run/slurm")
+    ap.add_argument("--conf-server", default="", help="HOST:PORT of slurmctld for configless slurmd")
+    ap.add_argument("--node-conf", default="", help="file of NAME<TAB>PORT<TAB>DYNAMIC_CONF lines (empty conf: static)")
     args = ap.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s")

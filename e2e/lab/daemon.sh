@@ -28,10 +28,13 @@ stop() {
   local pid i
   pid=$(running_pid) || { echo "$name is not running" >&2; return 1; }
   mkdir -p "$saved"
-  cp "/proc/$pid/cmdline" "$saved/cmdline"
+  # The command line up.sh started it with, if it saved one (a wrapper such as unshare execs away).
+  if [ -s "$LAB_DIR/run/$name.argv" ]; then cp "$LAB_DIR/run/$name.argv" "$saved/cmdline"; else cp "/proc/$pid/cmdline" "$saved/cmdline"; fi
   cp "/proc/$pid/environ" "$saved/environ"
   readlink "/proc/$pid/cwd" > "$saved/cwd"
   awk '/^Uid:/{u=$2} /^Gid:/{g=$2} END{print u, g}' "/proc/$pid/status" > "$saved/ids"
+  # A saved launcher changes user itself (setpriv in up.sh's command line): start it as root.
+  [ ! -s "$LAB_DIR/run/$name.argv" ] || echo "0 0" > "$saved/ids"
   kill -TERM "$pid"
   for i in $(seq 1 100); do alive "$pid" || break; sleep 0.1; done
   alive "$pid" && kill -KILL "$pid"

@@ -12,6 +12,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 LAB_DIR=${LAB_DIR:-$(cd "$here/../.." && pwd)/.lab}
 export SLURM_CONF=$LAB_DIR/etc/slurm.conf
 PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
+# The lab's Slurm clients (26.05: the built ones and this lab's auth socket), written by up.sh.
+# shellcheck disable=SC1091
+[ -s "$LAB_DIR/slurm.env" ] && . "$LAB_DIR/slurm.env"
 T0=$(date +%s%N)
 log() { echo "[lab-down +$(( ($(date +%s%N) - T0) / 1000000 ))ms] $*"; }
 RUN=$LAB_DIR/run
@@ -70,7 +73,7 @@ agent_children() {
 }
 
 # 0. the operator `make demo` started, so it does not act on a lab going away; Prometheus
-stop_group operator:slurmpool prometheus:prometheus
+stop_group operator:slurmpool prometheus:prometheus slurmrestd:slurmrestd
 
 # 1. the agent first, so it does not restart the slurmd processes stopped below
 stop_group agent:agent.py
@@ -122,7 +125,10 @@ stop_group sshd:sshd slurmctld:slurmctld kube-scheduler:kube-scheduler kube-cont
 stop_group kube-apiserver:kube-apiserver
 stop_group etcd:etcd
 
-# 5. munged last: everything above authenticates through it
+# 5. slurmdbd (LAB_SLURMDBD=1) after slurmctld, then its MariaDB; munged last: everything above
+#    authenticates through it
+stop_group slurmdbd:slurmdbd
+stop_group mariadbd:mariadbd
 stop_group munged:munged
 
 # Our daemons were reparented to PID 1, which reaps them a little later: wait (briefly) so that

@@ -13,9 +13,13 @@ bad() { echo "lab not healthy: $*" >&2; exit 1; }
 . "$LAB_DIR/env"
 
 alive() { [ -r "/proc/$1/stat" ] && ! awk '{exit !($3=="Z")}' "/proc/$1/stat" 2>/dev/null; }
-for spec in etcd:etcd kube-apiserver:kube-apiserver kube-scheduler:kube-scheduler \
-            kube-controller-manager:kube-controller-manager munged:munged slurmctld:slurmctld \
-            sshd:sshd agent:agent.py; do
+daemons="etcd:etcd kube-apiserver:kube-apiserver kube-scheduler:kube-scheduler
+         kube-controller-manager:kube-controller-manager slurmctld:slurmctld sshd:sshd agent:agent.py"
+# 22.05 and 24.11 authenticate through munged, 26.05 through auth/slurm; 24.11 and 26.05 serve slurmrestd.
+[ "${LAB_SLURM:-22.05}" = 26.05 ] || daemons="$daemons munged:munged"
+[ "${LAB_SLURM:-22.05}" = 22.05 ] || daemons="$daemons slurmrestd:slurmrestd"
+[ "${LAB_SLURMDBD:-0}" = 0 ] || daemons="$daemons slurmdbd:slurmdbd mariadbd:mariadbd"
+for spec in $daemons; do
   name=${spec%%:*} exp=${spec##*:}
   pid=$(cat "$LAB_DIR/run/$name.pid" 2>/dev/null) || bad "no PID file for $name"
   alive "$pid" && tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "$exp" || bad "$name (pid $pid) is not running"
@@ -32,4 +36,8 @@ if [ "${LAB_SIM_NODES:-0}" -gt 0 ]; then
 fi
 timeout 5 scontrol ping >/dev/null 2>&1 || bad "scontrol ping failed"
 timeout 2 bash -c "exec 3<>/dev/tcp/$LAB_SSH_HOST/$LAB_SSH_PORT" 2>/dev/null || bad "sshd not accepting on $LAB_SSH_HOST:$LAB_SSH_PORT"
+if [ -n "${LAB_SLURMRESTD_URL:-}" ]; then
+  hp=${LAB_SLURMRESTD_URL#http://}
+  timeout 2 bash -c "exec 3<>/dev/tcp/${hp%:*}/${hp##*:}" 2>/dev/null || bad "slurmrestd not accepting on $hp"
+fi
 exit 0

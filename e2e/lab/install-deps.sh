@@ -8,6 +8,9 @@ set -euo pipefail
 pkgs=(slurmctld slurmd slurm-client munge openssh-server openssh-client openssl iproute2 procps util-linux
       python3-venv)
 
+# LAB_SLURMDBD=1: accounting on (slurmdbd with MariaDB from Debian)
+[ "${LAB_SLURMDBD:-0}" = 0 ] || pkgs+=(slurmdbd mariadb-server mariadb-client)
+
 missing=()
 for p in "${pkgs[@]}"; do
   # "install ok installed" is the only status that means the package is usable.

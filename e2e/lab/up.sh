@@ -2,7 +2,9 @@
 # up.sh - bring up the slurmpool lab on this machine (`make lab-up`). See e2e/lab/README.md.
 #
 #   etcd + kube-apiserver + kube-scheduler + kube-controller-manager (built by build.sh),
-#   munged + slurmctld (Debian's Slurm 22.05, static nodes gpu01..gpuNN, no slurmd yet),
+#   Slurm (LAB_SLURM=22.05: Debian's packages with munged; 26.05: built by build-slurm.sh, configless,
+#   auth/slurm, slurmrestd with JWT), nodes gpu01..gpuNN (LAB_SLURM_NODES=static: listed in slurm.conf;
+#   dynamic: registered by their slurmd, 26.05 only), no slurmd yet,
 #   sshd on 127.0.0.1:2222, and the node agent (agent.py) that stands in for the kubelet.
 #
 # Everything lives under $LAB_DIR (default <repo>/.lab). Each daemon runs in the foreground
@@ -10,7 +12,8 @@
 # Idempotent: if the lab is already up and healthy this prints so and exits 0.
 # Knobs: LAB_DIR, LAB_NODES (default 8, max 99), LAB_SLURMD_TIMEOUT (default 10 s),
 # LAB_SIM_NODES (default 0, max 999: extra nodes sim001.. for load tests; see README),
-# LAB_PROMETHEUS=1 (also start Prometheus on 127.0.0.1:19090+LAB_PORT_OFFSET: prometheus.sh).
+# LAB_PROMETHEUS=1 (also start Prometheus on 127.0.0.1:19090+LAB_PORT_OFFSET: prometheus.sh),
+# LAB_SLURM (22.05 default, 26.05), LAB_SLURM_NODES (static default, dynamic: 26.05 only).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -21,12 +24,16 @@ LAB_SIM_NODES=${LAB_SIM_NODES:-0}
 LAB_SIM_GROUP=${LAB_SIM_GROUP:-25}
 SLURMD_TIMEOUT=${LAB_SLURMD_TIMEOUT:-10}
 PY=${LAB_PYTHON:-$repo/.venv/bin/python}
+LAB_SLURM=${LAB_SLURM:-22.05}
+LAB_SLURM_NODES=${LAB_SLURM_NODES:-static}
+LAB_SLURMDBD=${LAB_SLURMDBD:-0}
 
 # Ports (all on 127.0.0.1). slurmd of node gpuXX listens on SLURMD_BASE_PORT+XX.
 # LAB_PORT_OFFSET (e.g. 100) shifts them all, so two labs (two LAB_DIRs) can run side by side.
 OFF=${LAB_PORT_OFFSET:-0}
 ETCD_PORT=$((12379 + OFF)) ETCD_PEER_PORT=$((12380 + OFF)) API_PORT=$((16443 + OFF)) CTLD_PORT=$((16817 + OFF))
-SLURMD_BASE_PORT=$((17000 + OFF)) SSH_PORT=$((2222 + OFF))
+SLURMD_BASE_PORT=$((17000 + OFF)) SSH_PORT=$((2222 + OFF)) RESTD_PORT=$((16830 + OFF))
+DBD_PORT=$((16819 + OFF)) MARIADB_PORT=$((13306 + OFF))
 # slurmd of simulated node simNNN: SIM_BASE_PORT+NNN (offsets 0..900 in steps of 100 stay apart).
 SIM_BASE_PORT=$((20000 + 10 * OFF))
 
@@ -39,6 +46,20 @@ die() { echo "[lab-up] ERROR: $*" >&2; exit 1; }
 [[ "$LAB_NODES" =~ ^[0-9]+$ ]] && [ "$LAB_NODES" -ge 1 ] && [ "$LAB_NODES" -le 99 ] || die "LAB_NODES must be 1..99"
 [[ "$LAB_SIM_NODES" =~ ^[0-9]+$ ]] && [ "$LAB_SIM_NODES" -le 999 ] || die "LAB_SIM_NODES must be 0..999"
 [[ "$LAB_SIM_GROUP" =~ ^[0-9]+$ ]] && [ "$LAB_SIM_GROUP" -ge 1 ] || die "LAB_SIM_GROUP must be at least 1"
+case $LAB_SLURM in
+  22.05|24.11|26.05) ;;
+  *) die "LAB_SLURM must be 22.05, 24.11 or 26.05 (got '$LAB_SLURM')" ;;
+esac
+case $LAB_SLURM_NODES in
+  static) ;;
+  dynamic) [ "$LAB_SLURM" = 26.05 ] || die "LAB_SLURM_NODES=dynamic needs LAB_SLURM=26.05" ;;
+  *) die "LAB_SLURM_NODES must be static or dynamic (got '$LAB_SLURM_NODES')" ;;
+esac
+case $LAB_SLURMDBD in
+  0) ;;
+  1) [ "$LAB_SLURM" = 22.05 ] || die "LAB_SLURMDBD=1 is only built for LAB_SLURM=22.05 so far" ;;
+  *) die "LAB_SLURMDBD must be 0 or 1" ;;
+esac
 [ -x "$PY" ] || die "$PY not found: run 'make venv' first (the node agent needs the repo's virtualenv)"
 PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 
@@ -66,13 +87,13 @@ healthy() {
   return 1
 }
 if healthy; then
-  running=$(. "$LAB_DIR/env" && echo "$LAB_NODES ${LAB_SIM_NODES:-0} ${LAB_SIM_GROUP:-25}")
-  if [ "$running" = "$LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP" ]; then
-    log "lab already up and healthy ($LAB_NODES nodes, $LAB_SIM_NODES simulated); use: . $LAB_DIR/env"
+  running=$(. "$LAB_DIR/env" && echo "$LAB_NODES ${LAB_SIM_NODES:-0} ${LAB_SIM_GROUP:-25} ${LAB_SLURM:-22.05} ${LAB_SLURM_NODES:-static} ${LAB_SLURMDBD:-0}")
+  if [ "$running" = "$LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP $LAB_SLURM $LAB_SLURM_NODES $LAB_SLURMDBD" ]; then
+    log "lab already up and healthy ($LAB_NODES nodes, $LAB_SIM_NODES simulated, Slurm $LAB_SLURM $LAB_SLURM_NODES); use: . $LAB_DIR/env"
     [ "${LAB_PROMETHEUS:-0}" != 1 ] || "$here/prometheus.sh" start
     exit 0
   fi
-  log "lab is up with nodes/simulated/group $running but wanted $LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP: restarting it"
+  log "lab is up with nodes/simulated/group/slurm/node model/slurmdbd $running but wanted $LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP $LAB_SLURM $LAB_SLURM_NODES $LAB_SLURMDBD: restarting it"
 fi
 # Anything left from a previous (partial) run is stopped first, by its PID files.
 if compgen -G "$LAB_DIR/run/*.pid" >/dev/null || [ -d "$LAB_DIR/run/pods" ]; then
@@ -80,7 +101,51 @@ if compgen -G "$LAB_DIR/run/*.pid" >/dev/null || [ -d "$LAB_DIR/run/pods" ]; the
   "$here/down.sh" | sed 's/^/  /'
 fi
 
-for b in slurmctld slurmd scontrol sinfo munged mungekey sshd ssh ssh-keygen openssl setpriv ss; do
+# The lab's Slurm binaries come first in PATH (SLURM_PATH; empty for 22.05, whose are in /usr):
+# 26.05 is built once from the vendored tarball (cached outside the checkout); 24.11 is Debian 13's,
+# in a cached root filesystem, run through wrappers in $LAB_DIR/slurm-bin (chroot, below).
+SLURM_PREFIX="" SLURM_PATH="" ROOTFS=""
+case $LAB_SLURM in
+  26.05)
+    SLURM_PREFIX=$("$here/build-slurm.sh") || die "e2e/lab/build-slurm.sh failed"
+    SLURM_PATH=$SLURM_PREFIX/sbin:$SLURM_PREFIX/bin
+    log "Slurm 26.05: $SLURM_PREFIX"
+    needed=(slurmctld slurmd scontrol sinfo slurmrestd unshare mount sshd ssh ssh-keygen openssl setpriv ss) ;;
+  24.11)
+    ROOTFS=$("$here/build-rootfs-2411.sh") || die "e2e/lab/build-rootfs-2411.sh failed"
+    SLURM_PATH=$LAB_DIR/slurm-bin
+    # Every program runs by chroot in its own mount namespace, where /proc, /dev, /sys, /tmp, the
+    # checkout, LAB_DIR and /etc/hosts are bound at their own paths (so configs, sockets, logs and job output
+    # paths are the same inside and out); nothing is mounted on the host. The mount points are
+    # made once in the cached root filesystem.
+    mkdir -p "$ROOTFS$repo" "$ROOTFS$LAB_DIR" "$SLURM_PATH"
+    [ -e "$ROOTFS/etc/hosts" ] || touch "$ROOTFS/etc/hosts"   # this machine's is bound on it (localhost)
+    rm -f "$SLURM_PATH"/*
+    {
+      echo '#!/bin/bash'
+      echo "# Generated by e2e/lab/up.sh (LAB_SLURM=24.11): run a program of $ROOTFS"
+      echo '# by chroot, in its own mount namespace. Every step execs: the PID stays the program'"'"'s.'
+      echo '# Inside, PATH is the root filesystem'"'"'s own (not these wrappers, which cannot nest).'
+      printf 'exec unshare -m --propagation private -- /bin/sh -c %q sh %q %q %q %q "$PWD" "$@"\n' \
+        'R=$1 repo=$2 lab=$3 tmp=$4 cwd=$5; shift 5
+for d in /proc /dev /sys "$tmp" "$repo" "$lab"; do mount --rbind "$d" "$R$d" || exit 1; done
+mount --bind /etc/hosts "$R/etc/hosts" || exit 1
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin exec chroot "$R" /bin/sh -c '"'"'cd "$0" 2>/dev/null || cd /; exec "$@"'"'"' "$cwd" "$@"' \
+        "$ROOTFS" "$repo" "$LAB_DIR" /tmp
+    } > "$SLURM_PATH/.inroot"
+    chmod 755 "$SLURM_PATH/.inroot"
+    for b in slurmctld slurmd slurmrestd scontrol sinfo squeue sbatch srun salloc scancel sacct sdiag sprio \
+             sshare strigger sattach sbcast munged munge unmunge mungekey; do
+      printf '#!/bin/bash\nexec %q %q "$@"\n' "$SLURM_PATH/.inroot" "$b" > "$SLURM_PATH/$b"; chmod 755 "$SLURM_PATH/$b"
+    done
+    log "Slurm $(cat "$ROOTFS/.slurm-version"): $ROOTFS (by chroot)"
+    needed=(slurmctld slurmd scontrol sinfo slurmrestd munged unshare mount chroot sshd ssh ssh-keygen openssl setpriv ss) ;;
+  *)
+    needed=(slurmctld slurmd scontrol sinfo munged mungekey sshd ssh ssh-keygen openssl setpriv ss) ;;
+esac
+[ -z "$SLURM_PATH" ] || PATH=$SLURM_PATH:$PATH
+[ "$LAB_SLURMDBD" = 0 ] || needed+=(slurmdbd sacctmgr mariadbd mariadb-install-db mariadb)
+for b in "${needed[@]}"; do
   command -v "$b" >/dev/null || die "'$b' not found: run 'make deps' (e2e/lab/install-deps.sh)"
 done
 BIN=$("$here/build.sh") || die "e2e/lab/build.sh failed"
@@ -91,6 +156,8 @@ log "binaries: $BIN"
 
 NN=$(printf %02d "$LAB_NODES")
 ports=($ETCD_PORT $ETCD_PEER_PORT $API_PORT $CTLD_PORT $SSH_PORT)
+[ "$LAB_SLURM" = 22.05 ] || ports+=($RESTD_PORT)
+[ "$LAB_SLURMDBD" = 0 ] || ports+=($DBD_PORT $MARIADB_PORT)
 for i in $(seq 1 "$LAB_NODES"); do ports+=($((SLURMD_BASE_PORT + i))); done
 for i in $(seq 1 "$LAB_SIM_NODES"); do ports+=($((SIM_BASE_PORT + i))); done
 listening=" $(ss -Htln | awk '{n = split($4, a, ":"); printf "%s ", a[n]}') "
@@ -196,15 +263,23 @@ kubeconfig "$LAB_DIR/kubeconfig" admin
 kubeconfig "$LAB_DIR/etc/scheduler.kubeconfig" scheduler
 kubeconfig "$LAB_DIR/etc/controller-manager.kubeconfig" controller-manager
 
-# ---------------------------------------------------------------- munge (lab-private key)
+# ---------------------------------------------------------------- munge (lab-private key; 22.05, 24.11)
+if [ "$LAB_SLURM" != 26.05 ]; then
 if [ ! -s "$LAB_DIR/munge/munge.key" ]; then
   mungekey --create --keyfile="$LAB_DIR/munge/munge.key"
 fi
-chown -R munge:munge "$LAB_DIR/munge"
+# munged runs as user munge, whose ids differ between this machine and 24.11's root filesystem.
+if [ "$LAB_SLURM" = 24.11 ]; then
+  munge_ids=$(awk -F: '$1 == "munge" {print $3 ":" $4}' "$ROOTFS/etc/passwd")
+else
+  munge_ids=$(id -u munge):$(id -g munge)
+fi
+chown -R "$munge_ids" "$LAB_DIR/munge"
 chmod 755 "$LAB_DIR/munge"             # munged wants o+x on its socket directory
 chmod 400 "$LAB_DIR/munge/munge.key"
-setpriv --reuid=munge --regid=munge --init-groups test -r "$LAB_DIR/munge/munge.key" ||
+setpriv --reuid="${munge_ids%:*}" --regid="${munge_ids#*:}" --clear-groups test -r "$LAB_DIR/munge/munge.key" ||
   die "user munge cannot read $LAB_DIR/munge/munge.key: every directory above LAB_DIR=$LAB_DIR must be world-searchable (o+x)"
+fi
 
 # ---------------------------------------------------------------- Slurm config
 # Fake GPUs: gres/gpu in 22.05 drops file-less GPUs and warns on regular files, so each GPU is
@@ -213,18 +288,113 @@ for i in 0 1 2 3 4 5 6 7; do
   [ -c "$LAB_DIR/fakedev/nvidia$i" ] || { rm -f "$LAB_DIR/fakedev/nvidia$i"; mknod "$LAB_DIR/fakedev/nvidia$i" c 1 3; }
 done
 export SLURM_CONF=$LAB_DIR/etc/slurm.conf
+# What differs between the versions: authentication, the plugins 26.05 dropped (task/none,
+# switch/none, jobacct_gather/none: no line is "none" there; an empty AccountingStorageType= is a
+# parse error), configless.
+SACK_DIR=$LAB_DIR/state/sack
+if [ "$LAB_SLURM" = 22.05 ]; then
+  version_conf="AuthType=auth/munge
+AuthInfo=socket=$LAB_DIR/munge/munge.socket
+CredType=cred/munge
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SwitchType=switch/none"
+  if [ "$LAB_SLURMDBD" = 1 ]; then
+    # Accounting on, as most production sites run it: slurmdbd on MariaDB (both lab daemons).
+    version_conf="$version_conf
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=$DBD_PORT
+# the munge socket for slurmdbd connections (22.05 reads it from here, not AuthInfo)
+AccountingStoragePass=$LAB_DIR/munge/munge.socket"
+    cat > "$LAB_DIR/etc/slurmdbd.conf" <<EOF
+# Generated by e2e/lab/up.sh (LAB_SLURMDBD=1).
+AuthType=auth/munge
+AuthInfo=socket=$LAB_DIR/munge/munge.socket
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$DBD_PORT
+SlurmUser=root
+LogFile=$LAB_DIR/log/slurmdbd-daemon.log
+PidFile=$LAB_DIR/state/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$MARIADB_PORT
+StorageUser=slurm
+StoragePass=lab
+StorageLoc=slurm_acct_db
+EOF
+    chmod 600 "$LAB_DIR/etc/slurmdbd.conf"
+  else
+    version_conf="$version_conf
+AccountingStorageType=accounting_storage/none"
+  fi
+  unset SLURM_SACK_SOCKET SLURM_SACK_KEY
+  rm -f "$LAB_DIR/etc/cgroup.conf"  # 26.05's (CgroupPlugin=disabled) is a fatal error for 22.05's slurmd
+else
+  # 24.11 and 26.05: slurmrestd's JWTs (scontrol token makes them; the key stays with slurmctld);
+  # no cgroup setup here (proctrack/linuxproc, task/affinity): 24.11's slurmd needs it said.
+  [ -s "$LAB_DIR/etc/jwt.key" ] || { (umask 077 && head -c 32 /dev/urandom > "$LAB_DIR/etc/jwt.key"); }
+  chmod 600 "$LAB_DIR/etc/jwt.key"
+  cat > "$LAB_DIR/etc/cgroup.conf" <<EOF
+# No cgroup setup here: proctrack/linuxproc, task/affinity.
+CgroupPlugin=disabled
+EOF
+  common_conf="AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$LAB_DIR/etc/jwt.key
+TaskPlugin=task/affinity"
+fi
+if [ "$LAB_SLURM" = 24.11 ]; then
+  version_conf="AuthType=auth/munge
+AuthInfo=socket=$LAB_DIR/munge/munge.socket
+CredType=cred/munge
+$common_conf"
+  unset SLURM_SACK_SOCKET SLURM_SACK_KEY
+elif [ "$LAB_SLURM" = 26.05 ]; then
+  # auth/slurm with a lab-private key (no munge). Its daemons serve tokens to local clients on
+  # host-wide sockets (/run/slurmctld/sack.socket, /run/slurm/sack.socket): slurmctld and each slurmd
+  # run in their own mount namespace with a directory of this lab on /run/slurmctld (or /run/slurm),
+  # and the lab's clients find slurmctld's socket through SLURM_SACK_SOCKET, so labs do not meet.
+  [ -s "$LAB_DIR/etc/slurm.key" ] || { (umask 077 && head -c 1024 /dev/urandom > "$LAB_DIR/etc/slurm.key"); }
+  chmod 600 "$LAB_DIR/etc/slurm.key"
+  mkdir -p "$SACK_DIR/ctld" "$SACK_DIR/slurmd" /run/slurmctld /run/slurm
+  chmod 755 "$SACK_DIR" "$SACK_DIR/ctld"
+  # Not exported: SLURM_SACK_KEY in a process' environment makes it use auth/slurm as a daemon would
+  # (slurmrestd would then refuse the JWTs); slurmctld reads the key next to slurm.conf, and the
+  # agent gives it to slurmd (configless slurmd have no slurm.conf of their own).
+  export SLURM_SACK_SOCKET=$SACK_DIR/ctld/sack.socket
+  SLURM_SACK_KEY=$LAB_DIR/etc/slurm.key
+  version_conf="AuthType=auth/slurm
+CredType=cred/slurm
+$common_conf
+# slurmd of dynamic nodes fetch slurm.conf, gres.conf, topology.conf ... from slurmctld
+SlurmctldParameters=enable_configless"
+  [ "$LAB_SLURM_NODES" = static ] || version_conf="$version_conf
+MaxNodeCount=$((LAB_NODES + LAB_SIM_NODES))"
+fi
+# The Slurm client environment, for down.sh and daemon.sh also when up fails before the env file.
+cat > "$LAB_DIR/slurm.env" <<EOF
+export SLURM_CONF=$SLURM_CONF
+$([ -z "$SLURM_PATH" ] || echo "export PATH=$SLURM_PATH:\$PATH")
+$([ "$LAB_SLURM" != 26.05 ] || echo "export SLURM_SACK_SOCKET=$SLURM_SACK_SOCKET")
+EOF
+if [ "$LAB_SLURM_NODES" = static ]; then
+  nodes_comment="# Static nodes: every gpuXX is defined here, and comes into service
+# when a slurmd pod on the Kubernetes node of the same name runs 'slurmd -N gpuXX' (its own port)."
+else
+  nodes_comment="# Dynamic nodes: no gpuXX is defined here; each is created when its slurmd registers
+# ('slurmd -Z -N gpuXX --conf-server ... --conf \"... Port=...\"', started by the node's slurmd pod)."
+fi
 cat > "$SLURM_CONF" <<EOF
-# Generated by e2e/lab/up.sh. Static nodes: every gpuXX is defined here, and comes into service
-# when a slurmd pod on the Kubernetes node of the same name runs 'slurmd -N gpuXX' (its own port).
+# Generated by e2e/lab/up.sh for Slurm $LAB_SLURM.
+$nodes_comment
 ClusterName=lab
 SlurmctldHost=localhost
 SlurmctldPort=$CTLD_PORT
 # Loopback only: slurmctld binds SlurmctldHost's address (localhost) and each slurmd its
 # NodeAddr, not every interface.
 CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
-AuthType=auth/munge
-AuthInfo=socket=$LAB_DIR/munge/munge.socket
-CredType=cred/munge
+$version_conf
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=$LAB_DIR/state/ctld
@@ -236,9 +406,6 @@ SlurmdLogFile=$LAB_DIR/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu
@@ -251,26 +418,41 @@ ReturnToService=2
 SlurmdTimeout=$SLURMD_TIMEOUT
 KillWait=2
 MpiDefault=none
-SwitchType=switch/none
 SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=5
 MailProg=/bin/true
-NodeName=gpu[01-$NN] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((SLURMD_BASE_PORT + 1))-$((SLURMD_BASE_PORT + LAB_NODES))] CPUs=16 RealMemory=65536 Gres=gpu:h100:8 State=UNKNOWN
 EOF
-# Simulated nodes (load tests): Slurm lists them; a slurmd runs only while one serves Slurm.
+# Each node's slurmd port, and (dynamic nodes) the --conf line its slurmd registers with: the agent
+# reads this file (NAME<TAB>PORT<TAB>CONF). The topology unit of a dynamic node is its path in the
+# tree of topology.conf ("default" is topology.conf's name): spine:block-k:rack-r, as static nodes.
+: > "$LAB_DIR/etc/nodes.tsv"
+node_line() {  # NAME PORT TOPOLOGY_PATH
+  if [ "$LAB_SLURM_NODES" = static ]; then
+    echo "NodeName=$1 NodeHostname=localhost NodeAddr=127.0.0.1 Port=$2 CPUs=16 RealMemory=65536 Gres=gpu:h100:8 State=UNKNOWN" >> "$SLURM_CONF"
+    printf '%s\t%s\t\n' "$1" "$2" >> "$LAB_DIR/etc/nodes.tsv"
+  else
+    printf '%s\t%s\t%s\n' "$1" "$2" "CPUs=16 RealMemory=65536 Gres=gpu:h100:8 Port=$2 Topology=default:$3" >> "$LAB_DIR/etc/nodes.tsv"
+  fi
+}
+for i in $(seq 1 "$LAB_NODES"); do
+  node_line "gpu$(printf %02d "$i")" $((SLURMD_BASE_PORT + i)) "spine:block-$(( (i + 3) / 4 )):rack-$(( (i + 1) / 2 ))"
+done
+# Simulated nodes (load tests): Slurm lists them (static); a slurmd runs only while one serves Slurm.
 for i in $(seq 1 "$LAB_SIM_NODES"); do
-  echo "NodeName=sim$(printf %03d "$i") NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((SIM_BASE_PORT + i)) CPUs=16 RealMemory=65536 Gres=gpu:h100:8 State=UNKNOWN"
-done >> "$SLURM_CONF"
+  node_line "sim$(printf %03d "$i")" $((SIM_BASE_PORT + i)) "spine:sim"
+done
 echo "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >> "$SLURM_CONF"
 cat > "$LAB_DIR/etc/gres.conf" <<EOF
 AutoDetect=off
 Name=gpu Type=h100 File=$LAB_DIR/fakedev/nvidia[0-7]
 EOF
-# topology.conf mirrors the Kubernetes labels: racks of 2 nodes, blocks of 4, one spine.
+# topology.conf mirrors the Kubernetes labels: racks of 2 nodes, blocks of 4, one spine. Dynamic
+# nodes are not named here: each joins its rack (and the switches above it) by its --conf Topology=.
+leaf() { [ "$LAB_SLURM_NODES" = dynamic ] || echo " Nodes=$1"; }
 {
   for r in $(seq 1 $(( (LAB_NODES + 1) / 2 ))); do
     lo=$(( 2 * r - 1 )); hi=$(( 2 * r < LAB_NODES ? 2 * r : LAB_NODES ))
-    echo "SwitchName=rack-$r Nodes=gpu$(printf %02d $lo)$([ $hi -gt $lo ] && printf ',gpu%02d' $hi)"
+    echo "SwitchName=rack-$r$(leaf "gpu$(printf %02d $lo)$([ $hi -gt $lo ] && printf ',gpu%02d' $hi)")"
   done
   blocks=$(( (LAB_NODES + 3) / 4 ))
   for b in $(seq 1 $blocks); do
@@ -279,7 +461,7 @@ EOF
   done
   spine="block-[1-$blocks]"
   if [ "$LAB_SIM_NODES" -gt 0 ]; then
-    echo "SwitchName=sim Nodes=sim[001-$(printf %03d "$LAB_SIM_NODES")]"; spine="$spine,sim"
+    echo "SwitchName=sim$(leaf "sim[001-$(printf %03d "$LAB_SIM_NODES")]")"; spine="$spine,sim"
   fi
   echo "SwitchName=spine Switches=$spine"
 } > "$LAB_DIR/etc/topology.conf"
@@ -288,6 +470,10 @@ echo "TopologyPlugin=topology/tree" >> "$SLURM_CONF"
 # ---------------------------------------------------------------- sshd config
 S=$LAB_DIR/ssh
 chmod 700 "$S"
+# 26.05: the built clients first in PATH, and slurmctld's auth socket of this lab.
+ssh_env="SLURM_CONF=$SLURM_CONF"
+[ "$LAB_SLURM" != 26.05 ] || ssh_env="$ssh_env SLURM_SACK_SOCKET=$SLURM_SACK_SOCKET"
+[ -z "$SLURM_PATH" ] || ssh_env="$ssh_env PATH=$SLURM_PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 [ -s "$S/ssh_host_ed25519_key" ] || ssh-keygen -q -t ed25519 -N '' -C slurmpool-lab-host -f "$S/ssh_host_ed25519_key"
 [ -s "$S/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C slurmpool-lab-client -f "$S/id_ed25519"
 cp "$S/id_ed25519.pub" "$S/authorized_keys"; chmod 600 "$S/authorized_keys"
@@ -306,7 +492,7 @@ UsePAM no
 # the key files live under LAB_DIR, which need not be root-only
 StrictModes no
 # remote commands (scontrol over SSH, as in production) talk to the lab's slurmctld
-SetEnv SLURM_CONF=$SLURM_CONF
+SetEnv $ssh_env
 LogLevel INFO
 EOF
 mkdir -p /run/sshd && chmod 755 /run/sshd   # privilege-separation directory sshd insists on
@@ -318,6 +504,8 @@ sshd -t -f "$S/sshd_config" || die "sshd rejected $S/sshd_config"
 start_daemon() {
   local name=$1; shift
   # 9>&-: the daemon must not inherit (and so keep holding) the lab lock
+  # The command line as given (daemon.sh restarts from it: a wrapper such as unshare execs away)
+  printf '%s\0' "$@" > "$LAB_DIR/run/$name.argv"
   setsid bash -c 'echo $$ > "$0"; exec "$@"' "$LAB_DIR/run/$name.pid" "$@" \
     > "$LAB_DIR/log/$name.log" 2>&1 < /dev/null 9>&- &
   local i
@@ -344,7 +532,8 @@ start_daemon etcd "$BIN/etcd" --name lab --data-dir "$LAB_DIR/etcd" \
   --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
   --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
   --initial-cluster "lab=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
-start_daemon munged setpriv --reuid=munge --regid=munge --init-groups \
+# 24.11: `munged` is the root filesystem's (its wrapper), and so is the setpriv that names user munge.
+[ "$LAB_SLURM" = 26.05 ] || start_daemon munged ${ROOTFS:+"$SLURM_PATH/.inroot"} setpriv --reuid=munge --regid=munge --init-groups \
   munged -F --socket="$LAB_DIR/munge/munge.socket" --key-file="$LAB_DIR/munge/munge.key" \
   --log-file="$LAB_DIR/log/munged.log" --pid-file="$LAB_DIR/munge/munged.pid" --seed-file="$LAB_DIR/munge/munged.seed"
 start_daemon sshd "$(command -v sshd)" -D -e -f "$S/sshd_config"
@@ -361,12 +550,65 @@ start_daemon kube-apiserver "$BIN/kube-apiserver" \
   --enable-priority-and-fairness=false --profiling=false \
   --endpoint-reconciler-type=none \
   --cert-dir="$LAB_DIR/state/apiserver-certs"
+agent_slurm=(--node-conf "$LAB_DIR/etc/nodes.tsv" --slurm-path "$SLURM_PATH")
+[ "$LAB_SLURM" != 26.05 ] || agent_slurm+=(--slurm-env "SLURM_SACK_KEY=$SLURM_SACK_KEY"
+  --slurm-env "SLURM_SACK_SOCKET=$SLURM_SACK_SOCKET" --slurmd-run-dir "$SACK_DIR/slurmd" --conf-server "127.0.0.1:$CTLD_PORT")
 start_daemon agent "$PY" "$here/agent.py" --lab-dir "$LAB_DIR" --kubeconfig "$LAB_DIR/kubeconfig" \
-  --nodes "$LAB_NODES" --sim-nodes "$LAB_SIM_NODES" --sim-group "$LAB_SIM_GROUP" --slurm-conf "$SLURM_CONF"
+  --nodes "$LAB_NODES" --sim-nodes "$LAB_SIM_NODES" --sim-group "$LAB_SIM_GROUP" --slurm-conf "$SLURM_CONF" "${agent_slurm[@]}"
 
-wait_for 10 munged bash -c "munge -n -S '$LAB_DIR/munge/munge.socket' | unmunge -S '$LAB_DIR/munge/munge.socket'"
-start_daemon slurmctld slurmctld -D -i
+if [ "$LAB_SLURMDBD" = 1 ]; then
+  # MariaDB for slurmdbd: its own data directory (made anew at each up), TCP on 127.0.0.1 only.
+  DB=$LAB_DIR/state/mariadb
+  mkdir -p "$DB"
+  mariadb-install-db --no-defaults --datadir="$DB/data" --user=root --auth-root-authentication-method=socket \
+    --skip-test-db > "$LAB_DIR/log/mariadb-install.log" 2>&1 || die "mariadb-install-db failed: $LAB_DIR/log/mariadb-install.log"
+  start_daemon mariadbd mariadbd --no-defaults --datadir="$DB/data" --user=root --bind-address=127.0.0.1 \
+    --port="$MARIADB_PORT" --socket="$DB/mariadb.sock" --pid-file="$DB/mariadbd.pid" --skip-name-resolve \
+    --innodb-buffer-pool-size=32M --innodb-log-file-size=8M --performance-schema=OFF
+  wait_for 30 mariadbd mariadb --no-defaults --socket="$DB/mariadb.sock" -e "SELECT 1"
+  mariadb --no-defaults --socket="$DB/mariadb.sock" -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'lab';
+    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" || die "MariaDB: cannot create the slurm user"
+fi
+if [ "$LAB_SLURM" != 26.05 ]; then
+  wait_for 10 munged bash -c "munge -n -S '$LAB_DIR/munge/munge.socket' | unmunge -S '$LAB_DIR/munge/munge.socket'"
+  if [ "$LAB_SLURMDBD" = 1 ]; then
+    start_daemon slurmdbd env SLURM_CONF="$SLURM_CONF" slurmdbd -D
+    wait_for 60 slurmdbd sacctmgr -n show cluster
+    sacctmgr -i add cluster lab >/dev/null || die "sacctmgr add cluster lab failed"
+  fi
+  start_daemon slurmctld slurmctld -D -i   # 24.11: the wrapper in SLURM_PATH
+else
+  # Its own mount namespace: this lab's directory on /run/slurmctld (the auth/slurm socket).
+  start_daemon slurmctld unshare -m --propagation private -- \
+    sh -c 'mount --bind "$0" /run/slurmctld && exec "$@"' "$SACK_DIR/ctld" slurmctld -D -i
+fi
 wait_for 30 slurmctld scontrol ping
+if [ "$LAB_SLURM" != 22.05 ]; then
+  # slurmrestd with JWT (rest_auth/jwt): it refuses to run as root, so as daemon. The token is
+  # root's (the operator's SSH path is root too), valid 24 h.
+  # It loads its plugins after dropping to daemon, who cannot search a cache under a private home
+  # (/root is 0700): then it runs in its own mount namespace where a tmpfs covers that directory and
+  # the prefix is bound back at its own path. Nothing on the host changes.
+  restd=(env -u SLURM_SACK_KEY SLURM_JWT=daemon slurmrestd -u daemon -g daemon -a rest_auth/jwt "127.0.0.1:$RESTD_PORT")
+  # 24.11 needs its OpenAPI plugin named; it runs by chroot, so its own files are all it reads.
+  [ "$LAB_SLURM" != 24.11 ] || restd=(env SLURM_JWT=daemon slurmrestd -u daemon -g daemon -s openapi/slurmctld -a rest_auth/jwt "127.0.0.1:$RESTD_PORT")
+  blocked="" d=$SLURM_PREFIX
+  while [ -n "$d" ] && [ "$d" != / ]; do
+    d=$(dirname "$d")
+    setpriv --reuid=daemon --regid=daemon --clear-groups test -x "$d" || blocked=$d
+  done
+  if [ -n "$blocked" ]; then
+    mkdir -p "$LAB_DIR/state/restd-prefix"
+    start_daemon slurmrestd unshare -m --propagation private -- sh -c \
+      'mount --bind "$0" "$1" && mount -t tmpfs -o mode=755 lab "$2" && mkdir -p "$0" && mount --bind "$1" "$0" && shift 2 && exec "$@"' \
+      "$SLURM_PREFIX" "$LAB_DIR/state/restd-prefix" "$blocked" "${restd[@]}"
+  else
+    start_daemon slurmrestd "${restd[@]}"
+  fi
+  LAB_SLURM_JWT=$(scontrol token username=root lifespan=86400 | sed -n 's/^SLURM_JWT=//p')
+  [ -n "$LAB_SLURM_JWT" ] || die "scontrol token gave no token"
+  wait_for 20 slurmrestd bash -c "exec 3<>/dev/tcp/127.0.0.1/$RESTD_PORT"
+fi
 wait_for 10 sshd bash -c "exec 3<>/dev/tcp/127.0.0.1/$SSH_PORT"
 wait_for 60 kube-apiserver "${KUBECTL[@]}" get --raw /readyz
 # The controller-manager gives up if the apiserver is not healthy within seconds: start it now.
@@ -420,7 +662,22 @@ export LAB_SSH_KNOWN_HOSTS=$S/known_hosts
 export LAB_SSH="$LAB_SSH"
 export LAB_APISERVER=https://127.0.0.1:$API_PORT
 export LAB_SLURMD_TIMEOUT=$SLURMD_TIMEOUT
+export LAB_SLURM=$LAB_SLURM
+export LAB_SLURM_NODES=$LAB_SLURM_NODES
+export LAB_SLURMCTLD_PORT=$CTLD_PORT
+export LAB_SLURMDBD=$LAB_SLURMDBD
 EOF
+if [ "$LAB_SLURM" != 22.05 ]; then
+  cat >> "$LAB_DIR/env" <<EOF
+case ":\$PATH:" in *":$SLURM_PATH:"*) ;; *) export PATH="$SLURM_PATH:\$PATH" ;; esac
+$([ -z "$SLURM_PREFIX" ] || echo "export LAB_SLURM_PREFIX=$SLURM_PREFIX")
+$([ -z "$ROOTFS" ] || echo "export LAB_SLURM_ROOTFS=$ROOTFS")
+$([ "$LAB_SLURM" != 26.05 ] || echo "export SLURM_SACK_SOCKET=$SLURM_SACK_SOCKET")
+export LAB_SLURMRESTD_URL=http://127.0.0.1:$RESTD_PORT
+export LAB_SLURM_JWT=$LAB_SLURM_JWT
+export LAB_SLURM_JWT_USER=root
+EOF
+fi
 # LAB_PROMETHEUS=1: Prometheus scraping the operator with the chart's ServiceMonitor and rules.
 [ "${LAB_PROMETHEUS:-0}" != 1 ] || "$here/prometheus.sh" start
 trap - EXIT

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# e2e/matrix.sh - run e2e modules on each Slurm version, access path and node model of the lab
+# (issue 13). Each row starts from a stopped lab (down.sh), so the lab is brought up with that row's
+# LAB_SLURM / LAB_SLURM_NODES / LAB_SLURMDBD by the pytest session, which stops it at the end.
+# Prints one line per row: name | settings | modules | exit code | pytest's summary | seconds;
+# each row's output is in $MATRIX_LOGS/<name>.log (default $LAB_DIR/matrix or <repo>/.lab/matrix).
+#
+#   e2e/matrix.sh                  # every row below
+#   e2e/matrix.sh 26.05-dynamic    # only the rows named
+# LAB_PORT_OFFSET and LAB_DIR are passed through as set.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+logs=${MATRIX_LOGS:-${LAB_DIR:-$repo/.lab}/matrix}
+mkdir -p "$logs"
+core="e2e/test_lab.py e2e/test_operator.py"
+
+# name | settings | modules
+rows=(
+  "22.05|LAB_SLURM=22.05|$core e2e/test_bridge_real.py"
+  "22.05-slurmdbd|LAB_SLURM=22.05 LAB_SLURMDBD=1|$core"
+  "24.11|LAB_SLURM=24.11|$core e2e/test_bridge_real.py e2e/test_rest_operator.py"
+  "24.11-rest|LAB_SLURM=24.11 LAB_ACCESS=rest|e2e/test_operator.py"
+  "26.05|LAB_SLURM=26.05|$core e2e/test_bridge_real.py e2e/test_rest_operator.py"
+  "26.05-rest|LAB_SLURM=26.05 LAB_ACCESS=rest|e2e/test_operator.py"
+  "26.05-dynamic|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic|$core"
+)
+
+for row in "${rows[@]}"; do
+  IFS='|' read -r name settings modules <<< "$row"
+  if [ $# -gt 0 ]; then
+    want=0; for n in "$@"; do [ "$n" = "$name" ] && want=1; done
+    [ $want = 1 ] || continue
+  fi
+  "$here/lab/down.sh" > /dev/null 2>&1
+  t0=$(date +%s)
+  # shellcheck disable=SC2086
+  env -u LAB_SLURM -u LAB_SLURM_NODES -u LAB_SLURMDBD -u LAB_ACCESS $settings \
+    "$repo/.venv/bin/pytest" -q -p no:cacheprovider $modules > "$logs/$name.log" 2>&1
+  rc=$?
+  summary=$(grep -E '(passed|failed|error|skipped)( |,|$)' "$logs/$name.log" | grep -E ' in [0-9.]+s' | tail -1)
+  echo "$name | $settings | $modules | rc=$rc | $summary | $(( $(date +%s) - t0 )) s"
+done
+"$here/lab/down.sh" > /dev/null 2>&1
+exit 0
