@@ -202,11 +202,16 @@ async def test_resume_is_one_update_and_idempotent():
     assert r.calls == [["scontrol", "update", "NodeName=gpu[01-02]", "State=RESUME"]] * 2
 
 
-async def test_resume_of_a_node_not_drained_on_26_05_is_fine():
-    # Slurm 26.05 names the same refusal differently (measured in the lab, LAB_SLURM=26.05).
-    b, r = backend(failed(stderr="slurm_update error: Invalid node state transition"))
+async def test_resume_of_a_node_not_drained_on_26_05_is_fine_but_not_of_one_still_drained():
+    # Slurm 26.05 names the same refusal differently (measured in the lab, LAB_SLURM=26.05), in
+    # words not specific to it: the node is read back before the refusal is forgiven.
+    refused = failed(stderr="slurm_update error: Invalid node state transition")
+    b, r = backend(refused, NODE.format(name="gpu01", state="IDLE"))
     await b.resume(["gpu01"])
-    assert r.calls == [["scontrol", "update", "NodeName=gpu01", "State=RESUME"]]
+    assert r.calls == [["scontrol", "update", "NodeName=gpu01", "State=RESUME"], ["scontrol", "-o", "-d", "show", "node", "gpu01"]]
+    b, _ = backend(refused, NODE.format(name="gpu01", state="IDLE+DRAIN"))
+    with pytest.raises(SlurmError, match="transition"):
+        await b.resume(["gpu01"])
 
 
 async def test_resume_real_errors_are_raised():

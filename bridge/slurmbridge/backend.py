@@ -18,8 +18,10 @@ from .runner import CommandRunner
 log = logging.getLogger(__name__)
 
 # Outcomes that mean the mutation already holds, so a retried or repeated call succeeds.
-# RESUME on a node that is not drained/down: 22.05 says "specified", 23.11+ (26.05) "transition".
-_RESUME_ALREADY = ("invalid node state specified", "invalid node state transition")
+_RESUME_ALREADY = ("invalid node state specified",)  # RESUME on a node that is not drained/down (22.05)
+# 26.05 says this for a node not drained too, but the words are not specific to it: the nodes are
+# read, and the refusal forgiven only when none of them shows a drain or is down.
+_RESUME_TRANSITION = ("invalid node state transition",)
 # Requeue of a job that is already pending, or one that finished and was purged since it was seen.
 _REQUEUE_ALREADY = ("job is pending execution", "invalid job id specified")
 # Releasing (StartTime=now) a job that already started again, finished, or was purged.
@@ -151,9 +153,15 @@ class ScontrolBackend:
             await self._run(["scontrol", "update", f"NodeName={validate.compress(checked)}", "State=RESUME"])
         except SlurmError as e:
             # scontrol resumes every resumable node of the list and then complains about the rest
-            # ("Invalid node state specified"; 26.05: "Invalid node state transition"): those were
-            # not drained or down, which is the goal.
-            if isinstance(e, SlurmUnavailable) or not _only(e, _RESUME_ALREADY):
+            # ("Invalid node state specified"): those were not drained or down, which is the goal.
+            if isinstance(e, SlurmUnavailable):
+                raise
+            if _only(e, _RESUME_ALREADY):
+                return
+            if not _only(e, _RESUME_ALREADY + _RESUME_TRANSITION):
+                raise
+            after = await self.nodes(checked)
+            if any(n.drain_set or n.state == "DOWN" for n in after.values()):
                 raise
 
     async def requeue(self, job_ids: Sequence[str]) -> None:
