@@ -359,7 +359,7 @@ start_daemon kube-apiserver "$BIN/kube-apiserver" \
   --service-account-key-file="$P/sa.pub" --service-account-signing-key-file="$P/sa.key" \
   --allow-privileged=true \
   --enable-priority-and-fairness=false --profiling=false \
-  --endpoint-reconciler-type=none \
+  --endpoint-reconciler-type=none --kubelet-preferred-address-types=InternalIP,Hostname \
   --cert-dir="$LAB_DIR/state/apiserver-certs"
 start_daemon agent "$PY" "$here/agent.py" --lab-dir "$LAB_DIR" --kubeconfig "$LAB_DIR/kubeconfig" \
   --nodes "$LAB_NODES" --sim-nodes "$LAB_SIM_NODES" --sim-group "$LAB_SIM_GROUP" --slurm-conf "$SLURM_CONF"
@@ -421,6 +421,7 @@ export LAB_SSH="$LAB_SSH"
 export LAB_APISERVER=https://127.0.0.1:$API_PORT
 export LAB_SLURMD_TIMEOUT=$SLURMD_TIMEOUT
 EOF
+"$here/real-nodes.sh" start   # LAB_REAL_NODES=N real kubelet nodes (default 0: none)
 # LAB_PROMETHEUS=1: Prometheus scraping the operator with the chart's ServiceMonitor and rules.
 [ "${LAB_PROMETHEUS:-0}" != 1 ] || "$here/prometheus.sh" start
 trap - EXIT
