@@ -38,6 +38,8 @@ ms() { echo $(( ($(date +%s%N) - ${1:-$T0}) / 1000000 )); }
 log() { echo "[real-nodes +$(ms)ms] $*"; }
 die() { echo "[real-nodes] ERROR: $*" >&2; exit 1; }
 
+# stop, status and import use the offset the nodes were started with
+[ "${1:-}" = start ] || [ ! -s "$LAB_DIR/real/port-offset" ] || OFF=$(cat "$LAB_DIR/real/port-offset")
 [ $(( OFF % 100 )) -eq 0 ] && [ "$OFF" -ge 0 ] && [ "$OFF" -le 25500 ] || die "LAB_PORT_OFFSET must be a multiple of 100 (0..25500) with real nodes"
 K=$(( OFF / 100 ))
 [[ "$N" =~ ^[0-9]+$ ]] && [ "$N" -le 9 ] || die "LAB_REAL_NODES must be 0..9"
@@ -331,6 +333,7 @@ start() {
   [ -x "$BIN/kubelet" ] || die "$BIN/kubelet missing"
   PAUSE=$(pause_archive)
   mkdir -p "$REAL" "$RUN" "$LAB_DIR/log"
+  echo "$OFF" > "$REAL/port-offset"
   local i
   for i in $(seq 1 "$N"); do start_node "$i"; done
   echo "$N" > "$REAL/count"
@@ -435,12 +438,17 @@ status() {
   done
 }
 
-import() {  # import FILE...: OCI archives into every running real node's containerd
-  local f n
+import() {  # import FILE...: OCI archives into every running real node's containerd (skipped when there)
+  local f n ref digest have
   for n in $(our_nodes); do
     [ -S "$REAL/$n/containerd.sock" ] || continue
-    for f in "$@"; do ctr --address "$REAL/$n/containerd.sock" -n k8s.io images import "$f" >/dev/null; done
-    log "$n: imported $*"
+    for f in "$@"; do
+      read -r ref digest < <(tar -xOf "$f" index.json | python3 -c 'import json,sys; m=json.load(sys.stdin)["manifests"][0]; print(m["annotations"]["io.containerd.image.name"], m["digest"])')
+      have=$(ctr --address "$REAL/$n/containerd.sock" -n k8s.io images ls "name==$ref" 2>/dev/null | awk 'NR > 1 {print $3}')
+      if [ "$have" = "$digest" ]; then log "$n: $ref already there"; continue; fi
+      ctr --address "$REAL/$n/containerd.sock" -n k8s.io images import "$f" >/dev/null
+      log "$n: imported $ref ($digest)"
+    done
   done
 }
 
