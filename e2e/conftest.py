@@ -169,6 +169,9 @@ def _healthy(d: Path) -> bool:
     wanted = os.environ.get("LAB_SIM_NODES")  # e.g. `make load`: a lab with other counts is restarted by up.sh
     if wanted is not None and _read_env(d / "env").get("LAB_SIM_NODES", "0") != wanted:
         return False
+    wanted = os.environ.get("LAB_REAL_NODES")  # make e2e: 2 real kubelet nodes (e2e/lab/real-nodes.sh)
+    if wanted is not None and _read_env(d / "env").get("LAB_REAL_NODES", "0") != wanted:
+        return False
     return subprocess.run([str(LAB_SCRIPTS / "health.sh")], env={**os.environ, "LAB_DIR": str(d)},
                           capture_output=True).returncode == 0
 

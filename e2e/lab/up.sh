@@ -66,13 +66,13 @@ healthy() {
   return 1
 }
 if healthy; then
-  running=$(. "$LAB_DIR/env" && echo "$LAB_NODES ${LAB_SIM_NODES:-0} ${LAB_SIM_GROUP:-25}")
-  if [ "$running" = "$LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP" ]; then
+  running=$(. "$LAB_DIR/env" && echo "$LAB_NODES ${LAB_SIM_NODES:-0} ${LAB_SIM_GROUP:-25} ${LAB_REAL_NODES:-0}")
+  if [ "$running" = "$LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP ${LAB_REAL_NODES:-0}" ]; then
     log "lab already up and healthy ($LAB_NODES nodes, $LAB_SIM_NODES simulated); use: . $LAB_DIR/env"
     [ "${LAB_PROMETHEUS:-0}" != 1 ] || "$here/prometheus.sh" start
     exit 0
   fi
-  log "lab is up with nodes/simulated/group $running but wanted $LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP: restarting it"
+  log "lab is up with nodes/simulated/group/real $running but wanted $LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP ${LAB_REAL_NODES:-0}: restarting it"
 fi
 # Anything left from a previous (partial) run is stopped first, by its PID files.
 if compgen -G "$LAB_DIR/run/*.pid" >/dev/null || [ -d "$LAB_DIR/run/pods" ]; then
