@@ -177,6 +177,7 @@ def chart(lab, real, images):
         "tolerations": [TOLERATE_REAL],
         **admission_values(),  # the same policies the suite runs with (e2e/identity.py)
     }
+    apply_operator_rbac(lab)  # the release namespace as the suite makes it (the release adopts the rest)
     # hostNetwork is outside the Pod Security level "restricted" the release namespace enforces
     # (deploy/manifests); apply_operator_rbac sets it back at the end.
     lab.kubectl("label", "namespace", OPERATOR_NAMESPACE, "pod-security.kubernetes.io/enforce=privileged", "--overwrite")
@@ -414,3 +415,95 @@ def test_pdb_refuses_eviction_then_the_real_kubelet_terminates_the_pod(lab, real
     finally:
         lab.kubectl("uncordon", node, check=False)
         lab.kubectl("delete", "deployment,pdb", "infer", "-n", NAMESPACE, "--ignore-not-found", check=False)
+
+
+# ---------------------------------------------------------------- a real node moves both ways under the installed operator
+
+
+def test_a_real_node_moves_both_ways_under_the_installed_operator(lab, real, images, chart):
+    """A pool of one real node (not the operator pod's), its slurmd pod the shipped image (munge.key
+    from a Secret volume, the lab's slurm.conf and fake GPUs from hostPath volumes, the GPUs requested
+    as nvidia.com/gpu). To Slurm: the image's slurmd registers and the node is resumed. A job runs;
+    to inference: the drain waits for the job, which completes, then the real kubelet stops the
+    slurmd pod. An inference Deployment held by a PDB; back to Slurm: the eviction is refused until
+    the PDB allows it, then the kubelet terminates the pod and slurmd registers again."""
+    op_node = operator_pod(chart)["spec"]["nodeName"]
+    node = next(n for n in real if n != op_node) if len(real) > 1 else pytest.skip("needs a second real node")
+    lab_dir = lab.env["LAB_DIR"]
+    key = Path(lab_dir) / "munge" / "munge.key"
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "slurm-auth", "namespace": NAMESPACE},
+              "data": {"munge.key": base64.b64encode(key.read_bytes()).decode()}}
+    pool = pool_manifest(lab, "real-move", 1)
+    pool["spec"]["nodeSelector"] = {"matchLabels": {"slurmpool.io/real": "true", "kubernetes.io/hostname": node}}
+    pool["spec"]["slurm"]["slurmdPod"] = {
+        "image": images["slurmd"], "command": ["/usr/local/bin/slurmd-entrypoint"],
+        "env": [{"name": "SLURM_CONF", "value": f"{lab_dir}/etc/slurm.conf"}],
+        "resources": {"limits": {"nvidia.com/gpu": "8"}},
+        "tolerations": [TOLERATE_REAL], "terminationGracePeriodSeconds": 120,
+        "volumes": [{"name": "etc", "hostPath": {"path": f"{lab_dir}/etc", "type": "Directory"}},
+                    {"name": "fakedev", "hostPath": {"path": f"{lab_dir}/fakedev", "type": "Directory"}},
+                    {"name": "auth", "secret": {"secretName": "slurm-auth", "defaultMode": 0o400}}],
+        "volumeMounts": [{"name": "etc", "mountPath": f"{lab_dir}/etc", "readOnly": True},
+                         {"name": "fakedev", "mountPath": f"{lab_dir}/fakedev", "readOnly": True},
+                         {"name": "auth", "mountPath": "/etc/slurm-auth", "readOnly": True}],
+    }
+    name = "real-move"
+
+    def at(slurm: int, inference: int):
+        s = pool_status(lab, name)
+        return s.get("slurm", {}).get("ready") == slurm and s.get("inference", {}).get("ready") == inference and s.get("moving") == 0
+
+    def slurmd_pod():
+        return [p for p in harness.slurmd_pods(lab) if p["spec"].get("nodeName") == node]
+    try:
+        t0 = time.monotonic()
+        apply(lab, [secret, pool])
+        wait(lambda: at(1, 0), 180, what=f"{node} in Slurm, served by the slurmd image")
+        to_slurm_idle = time.monotonic() - t0
+        (sp,) = slurmd_pod()
+        assert sp["spec"]["containers"][0]["image"] == images["slurmd"] and sp["status"]["containerStatuses"][0]["ready"]
+        assert lab.node_state(node).startswith("IDLE"), lab.node_state(node)
+        job = sbatch(lab, node, 6)
+        wait(lambda: job_state(lab, job) == "RUNNING", 30, what="a job on the real node")
+        t1 = time.monotonic()
+        lab.kubectl("scale", "snp", name, "-n", NAMESPACE, "--replicas=0")
+        wait(lambda: at(0, 1), 180, what=f"{node} to inference after its job")
+        assert job_state(lab, job) == "COMPLETED", job_state(lab, job)  # 0 jobs lost
+        assert not slurmd_pod(), "the real kubelet stopped the slurmd pod"
+        to_inference_with_job = time.monotonic() - t1
+        deploy = {
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "llm", "namespace": NAMESPACE},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "llm"}},
+                     "template": {"metadata": {"labels": {"app": "llm"}}, "spec": {
+                         "nodeSelector": {"kubernetes.io/hostname": node, "slurmpool.io/inference-pool": "llm"},
+                         "tolerations": [TOLERATE_REAL, {"key": "slurmpool.io/inference", "operator": "Exists"}],
+                         "containers": [{"name": "llm", "image": "slurmpool.local/pause:1", "imagePullPolicy": "Never"}]}}}}
+        pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "llm", "namespace": NAMESPACE},
+               "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "llm"}}}}
+        apply(lab, [deploy, pdb])
+        (llm,) = wait(lambda: [p for p in pods_json(lab, NAMESPACE, "app=llm") if p["status"].get("phase") == "Running"]
+                      if harness.pdb_json(lab, "llm")["status"].get("currentHealthy") == 1 else None, 60, what="the inference pod")
+        t2 = time.monotonic()
+        lab.kubectl("scale", "snp", name, "-n", NAMESPACE, "--replicas=1")
+        blocked = wait(lambda: (c := harness.condition(lab, name, "DrainBlocked")).get("status") == "True"
+                       and llm["metadata"]["name"] in c.get("message", "") and c, 60,
+                       what="the PDB refusing the eviction (condition DrainBlocked naming the pod)")
+        print(f"DrainBlocked: {blocked['message']}")
+        assert [p["metadata"]["name"] for p in pods_json(lab, NAMESPACE, "app=llm")] == [llm["metadata"]["name"]]
+        lab.kubectl("patch", "pdb", "llm", "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"minAvailable":0}}')
+        wait(lambda: at(1, 0), 180, what=f"{node} back in Slurm")
+        to_slurm_after_pdb = time.monotonic() - t2
+        assert llm["metadata"]["name"] not in [p["metadata"]["name"] for p in pods_json(lab, NAMESPACE, "app=llm")]
+        assert lab.node_state(node).startswith("IDLE"), lab.node_state(node)
+        # one idle move each way, for the closing note
+        t3 = time.monotonic()
+        lab.kubectl("scale", "snp", name, "-n", NAMESPACE, "--replicas=0")
+        wait(lambda: at(0, 1), 180, what=f"{node} to inference (idle)")
+        idle_to_inference = time.monotonic() - t3
+        print(f"real node {node} under the installed operator: to Slurm (idle, first) {to_slurm_idle:.1f} s; to inference "
+              f"with a running job {to_inference_with_job:.1f} s (job COMPLETED); to Slurm past a PDB {to_slurm_after_pdb:.1f} s; "
+              f"to inference idle {idle_to_inference:.1f} s")
+    finally:
+        lab.kubectl("delete", "deployment,pdb", "llm", "-n", NAMESPACE, "--ignore-not-found", check=False)
+        lab.kubectl("delete", "snp", name, "-n", NAMESPACE, "--ignore-not-found", check=False)
+        lab.kubectl("delete", "secret", "slurm-auth", "-n", NAMESPACE, "--ignore-not-found", check=False)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# real-nodes.sh start|stop|status|import FILE... - real kubelet nodes in the lab (LAB_REAL_NODES=N).
+# real-nodes.sh start|stop|status|slurm-conf|import FILE... - real kubelet nodes in the lab (LAB_REAL_NODES=N).
 #
 # Beside the agent's simulated gpuXX nodes, nodes real01..realNN run a real kubelet (built by
 # build.sh from the control plane's k8s version) with Debian's containerd, runc and CNI plugins.
@@ -311,6 +311,9 @@ EOF
   node_ready() {
     local out
     out=$(kubectl_ get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status} {.status.allocatable.nvidia\.com/gpu} {.spec.taints[*].key}')
+    # the kubelet's first status updates can drop a capacity patched in between: patch again
+    [[ "$out" == *" 8 "* ]] || kubectl_ patch node "$1" --subresource=status --type=merge \
+      -p '{"status":{"capacity":{"nvidia.com/gpu":"8"}}}' >/dev/null 2>&1
     [[ "$out" == "True 8 "* ]] && [[ "$out" != *node.kubernetes.io/not-ready* ]]
   }
   wait_until 60 "$name: Ready with 8 GPUs" node_ready "$name"
@@ -431,6 +434,25 @@ stop() {
   rm -rf "$REAL"
 }
 
+# slurm-conf: up.sh calls it once slurm.conf and topology.conf are written, before slurmctld starts.
+# Each real node is a static Slurm node of the same name, served by the slurmd image in a pod on it
+# (host network). Under the lab's CommunicationParameters=NoInAddrAny slurmd binds the address its
+# host name resolves to, 127.0.0.1 (not the node's lo alias), so the real nodes get 127.0.0.1 and
+# ports 17000 + offset + 90 + i, the top of the lab's slurmd block (gpuXX use +XX: LAB_NODES <= 90).
+slurm_conf() {
+  [ "$N" -gt 0 ] || return 0
+  : "${SLURM_CONF:?}"
+  [ "${LAB_NODES:-8}" -le 90 ] || die "LAB_NODES must be at most 90 with real nodes (their slurmd ports follow the gpu nodes')"
+  local i etc; etc=$(dirname "$SLURM_CONF")
+  {
+    echo "# Real kubelet nodes (e2e/lab/real-nodes.sh): served by the slurmd image in a pod on each."
+    for i in $(seq 1 "$N"); do
+      echo "NodeName=$(name_of "$i") NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((17000 + OFF + 90 + i)) CPUs=16 RealMemory=65536 Gres=gpu:h100:8 State=UNKNOWN"
+    done
+  } >> "$SLURM_CONF"
+  echo "SwitchName=real Nodes=real[01-$(printf %02d "$N")]" >> "$etc/topology.conf"
+}
+
 status() {
   local n; for n in $(our_nodes); do
     printf '%s ip=%s kubelet=%s containerd=%s\n' "$n" "$(ip_of "$((10#${n#real}))")" \
@@ -456,6 +478,7 @@ case "${1:-}" in
   start) start ;;
   stop) stop ;;
   status) status ;;
+  slurm-conf) slurm_conf ;;
   import) shift; import "$@" ;;
-  *) echo "usage: $0 start|stop|status|import FILE..." >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|status|slurm-conf|import FILE..." >&2; exit 2 ;;
 esac

@@ -284,6 +284,7 @@ EOF
   echo "SwitchName=spine Switches=$spine"
 } > "$LAB_DIR/etc/topology.conf"
 echo "TopologyPlugin=topology/tree" >> "$SLURM_CONF"
+"$here/real-nodes.sh" slurm-conf   # LAB_REAL_NODES: Slurm nodes real01.. (served by the slurmd image)
 
 # ---------------------------------------------------------------- sshd config
 S=$LAB_DIR/ssh
