@@ -285,7 +285,11 @@ def test_two_replicas_the_leaders_pod_deleted_the_other_takes_over(lab, real, ch
     apply(lab, pool_manifest(lab, POOL, 7))  # a pool: the replicas elect a leader once they index one
     chart.values["replicas"] = 2
     try:
-        chart.run("upgrade", "--force-conflicts")
+        try:
+            chart.run("upgrade", "--force-conflicts")
+        except AssertionError:
+            print(json.dumps([(p["metadata"]["name"], p["spec"].get("nodeName"), p["status"]) for p in chart.pods()], indent=1)[:4000])
+            raise
         pods = wait(lambda: len(ps := [p for p in chart.pods() if p["status"].get("phase") == "Running"]) == 2 and ps, 120,
                     what="two operator pods")
         assert len({p["spec"]["nodeName"] for p in pods}) == 2, pods  # same host ports: one per node
@@ -320,6 +324,7 @@ def test_slurmd_image_serves_a_node_and_sigterm_leaves_running_jobs_alone(lab, r
     the lab's slurm.conf from a hostPath. A job runs to completion; then the pod is deleted while a
     job runs: the entrypoint keeps slurmd serving until the job ends, the node is never DOWN and the
     job COMPLETES; then the pod goes."""
+    reset_lab(lab)  # no pool of an earlier test serves gpu08 through the node agent
     ensure_namespace_and_secret(lab)
     slurm_node, host = "gpu08", real[-1]
     key = Path(lab.env["LAB_DIR"]) / "munge" / "munge.key"
