@@ -425,15 +425,31 @@ def test_pdb_refuses_eviction_then_the_real_kubelet_terminates_the_pod(lab, real
 # ---------------------------------------------------------------- a real node moves both ways under the installed operator
 
 
-def test_a_real_node_moves_both_ways_under_the_installed_operator(lab, real, images, chart):
+def test_each_real_node_moves_both_ways_under_the_installed_operator(lab, real, images, chart):
+    """Each real node in turn, the operator pod on another one (a node joining Slurm evicts every
+    pod, the operator's too): see move_both_ways."""
+    if len(real) < 2:
+        pytest.skip("the operator pod needs a real node besides the one that moves")
+    for node in sorted(real, key=lambda n: n == operator_pod(chart)["spec"]["nodeName"]):
+        op_node = operator_pod(chart)["spec"]["nodeName"]
+        if op_node == node:  # pin the operator to a node that already moved (it serves inference now)
+            other = next(n for n in real if n != node)
+            chart.values["nodeSelector"] = {"slurmpool.io/real": "true", "kubernetes.io/hostname": other}
+            chart.values["tolerations"] = [TOLERATE_REAL, {"key": "slurmpool.io/inference", "operator": "Exists"}]
+            chart.run("upgrade", "--force-conflicts")
+            wait(lambda: operator_pod(chart)["spec"]["nodeName"] == other, 120, what=f"the operator pod on {other}")
+        move_both_ways(lab, images, chart, node)
+
+
+def move_both_ways(lab, images, chart, node: str) -> None:
     """A pool of one real node (not the operator pod's), its slurmd pod the shipped image (munge.key
     from a Secret volume, the lab's slurm.conf and fake GPUs from hostPath volumes, the GPUs requested
     as nvidia.com/gpu). To Slurm: the image's slurmd registers and the node is resumed. A job runs;
     to inference: the drain waits for the job, which completes, then the real kubelet stops the
     slurmd pod. An inference Deployment held by a PDB; back to Slurm: the eviction is refused until
     the PDB allows it, then the kubelet terminates the pod and slurmd registers again."""
-    op_node = operator_pod(chart)["spec"]["nodeName"]
-    node = next(n for n in real if n != op_node) if len(real) > 1 else pytest.skip("needs a second real node")
+    assert operator_pod(chart)["spec"]["nodeName"] != node
+    clean_real_node(lab, node)
     lab_dir = lab.env["LAB_DIR"]
     key = Path(lab_dir) / "munge" / "munge.key"
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "slurm-auth", "namespace": NAMESPACE},
@@ -509,6 +525,16 @@ def test_a_real_node_moves_both_ways_under_the_installed_operator(lab, real, ima
               f"with a running job {to_inference_with_job:.1f} s (job COMPLETED); to Slurm past a PDB {to_slurm_after_pdb:.1f} s; "
               f"to inference idle {idle_to_inference:.1f} s")
     finally:
-        lab.kubectl("delete", "deployment,pdb", "llm", "-n", NAMESPACE, "--ignore-not-found", check=False)
-        lab.kubectl("delete", "snp", name, "-n", NAMESPACE, "--ignore-not-found", check=False)
+        lab.kubectl("delete", "deployment,pdb", "llm", "-n", NAMESPACE, "--ignore-not-found", "--wait=true", check=False)
+        lab.kubectl("delete", "snp", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true", check=False)
         lab.kubectl("delete", "secret", "slurm-auth", "-n", NAMESPACE, "--ignore-not-found", check=False)
+        lab.kubectl("delete", "pod", "-n", NAMESPACE, "-l", "slurmpool.io/component=slurmd", "--field-selector",
+                    f"spec.nodeName={node}", "--wait=true", check=False)
+        clean_real_node(lab, node)
+
+
+def clean_real_node(lab, node: str) -> None:
+    """The real node as the lab makes it: nothing of slurmpool on its Node (reset_lab's per-node patch)
+    and no slurmpool drain in Slurm (reset_lab covers the gpu nodes only)."""
+    harness.reset_nodes(lab, [node])
+    harness.resume_our_drains(lab, [node])
