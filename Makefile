@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 export LAB_DIR ?= $(CURDIR)/.lab
 
-.PHONY: slurm e2e-matrix venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check bench alerts-idle
+.PHONY: slurm e2e-matrix venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check images bench alerts-idle
 CHART := deploy/helm/slurmpool
 
 venv: deps $(VENV)/.stamp
@@ -60,12 +60,19 @@ manifests: tools
 image-check: venv
 	deploy/docker/check.sh
 
+# Both images (operator, slurmd) as OCI archives from a Debian base, no engine or registry
+# (deploy/docker/build-images.sh; cached under ~/.cache/slurmpool/images). README: push them.
+images: deps venv
+	deploy/docker/build-images.sh
+
 unit: venv tools
 	SLURMPOOL_REQUIRE_TOOLS=1 $(BIN)/pytest -q tests
 
 # LAB_PROMETHEUS=1: the lab's Prometheus runs (e2e/test_alerts_lab.py, e2e/test_dashboard_lab.py).
+# LAB_REAL_NODES (default 2 here): real kubelet nodes beside the simulated ones, for
+# e2e/test_real_nodes*.py (the images are built by deploy/docker/build-images.sh; e2e/lab/README.md).
 e2e: deps venv tools slurm
-	LAB_PROMETHEUS=1 $(BIN)/pytest -q --durations=25 e2e
+	LAB_PROMETHEUS=1 LAB_REAL_NODES=$${LAB_REAL_NODES:-2} $(BIN)/pytest -q --durations=25 e2e
 
 # The Slurm versions the lab offers besides Debian 12's 22.05, cached outside the checkout:
 # 26.05 built from ../shared/vendor (about 4 min cold), 24.11 in a Debian 13 root filesystem.

@@ -85,6 +85,7 @@ class Lab:
     ssh_command: list[str] = field(default_factory=list)  # argv of $LAB_SSH; append the remote command
     slurmd_timeout: int = 10  # Slurm's SlurmdTimeout in the lab, seconds
     sim_nodes: list[str] = field(default_factory=list)  # sim001..: LAB_SIM_NODES, for load tests
+    real_nodes: list[str] = field(default_factory=list)  # real01..: LAB_REAL_NODES, real kubelets (test_real_nodes.py)
     _api: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -99,7 +100,8 @@ class Lab:
                    ssh_host=e["LAB_SSH_HOST"], ssh_port=int(e["LAB_SSH_PORT"]), ssh_user=e["LAB_SSH_USER"],
                    ssh_key=Path(e["LAB_SSH_KEY"]), ssh_known_hosts=Path(e["LAB_SSH_KNOWN_HOSTS"]),
                    ssh_command=shlex.split(e["LAB_SSH"]), slurmd_timeout=int(e.get("LAB_SLURMD_TIMEOUT", "10")),
-                   sim_nodes=[f"sim{i:03d}" for i in range(1, int(e.get("LAB_SIM_NODES", "0")) + 1)])
+                   sim_nodes=[f"sim{i:03d}" for i in range(1, int(e.get("LAB_SIM_NODES", "0")) + 1)],
+                   real_nodes=[f"real{i:02d}" for i in range(1, int(e.get("LAB_REAL_NODES", "0")) + 1)])
 
     @property
     def slurm_version(self) -> str:
@@ -202,8 +204,9 @@ def _healthy(d: Path) -> bool:
         return False
     running = _read_env(d / "env")
     # e.g. `make load`: a lab with other counts is restarted by up.sh; so is one of another Slurm
-    # version or node model (LAB_SLURM, LAB_SLURM_NODES).
-    for key, default in (("LAB_SIM_NODES", "0"), ("LAB_SLURM", "22.05"), ("LAB_SLURM_NODES", "static"), ("LAB_SLURMDBD", "0")):
+    # version, node model or real-node count (LAB_SLURM, LAB_SLURM_NODES, LAB_REAL_NODES).
+    for key, default in (("LAB_SIM_NODES", "0"), ("LAB_SLURM", "22.05"), ("LAB_SLURM_NODES", "static"), ("LAB_SLURMDBD", "0"),
+                         ("LAB_REAL_NODES", "0")):
         wanted = os.environ.get(key)
         if wanted is not None and running.get(key, default) != wanted:
             return False

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -273,7 +274,9 @@ def slurm_states(lab) -> dict[str, str]:
     states = {}
     for line in out.splitlines():
         fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
-        if "NodeName" in fields:
+        # real01..: Slurm nodes of the real kubelet nodes (LAB_REAL_NODES), served only while
+        # test_real_nodes.py runs a slurmd pod there: not part of the lab's gpu nodes
+        if "NodeName" in fields and not re.fullmatch(r"real\d+", fields["NodeName"]):
             states[fields["NodeName"]] = "+".join(f for f in fields.get("State", "").split("+") if f != "DYNAMIC_NORM")
     return states
 

@@ -80,7 +80,7 @@ def slurm_node_cleanup(lab, node: str):
 
 def test_nodes_ready_with_gpus(lab):
     nodes = {n["metadata"]["name"]: n for n in lab.kubectl_json("get", "nodes")["items"]}
-    assert sorted(nodes) == lab.nodes + lab.sim_nodes
+    assert sorted(nodes) == lab.nodes + lab.real_nodes + lab.sim_nodes
     for i, name in enumerate(lab.nodes, start=1):
         n = nodes[name]
         ready = [c for c in n["status"]["conditions"] if c["type"] == "Ready"]

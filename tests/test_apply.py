@@ -201,3 +201,17 @@ async def test_an_orphan_slurmd_pod_is_deleted_only_once_slurm_no_longer_uses_th
     assert next(c for c in status.conditions if c.type == "Degraded").status == "False"
     status, kube, _ = await run(make_spec(slurm_nodes=2), nodes, SlurmView(False, error="munge"), orphans=[orphan])
     assert not [c for c in kube.calls if c[0] == "delete_pod"]  # fail closed
+
+
+def test_the_slurmd_pod_carries_the_templates_volumes_and_mounts():
+    """The shipped slurmd image reads its auth Secret (and slurm.conf) from volumes the pool names."""
+    from slurmpool.kube import slurmd_pod
+
+    spec = make_spec()
+    assert "volumes" not in slurmd_pod(PoolRef("ns", "p"), spec, "n1")["spec"]  # none named: none added
+    data = spec.model_dump(by_alias=True)
+    data["slurm"]["slurmdPod"]["volumes"] = [{"name": "auth", "secret": {"secretName": "slurm-auth", "defaultMode": 256}}]
+    data["slurm"]["slurmdPod"]["volumeMounts"] = [{"name": "auth", "mountPath": "/etc/slurm-auth", "readOnly": True}]
+    pod = slurmd_pod(PoolRef("ns", "p"), type(spec).model_validate(data), "n1")
+    assert pod["spec"]["volumes"] == data["slurm"]["slurmdPod"]["volumes"]
+    assert pod["spec"]["containers"][0]["volumeMounts"] == data["slurm"]["slurmdPod"]["volumeMounts"]

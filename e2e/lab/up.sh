@@ -87,13 +87,13 @@ healthy() {
   return 1
 }
 if healthy; then
-  running=$(. "$LAB_DIR/env" && echo "$LAB_NODES ${LAB_SIM_NODES:-0} ${LAB_SIM_GROUP:-25} ${LAB_SLURM:-22.05} ${LAB_SLURM_NODES:-static} ${LAB_SLURMDBD:-0}")
-  if [ "$running" = "$LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP $LAB_SLURM $LAB_SLURM_NODES $LAB_SLURMDBD" ]; then
-    log "lab already up and healthy ($LAB_NODES nodes, $LAB_SIM_NODES simulated, Slurm $LAB_SLURM $LAB_SLURM_NODES); use: . $LAB_DIR/env"
+  running=$(. "$LAB_DIR/env" && echo "$LAB_NODES ${LAB_SIM_NODES:-0} ${LAB_SIM_GROUP:-25} ${LAB_SLURM:-22.05} ${LAB_SLURM_NODES:-static} ${LAB_SLURMDBD:-0} ${LAB_REAL_NODES:-0}")
+  if [ "$running" = "$LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP $LAB_SLURM $LAB_SLURM_NODES $LAB_SLURMDBD ${LAB_REAL_NODES:-0}" ]; then
+    log "lab already up and healthy ($LAB_NODES nodes, $LAB_SIM_NODES simulated, ${LAB_REAL_NODES:-0} real, Slurm $LAB_SLURM $LAB_SLURM_NODES); use: . $LAB_DIR/env"
     [ "${LAB_PROMETHEUS:-0}" != 1 ] || "$here/prometheus.sh" start
     exit 0
   fi
-  log "lab is up with nodes/simulated/group/slurm/node model/slurmdbd $running but wanted $LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP $LAB_SLURM $LAB_SLURM_NODES $LAB_SLURMDBD: restarting it"
+  log "lab is up with nodes/simulated/group/slurm/node model/slurmdbd/real $running but wanted $LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP $LAB_SLURM $LAB_SLURM_NODES $LAB_SLURMDBD ${LAB_REAL_NODES:-0}: restarting it"
 fi
 # Anything left from a previous (partial) run is stopped first, by its PID files.
 if compgen -G "$LAB_DIR/run/*.pid" >/dev/null || [ -d "$LAB_DIR/run/pods" ]; then
@@ -466,6 +466,7 @@ leaf() { [ "$LAB_SLURM_NODES" = dynamic ] || echo " Nodes=$1"; }
   echo "SwitchName=spine Switches=$spine"
 } > "$LAB_DIR/etc/topology.conf"
 echo "TopologyPlugin=topology/tree" >> "$SLURM_CONF"
+"$here/real-nodes.sh" slurm-conf   # LAB_REAL_NODES: Slurm nodes real01.. (served by the slurmd image)
 
 # ---------------------------------------------------------------- sshd config
 S=$LAB_DIR/ssh
@@ -548,7 +549,7 @@ start_daemon kube-apiserver "$BIN/kube-apiserver" \
   --service-account-key-file="$P/sa.pub" --service-account-signing-key-file="$P/sa.key" \
   --allow-privileged=true \
   --enable-priority-and-fairness=false --profiling=false \
-  --endpoint-reconciler-type=none \
+  --endpoint-reconciler-type=none --kubelet-preferred-address-types=InternalIP,Hostname \
   --cert-dir="$LAB_DIR/state/apiserver-certs"
 agent_slurm=(--node-conf "$LAB_DIR/etc/nodes.tsv" --slurm-path "$SLURM_PATH")
 [ "$LAB_SLURM" != 26.05 ] || agent_slurm+=(--slurm-env "SLURM_SACK_KEY=$SLURM_SACK_KEY"
@@ -667,17 +668,13 @@ export LAB_SLURM_NODES=$LAB_SLURM_NODES
 export LAB_SLURMCTLD_PORT=$CTLD_PORT
 export LAB_SLURMDBD=$LAB_SLURMDBD
 EOF
-if [ "$LAB_SLURM" != 22.05 ]; then
-  cat >> "$LAB_DIR/env" <<EOF
-case ":\$PATH:" in *":$SLURM_PATH:"*) ;; *) export PATH="$SLURM_PATH:\$PATH" ;; esac
-$([ -z "$SLURM_PREFIX" ] || echo "export LAB_SLURM_PREFIX=$SLURM_PREFIX")
-$([ -z "$ROOTFS" ] || echo "export LAB_SLURM_ROOTFS=$ROOTFS")
-$([ "$LAB_SLURM" != 26.05 ] || echo "export SLURM_SACK_SOCKET=$SLURM_SACK_SOCKET")
-export LAB_SLURMRESTD_URL=http://127.0.0.1:$RESTD_PORT
-export LAB_SLURM_JWT=$LAB_SLURM_JWT
-export LAB_SLURM_JWT_USER=root
-EOF
-fi
+  running=$(. "$LAB_DIR/env" && echo "$LAB_NODES ${LAB_SIM_NODES:-0} ${LAB_SIM_GROUP:-25} ${LAB_SLURM:-22.05} ${LAB_SLURM_NODES:-static} ${LAB_SLURMDBD:-0} ${LAB_REAL_NODES:-0}")
+  if [ "$running" = "$LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP $LAB_SLURM $LAB_SLURM_NODES $LAB_SLURMDBD ${LAB_REAL_NODES:-0}" ]; then
+    log "lab already up and healthy ($LAB_NODES nodes, $LAB_SIM_NODES simulated, ${LAB_REAL_NODES:-0} real, Slurm $LAB_SLURM $LAB_SLURM_NODES); use: . $LAB_DIR/env"
+    [ "${LAB_PROMETHEUS:-0}" != 1 ] || "$here/prometheus.sh" start
+    exit 0
+  fi
+  log "lab is up with nodes/simulated/group/slurm/node model/slurmdbd/real $running but wanted $LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP $LAB_SLURM $LAB_SLURM_NODES $LAB_SLURMDBD ${LAB_REAL_NODES:-0}: restarting it"
 # LAB_PROMETHEUS=1: Prometheus scraping the operator with the chart's ServiceMonitor and rules.
 [ "${LAB_PROMETHEUS:-0}" != 1 ] || "$here/prometheus.sh" start
 trap - EXIT

@@ -122,6 +122,8 @@ def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str) -> dict[str, A
         "env": env,
         "resources": t.resources.model_dump(by_alias=True),
     }
+    if t.volume_mounts:
+        container["volumeMounts"] = [dict(m) for m in t.volume_mounts]
     pod_spec: dict[str, Any] = {
         "nodeName": node,
         "hostNetwork": True,
@@ -131,6 +133,8 @@ def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str) -> dict[str, A
         "tolerations": tolerations,
         "containers": [container],
     }
+    if t.volumes:
+        pod_spec["volumes"] = [dict(v) for v in t.volumes]
     if t.service_account_name:
         pod_spec["serviceAccountName"] = t.service_account_name
     if t.priority_class_name:

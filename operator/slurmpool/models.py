@@ -8,7 +8,7 @@ the schema's descriptions, so `kubectl explain snp.spec` shows them).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
@@ -206,6 +206,13 @@ class SlurmdPodTemplate(Model):
     service_account_name: str | None = None
     priority_class_name: str | None = None
     termination_grace_period_seconds: int = Field(default=30, ge=0, le=3600)
+    volumes: list[dict[str, Any]] = Field(
+        default_factory=list, max_length=32,
+        description="Pod volumes (Kubernetes Volume objects), e.g. the Secret with munge.key and a ConfigMap with slurm.conf.",
+    )
+    volume_mounts: list[dict[str, Any]] = Field(
+        default_factory=list, max_length=32, description="Mounts of those volumes in the slurmd container (VolumeMount objects)."
+    )
 
 
 class SlurmSpec(Model):

@@ -1,0 +1,114 @@
+#!/bin/bash
+# slurmd-entrypoint: runs slurmd for the Kubernetes node this pod runs on (the slurmd image).
+#
+# Environment (all optional except NODE_NAME, which slurmpool's slurmd pod sets from spec.nodeName):
+#   NODE_NAME           the Slurm node name (Kubernetes node name == Slurm node name)
+#   SLURMD_MODE         static (default): `slurmd -D -N $NODE_NAME`, the node is in slurm.conf;
+#                       dynamic: `slurmd -D -N $NODE_NAME -Z --conf "$SLURMD_NODE_CONF"` (Slurm 22.05+)
+#   SLURMD_NODE_CONF    dynamic nodes: the node's line, e.g. "Gres=gpu:h100:8 Features=h100 CPUs=96"
+#   SLURM_CONF_SERVER   configless: slurmctld host[:port][,host2[:port]] (`--conf-server`; slurm.conf
+#                       then needs SlurmctldParameters=enable_configless); else SLURM_CONF or
+#                       /etc/slurm/slurm.conf (e.g. a ConfigMap volume) is read
+#   SLURM_AUTH_DIR      where the auth Secret is mounted (default /etc/slurm-auth): munge.key
+#                       (auth/munge: a munged is started here) or slurm.key (auth/slurm, 23.11+)
+#   MUNGE_SOCKET        munged's socket (default: slurm.conf's AuthInfo socket=, else
+#                       /run/munge/munge.socket.2)
+#   SLURMD_ARGS         more slurmd arguments (word-split); the container's args are appended too
+#
+# SIGTERM (pod deletion, eviction, drain): slurmd is stopped only once no job step runs on this node.
+# The node's state in Slurm is never changed here: no `scontrol update state=down` (which kills
+# jobs, as a preStop hook that does it would). slurmpool drains the node in Slurm and waits for its
+# jobs before it deletes this pod; a pod deleted early keeps serving its running jobs until they end
+# or the pod's terminationGracePeriodSeconds runs out (then the kubelet kills the container).
+# GPUs: request nvidia.com/gpu like any pod; the device plugin gives the container the devices,
+# and gres.conf (AutoDetect=nvml, or File=/dev/nvidia[0-7]) tells slurmd about them.
+set -euo pipefail
+log() { echo "slurmd-entrypoint: $*" >&2; }
+: "${NODE_NAME:?NODE_NAME must be set (slurmpool sets it from spec.nodeName)}"
+mode=${SLURMD_MODE:-static}
+auth_dir=${SLURM_AUTH_DIR:-/etc/slurm-auth}
+conf=${SLURM_CONF:-/etc/slurm/slurm.conf}
+
+# --- auth material from the Secret volume
+munged_pid=""
+conf_value() {  # conf_value KEY: KEY=value from slurm.conf (case-insensitive, last wins)
+  [ -r "$conf" ] || return 0
+  sed -n "s/^[[:space:]]*$1[[:space:]]*=[[:space:]]*\([^[:space:]#]*\).*/\1/Ip" "$conf" | tail -n1
+}
+if [ -r "$auth_dir/munge.key" ]; then
+  socket=${MUNGE_SOCKET:-}
+  if [ -z "$socket" ]; then
+    socket=$(conf_value AuthInfo | tr ',' '\n' | sed -n 's/^socket=//p')
+    socket=${socket:-/run/munge/munge.socket.2}
+  fi
+  mkdir -p /etc/munge "$(dirname "$socket")" /var/lib/munge /var/log/munge
+  install -o munge -g munge -m 0400 "$auth_dir/munge.key" /etc/munge/munge.key
+  chown munge:munge "$(dirname "$socket")" /var/lib/munge /var/log/munge
+  chmod 0755 "$(dirname "$socket")"
+  setpriv --reuid=munge --regid=munge --init-groups munged -F --socket="$socket" \
+    --key-file=/etc/munge/munge.key --pid-file=/run/munged.pid --log-file=/var/log/munge/munged.log &
+  munged_pid=$!
+  for _ in $(seq 1 100); do [ -S "$socket" ] && break; sleep 0.05; done
+  [ -S "$socket" ] || { log "munged did not start"; exit 1; }
+  log "munged on $socket"
+elif [ -r "$auth_dir/slurm.key" ]; then
+  install -d -m 0755 /etc/slurm
+  install -m 0600 "$auth_dir/slurm.key" /etc/slurm/slurm.key
+  log "auth/slurm key installed"
+else
+  log "no munge.key or slurm.key in $auth_dir: mount the auth Secret there (or set SLURM_AUTH_DIR)"
+  exit 1
+fi
+
+# --- directories slurm.conf names that do not exist in the container yet
+for key in SlurmdSpoolDir SlurmdLogFile SlurmdPidFile; do
+  v=$(conf_value "$key"); [ -n "$v" ] || continue
+  v=${v//%n/$NODE_NAME}; v=${v//%h/$(hostname)}
+  case $key in SlurmdSpoolDir) mkdir -p "$v" ;; *) mkdir -p "$(dirname "$v")" ;; esac
+done
+
+# --- slurmd's command line
+args=(-D -N "$NODE_NAME")
+if [ -n "${SLURM_CONF_SERVER:-}" ]; then args+=(--conf-server "$SLURM_CONF_SERVER")
+elif [ ! -r "$conf" ]; then log "no $conf and no SLURM_CONF_SERVER"; exit 1
+else export SLURM_CONF=$conf
+fi
+case $mode in
+  static) ;;
+  dynamic) args+=(-Z); [ -z "${SLURMD_NODE_CONF:-}" ] || args+=(--conf "$SLURMD_NODE_CONF") ;;
+  *) log "SLURMD_MODE must be static or dynamic, not $mode"; exit 1 ;;
+esac
+# shellcheck disable=SC2206
+[ -z "${SLURMD_ARGS:-}" ] || args+=($SLURMD_ARGS)
+args+=("$@")
+
+job_steps() {  # PIDs of slurmstepd in this container (its own PID namespace)
+  local d; for d in /proc/[0-9]*; do [ "$(cat "$d/comm" 2>/dev/null)" = slurmstepd ] && echo "${d#/proc/}"; done; return 0
+}
+stopping=0
+on_term() { stopping=1; }
+trap on_term TERM INT
+
+log "slurmd ${args[*]}"
+slurmd "${args[@]}" &
+slurmd_pid=$!
+# wait returns when slurmd exits or a trapped signal arrives
+rc=0
+while :; do
+  wait "$slurmd_pid" && rc=0 || rc=$?
+  [ $stopping = 1 ] && break
+  kill -0 "$slurmd_pid" 2>/dev/null || { log "slurmd exited with $rc"; break; }
+done
+if [ $stopping = 1 ]; then
+  steps=$(job_steps | tr '\n' ' ')
+  if [ -n "${steps// /}" ]; then
+    log "SIGTERM with job steps running (slurmstepd $steps): slurmd keeps serving them; the node's Slurm state is left alone"
+    while [ -n "$(job_steps)" ] && kill -0 "$slurmd_pid" 2>/dev/null; do sleep 1; done
+  fi
+  log "SIGTERM: stopping slurmd (the node's state in Slurm is unchanged)"
+  kill -TERM "$slurmd_pid" 2>/dev/null || true
+  wait "$slurmd_pid" || true
+  rc=0
+fi
+if [ -n "$munged_pid" ]; then kill -TERM "$munged_pid" 2>/dev/null || true; wait "$munged_pid" || true; fi
+exit "$rc"

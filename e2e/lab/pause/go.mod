@@ -1,0 +1,3 @@
+module slurmpool.io/lab/pause
+
+go 1.26.0
