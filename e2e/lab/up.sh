@@ -668,13 +668,18 @@ export LAB_SLURM_NODES=$LAB_SLURM_NODES
 export LAB_SLURMCTLD_PORT=$CTLD_PORT
 export LAB_SLURMDBD=$LAB_SLURMDBD
 EOF
-  running=$(. "$LAB_DIR/env" && echo "$LAB_NODES ${LAB_SIM_NODES:-0} ${LAB_SIM_GROUP:-25} ${LAB_SLURM:-22.05} ${LAB_SLURM_NODES:-static} ${LAB_SLURMDBD:-0} ${LAB_REAL_NODES:-0}")
-  if [ "$running" = "$LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP $LAB_SLURM $LAB_SLURM_NODES $LAB_SLURMDBD ${LAB_REAL_NODES:-0}" ]; then
-    log "lab already up and healthy ($LAB_NODES nodes, $LAB_SIM_NODES simulated, ${LAB_REAL_NODES:-0} real, Slurm $LAB_SLURM $LAB_SLURM_NODES); use: . $LAB_DIR/env"
-    [ "${LAB_PROMETHEUS:-0}" != 1 ] || "$here/prometheus.sh" start
-    exit 0
-  fi
-  log "lab is up with nodes/simulated/group/slurm/node model/slurmdbd/real $running but wanted $LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP $LAB_SLURM $LAB_SLURM_NODES $LAB_SLURMDBD ${LAB_REAL_NODES:-0}: restarting it"
+if [ "$LAB_SLURM" != 22.05 ]; then
+  cat >> "$LAB_DIR/env" <<EOF
+case ":\$PATH:" in *":$SLURM_PATH:"*) ;; *) export PATH="$SLURM_PATH:\$PATH" ;; esac
+$([ -z "$SLURM_PREFIX" ] || echo "export LAB_SLURM_PREFIX=$SLURM_PREFIX")
+$([ -z "$ROOTFS" ] || echo "export LAB_SLURM_ROOTFS=$ROOTFS")
+$([ "$LAB_SLURM" != 26.05 ] || echo "export SLURM_SACK_SOCKET=$SLURM_SACK_SOCKET")
+export LAB_SLURMRESTD_URL=http://127.0.0.1:$RESTD_PORT
+export LAB_SLURM_JWT=$LAB_SLURM_JWT
+export LAB_SLURM_JWT_USER=root
+EOF
+fi
+"$here/real-nodes.sh" start   # LAB_REAL_NODES=N real kubelet nodes (default 0: none)
 # LAB_PROMETHEUS=1: Prometheus scraping the operator with the chart's ServiceMonitor and rules.
 [ "${LAB_PROMETHEUS:-0}" != 1 ] || "$here/prometheus.sh" start
 trap - EXIT
