@@ -102,6 +102,14 @@ def test_reason_stamp_is_kept_apart_from_the_text():
     assert one(IDLE_WITH_COMMENT).reason_time is None
 
 
+def test_the_fields_26_05_prints_after_the_reason_end_it():
+    """A dynamic node of 26.05 prints Topology= after the Reason (and ReservationName=, Parameters= ...)."""
+    line = IDLE_DRAIN_FEATURES + " ReservationName=maint Topology=default:spine:block-2:rack-4"
+    n = one(line)
+    assert n.reason == "slurmpool: move to inference (pool demo/a)"
+    assert (n.reason_user, n.reason_time) == ("root", utc(2026, 11, 29, 15, 55, 26))
+
+
 def test_comment_is_not_taken_for_a_reason():
     n = one(IDLE_WITH_COMMENT)
     assert (n.state, n.flags, n.reason, n.features) == ("IDLE", frozenset(), None, ())

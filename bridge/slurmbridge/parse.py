@@ -42,9 +42,13 @@ NO_TIME = frozenset({"", "N/A", "UNKNOWN", "NONE", "(NULL)", "INVALID", "0"})
 _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_]*)=")
 # Free text fields scontrol prints last, in this order (22.05: Reason, Comment, Extra).
 _TAIL_START = re.compile(r"(?:^|(?<=\s))(?:Reason|Comment|Extra)=")
+# What scontrol may print after Reason= (26.05's node_info.c, in order; 22.05 prints the first two).
+_AFTER_REASON = ("Comment", "Extra", "InstanceId", "InstanceType", "ReservationName", "TLSCertTokenSet",
+                 "TLSCertLastRenewal", "Topology", "Parameters")
 # Reason=<text>[ [user@time]]: the stamp is only counted when the field ends right after it.
 _REASON = re.compile(
-    r"^Reason=(?P<text>.*?)(?: \[(?P<user>[^\s\[\]@]*)@(?P<when>[^\]\s]*)\])?(?= Comment=| Extra=|$)"
+    r"^Reason=(?P<text>.*?)(?: \[(?P<user>[^\s\[\]@]*)@(?P<when>[^\]\s]*)\])?(?="
+    + "".join(f" {k}=|" for k in _AFTER_REASON) + "$)"
 )
 
 SQUEUE_FIELDS = ("%i", "%T", "%P", "%u", "%D", "%N", "%b", "%S", "%e", "%r", "%j")
