@@ -54,7 +54,11 @@ start() {
   local as=()
   [ "${ids[0]}" = 0 ] || as=(setpriv "--reuid=${ids[0]}" "--regid=${ids[1]}" --init-groups)
   rm -f "$pidfile"
-  (cd "$(cat "$saved/cwd")" && exec env -i "${envv[@]}" setsid bash -c 'echo $$ > "$0"; exec "$@"' \
+  # The lab's Slurm first in PATH (24.11's chroot wrappers, 26.05's build): a process's own
+  # environment may not hold it (a wrapper changed it before exec).
+  local path=$PATH
+  [ ! -s "$LAB_DIR/slurm.env" ] || path=$(. "$LAB_DIR/slurm.env" >/dev/null && echo "$PATH")
+  (cd "$(cat "$saved/cwd")" && exec env -i "${envv[@]}" PATH="$path" setsid bash -c 'echo $$ > "$0"; exec "$@"' \
     "$pidfile" "${as[@]}" "${argv[@]}" >> "$LAB_DIR/log/$name.log" 2>&1 < /dev/null 9>&- &)
   for i in $(seq 1 200); do [ -s "$pidfile" ] && break; sleep 0.05; done
   [ -s "$pidfile" ] || { echo "$name did not start" >&2; return 1; }
