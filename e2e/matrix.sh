@@ -23,10 +23,8 @@ short="e2e/test_health.py::test_a_node_slurm_drains_for_missing_gpus_is_unhealth
 rows=(
   "22.05|LAB_SLURM=22.05|$core e2e/test_bridge_real.py $short"
   "22.05-slurmdbd|LAB_SLURM=22.05 LAB_SLURMDBD=1|$core $short"
-  # Not yet $short on 24.11: Slurm drains the short node (slurmctld.log says so) but the test does not
-  # see the drain's reason within its 30 s (open in issue 13); the 24.11 rule is unit-tested (sim.py).
-  "24.11|LAB_SLURM=24.11|$core e2e/test_bridge_real.py"
-  "24.11-rest|LAB_SLURM=24.11 LAB_ACCESS=rest|$core e2e/test_bridge_real.py e2e/test_rest_operator.py"
+  "24.11|LAB_SLURM=24.11|$core e2e/test_bridge_real.py $short"
+  "24.11-rest|LAB_SLURM=24.11 LAB_ACCESS=rest|$core e2e/test_bridge_real.py e2e/test_rest_operator.py $short"
   "26.05|LAB_SLURM=26.05|$core e2e/test_bridge_real.py $short"
   "26.05-rest|LAB_SLURM=26.05 LAB_ACCESS=rest|$core e2e/test_rest_operator.py $short"
   # No $short on dynamic nodes: a dynamic node's configuration is what its slurmd reports
