@@ -302,9 +302,19 @@ def test_two_replicas_the_leaders_pod_deleted_the_other_takes_over(lab, real, ch
             except ApiException:
                 return None
         leader = wait(lambda: (h := holder()) in names and h, 60, what="a replica holding the Lease")
-        (other,) = names - {leader}
         lab.kubectl("delete", "pod", "-n", OPERATOR_NAMESPACE, leader, "--wait=false")
-        wait(lambda: holder() == other, 90, what=f"{other} to take the Lease from {leader}")
+        # The other replica, or the Deployment's replacement of the deleted one, takes it over: any
+        # running replica but the deleted leader.
+        def new_leader():
+            running = {p["metadata"]["name"] for p in chart.pods() if p["status"].get("phase") == "Running"}
+            h = holder()
+            return h if h and h != leader and h in running else None
+        try:
+            other = wait(new_leader, 90, what=f"another replica to take the Lease from {leader}")
+        except AssertionError:
+            print(holder(), json.dumps([(p["metadata"]["name"], p["spec"].get("nodeName"), p["status"].get("phase"))
+                                        for p in chart.pods()]))
+            raise
         # the new leader acts: a split change is carried out
         lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=8")
         wait(lambda: pool_status(lab, POOL).get("slurm", {}).get("ready") == 8 and pool_status(lab, POOL).get("moving") == 0,
