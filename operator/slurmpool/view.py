@@ -88,6 +88,17 @@ def read_time(value: str | None) -> datetime | None:
     return parsed
 
 
+def json_object(text: str) -> dict:
+    """An annotation's JSON object; ValueError with a message for people otherwise."""
+    try:
+        body = json.loads(text)
+    except ValueError as err:
+        raise ValueError(f"not JSON ({err})") from None
+    if not isinstance(body, dict):
+        raise ValueError("not a JSON object")
+    return body
+
+
 @dataclass(frozen=True)
 class RecordProblem:
     """An annotation of a node that the operator cannot act on: the node is left alone."""
@@ -144,12 +155,7 @@ class MoveRecord(BaseModel):
     @classmethod
     def parse(cls, text: str) -> MoveRecord:
         """Raises ValueError with a message for people (the record's annotation is writable)."""
-        try:
-            body = json.loads(text)
-        except ValueError as err:
-            raise ValueError(f"not JSON ({err})") from None
-        if not isinstance(body, dict):
-            raise ValueError("not a JSON object")
+        body = json_object(text)
         try:
             return cls.model_validate(body)
         except ValidationError as err:
@@ -193,11 +199,8 @@ class DrainClaim:
     @classmethod
     def parse(cls, text: str) -> DrainClaim:
         """Raises ValueError with a message for people (the annotation is writable)."""
-        try:
-            body = json.loads(text)
-        except ValueError as err:
-            raise ValueError(f"not JSON ({err})") from None
-        reason, at = (body.get("reason"), body.get("at")) if isinstance(body, dict) else (None, None)
+        body = json_object(text)
+        reason, at = body.get("reason"), body.get("at")
         if not isinstance(reason, str) or not reason.startswith(REASON_PREFIX) or len(reason) > 200:
             raise ValueError(f"reason must be a string starting with {REASON_PREFIX!r}")
         if not isinstance(at, str):
