@@ -70,7 +70,7 @@ def test_every_alert_has_a_firing_and_a_silent_case_with_labels_and_annotations(
             else:
                 silent.add(case["alertname"])
     names = alert_names(rules)
-    assert len(names) == 6
+    assert len(names) == 7
     assert names == set(fires), f"no firing test for {names - set(fires)}; unknown: {set(fires) - names}"
     assert names <= silent, f"no must-not-fire test for {names - silent}"
     by_name = {r["alert"]: r for g in rules["groups"] for r in g["rules"] if "alert" in r}
