@@ -8,6 +8,7 @@ through Prometheus' HTTP API:
   SlurmPoolMovesFailing   a slurmd that never registers: registerTimeout, the move rolls back
   SlurmPoolDegraded       Slurm unreachable (the lab's slurmctld stopped)
   SlurmPoolOperatorDown   the operator stopped
+  SlurmPoolNodesUnhealthy an admin drains one of a pool's Slurm nodes in Slurm (a drain not slurmpool's)
 
 Two pools on disjoint nodes (block-1, block-2) let the first two run at once. No other alert may
 fire or even be pending while this runs. Each situation prints an `ALERT | ...` row
@@ -32,6 +33,7 @@ from harness import (
     events,
     get_json,
     install_crd,
+    node_placements,
     now_rfc3339,
     pool_manifest,
     reset_lab,
@@ -42,6 +44,7 @@ from prometheus import free_port, job_label, prometheus, register, unregister  #
 
 pytestmark = pytest.mark.e2e
 A, B = "alerts-a", "alerts-b"  # pools over block-1 (gpu01-04) and block-2 (gpu05-08)
+BLOCK_2 = ("gpu05", "gpu06", "gpu07", "gpu08")
 TARGET = "e2e-alerts"
 ROWS: list[str] = []
 
@@ -159,7 +162,7 @@ def test_the_operator_is_scraped_with_the_labels_the_servicemonitor_implies(lab,
 def test_alerts_fire_in_real_situations_and_resolve(lab, prometheus, operator):
     ops, args = operator
     for_ = {a: rule_for(prometheus, a) for a in ("SlurmPoolDrainBlocked", "SlurmPoolMovesFailing", "SlurmPoolDegraded",
-                                                 "SlurmPoolOperatorDown")}
+                                                 "SlurmPoolOperatorDown", "SlurmPoolNodesUnhealthy")}
     with AlertWatch(prometheus) as watch:
         t_begin = time.time()
         # Two pods of pool A's inference nodes under a PDB that allows no disruption.
@@ -231,13 +234,28 @@ def test_alerts_fire_in_real_situations_and_resolve(lab, prometheus, operator):
         row("SlurmPoolOperatorDown", "the operator stopped (SIGTERM)", for_["SlurmPoolOperatorDown"], fired_down - t_stop,
             resolved_down - t_start, "it is started again")
         wait(lambda: split_reached(lab, A, 3, total=4) and split_reached(lab, B, 2, total=4), 60, what="settled again")
+
+        # 5: an admin drains one of B's Slurm nodes in Slurm: not slurmpool's drain, so it is unhealthy
+        # (DrainedByOthers has no grace) and held until the admin resumes it.
+        sick = next(n for n, p in sorted(node_placements(lab).items()) if p == "slurm" and n in BLOCK_2)
+        t_sick = time.time()
+        lab.slurm("scontrol", "update", f"nodename={sick}", "state=drain", "reason=e2e: admin maintenance")
+        try:
+            fired_sick = watch.wait_fired("SlurmPoolNodesUnhealthy", t_sick, 60, pool=f"{NAMESPACE}/{B}",
+                                          side="slurm", kind="DrainedByOthers")
+        finally:
+            t_healed = time.time()
+            lab.slurm("scontrol", "update", f"nodename={sick}", "state=resume")
+        resolved_sick = watch.wait_resolved("SlurmPoolNodesUnhealthy", t_healed, 60, pool=f"{NAMESPACE}/{B}")
+        row("SlurmPoolNodesUnhealthy", f"an admin drains {sick} (pool B's, Slurm side) in Slurm",
+            for_["SlurmPoolNodesUnhealthy"], fired_sick - t_sick, resolved_sick - t_healed, "the admin resumes it")
         t_end = time.time()
         time.sleep(1)
 
     # Nothing else was pending or firing at any poll: only the alerts of the situations, for their pools.
     expected = {("SlurmPoolDrainBlocked", f"{NAMESPACE}/{A}"), ("SlurmPoolMovesFailing", None),
                 ("SlurmPoolDegraded", f"{NAMESPACE}/{A}"), ("SlurmPoolDegraded", f"{NAMESPACE}/{B}"),
-                ("SlurmPoolOperatorDown", None)}
+                ("SlurmPoolOperatorDown", None), ("SlurmPoolNodesUnhealthy", f"{NAMESPACE}/{B}")}
     seen = {(dict(k)["alertname"], dict(k).get("pool")) for k in watch.seen}
     assert seen == expected, f"unexpected: {seen - expected}; missing: {expected - seen}"
     assert watch.polls and watch.polls[0] - t_begin < 2 and t_end - watch.polls[-1] < 2
