@@ -314,7 +314,7 @@ ONCALL_REFUSED = [
      ["the on-call may not uncordon node {slurm}", "To move the node: kubectl slurmpool move {slurm} --to slurm|inference|inference:POOL"]),
     (("cordon", "{inference}", "--dry-run=server"), ONCALL_POLICY, ["the on-call may not cordon node {inference}"]),
     (("annotate", "node", "{slurm}", "oncall-e2e/note=hi"), ONCALL_POLICY,
-     ["may change only the annotations slurmpool.io/pin and slurmpool.io/move-now of node {slurm}, not oncall-e2e/note"]),
+     ["may change only the annotations slurmpool.io/pin, slurmpool.io/move-now and slurmpool.io/force of node {slurm}, not oncall-e2e/note"]),
     (("annotate", "node", "{slurm}", 'slurmpool.io/move={"id":"by-hand","phase":"Drainig"}', "--dry-run=server"), RECORDS,
      ["slurmpool.io/move on node {slurm} is a record of the slurmpool operator: only its ServiceAccount "
       "(system:serviceaccount:slurmpool-system:slurmpool) may set, change or remove it. To move the node: kubectl slurmpool move {slurm}"]),
