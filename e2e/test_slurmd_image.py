@@ -12,6 +12,10 @@ own port; it is deleted from Slurm at the end.
 Checked: the node registers with the --conf line (GPUs, feature, DYNAMIC_NORM), a job runs to
 completion, and on SIGTERM with a job running the entrypoint keeps slurmd serving: the node is never
 DOWN, the job runs to COMPLETED, and only then does the entrypoint exit, 0.
+With real kubelet nodes (LAB_REAL_NODES, the matrix's 26.05-dynamic-rest row), the same image runs
+as a pod of the real kubelet (containerd, hostNetwork, slurm.key from a Secret, GPUs requested as
+nvidia.com/gpu): it registers and runs a job, and the pod deleted during a job ends only once the job
+completed, the node never DOWN.
 The static + munge + slurm.conf modes run on real kubelet nodes (e2e/test_real_nodes.py, 22.05).
 """
 
@@ -56,6 +60,7 @@ def rootfs(dynamic_26) -> Path:
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir()
     unpack(archive, root)
+    (root / ".image").write_text(f"{name}={archive}")
     print(f"slurmd image {name} built/unpacked in {time.monotonic() - t0:.1f} s")
     yield root
     shutil.rmtree(root, ignore_errors=True)
@@ -199,3 +204,78 @@ def test_entrypoint_dynamic_configless_auth_slurm_registers_runs_a_job_and_sigte
              or "not found" in node_line(lab, NODE).lower() + lab.slurm("scontrol", "show", "node", NODE,
                                                                        check=False).stderr.lower(),
              30, interval=1, what=f"{NODE} deleted from Slurm")
+
+
+def test_real_kubelet_runs_the_image_dynamic_and_a_pod_deleted_during_a_job_waits_for_it(dynamic_26, rootfs):
+    lab = dynamic_26
+    if not lab.real_nodes:
+        pytest.skip("no real kubelet nodes (LAB_REAL_NODES=0)")
+    from harness import NAMESPACE, apply, ensure_namespace_and_secret, pods_json
+
+    name, archive = (rootfs / ".image").read_text().split("=", 1)
+    lab.run(str(REPO / "e2e" / "lab" / "real-nodes.sh"), "import", archive, timeout=300)
+    ensure_namespace_and_secret(lab)
+    lab_dir, host = lab.env["LAB_DIR"], lab.real_nodes[-1]
+    server = f"127.0.0.1:{conf_value(Path(lab.env['SLURM_CONF']), 'SlurmctldPort')}"
+    lab_line = (Path(lab_dir) / "etc" / "nodes.tsv").read_text().splitlines()[-1].split("\t")[2]
+    node_conf = re.sub(r"Port=\d+", f"Port={free_port()}", lab_line) + f" Features={FEATURE}"
+    key = (Path(lab_dir) / "etc" / "slurm.key").read_bytes()
+    import base64
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "slurm-auth-26", "namespace": NAMESPACE},
+              "data": {"slurm.key": base64.b64encode(key).decode()}}
+    # slurm.conf (fetched from slurmctld) names the lab's spool and log directories and fake GPUs
+    paths = {"state": f"{lab_dir}/state", "log": f"{lab_dir}/log", "fakedev": f"{lab_dir}/fakedev"}
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "slurmd-image-26", "namespace": NAMESPACE, "labels": {"app": "slurmd-image-26"}},
+        "spec": {
+            "nodeName": host, "hostNetwork": True, "terminationGracePeriodSeconds": 120,
+            "tolerations": [{"key": "slurmpool.io/real-node", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{
+                "name": "slurmd", "image": name, "imagePullPolicy": "Never",
+                "env": [{"name": "NODE_NAME", "value": NODE}, {"name": "SLURMD_MODE", "value": "dynamic"},
+                        {"name": "SLURM_CONF_SERVER", "value": server}, {"name": "SLURMD_NODE_CONF", "value": node_conf}],
+                "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                "volumeMounts": [{"name": k, "mountPath": v} for k, v in paths.items()]
+                + [{"name": "auth", "mountPath": "/etc/slurm-auth", "readOnly": True}],
+            }],
+            "volumes": [{"name": k, "hostPath": {"path": v, "type": "Directory"}} for k, v in paths.items()]
+            + [{"name": "auth", "secret": {"secretName": "slurm-auth-26", "defaultMode": 0o400}}],
+        },
+    }
+    t0 = time.monotonic()
+    apply(lab, [secret, pod])
+    try:
+        wait(lambda: "IDLE" in field(node_line(lab, NODE), "State"), 90, what=f"{NODE} registered by the pod's slurmd")
+        joined = time.monotonic() - t0
+        line = node_line(lab, NODE)
+        assert "DYNAMIC_NORM" in field(line, "State") and FEATURE in field(line, "AvailableFeatures"), line
+
+        def submit(seconds: int) -> str:
+            return lab.slurm("sbatch", "--parsable", "-w", NODE, "--gres=gpu:8", "-D", "/tmp", "-o", "/dev/null",
+                             "--wrap", f"sleep {seconds}").stdout.strip().split(";")[0]
+        first = submit(1)
+        wait(lambda: job_state(lab, first) == "COMPLETED", 60, what="a job to complete on the pod's slurmd")
+        held = submit(15)
+        wait(lambda: job_state(lab, held) == "RUNNING", 30, what="a job to run")
+        lab.kubectl("delete", "pod", "slurmd-image-26", "-n", NAMESPACE, "--wait=false")
+        seen = []
+        while job_state(lab, held) == "RUNNING":
+            state = field(node_line(lab, NODE), "State")
+            seen.append(state)
+            assert "DOWN" not in state, state
+            assert pods_json(lab, NAMESPACE, "app=slurmd-image-26"), "the pod went while its job ran"
+            time.sleep(1)
+        assert len(seen) >= 5, seen
+        assert job_state(lab, held) == "COMPLETED"
+        wait(lambda: not pods_json(lab, NAMESPACE, "app=slurmd-image-26"), 60, what="the pod to go once the job ended")
+        print(f"slurmd image {name} under the real kubelet on {host}: {NODE} registered {joined:.1f} s after the pod "
+              f"was created; job {first} COMPLETED; pod deleted during job {held}: node {sorted(set(seen))} for "
+              f"{len(seen)} s, job COMPLETED, then the pod went")
+    finally:
+        lab.kubectl("delete", "pod", "slurmd-image-26", "-n", NAMESPACE, "--ignore-not-found", "--grace-period=0",
+                    "--force", check=False)
+        lab.kubectl("delete", "secret", "slurm-auth-26", "-n", NAMESPACE, "--ignore-not-found", check=False)
+        wait(lambda: lab.slurm("scontrol", "delete", f"nodename={NODE}", check=False).returncode == 0
+             or "not found" in lab.slurm("scontrol", "show", "node", NODE, check=False).stderr.lower()
+             + node_line(lab, NODE).lower(), 30, interval=1, what=f"{NODE} deleted from Slurm")
