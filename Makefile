@@ -60,10 +60,11 @@ manifests: tools
 image-check: venv
 	deploy/docker/check.sh
 
-# Both images (operator, slurmd) as OCI archives from a Debian base, no engine or registry
+# The operator image and slurmd images as OCI archives from a Debian base, no engine or registry
 # (deploy/docker/build-images.sh; cached under ~/.cache/slurmpool/images). README: push them.
+# SLURM: the slurmd images' Slurm versions, e.g. SLURM="22.05 24.11 26.05" (default 22.05).
 images: deps venv
-	deploy/docker/build-images.sh
+	$(if $(SLURM),SLURMD_VERSIONS="$(SLURM)") deploy/docker/build-images.sh
 
 unit: venv tools
 	SLURMPOOL_REQUIRE_TOOLS=1 $(BIN)/pytest -q tests

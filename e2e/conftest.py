@@ -310,3 +310,5 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if here in Path(item.path).parents:
             item.add_marker(pytest.mark.e2e)
+    # A test that takes the lab down (marker lab_down) runs after every other test of the session.
+    items.sort(key=lambda item: item.get_closest_marker("lab_down") is not None)

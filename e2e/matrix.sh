@@ -18,6 +18,10 @@ core="e2e/test_lab.py e2e/test_operator.py"
 # A slurmd that registers short after slurmpool resumed it: Slurm drains it itself (on 24.11 under
 # our old Reason), and slurmpool never resumes it nor hands it across (issue 13's acceptance).
 short="e2e/test_health.py::test_a_node_slurm_drains_for_missing_gpus_is_unhealthy_never_resumed_never_handed_across"
+# The 26.05 slurmd image run for real: dynamic node, configless, auth/slurm, SIGTERM with a job
+# running; from its root filesystem, and (LAB_REAL_NODES=1) as a pod of a real kubelet. Its image is
+# built once, cached.
+image="e2e/test_slurmd_image.py"
 
 # name | settings | modules. `make test` runs all of e2e/ on 22.05 over SSH, then MATRIX_CI (Makefile).
 rows=(
@@ -29,8 +33,8 @@ rows=(
   "26.05-rest|LAB_SLURM=26.05 LAB_ACCESS=rest|$core e2e/test_rest_operator.py $short"
   # No $short on dynamic nodes: a dynamic node's configuration is what its slurmd reports
   # (--conf), so it cannot register with fewer GPUs than configured.
-  "26.05-dynamic|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic|$core"
-  "26.05-dynamic-rest|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic LAB_ACCESS=rest|$core e2e/test_rest_operator.py"
+  "26.05-dynamic|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic|$core $image"
+  "26.05-dynamic-rest|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic LAB_ACCESS=rest LAB_REAL_NODES=1|$core e2e/test_rest_operator.py $image"
 )
 failed=0
 for row in "${rows[@]}"; do
@@ -42,7 +46,7 @@ for row in "${rows[@]}"; do
   "$here/lab/down.sh" > /dev/null 2>&1
   t0=$(date +%s)
   # shellcheck disable=SC2086
-  env -u LAB_SLURM -u LAB_SLURM_NODES -u LAB_SLURMDBD -u LAB_ACCESS $settings \
+  env -u LAB_SLURM -u LAB_SLURM_NODES -u LAB_SLURMDBD -u LAB_ACCESS -u LAB_REAL_NODES $settings \
     "$repo/.venv/bin/pytest" -q -p no:cacheprovider $modules > "$logs/$name.log" 2>&1
   rc=$?
   [ $rc = 0 ] || failed=1

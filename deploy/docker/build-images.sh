@@ -6,21 +6,31 @@
 #   slurmpool the steps of deploy/docker/Dockerfile on that base: a wheel of operator/ and bridge/,
 #             a virtualenv /opt/slurmpool with it and constraints.txt (Debian's python3 instead of the
 #             python image), uid 65532, ENTRYPOINT slurmpool, CMD run ...
-#   slurmd    deploy/docker/slurmd/Dockerfile's steps: Debian's slurmd and munge (bookworm: Slurm
-#             22.05), deploy/docker/slurmd/entrypoint.sh as /usr/local/bin/slurmd-entrypoint
+#   slurmd    one per Slurm in SLURMD_VERSIONS (default 22.05; the lab offers 22.05 24.11 26.05),
+#             with munge and deploy/docker/slurmd/entrypoint.sh as /usr/local/bin/slurmd-entrypoint:
+#               22.05  deploy/docker/slurmd/Dockerfile's steps on bookworm: Debian 12's slurmd
+#               24.11  the same steps on trixie (a second base, Debian 13): Debian 13's slurmd
+#               26.05  what Dockerfile.source makes, without compiling again: the lab's build of the
+#                      vendored tarball (e2e/lab/build-slurm.sh, cached) copied in at its own prefix
+#                      (compiled into the binaries), on bookworm with the libraries it links to
+#             `make images SLURM="24.11 26.05"` sets SLURMD_VERSIONS. Only 22.05 is built unless
+#             asked, so `make test` (its real nodes run 22.05) pays for no other.
 #
 # Archives and the base are cached under ~/.cache/slurmpool/images (SLURMPOOL_CACHE), keyed by their
 # inputs, so an unchanged image is not rebuilt. Prints "NAME=ARCHIVE" for each image.
-# --import: also import both into the lab's real nodes (e2e/lab/real-nodes.sh import).
-# Image names: OPERATOR_IMAGE (default slurmpool.local/slurmpool:<version>), SLURMD_IMAGE
-# (default slurmpool.local/slurmd:<Slurm major.minor>). To push to a registry, load an archive with
+# --slurmd-only: the slurmd images only (e2e/test_slurmd_image.py).
+# --import: also import them all into the lab's real nodes (e2e/lab/real-nodes.sh import).
+# Image names: OPERATOR_IMAGE (default slurmpool.local/slurmpool:<version>), SLURMD_REPO
+# (default slurmpool.local/slurmd, tagged with the Slurm major.minor). To push to a registry, load an archive with
 # any OCI tool, e.g. `skopeo copy oci-archive:ARCHIVE docker://REGISTRY/slurmpool:TAG` (README).
 # Needs root (debootstrap, chroot) and network to the Debian mirror and PyPI.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 cache=${SLURMPOOL_CACHE:-$HOME/.cache/slurmpool}/images
-SUITE=${IMAGE_SUITE:-bookworm}
+SUITE=${IMAGE_SUITE:-bookworm}   # the operator's base
+SLURMD_VERSIONS=${SLURMD_VERSIONS:-22.05}
+SLURMD_REPO=${SLURMD_REPO:-slurmpool.local/slurmd}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 SECURITY_MIRROR=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
@@ -57,27 +67,30 @@ finish() {
 }
 
 # ---------------------------------------------------------------- base: debootstrap minbase
-base_key=$(printf '%s\n' "$SUITE" "$MIRROR" "$SECURITY_MIRROR" "$(sed -n '/^# ---- base begin/,/^# ---- base end/p' "$0")" | sha256sum | cut -c1-16)
-base=$cache/base-$SUITE-$base_key
+# ensure_base SUITE: sets base (its directory) and base_key; built once per suite
+ensure_base() {
+  local suite=$1 t
+  base_key=$(printf '%s\n' "$suite" "$MIRROR" "$SECURITY_MIRROR" "$(sed -n '/^# ---- base begin/,/^# ---- base end/p' "$0")" | sha256sum | cut -c1-16)
+  base=$cache/base-$suite-$base_key
 # ---- base begin
-if [ ! -e "$base/.complete" ]; then
+  [ ! -e "$base/.complete" ] || return 0
   t=$(date +%s%N)
   rm -rf "$base" "$base.tmp"
-  debootstrap --variant=minbase "$SUITE" "$base.tmp" "$MIRROR" > "$work/debootstrap.log" 2>&1 ||
-    { tail -20 "$work/debootstrap.log" >&2; die "debootstrap failed"; }
+  debootstrap --variant=minbase "$suite" "$base.tmp" "$MIRROR" > "$work/debootstrap.log" 2>&1 ||
+    { tail -20 "$work/debootstrap.log" >&2; die "debootstrap $suite failed"; }
   cat > "$base.tmp/etc/apt/sources.list" <<EOF
-deb $MIRROR $SUITE main
-deb $MIRROR $SUITE-updates main
-deb $SECURITY_MIRROR $SUITE-security main
+deb $MIRROR $suite main
+deb $MIRROR $suite-updates main
+deb $SECURITY_MIRROR $suite-security main
 EOF
   # no daemon starts while packages install
   printf '#!/bin/sh\nexit 101\n' > "$base.tmp/usr/sbin/policy-rc.d"; chmod 755 "$base.tmp/usr/sbin/policy-rc.d"
   in_root "$base.tmp" sh -c 'apt-get update -qq && apt-get upgrade -y -qq >/dev/null'
   finish "$base.tmp"
   touch "$base.tmp/.complete"; mv "$base.tmp" "$base"
-  log "base $SUITE (debootstrap minbase) in $(ms "$t")ms: $(du -sh "$base" | cut -f1)"
-fi
+  log "base $suite (debootstrap minbase) in $(ms "$t")ms: $(du -sh "$base" | cut -f1)"
 # ---- base end
+}
 # new_rootfs DIR: a copy of the base to build an image in
 new_rootfs() {
   cp -a "$base" "$1"; rm -f "$1/.complete"
@@ -86,30 +99,82 @@ new_rootfs() {
 tree_hash() { (cd "$repo" && find "$@" -type f -not -path '*/__pycache__/*' -not -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16; }
 
 # ---------------------------------------------------------------- slurmd
-slurmd_key=$(printf '%s\n' "$base_key" "${SLURMD_IMAGE:-}" "$(tree_hash deploy/docker/slurmd e2e/lab/oci.py)" "$(sed -n '/^# ---- slurmd begin/,/^# ---- slurmd end/p' "$0")" | sha256sum | cut -c1-16)
+# slurmd_suite VERSION: the Debian its image is built on
+slurmd_suite() {
+  case $1 in 22.05|26.05) echo bookworm ;; 24.11) echo trixie ;;
+    *) die "SLURMD_VERSIONS: $1 is not a Slurm the lab offers (22.05 24.11 26.05)" ;; esac
+}
+# build_slurmd VERSION: sets slurmd_tar, the image's archive (built once per key)
+build_slurmd() {
+  local want=$1 suite prefix="" key r t v name
+  suite=$(slurmd_suite "$want")
+  ensure_base "$suite"
+  # 26.05: the lab's build, whose directory name carries the key of its inputs (script, tarball)
+  [ "$want" != 26.05 ] || prefix=$("$repo/e2e/lab/build-slurm.sh") || die "e2e/lab/build-slurm.sh failed"
+  key=$(printf '%s\n' "$base_key" "$want" "$prefix" "$SLURMD_REPO" "$(tree_hash deploy/docker/slurmd e2e/lab/oci.py)" "$(sed -n '/^# ---- slurmd begin/,/^# ---- slurmd end/p' "$0")" | sha256sum | cut -c1-16)
+  slurmd_tar=$cache/slurmd-$suite-$key-$want.tar
 # ---- slurmd begin
-slurmd_tar=$(ls "$cache"/slurmd-"$SUITE"-"$slurmd_key"-*.tar 2>/dev/null | head -n1 || true)
-if [ -z "$slurmd_tar" ]; then
+  [ ! -s "$slurmd_tar" ] || return 0
   t=$(date +%s%N)
-  r=$work/slurmd
+  r=$work/slurmd-$want
   new_rootfs "$r"
-  in_root "$r" sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends slurmd munge >/dev/null'
-  slurm_version=$(chroot "$r" dpkg-query -W -f='${Version}' slurmd | cut -d. -f1,2)
+  if [ -z "$prefix" ]; then
+    in_root "$r" sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends slurmd munge >/dev/null'
+    v=$(chroot "$r" dpkg-query -W -f='${Version}' slurmd)
+  else
+    install_built_slurm "$r" "$prefix"
+    v=$(basename "$prefix" | sed 's/^slurm-\([0-9.]*\)-.*/\1/')
+  fi
+  case $v in "$want".*) ;; *) die "the $suite image got Slurm $v, not $want" ;; esac
   install -m 0755 "$repo/deploy/docker/slurmd/entrypoint.sh" "$r/usr/local/bin/slurmd-entrypoint"
   finish "$r"
-  name=${SLURMD_IMAGE:-slurmpool.local/slurmd:$slurm_version}
-  slurmd_tar=$cache/slurmd-$SUITE-$slurmd_key-$slurm_version.tar
-  python3 "$repo/e2e/lab/oci.py" --rootfs "$r" --name "$name" --out "$slurmd_tar" \
+  name=$SLURMD_REPO:$want
+  python3 "$repo/e2e/lab/oci.py" --rootfs "$r" --name "$name" --out "$slurmd_tar.tmp" \
     --entrypoint '["/usr/local/bin/slurmd-entrypoint"]' --env SLURM_AUTH_DIR=/etc/slurm-auth \
     --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    --label org.opencontainers.image.title=slurmpool-slurmd --label "org.opencontainers.image.version=$slurm_version" >/dev/null
+    --label org.opencontainers.image.title=slurmpool-slurmd --label "org.opencontainers.image.version=$v" >/dev/null
+  mv "$slurmd_tar.tmp" "$slurmd_tar"
   echo "$name" > "$slurmd_tar.name"
   rm -rf "$r"
-  log "slurmd image $name (Slurm $slurm_version) in $(ms "$t")ms: $(du -h "$slurmd_tar" | cut -f1)"
-fi
+  log "slurmd image $name (Slurm $v, $suite) in $(ms "$t")ms: $(du -h "$slurmd_tar" | cut -f1)"
+}
+# install_built_slurm ROOTFS PREFIX: a Slurm built on this (bookworm) machine, put in the image at
+# the same PREFIX (compiled into its binaries: rpath, plugin directory, sysconfdir), with munge and
+# the Debian packages of the libraries it links to (found by ldd, named by dpkg -S). Its sysconfdir
+# is a link to /etc/slurm (where slurm.conf, slurm.key and gres.conf go, as with Debian's packages)
+# and its commands are linked into /usr/local/{s,}bin.
+install_built_slurm() {
+  local r=$1 prefix=$2 f l pkgs
+  pkgs=$(for f in "$prefix"/sbin/* "$prefix"/bin/* "$prefix"/lib/*.so* "$prefix"/lib/slurm/*.so; do ldd "$f" 2>/dev/null; done |
+    awk '/=> \// {print $3}' | grep -v "^$prefix/" | sort -u | while read -r l; do
+      dpkg -S "$l" 2>/dev/null || dpkg -S "/usr$l" 2>/dev/null || dpkg -S "$(readlink -f "$l")" 2>/dev/null ||
+        echo "install_built_slurm: no package has $l" >&2
+    done | cut -d: -f1 | sort -u | tr '\n' ' ')
+  in_root "$r" sh -c "apt-get update -qq && apt-get install -y -qq --no-install-recommends munge $pkgs >/dev/null"
+  mkdir -p "$r$prefix" "$r/etc/slurm"
+  # what slurmd and the clients need: no headers, libtool files, man pages or other daemons
+  tar -C "$prefix" --exclude=./include --exclude=./share --exclude='*.la' --exclude=./sbin/slurmctld \
+    --exclude=./sbin/slurmdbd --exclude=./sbin/slurmrestd -cf - . | tar -C "$r$prefix" -xf -
+  rm -rf "${r:?}$prefix/etc"; ln -s /etc/slurm "$r$prefix/etc"
+  for f in "$r$prefix"/sbin/* "$r$prefix"/bin/*; do
+    case $f in */sbin/*) l=/usr/local/sbin ;; *) l=/usr/local/bin ;; esac
+    ln -sf "${f#"$r"}" "$r$l/$(basename "$f")"
+  done
+}
 # ---- slurmd end
 
+# ---------------------------------------------------------------- the slurmd images
+slurmd_tars=()
+for want in ${SLURMD_VERSIONS//,/ }; do build_slurmd "$want"; slurmd_tars+=("$slurmd_tar"); done
+
+only_slurmd=0; [ "${1:-}" != --slurmd-only ] || only_slurmd=1
+if [ $only_slurmd = 1 ]; then
+  for t in "${slurmd_tars[@]}"; do echo "$(cat "$t.name")=$t"; done
+  log "done"; exit 0
+fi
+
 # ---------------------------------------------------------------- slurmpool (the operator)
+ensure_base "$SUITE"
 version=$(python3 -c 'import tomllib,sys; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' "$repo/pyproject.toml")
 op_name=${OPERATOR_IMAGE:-slurmpool.local/slurmpool:$version}
 # the Dockerfile's build stage COPYs exactly these (check.sh verifies the same list)
@@ -145,8 +210,8 @@ fi
 # ---- operator end
 
 echo "$op_name=$op_tar"
-echo "$(cat "$slurmd_tar.name")=$slurmd_tar"
+for t in "${slurmd_tars[@]}"; do echo "$(cat "$t.name")=$t"; done
 if [ "${1:-}" = --import ]; then
-  "$repo/e2e/lab/real-nodes.sh" import "$op_tar" "$slurmd_tar" >&2
+  "$repo/e2e/lab/real-nodes.sh" import "$op_tar" "${slurmd_tars[@]}" >&2
 fi
 log "done"

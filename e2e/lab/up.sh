@@ -369,8 +369,9 @@ CredType=cred/slurm
 $common_conf
 # slurmd of dynamic nodes fetch slurm.conf, gres.conf, topology.conf ... from slurmctld
 SlurmctldParameters=enable_configless"
+  # the lab's nodes (real ones are static lines, counted too) and e2e/test_slurmd_image.py's node
   [ "$LAB_SLURM_NODES" = static ] || version_conf="$version_conf
-MaxNodeCount=$((LAB_NODES + LAB_SIM_NODES))"
+MaxNodeCount=$((LAB_NODES + LAB_SIM_NODES + ${LAB_REAL_NODES:-0} + 1))"
 fi
 # The Slurm client environment, for down.sh and daemon.sh also when up fails before the env file.
 cat > "$LAB_DIR/slurm.env" <<EOF

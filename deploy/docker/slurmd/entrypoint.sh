@@ -10,7 +10,8 @@
 #                       then needs SlurmctldParameters=enable_configless); else SLURM_CONF or
 #                       /etc/slurm/slurm.conf (e.g. a ConfigMap volume) is read
 #   SLURM_AUTH_DIR      where the auth Secret is mounted (default /etc/slurm-auth): munge.key
-#                       (auth/munge: a munged is started here) or slurm.key (auth/slurm, 23.11+)
+#                       (auth/munge: a munged is started here) or slurm.key (auth/slurm, 23.11+:
+#                       copied to /run/slurmd-auth and named by SLURM_SACK_KEY)
 #   MUNGE_SOCKET        munged's socket (default: slurm.conf's AuthInfo socket=, else
 #                       /run/munge/munge.socket.2)
 #   SLURMD_ARGS         more slurmd arguments (word-split); the container's args are appended too
@@ -52,9 +53,13 @@ if [ -r "$auth_dir/munge.key" ]; then
   [ -S "$socket" ] || { log "munged did not start"; exit 1; }
   log "munged on $socket"
 elif [ -r "$auth_dir/slurm.key" ]; then
-  install -d -m 0755 /etc/slurm
-  install -m 0600 "$auth_dir/slurm.key" /etc/slurm/slurm.key
-  log "auth/slurm key installed"
+  # A private copy (a Secret volume's file is a world-readable link), named by SLURM_SACK_KEY, which
+  # Slurm reads before its default, slurm.key beside slurm.conf: that works with configless (no
+  # slurm.conf yet) and with slurm.conf on a read-only ConfigMap volume.
+  install -d -m 0700 /run/slurmd-auth
+  install -m 0600 "$auth_dir/slurm.key" /run/slurmd-auth/slurm.key
+  export SLURM_SACK_KEY=/run/slurmd-auth/slurm.key
+  log "auth/slurm key from $auth_dir"
 else
   log "no munge.key or slurm.key in $auth_dir: mount the auth Secret there (or set SLURM_AUTH_DIR)"
   exit 1
@@ -67,9 +72,15 @@ for key in SlurmdSpoolDir SlurmdLogFile SlurmdPidFile; do
   case $key in SlurmdSpoolDir) mkdir -p "$v" ;; *) mkdir -p "$(dirname "$v")" ;; esac
 done
 
+# auth/slurm's socket for slurmstepd, and configless slurmd's copy of the configuration (/run/slurm/conf)
+mkdir -p /run/slurm
+
 # --- slurmd's command line
 args=(-D -N "$NODE_NAME")
-if [ -n "${SLURM_CONF_SERVER:-}" ]; then args+=(--conf-server "$SLURM_CONF_SERVER")
+if [ -n "${SLURM_CONF_SERVER:-}" ]; then
+  args+=(--conf-server "$SLURM_CONF_SERVER")
+  # configless with munge: slurmd talks to slurmctld before it has slurm.conf's AuthInfo
+  [ -z "$munged_pid" ] || [ "$socket" = /run/munge/munge.socket.2 ] || args+=(--authinfo "socket=$socket")
 elif [ ! -r "$conf" ]; then log "no $conf and no SLURM_CONF_SERVER"; exit 1
 else export SLURM_CONF=$conf
 fi
