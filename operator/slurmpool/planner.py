@@ -150,22 +150,27 @@ def _cost(node: NodeView, slurm: SlurmView, topology_rank: tuple = topology.NO_B
     """Lower is cheaper to take away from where the node is now: unadopted nodes first, then
     the topology rank (see topology.py), then drained, idle, suspect (health.py: down or
     failing within its grace: it may be broken), soonest free (Slurm side) or cordoned, fewest
-    pods, suspect (inference side)."""
+    pods, suspect (inference side). Ends with the node's name: costs are unique."""
     placement = node.placement
     name = node.name
+    tier, order, block = topology_rank  # flat tuples: one allocation per node (see topology.ranks)
     if placement == NONE:
-        return (0, *topology_rank, int(suspect), 0.0, name)
+        return (0, tier, order, block, int(suspect), 0.0, name)
     if placement == SLURM:
         jobs = slurm.jobs_on(name)
         if not jobs:
-            sn = slurm.nodes.get(name)
-            # Already draining: nothing to lose. Then idle nodes, then those that may be broken
-            # (a slurmctld restart shows every node not responding for a while).
-            idle = 2 if suspect or (sn is not None and not sn.responding) else 0 if sn is None or sn.drain_set else 1
-            return (1, *topology_rank, idle, 0.0, name)
-        return (1, *topology_rank, 3, max(j.end_time.timestamp() if j.end_time else NEVER for j in jobs), name)
+            # Already draining (or unknown to Slurm): nothing to lose. Then idle nodes, then those
+            # that may be broken (a slurmctld restart shows every node not responding for a while).
+            if suspect or name in slurm.not_responding:
+                idle = 2
+            elif name in slurm.drain_flagged or name not in slurm.nodes:
+                idle = 0
+            else:
+                idle = 1
+            return (1, tier, order, block, idle, 0.0, name)
+        return (1, tier, order, block, 3, max(j.end_time.timestamp() if j.end_time else NEVER for j in jobs), name)
     evictable = sum(1 for p in node.pods if p.evictable)
-    return (1, *topology_rank, 2 if suspect else 0 if node.unschedulable else 1, float(evictable), name)
+    return (1, tier, order, block, 2 if suspect else 0 if node.unschedulable else 1, float(evictable), name)
 
 
 def _movable(node: NodeView, now: datetime) -> bool:
@@ -309,10 +314,10 @@ def plan(
     # One heap of candidates across all groups in surplus; a group stops giving at its surplus.
     already = {s.node for s in result.starts}
     movable = [n for n in nodes if n.name not in already and n.name not in keep and _movable(n, now)]
-    movable_names = {n.name for n in movable}
-    topo = topology.ranks(spec.topology, nodes, slurm, current_placement, lambda n: n.name in movable_names, keep)
-    candidates = [
-        (_cost(n, slurm, topo.get(n.name, topology.NO_BLOCK), n.name in health), n.name, n)
+    by_name = {n.name: n for n in movable}
+    topo = topology.ranks(spec.topology, nodes, slurm, current_placement, lambda n: n.name in by_name, keep)
+    candidates = [  # costs end with the node's name: unique, so the heap never compares further
+        _cost(n, slurm, topo.get(n.name, topology.NO_BLOCK), n.name in health)
         for n in movable
         if (n.placement if n.placement in valid else NONE) in surplus
     ]
@@ -326,7 +331,7 @@ def plan(
             break
         node = None
         while candidates:
-            _, _, cand = heapq.heappop(candidates)
+            cand = by_name[heapq.heappop(candidates)[-1]]
             group = cand.placement if cand.placement in valid else NONE
             if whole_only and group == SLURM and topo.get(cand.name, topology.NO_BLOCK)[0] == 1:
                 block = topology.block_of(spec.topology, cand, slurm)

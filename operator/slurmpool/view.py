@@ -356,5 +356,21 @@ class SlurmView:
         """Jobs holding the node (running, completing, suspended...)."""
         return self._jobs_by_node.get(node, [])
 
+    @cached_property
+    def not_responding(self) -> frozenset[str]:
+        """Reported nodes Slurm cannot reach (down, unknown, not responding). Sets computed once
+        per poll: the planner asks for every node of every pool on this Slurm."""
+        return frozenset(name for name, sn in self.nodes.items() if not sn.responding)
+
+    @cached_property
+    def drain_flagged(self) -> frozenset[str]:
+        """Reported nodes with Slurm's DRAIN flag set (draining or drained)."""
+        return frozenset(name for name, sn in self.nodes.items() if sn.drain_set)
+
+    @cached_property
+    def unusable(self) -> frozenset[str]:
+        """Reported nodes Slurm cannot run jobs on: not responding or drain set."""
+        return self.not_responding | self.drain_flagged
+
 
 ACTIVE_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING", "STAGE_OUT"})
