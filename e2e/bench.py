@@ -358,9 +358,16 @@ def bench_memory(lab=None, count: int = 5000) -> None:
     ensure_namespace_and_secret(lab)
     pool_body = pool_manifest(lab, "bench-mem", 0, nodeSelector={"matchLabels": {"slurmpool.io/bench": "true"}}, paused=True)
     apply(lab, pool_body)
+    log_from = op_log.stat().st_size if (op_log := Path(lab.dir) / "log" / "operator-bench-mem.log").exists() else 0
     op = Operator(lab, "operator-bench-mem.log").start()
     try:
-        time.sleep(20)  # indexes filled, a few reconcile passes over 5,000 nodes
+        # Indexes filled (kopf's and the Node watch's: the log says so), then a few reconcile
+        # passes over 5,000 nodes. Before, 20 s after the start read a process still indexing.
+        t0 = time.monotonic()
+        while "indexes ready" not in op_log.read_text(errors="replace")[log_from:] and time.monotonic() - t0 < 300:
+            time.sleep(0.5)
+        print(f"     indexes ready after {time.monotonic() - t0:.1f} s")
+        time.sleep(10)
         rss = _rss_mib(op.proc.pid)
         record("operator_rss_5000_nodes", rss, "MiB", "< 130 MiB", rss < 130)
     finally:

@@ -208,7 +208,7 @@ class DrainClaim:
         return cls(reason, read_time(at))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per Node and pod, thousands held
 class PodView:
     namespace: str
     name: str
@@ -236,7 +236,7 @@ class PodView:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per Node and pod, thousands held
 class NodeCondition:
     """One of the Node's status conditions (kubelet's Ready, node-problem-detector's, DCGM's...)."""
 
@@ -245,7 +245,7 @@ class NodeCondition:
     since: datetime | None = None  # lastTransitionTime; None when absent or unreadable
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per Node and pod, thousands held
 class NodeView:
     name: str
     labels: dict[str, str] = field(default_factory=dict)
