@@ -174,7 +174,7 @@ def _cost(node: NodeView, slurm: SlurmView, topology_rank: tuple = topology.NO_B
 
 
 def _movable(node: NodeView, now: datetime) -> bool:
-    hold = node.hold_until()
+    hold = node.held_until
     return node.move is None and node.pin is None and node.move_now is None and not node.problems and not (hold and hold > now)
 
 
@@ -316,13 +316,21 @@ def plan(
     movable = [n for n in nodes if n.name not in already and n.name not in keep and _movable(n, now)]
     by_name = {n.name: n for n in movable}
     topo = topology.ranks(spec.topology, nodes, slurm, current_placement, lambda n: n.name in by_name, keep)
-    candidates = [  # costs end with the node's name: unique, so the heap never compares further
-        _cost(n, slurm, topo.get(n.name, topology.NO_BLOCK), n.name in health)
-        for n in movable
-        if (n.placement if n.placement in valid else NONE) in surplus
-    ]
-    heapq.heapify(candidates)
     whole_only = spec.topology.whole_blocks and spec.topology.enabled
+    by_group: dict[str, list[NodeView]] = {g: [] for g in surplus}
+    for n in movable:
+        group = n.placement if n.placement in valid else NONE
+        if group in by_group:
+            by_group[group].append(n)
+    candidates: list[tuple] = []  # costs end with the node's name: unique, so the heap never compares further
+    for group, members in by_group.items():
+        costs = (_cost(n, slurm, topo.get(n.name, topology.NO_BLOCK), n.name in health) for n in members)
+        # A group gives at most its surplus, and no pass starts more than the budget: only its
+        # cheapest that many can be chosen, the same ones in the same order as from all of its
+        # nodes (a cost per node held at 50k nodes set off full garbage collections). wholeBlocks
+        # may pass over any number of them (a block that cannot move whole): all are kept then.
+        candidates += costs if whole_only else heapq.nsmallest(min(budget, surplus[group]), costs)
+    heapq.heapify(candidates)
     block_sizes = topology.whole_block_sizes(spec.topology, movable, lambda n: True, slurm) if whole_only else {}
     opened: set[str] = set()
     order = itertools.chain.from_iterable(itertools.repeat(g, desired[g] - count[g]) for g in deficits)

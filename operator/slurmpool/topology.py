@@ -81,7 +81,7 @@ def ranks(
     blocks: dict[str, _Block] = {}
     for node in nodes:
         name = node.name
-        block = by_slurm.get(name) or (node.labels.get(label) if label else None)
+        block = (by_slurm.get(name) if by_slurm else None) or (node.labels.get(label) if label else None)
         if block is None:
             continue
         b = blocks.get(block)
