@@ -135,19 +135,20 @@ class NodeWatch:
         threading.Thread(target=self._run, name="node-watch", daemon=True).start()
 
     def _run(self) -> None:
-        delay = 1.0
+        delay = 0.5
         while True:
             try:
                 version = self._list()
-                delay = 1.0
+                delay = 0.5
                 while True:
                     version = self._watch(version)
             except Exception as err:  # noqa: BLE001 - relist after any failure, as kopf does
-                gone = isinstance(err, ApiException) and err.status == 410
+                gone = isinstance(err, ApiException) and err.status == 410  # too old a version: relist now
                 if not gone:
-                    log.warning("watch of Nodes failed (%s); listing again in %.0f s", err, delay)
+                    # Short waits: while the API server is away the views are stale (as kopf's would be).
+                    log.warning("watch of Nodes failed (%s); listing again in %.1f s", err, delay)
                     threading.Event().wait(delay)
-                    delay = min(delay * 2, 30.0)
+                    delay = min(delay * 2, 5.0)
 
     def _list(self) -> str:
         views: dict[str, NodeView] = {}
