@@ -103,5 +103,7 @@ demo: lab-up
 	e2e/demo.sh
 
 # Speed and memory figures beside their targets (writes bench-results.json); uses the lab.
+# BENCH_ONLY=planner,memory runs only those parts (of planner, calls, fragmentation, health,
+# moves, memory, load).
 bench: deps venv
 	$(BIN)/python e2e/bench.py

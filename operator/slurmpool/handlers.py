@@ -30,7 +30,7 @@ from .apply import apply
 from .decide import decide
 from .demand import is_pending_gpu_pod, pending_pod
 from .interfaces import PoolRef, pool_object
-from .kube import KubeAdapter, node_view, pod_view
+from .kube import KubeAdapter, NodeWatch, pod_view
 from .leader import LeaderElector
 from .models import GROUP, PLURAL, VERSION, SlurmNodePoolSpec, SlurmNodePoolStatus
 from .moves import Cancel, Requeue, Resume
@@ -69,14 +69,11 @@ class _NoSlurm:
 
 # ---------------------------------------------------------------- indexes (kopf keeps them from watches)
 
-
-# The index functions are async only so kopf calls them on the event loop: sync handlers go
-# through a thread pool shared with the API calls, and 500 nodes changing at once queued there.
-# Each also wakes the pools the change concerns.
-@kopf.index("nodes")
-async def nodes_index(body, name, memo: kopf.Memo, **_):
-    _kick_node(memo, name)
-    return {name: node_view(body)}
+# Nodes are not a kopf index but a watch of our own (kube.NodeWatch: kopf's first listing of an
+# index is quadratic in its objects, minutes for 5,000 Nodes). The index functions are async
+# only so kopf calls them on the event loop: sync handlers go through a thread pool shared with
+# the API calls, and 500 nodes changing at once queued there. Each also wakes the pools the
+# change concerns.
 
 
 @kopf.index("pods", when=lambda spec, **_: bool(spec.get("nodeName")))
@@ -137,7 +134,7 @@ def _kick_node(memo: kopf.Memo, node: str) -> None:
 
 
 @kopf.on.startup()
-async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, nodes_index, pods_index, pools_index, pending_gpu_pods_index, **_):
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, pods_index, pools_index, pending_gpu_pods_index, **_):
     # Watches can stall silently; bound them so kopf re-lists (nolar/kopf#585).
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300
@@ -156,7 +153,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, nodes_index,
                                 duration=config.lease_duration, renew_every=config.lease_renew)
     memo.access = SlurmAccessPool(memo.kube.read_secret)
     memo.pending_pods = pending_gpu_pods_index
-    memo.tasks = [asyncio.create_task(run(memo, nodes_index, pods_index, pools_index))]
+    memo.nodes = NodeWatch(memo.kube.api, lambda name: _kick_node(memo, name))
+    memo.nodes.start()
+    memo.tasks = [asyncio.create_task(run(memo, memo.nodes.nodes, pods_index, pools_index))]
 
 
 @kopf.on.cleanup()
@@ -179,6 +178,7 @@ def _api_client():
 
 async def run(memo, nodes_index, pods_index, pools_index) -> None:
     await memo.indexed.wait()
+    await memo.nodes.listed.wait()
     config: Settings = memo.settings
     log.info("indexes ready; reconciling pools every %.1fs and on events, %d at once", config.interval, config.pool_concurrency)
 
@@ -368,7 +368,8 @@ async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_ind
         if len(owners[node.name]) > 1:
             overlaps.append(node.name)
             continue
-        mine.append(replace(node, pods=tuple(pods_index.get(node.name, ()))))
+        pods = tuple(pods_index.get(node.name, ()))
+        mine.append(node if pods == node.pods else replace(node, pods=pods))  # a new view costs a parse of its records
     await _report_overlaps(memo, pool, overlaps, owners)
     # Pods bound to a node that is no Node (deleted): this pool's slurmd pods are reported and cleaned up.
     orphans = tuple(p for node in list(pods_index) if node not in nodes_index for p in pods_index.get(node, ())

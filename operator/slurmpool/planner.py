@@ -150,26 +150,31 @@ def _cost(node: NodeView, slurm: SlurmView, topology_rank: tuple = topology.NO_B
     """Lower is cheaper to take away from where the node is now: unadopted nodes first, then
     the topology rank (see topology.py), then drained, idle, suspect (health.py: down or
     failing within its grace: it may be broken), soonest free (Slurm side) or cordoned, fewest
-    pods, suspect (inference side)."""
+    pods, suspect (inference side). Ends with the node's name: costs are unique."""
     placement = node.placement
     name = node.name
+    tier, order, block = topology_rank  # flat tuples: one allocation per node (see topology.ranks)
     if placement == NONE:
-        return (0, *topology_rank, int(suspect), 0.0, name)
+        return (0, tier, order, block, int(suspect), 0.0, name)
     if placement == SLURM:
         jobs = slurm.jobs_on(name)
         if not jobs:
-            sn = slurm.nodes.get(name)
-            # Already draining: nothing to lose. Then idle nodes, then those that may be broken
-            # (a slurmctld restart shows every node not responding for a while).
-            idle = 2 if suspect or (sn is not None and not sn.responding) else 0 if sn is None or sn.drain_set else 1
-            return (1, *topology_rank, idle, 0.0, name)
-        return (1, *topology_rank, 3, max(j.end_time.timestamp() if j.end_time else NEVER for j in jobs), name)
+            # Already draining (or unknown to Slurm): nothing to lose. Then idle nodes, then those
+            # that may be broken (a slurmctld restart shows every node not responding for a while).
+            if suspect or name in slurm.not_responding:
+                idle = 2
+            elif name in slurm.drain_flagged or name not in slurm.nodes:
+                idle = 0
+            else:
+                idle = 1
+            return (1, tier, order, block, idle, 0.0, name)
+        return (1, tier, order, block, 3, max(j.end_time.timestamp() if j.end_time else NEVER for j in jobs), name)
     evictable = sum(1 for p in node.pods if p.evictable)
-    return (1, *topology_rank, 2 if suspect else 0 if node.unschedulable else 1, float(evictable), name)
+    return (1, tier, order, block, 2 if suspect else 0 if node.unschedulable else 1, float(evictable), name)
 
 
 def _movable(node: NodeView, now: datetime) -> bool:
-    hold = node.hold_until()
+    hold = node.held_until
     return node.move is None and node.pin is None and node.move_now is None and not node.problems and not (hold and hold > now)
 
 
@@ -309,15 +314,23 @@ def plan(
     # One heap of candidates across all groups in surplus; a group stops giving at its surplus.
     already = {s.node for s in result.starts}
     movable = [n for n in nodes if n.name not in already and n.name not in keep and _movable(n, now)]
-    movable_names = {n.name for n in movable}
-    topo = topology.ranks(spec.topology, nodes, slurm, current_placement, lambda n: n.name in movable_names, keep)
-    candidates = [
-        (_cost(n, slurm, topo.get(n.name, topology.NO_BLOCK), n.name in health), n.name, n)
-        for n in movable
-        if (n.placement if n.placement in valid else NONE) in surplus
-    ]
-    heapq.heapify(candidates)
+    by_name = {n.name: n for n in movable}
+    topo = topology.ranks(spec.topology, nodes, slurm, current_placement, lambda n: n.name in by_name, keep)
     whole_only = spec.topology.whole_blocks and spec.topology.enabled
+    by_group: dict[str, list[NodeView]] = {g: [] for g in surplus}
+    for n in movable:
+        group = n.placement if n.placement in valid else NONE
+        if group in by_group:
+            by_group[group].append(n)
+    candidates: list[tuple] = []  # costs end with the node's name: unique, so the heap never compares further
+    for group, members in by_group.items():
+        costs = (_cost(n, slurm, topo.get(n.name, topology.NO_BLOCK), n.name in health) for n in members)
+        # A group gives at most its surplus, and no pass starts more than the budget: only its
+        # cheapest that many can be chosen, the same ones in the same order as from all of its
+        # nodes (a cost per node held at 50k nodes set off full garbage collections). wholeBlocks
+        # may pass over any number of them (a block that cannot move whole): all are kept then.
+        candidates += costs if whole_only else heapq.nsmallest(min(budget, surplus[group]), costs)
+    heapq.heapify(candidates)
     block_sizes = topology.whole_block_sizes(spec.topology, movable, lambda n: True, slurm) if whole_only else {}
     opened: set[str] = set()
     order = itertools.chain.from_iterable(itertools.repeat(g, desired[g] - count[g]) for g in deficits)
@@ -326,7 +339,7 @@ def plan(
             break
         node = None
         while candidates:
-            _, _, cand = heapq.heappop(candidates)
+            cand = by_name[heapq.heappop(candidates)[-1]]
             group = cand.placement if cand.placement in valid else NONE
             if whole_only and group == SLURM and topo.get(cand.name, topology.NO_BLOCK)[0] == 1:
                 block = topology.block_of(spec.topology, cand, slurm)

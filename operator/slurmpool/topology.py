@@ -46,8 +46,20 @@ def usable_in_slurm(node: NodeView, placement: str, slurm: SlurmView, broken: Co
     An unhealthy node (`broken`) is unusable whatever Slurm says: it breaks its block."""
     if placement != SLURM or node.name in broken:
         return False
-    sn = slurm.nodes.get(node.name)
-    return node.move is not None or sn is None or (sn.responding and not sn.drain_set)
+    return node.move is not None or node.name not in slurm.unusable
+
+
+class _Block:
+    """What ranks() needs of one block, gathered in one pass over the nodes."""
+
+    __slots__ = ("in_slurm", "elsewhere", "movable_in_slurm", "whole", "joinable")
+
+    def __init__(self) -> None:
+        self.in_slurm: list[str] = []  # names of its nodes serving Slurm
+        self.elsewhere: list[str] = []  # names of its nodes that do not
+        self.movable_in_slurm = 0
+        self.whole = True  # every node serves Slurm and Slurm can use it
+        self.joinable = True  # every node not in Slurm may move (it can be completed)
 
 
 def ranks(
@@ -61,41 +73,45 @@ def ranks(
     """node -> a rank tuple that sorts before the planner's own cost (lower moves first)."""
     if not topology.enabled:
         return {}
-    # Each node's block, placement and movability once: this runs for every node of every pass.
+    # One pass over the nodes, keeping per block only names and counts: this runs for every
+    # node of every pass, and a tuple per node made the garbage collector walk the whole heap
+    # at 50k nodes (e2e/bench.py).
     by_slurm = slurm.blocks(topology.slurm_level) if topology.from_slurm else {}
     label = topology.block_label
-    blocks: dict[str, list[tuple[NodeView, str, bool]]] = defaultdict(list)
+    blocks: dict[str, _Block] = {}
     for node in nodes:
-        block = by_slurm.get(node.name) or (node.labels.get(label) if label else None)
-        if block is not None:
-            blocks[block].append((node, placement_of(node), movable(node)))
-    out: dict[str, tuple] = {}
-    whole_out: list[tuple[int, str]] = []  # (-movable count, block) of whole Slurm blocks
-    into: list[tuple[int, str]] = []  # (missing, block) of blocks that can be completed
-    broken_out: list[tuple[int, str]] = []  # (-movable count, block) of broken blocks
-    for block, members in blocks.items():
-        movable_count = sum(1 for _, p, m in members if m and p == SLURM)
-        if all(usable_in_slurm(n, p, slurm, broken) for n, p, _ in members):
-            whole_out.append((-movable_count, block))
+        name = node.name
+        block = (by_slurm.get(name) if by_slurm else None) or (node.labels.get(label) if label else None)
+        if block is None:
+            continue
+        b = blocks.get(block)
+        if b is None:
+            b = blocks[block] = _Block()
+        if placement_of(node) == SLURM:
+            b.in_slurm.append(name)
+            if movable(node):
+                b.movable_in_slurm += 1
+            if b.whole and not usable_in_slurm(node, SLURM, slurm, broken):
+                b.whole = False
         else:
-            broken_out.append((-movable_count, block))
-        missing = [m for _, p, m in members if p != SLURM]
-        if missing and all(missing):
-            into.append((len(missing), block))
+            b.elsewhere.append(name)
+            b.whole = False
+            if b.joinable and not movable(node):
+                b.joinable = False
+    whole_out = sorted((-b.movable_in_slurm, block) for block, b in blocks.items() if b.whole)
+    broken_out = sorted((-b.movable_in_slurm, block) for block, b in blocks.items() if not b.whole)
+    into = sorted((len(b.elsewhere), block) for block, b in blocks.items() if b.elsewhere and b.joinable)
+    out: dict[str, tuple] = {}
     # Already broken: taking its nodes costs no whole block. The one with most movable nodes
     # first, taken whole before the next: a block broken only by a broken node is whole again
     # once that node is fixed, if its other nodes are still in Slurm.
-    for order, (_, block) in enumerate(sorted(broken_out)):
-        for n, p, _ in blocks[block]:
-            if p == SLURM:
-                out[n.name] = (0, order, block)
-    for order, (_, block) in enumerate(sorted(whole_out)):
-        for n, _, _ in blocks[block]:
-            out[n.name] = (1, order, block)
-    for order, (missing, block) in enumerate(sorted(into)):
-        for n, p, _ in blocks[block]:
-            if p != SLURM:
-                out[n.name] = (0, order, block)
+    # (One rank tuple per block, shared by its nodes.)
+    for order, (_, block) in enumerate(broken_out):
+        out.update(dict.fromkeys(blocks[block].in_slurm, (0, order, block)))
+    for order, (_, block) in enumerate(whole_out):
+        out.update(dict.fromkeys(blocks[block].in_slurm, (1, order, block)))
+    for order, (_, block) in enumerate(into):
+        out.update(dict.fromkeys(blocks[block].elsewhere, (0, order, block)))
     return out
 
 

@@ -208,7 +208,7 @@ class DrainClaim:
         return cls(reason, read_time(at))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per Node and pod, thousands held
 class PodView:
     namespace: str
     name: str
@@ -236,7 +236,7 @@ class PodView:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per Node and pod, thousands held
 class NodeCondition:
     """One of the Node's status conditions (kubelet's Ready, node-problem-detector's, DCGM's...)."""
 
@@ -245,7 +245,7 @@ class NodeCondition:
     since: datetime | None = None  # lastTransitionTime; None when absent or unreadable
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per Node and pod, thousands held
 class NodeView:
     name: str
     labels: dict[str, str] = field(default_factory=dict)
@@ -355,6 +355,22 @@ class SlurmView:
     def jobs_on(self, node: str) -> list[SlurmJob]:
         """Jobs holding the node (running, completing, suspended...)."""
         return self._jobs_by_node.get(node, [])
+
+    @cached_property
+    def not_responding(self) -> frozenset[str]:
+        """Reported nodes Slurm cannot reach (down, unknown, not responding). Sets computed once
+        per poll: the planner asks for every node of every pool on this Slurm."""
+        return frozenset(name for name, sn in self.nodes.items() if not sn.responding)
+
+    @cached_property
+    def drain_flagged(self) -> frozenset[str]:
+        """Reported nodes with Slurm's DRAIN flag set (draining or drained)."""
+        return frozenset(name for name, sn in self.nodes.items() if sn.drain_set)
+
+    @cached_property
+    def unusable(self) -> frozenset[str]:
+        """Reported nodes Slurm cannot run jobs on: not responding or drain set."""
+        return self.not_responding | self.drain_flagged
 
 
 ACTIVE_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING", "STAGE_OUT"})
