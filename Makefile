@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 export LAB_DIR ?= $(CURDIR)/.lab
 
-.PHONY: slurm e2e-matrix venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check images bench alerts-idle
+.PHONY: slurm e2e-matrix venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check images bench bench-matrix alerts-idle
 CHART := deploy/helm/slurmpool
 
 venv: deps $(VENV)/.stamp
@@ -102,5 +102,10 @@ demo: lab-up
 	e2e/demo.sh
 
 # Speed and memory figures beside their targets (writes bench-results.json); uses the lab.
+# BENCH_MATRIX=1 adds the idle moves on each Slurm version and access path (the lab restarted per row);
+# `make bench-matrix` runs only those (BENCH_ROWS to choose rows) and merges them into bench-results.json.
 bench: deps venv
 	$(BIN)/python e2e/bench.py
+
+bench-matrix: deps venv slurm
+	$(BIN)/python e2e/bench.py --matrix-only $(BENCH_ROWS)
