@@ -453,6 +453,11 @@ class PodWorker(threading.Thread):
         penv.update({"PATH": self.agent.path, "SLURM_CONF": self.agent.slurm_conf,
                      "SLURMPOOL_LAB_DIR": self.agent.lab_dir, "SLURMPOOL_POD_UID": self.uid})
         penv.update(self.agent.slurm_env)
+        if self.agent.slurmd_netns and self.node in self.agent.dynamic and argv and "slurmd" in argv:
+            # A configless slurmd has no slurm.conf of its own (it fetches it). 24.11's, given the
+            # lab's in SLURM_CONF, authenticates its config request with auth/slurm (slurmctld logs
+            # "auth/slurm(103) not found", the slurmd "Protocol authentication error").
+            penv.pop("SLURM_CONF", None)
         workdir = c.get("workingDir") if os.path.isdir(c.get("workingDir") or "") else self.agent.lab_dir
         logpath = os.path.join(self.agent.pod_log_dir, f"{self.ns}_{self.pod_name}.log")
         with open(logpath, "ab") as out:

@@ -476,8 +476,8 @@ Name=gpu Type=h100 File=$LAB_DIR/fakedev/nvidia[0-7]
 EOF
 # topology.conf mirrors the Kubernetes labels: racks of 2 nodes, blocks of 4, one spine. Dynamic
 # nodes are not named here: each joins its rack (and the switches above it) by its --conf Topology=
-# (26.05; 24.11 has no Topology= there, so its dynamic nodes are named here as static ones are).
-leaf() { [ "$LAB_SLURM_NODES" = dynamic ] && [ "$NETNS" = 0 ] || echo " Nodes=$1"; }
+# (26.05; 24.11 has no Topology= there and runs topology/default with dynamic nodes, below).
+leaf() { [ "$LAB_SLURM_NODES" = dynamic ] || echo " Nodes=$1"; }
 {
   for r in $(seq 1 $(( (LAB_NODES + 1) / 2 ))); do
     lo=$(( 2 * r - 1 )); hi=$(( 2 * r < LAB_NODES ? 2 * r : LAB_NODES ))
@@ -494,7 +494,13 @@ leaf() { [ "$LAB_SLURM_NODES" = dynamic ] && [ "$NETNS" = 0 ] || echo " Nodes=$1
   fi
   echo "SwitchName=spine Switches=$spine"
 } > "$LAB_DIR/etc/topology.conf"
-echo "TopologyPlugin=topology/tree" >> "$SLURM_CONF"
+if [ "$NETNS" = 1 ]; then
+  # 24.11's dynamic nodes join no switch of topology/tree (sbatch -w then says "Requested topology
+  # configuration is not available"): no Slurm topology there (the Kubernetes labels still have it).
+  echo "TopologyPlugin=topology/default" >> "$SLURM_CONF"
+else
+  echo "TopologyPlugin=topology/tree" >> "$SLURM_CONF"
+fi
 "$here/real-nodes.sh" slurm-conf   # LAB_REAL_NODES: Slurm nodes real01.. (served by the slurmd image)
 
 # ---------------------------------------------------------------- sshd config
