@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 export LAB_DIR ?= $(CURDIR)/.lab
 
-.PHONY: slurm e2e-matrix venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check images bench alerts-idle
+.PHONY: slurm e2e-matrix venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check images bench bench-matrix alerts-idle
 CHART := deploy/helm/slurmpool
 
 venv: deps $(VENV)/.stamp
@@ -83,7 +83,8 @@ slurm: deps
 
 # The Slurm matrix (issue 13, e2e/matrix.sh): the move core on each version, access path and node
 # model. CI runs MATRIX_CI (22.05 over SSH is all of `make e2e`); `e2e/matrix.sh` alone runs every row.
-MATRIX_CI ?= 24.11-rest 26.05 26.05-dynamic-rest
+# 24.11-requeue: the Requeue policy on 24.11, over SSH (24.11's slurmrestd cannot requeue).
+MATRIX_CI ?= 24.11-rest 24.11-requeue 26.05 26.05-dynamic-rest
 e2e-matrix: deps venv slurm
 	e2e/matrix.sh $(MATRIX_CI)
 
@@ -105,5 +106,10 @@ demo: lab-up
 # Speed and memory figures beside their targets (writes bench-results.json); uses the lab.
 # BENCH_ONLY=planner,memory runs only those parts (of planner, calls, fragmentation, health,
 # moves, memory, load).
+# BENCH_MATRIX=1 adds the idle moves on each Slurm version and access path (the lab restarted per row);
+# `make bench-matrix` runs only those (BENCH_ROWS to choose rows) and merges them into bench-results.json.
 bench: deps venv
 	$(BIN)/python e2e/bench.py
+
+bench-matrix: deps venv slurm
+	$(BIN)/python e2e/bench.py --matrix-only $(BENCH_ROWS)

@@ -1,6 +1,7 @@
 """`make bench`: the operator's speed and memory figures beside their targets.
 
-Writes bench-results.json: {"name": {"value", "unit", "target", "ok"}}. Figures:
+Writes bench-results.json: {"name": {"value", "unit", "target", "ok"}} (the idle moves also carry the
+1-minute load average when they ended: 2 shared cores make them noisy). Figures:
   planner time for 1k/10k/50k nodes; Slurm commands and Kubernetes API requests per
   reconcile cycle at 50 and 500 nodes; operator RSS with 5,000 Nodes in the lab's
   apiserver; wall time to move one idle node each way and eight at once on the lab;
@@ -8,9 +9,14 @@ Writes bench-results.json: {"name": {"value", "unit", "target", "ok"}}. Figures:
   simulated nodes, 20 pools, every split changed at once): loop pass p50/p99, spec change to
   observedGeneration and to settled (e2e/load.py; the lab is restarted with LAB_SIM_NODES=500
   for it, and back to what it was after).
-Usage: python e2e/bench.py [--no-lab] [--no-load]   (the lab parts need `make lab-up` or start it)
+With --matrix (or BENCH_MATRIX=1), the idle moves again on each Slurm version, access path and
+node model (MATRIX_ROWS; names end in the row, e.g. move_1_idle_node_to_slurm_24.11-rest); the lab
+is restarted per row and stopped at the end. --matrix-only [ROW...] (`make bench-matrix`) runs just
+those and merges them into bench-results.json.
 BENCH_ONLY=planner,memory (or --only): run only these parts, of planner, calls, fragmentation,
 health, moves, memory, load.
+Usage: python e2e/bench.py [--no-lab] [--no-load] [--only PARTS] [--matrix | --matrix-only [ROW...]]
+(the lab parts need `make lab-up` or start it)
 """
 
 from __future__ import annotations
@@ -264,12 +270,18 @@ def lab_env() -> dict:
 
 
 def bench_lab() -> None:
+    bench_idle_moves(lab_env())
+
+
+def bench_idle_moves(lab, row: str = "") -> None:
+    """Wall time to move one idle node each way, then eight at once, on the lab as it runs (its
+    Slurm version and node model; LAB_ACCESS for the access path). `row` suffixes the names."""
     from harness import NAMESPACE, Operator, apply, ensure_namespace_and_secret, install_crd, pool_manifest, pool_status, reset_lab
 
-    lab = lab_env()
+    tag = f"_{row}" if row else ""
     install_crd(lab)
     ensure_namespace_and_secret(lab)
-    op = Operator(lab, "operator-bench.log").start()
+    op = Operator(lab, f"operator-bench{tag}.log").start()
     try:
         def split(slurm, timeout=120):
             deadline = time.monotonic() + timeout
@@ -282,21 +294,69 @@ def bench_lab() -> None:
 
         apply(lab, pool_manifest(lab, "bench", 8))
         split(8)
-        for name, frm, to in (("move_1_idle_node_to_inference", 8, 7), ("move_1_idle_node_to_slurm", 7, 8)):
+        for name, to in (("move_1_idle_node_to_inference", 7), ("move_1_idle_node_to_slurm", 8)):
             t0 = time.monotonic()
             lab.kubectl("scale", "snp", "bench", "-n", NAMESPACE, f"--replicas={to}")
             split(to)
-            record(name, time.monotonic() - t0, "s", "< 1.5 s", time.monotonic() - t0 < 1.5)
-        one = max(RESULTS["move_1_idle_node_to_inference"]["value"], RESULTS["move_1_idle_node_to_slurm"]["value"])
+            took = time.monotonic() - t0
+            record(name + tag, took, "s", "< 1.5 s", took < 1.5)
+            RESULTS[name + tag]["load_average"] = round(os.getloadavg()[0], 2)  # the machine is shared
+        one = max(RESULTS["move_1_idle_node_to_inference" + tag]["value"], RESULTS["move_1_idle_node_to_slurm" + tag]["value"])
         for name, to in (("move_8_idle_nodes_to_inference", 0), ("move_8_idle_nodes_to_slurm", 8)):
             t0 = time.monotonic()
             lab.kubectl("scale", "snp", "bench", "-n", NAMESPACE, f"--replicas={to}")
             split(to)
             took = time.monotonic() - t0
-            record(name, took, "s", f"< 1.3 x one node ({1.3 * one:.2f} s)", took < 1.3 * one)
+            record(name + tag, took, "s", f"< 1.3 x one node ({1.3 * one:.2f} s)", took < 1.3 * one)
+            RESULTS[name + tag]["load_average"] = round(os.getloadavg()[0], 2)
     finally:
         op.stop()
         reset_lab(lab)
+
+
+# The Slurm matrix of the idle moves (issue 13): row name -> the lab's settings and LAB_ACCESS.
+# Rows that share a lab (24.11 over SSH and REST) run one after the other on one lab-up.
+MATRIX_ROWS = {
+    "22.05-ssh": {"LAB_SLURM": "22.05", "LAB_ACCESS": "ssh"},
+    "24.11-ssh": {"LAB_SLURM": "24.11", "LAB_ACCESS": "ssh"},
+    "24.11-rest": {"LAB_SLURM": "24.11", "LAB_ACCESS": "rest"},
+    "24.11-dynamic-ssh": {"LAB_SLURM": "24.11", "LAB_SLURM_NODES": "dynamic", "LAB_ACCESS": "ssh"},
+    "26.05-ssh": {"LAB_SLURM": "26.05", "LAB_ACCESS": "ssh"},
+    "26.05-rest": {"LAB_SLURM": "26.05", "LAB_ACCESS": "rest"},
+    "26.05-dynamic-ssh": {"LAB_SLURM": "26.05", "LAB_SLURM_NODES": "dynamic", "LAB_ACCESS": "ssh"},
+    "26.05-dynamic-rest": {"LAB_SLURM": "26.05", "LAB_SLURM_NODES": "dynamic", "LAB_ACCESS": "rest"},
+}
+LAB_SETTINGS = ("LAB_SLURM", "LAB_SLURM_NODES", "LAB_SLURMDBD", "LAB_ACCESS")
+
+
+def bench_matrix(rows: list[str]) -> None:
+    """The idle moves on each row: the lab is restarted with the row's settings (up.sh restarts a
+    lab whose settings differ, as e2e/matrix.sh's pytest sessions do) and stopped at the end."""
+    from conftest import Lab
+
+    lab_dir = Path(os.environ.get("LAB_DIR", REPO / ".lab"))
+    saved = {k: os.environ.get(k) for k in LAB_SETTINGS}
+    try:
+        for row in rows:
+            settings = MATRIX_ROWS[row]
+            for k in LAB_SETTINGS:
+                os.environ.pop(k, None)
+            os.environ.update(settings)
+            t0 = time.monotonic()
+            try:
+                subprocess.run([str(REPO / "e2e/lab/up.sh")], env={**os.environ, "LAB_DIR": str(lab_dir)}, check=True,
+                               stdout=subprocess.DEVNULL)
+                print(f"     {row}: lab up in {time.monotonic() - t0:.0f} s (load average {os.getloadavg()[0]:.2f})")
+                bench_idle_moves(Lab.from_env_file(lab_dir / "env"), row)
+            except Exception as err:  # one row that cannot run does not hide the others
+                record(f"move_idle_nodes_{row}_failed", 1, "row", "runs", False)
+                print(f"     {row}: {type(err).__name__}: {err}")
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
+        subprocess.run([str(REPO / "e2e/lab/down.sh")], env={**os.environ, "LAB_DIR": str(lab_dir)}, stdout=subprocess.DEVNULL)
 
 
 def bench_load(nodes: int = 500, pools: int = 20) -> None:
@@ -392,6 +452,10 @@ def main() -> int:
     parser.add_argument("--no-lab", action="store_true", help="skip the figures that need the lab")
     parser.add_argument("--no-load", action="store_true", help="skip the load figures (500 simulated nodes)")
     parser.add_argument("--only", default=os.environ.get("BENCH_ONLY", ""), help=f"comma-separated parts of {', '.join(PARTS)}")
+    parser.add_argument("--matrix", action="store_true",
+                        help="also time the idle moves on each Slurm version and access path (restarts the lab per row; BENCH_MATRIX=1)")
+    parser.add_argument("--matrix-only", nargs="*", metavar="ROW",
+                        help="only the matrix's idle moves (on the rows named, or all); merged into --out")
     parser.add_argument("--out", default=str(REPO / "bench-results.json"))
     args = parser.parse_args()
     only = {p.strip() for p in args.only.split(",") if p.strip()} or set(PARTS)
@@ -402,10 +466,22 @@ def main() -> int:
     if args.no_load:
         only.discard("load")
     t0 = time.monotonic()
-    for part, run in (("planner", bench_planner), ("calls", bench_calls), ("fragmentation", bench_fragmentation),
-                      ("health", bench_health_fragmentation), ("moves", bench_lab), ("memory", bench_memory), ("load", bench_load)):
-        if part in only:
-            run()
+    unknown = set(args.matrix_only or ()) - set(MATRIX_ROWS)
+    if unknown:
+        parser.error(f"unknown matrix rows {sorted(unknown)}; rows: {', '.join(MATRIX_ROWS)}")
+    if args.matrix_only is not None:
+        bench_matrix(args.matrix_only or list(MATRIX_ROWS))
+        out = Path(args.out)
+        # Keep the other figures of the last full run: this only adds or replaces the matrix's.
+        RESULTS.update({**(json.loads(out.read_text()) if out.exists() else {}), **RESULTS})
+    else:
+        for part, run in (("planner", bench_planner), ("calls", bench_calls), ("fragmentation", bench_fragmentation),
+                          ("health", bench_health_fragmentation), ("moves", bench_lab), ("memory", bench_memory),
+                          ("load", bench_load)):
+            if part in only:
+                run()
+        if not args.no_lab and (args.matrix or os.environ.get("BENCH_MATRIX") == "1"):
+            bench_matrix(list(MATRIX_ROWS))
     Path(args.out).write_text(json.dumps(RESULTS, indent=2) + "\n")
     missed = [k for k, v in RESULTS.items() if not v["ok"]]
     print(f"\n{len(RESULTS) - len(missed)}/{len(RESULTS)} figures meet their targets in {time.monotonic() - t0:.0f} s; wrote {args.out}")

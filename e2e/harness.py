@@ -90,7 +90,10 @@ def _operator_kubeconfig(lab) -> Path:
     session starts after the first reuses the kubeconfig instead of three more kubectl runs."""
     from identity import operator_kubeconfig
 
-    key = str(lab.dir)
+    # The env file is written anew by each lab-up: a lab restarted in the same session (bench.py's
+    # Slurm matrix) has new ServiceAccount keys, and the old token would be refused.
+    env_file = Path(lab.dir) / "env"
+    key = f"{lab.dir}:{env_file.stat().st_mtime_ns if env_file.exists() else 0}"
     path = _SA_KUBECONFIGS.get(key)
     if path is None or not path.exists():
         path = _SA_KUBECONFIGS[key] = operator_kubeconfig(lab)

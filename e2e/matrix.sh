@@ -28,8 +28,12 @@ rows=(
   "22.05|LAB_SLURM=22.05|$core e2e/test_bridge_real.py $short"
   "22.05-slurmdbd|LAB_SLURM=22.05 LAB_SLURMDBD=1|$core $short"
   "24.11|LAB_SLURM=24.11|$core e2e/test_bridge_real.py $short"
+  # slurmrestd before 26.05 has no requeue (the REST rows skip that policy): CI runs it on 24.11 over SSH.
+  "24.11-requeue|LAB_SLURM=24.11|e2e/test_operator.py::test_drain_timeout_requeue_keeps_the_job"
   "24.11-rest|LAB_SLURM=24.11 LAB_ACCESS=rest|$core e2e/test_bridge_real.py e2e/test_rest_operator.py $short"
   "26.05|LAB_SLURM=26.05|$core e2e/test_bridge_real.py $short"
+  # 24.11's dynamic slurmd run one network namespace each (e2e/lab/netns.sh: 24.11 takes no Port= in --conf).
+  "24.11-dynamic|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$core"
   "26.05-rest|LAB_SLURM=26.05 LAB_ACCESS=rest|$core e2e/test_rest_operator.py $short"
   # No $short on dynamic nodes: a dynamic node's configuration is what its slurmd reports
   # (--conf), so it cannot register with fewer GPUs than configured.

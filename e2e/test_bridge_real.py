@@ -1,4 +1,6 @@
-"""slurmbridge against the lab's real Slurm (LAB_SLURM: 22.05 or 26.05) and real sshd (no fakes).
+"""slurmbridge against the lab's real Slurm (LAB_SLURM: 22.05, 24.11 or 26.05) and real sshd (no fakes);
+on labs with slurmrestd (24.11, 26.05) also RestBackend against it (e2e/test_rest_real.py tests it in
+depth against a 26.05 of its own).
 
 Independent of node health: the lab's static nodes only have a slurmd while a slurmd pod runs, and
 drain/resume work on DOWN nodes too, so the checks look at the DRAIN flag and the reason only.
@@ -16,7 +18,7 @@ from contextlib import asynccontextmanager
 import asyncssh
 import pytest
 
-from slurmbridge import LocalRunner, ScontrolBackend, SlurmUnavailable, SshRunner
+from slurmbridge import LocalRunner, RestAuth, RestBackend, ScontrolBackend, SlurmUnavailable, SshRunner
 from slurmbridge.validate import compress
 
 pytestmark = pytest.mark.e2e
@@ -90,6 +92,48 @@ async def test_drain_resume_round_trip_with_shell_metacharacters(lab):
             elif (await local.nodes([node]))[node].drain_set:
                 await local.resume([node])
         assert not os.path.exists(marker)
+
+
+def _node_fields(nodes) -> dict:
+    return {n: (v.name, v.state, v.flags, v.reason, v.reason_user, v.gres, v.gres_used, v.partitions)
+            for n, v in nodes.items()}
+
+
+async def test_rest_reads_and_drains_as_scontrol_does(lab):
+    """The lab's own slurmrestd (24.11: v0.0.42, 26.05: v0.0.45): the nodes read as scontrol reads
+    them, and a drain set through REST is the one scontrol shows, resumed through REST."""
+    if not lab.env.get("LAB_SLURMRESTD_URL"):
+        pytest.skip("this lab runs no slurmrestd: LAB_SLURM=24.11 or 26.05 starts one")
+    rest = RestBackend(lab.env["LAB_SLURMRESTD_URL"], RestAuth(lab.env["LAB_SLURM_JWT"]), timeout=10, retries=1, backoff=0.2)
+    local = ScontrolBackend(LocalRunner(env=lab.slurm_env), timeout=20, backoff=0.2)
+    node = lab.nodes[-1]
+    try:
+        await rest.ping()
+        assert rest.version == {"24.11": "v0.0.42", "26.05": "v0.0.45"}[lab.slurm_version]
+        for _ in range(5):  # a slurmd may register between the two reads
+            over_rest, over_cli = _node_fields(await rest.nodes()), _node_fields(await local.nodes())
+            if over_rest == over_cli:
+                break
+        assert over_rest == over_cli
+        before = (await local.nodes([node])).get(node)
+        if before is None:  # a dynamic node without a slurmd yet: nothing to drain
+            return
+        reason = f"slurmpool: e2e rest {uuid.uuid4().hex[:8]} \"q\" : x"
+        try:
+            await rest.drain([node], reason)
+            shown = (await local.nodes([node]))[node]
+            assert shown.drain_set and shown.reason == reason, shown
+            assert (await rest.nodes([node]))[node].reason == reason
+            await rest.resume([node])
+            assert not (await local.nodes([node]))[node].drain_set
+        finally:
+            if before.drain_set and before.reason:  # give a drain that was not ours back
+                await local.drain([node], before.reason)
+            elif (await local.nodes([node]))[node].drain_set:
+                await local.resume([node])
+    finally:
+        await rest.close()
+        await local.close()
 
 
 async def test_jobs_over_ssh_with_a_hostile_job_name(lab):

@@ -453,6 +453,11 @@ class PodWorker(threading.Thread):
         penv.update({"PATH": self.agent.path, "SLURM_CONF": self.agent.slurm_conf,
                      "SLURMPOOL_LAB_DIR": self.agent.lab_dir, "SLURMPOOL_POD_UID": self.uid})
         penv.update(self.agent.slurm_env)
+        if self.agent.slurmd_netns and self.node in self.agent.dynamic and argv and "slurmd" in argv:
+            # A configless slurmd has no slurm.conf of its own (it fetches it). 24.11's, given the
+            # lab's in SLURM_CONF, authenticates its config request with auth/slurm (slurmctld logs
+            # "auth/slurm(103) not found", the slurmd "Protocol authentication error").
+            penv.pop("SLURM_CONF", None)
         workdir = c.get("workingDir") if os.path.isdir(c.get("workingDir") or "") else self.agent.lab_dir
         logpath = os.path.join(self.agent.pod_log_dir, f"{self.ns}_{self.pod_name}.log")
         with open(logpath, "ab") as out:
@@ -607,6 +612,10 @@ class Agent:
         self.slurmd_run_dir = args.slurmd_run_dir
         # Dynamic nodes: node -> its `--conf` line (from up.sh), and the conf server (slurmctld).
         self.conf_server = args.conf_server
+        # 24.11's dynamic nodes: more slurmd arguments (munge's socket: --authinfo), and each slurmd
+        # in its node's network namespace (a path pattern, %s: the node; e2e/lab/netns.sh).
+        self.dynamic_args: list[str] = list(args.dynamic_arg)
+        self.slurmd_netns = args.slurmd_netns
         self.dynamic: dict[str, str] = {}
         self.ports: dict[str, str] = {}
         if args.node_conf:
@@ -644,10 +653,13 @@ class Agent:
         """The lab's slurmd "image": with dynamic nodes, a `slurmd` command without -Z gets
         `-Z --conf-server HOST:PORT --conf LINE` appended (what the entrypoint of a Slinky-style
         slurmd image adds); a command with -Z runs as written. With a slurmd run directory, the
-        process runs in its own mount namespace (unshare -m) with that directory on /run/slurm."""
+        process runs in its own mount namespace (unshare -m) with that directory on /run/slurm. With
+        network namespaces (24.11's dynamic nodes), it runs in its node's (nsenter --net)."""
         is_slurmd = bool(argv) and os.path.basename(argv[0]) == "slurmd"
         if is_slurmd and node in self.dynamic and "-Z" not in argv:
-            argv = argv + ["-Z", "--conf-server", self.conf_server, "--conf", self.dynamic[node]]
+            argv = argv + ["-Z", "--conf-server", self.conf_server, "--conf", self.dynamic[node], *self.dynamic_args]
+        if is_slurmd and self.slurmd_netns and node in self.dynamic:
+            argv = ["nsenter", f"--net={self.slurmd_netns % node}", "--"] + argv
         if is_slurmd and self.slurmd_run_dir:
             d = os.path.join(self.slurmd_run_dir, node)
             os.makedirs(d, exist_ok=True)
@@ -902,6 +914,8 @@ def main() -> None:
     ap.add_argument("--slurm-env", action="append", default=[], help="KEY=VALUE for slurmd processes (repeatable)")
     ap.add_argument("--slurmd-run-dir", default="", help="run slurmd in a mount namespace with DIR/<node> on /run/slurm")
     ap.add_argument("--conf-server", default="", help="HOST:PORT of slurmctld for configless slurmd")
+    ap.add_argument("--dynamic-arg", action="append", default=[], help="one more argument of dynamic slurmd (repeatable)")
+    ap.add_argument("--slurmd-netns", default="", help="network namespace of a dynamic slurmd: a path, %%s the node")
     ap.add_argument("--node-conf", default="", help="file of NAME<TAB>PORT<TAB>DYNAMIC_CONF lines (empty conf: static)")
     args = ap.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,

@@ -131,6 +131,8 @@ stop_group etcd:etcd
 stop_group slurmdbd:slurmdbd
 stop_group mariadbd:mariadbd
 stop_group munged:munged
+# 6. the network namespaces of 24.11's dynamic slurmd and their bridge (netns.sh), once nothing runs in them
+[ ! -s "$LAB_DIR/netns/port-offset" ] || { "$here/netns.sh" stop && log "removed the network namespaces"; }
 
 # Our daemons were reparented to PID 1, which reaps them a little later: wait (briefly) so that
 # nothing, not even a zombie, is left when this returns.
