@@ -185,7 +185,16 @@ async def run(memo, nodes_index, pods_index, pools_index) -> None:
     async def work(key) -> None:
         await reconcile_key(memo, key, nodes_index, pods_index, pools_index)
 
-    await asyncio.gather(run_workers(memo.queue, work, config.pool_concurrency), lead(memo, pools_index))
+    await asyncio.gather(run_workers(memo.queue, work, config.pool_concurrency), lead(memo, pools_index), loop_lag())
+
+
+async def loop_lag(period: float = 0.25) -> None:
+    """Samples how late the event loop runs a timer: the CPU work every pass waits behind."""
+    loop = asyncio.get_running_loop()
+    while True:
+        asked = loop.time()
+        await asyncio.sleep(period)
+        metrics.EVENT_LOOP_LAG.observe(max(0.0, loop.time() - asked - period))
 
 
 async def lead(memo, pools_index) -> None:
@@ -300,11 +309,15 @@ async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_in
         return INDEX_LAG_RETRY  # our last writes have not come back through the watch yet
     t1 = time.monotonic()
     decision = decide(snap)
+    snapshot_s, decide_s = t1 - t0, time.monotonic() - t1
     if snap.slurm.available and snap.slurm.polled_at < t0 and _needs_fresh_slurm(decision):
         # Which node to move, and whether a drain is still ours to resume, are read from a poll
         # begun after this pass did (an admin's drain just before a scale must count).
+        again = time.monotonic()
         snap, backend = await _snapshot(memo, pool, spec, raw, nodes_index, pods_index, pools_index, newer_than=t0)
+        decided = time.monotonic()
         decision = decide(snap)
+        snapshot_s, decide_s = snapshot_s + decided - again, decide_s + time.monotonic() - decided
     t2 = time.monotonic()
     result = await apply(pool, spec, list(snap.nodes), decision, memo.kube, backend or _NoSlurm(), memo.published,
                          config.crash_after_phase)
@@ -313,16 +326,20 @@ async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_in
         memo.expected[name] = (record, now)
     if result.slurm_changed:
         memo.access.changed(pool.namespace, spec.slurm.access, pool.key)  # its next look must see what it did
+    t3 = time.monotonic()
     status = build_status(snap, decision, result)
-    took = time.monotonic() - t0
-    if took > SLOW_PASS or (decision.steps and log.isEnabledFor(logging.DEBUG)):
-        log.log(logging.WARNING if took > SLOW_PASS else logging.DEBUG,
-                "%s: pass took %.2f s (snapshot %.0f ms, decide %.0f ms, apply %.0f ms); %d step(s): %s", pool.key, took,
-                (t1 - t0) * 1000, (t2 - t1) * 1000, (time.monotonic() - t2) * 1000, len(decision.steps),
-                ", ".join(f"{n}:{s.move.phase if s.move else s.settled}" for n, s in sorted(decision.steps.items())[:8]))
     _export_gauges(pool, list(snap.nodes))
     poolmetrics.export(pool.key, list(snap.nodes), status)
     await _write_status(memo, pool, raw, status)
+    t4 = time.monotonic()
+    stages = {"snapshot": snapshot_s, "decide": decide_s, "apply": t3 - t2, "status": t4 - t3}
+    for stage, seconds in stages.items():
+        metrics.RECONCILE_STAGE_SECONDS.labels(stage=stage).observe(seconds)
+    took = t4 - t0
+    if took > SLOW_PASS or (decision.steps and log.isEnabledFor(logging.DEBUG)):
+        log.log(logging.WARNING if took > SLOW_PASS else logging.DEBUG, "%s: pass took %.2f s (%s); %d step(s): %s",
+                pool.key, took, ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in stages.items()), len(decision.steps),
+                ", ".join(f"{n}:{s.move.phase if s.move else s.settled}" for n, s in sorted(decision.steps.items())[:8]))
     if result.errors:
         return None
     if result.acted:
