@@ -32,6 +32,7 @@ from .demand import is_pending_gpu_pod, pending_pod
 from .interfaces import PoolRef, pool_object
 from .kube import KubeAdapter, node_view, pod_view
 from .leader import LeaderElector
+from .membership import Membership
 from .models import GROUP, PLURAL, VERSION, SlurmNodePoolSpec, SlurmNodePoolStatus
 from .moves import Cancel, Requeue, Resume
 from .phases import Phase
@@ -112,12 +113,13 @@ async def pool_changed(memo: kopf.Memo, type, namespace, name, body, **_):
     if type == "DELETED":
         memo.queue.forget(key)
         memo.generations.pop(key, None)
+        memo.selectors_changed = True
         return
     # Wake the pool for spec changes (and the first sight of it), not for our own status writes.
     generation = body.get("metadata", {}).get("generation")
     if memo.generations.get(key) != generation:
         memo.generations[key] = generation
-        memo.owners_at = 0.0  # selectors may have changed
+        memo.selectors_changed = True  # maybe: compared at the next pass
         memo.queue.add(key)
 
 
@@ -125,9 +127,8 @@ def _kick_node(memo: kopf.Memo, node: str) -> None:
     queue = memo.get("queue")
     if queue is None:
         return
-    owners = memo.get("owners", {}).get(node)
+    owners = memo.membership.owners(node)
     if owners is None:  # a node we have not sorted yet: maybe a new one
-        memo.owners_at = 0.0
         owners = memo.generations.keys()
     for key in list(owners):
         queue.add(key)
@@ -143,12 +144,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, nodes_index,
     settings.watching.client_timeout = 300
     settings.watching.connect_timeout = 30
     settings.persistence.finalizer = "slurmpool.io/finalizer"
+    settings.persistence.diffbase_storage = NoDiffBase()
     settings.posting.level = logging.INFO
     config = Settings.from_env()
     memo.settings = config
     memo.indexed = asyncio.Event()
     memo.queue = WorkQueue()
-    memo.generations, memo.owners, memo.members, memo.owners_at = {}, {}, {}, 0.0
+    memo.generations, memo.membership, memo.selectors_changed = {}, Membership(), True
     memo.failures, memo.reconcile_errors, memo.published, memo.fresh, memo.last_poll = {}, {}, {}, set(), {}
     memo.expected = {}  # node -> (record annotations we wrote, when): until the watch shows them
     memo.kube = KubeAdapter(_api_client())
@@ -157,6 +159,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, nodes_index,
     memo.access = SlurmAccessPool(memo.kube.read_secret)
     memo.pending_pods = pending_gpu_pods_index
     memo.tasks = [asyncio.create_task(run(memo, nodes_index, pods_index, pools_index))]
+
+
+class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf deep-copies every watched body (every Node and Pod event) to diff it for on.create/
+    update/delete handlers and daemons; this operator has none (indexes and one on.event, which
+    get no diff), and under load those copies held the event loop. tests/test_handlers.py
+    fails when a handler that needs the diff is added."""
+
+    def build(self, *, body, extra_fields=None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
 
 
 @kopf.on.cleanup()
@@ -253,28 +265,22 @@ async def reconcile_key(memo, key, nodes_index, pods_index, pools_index) -> None
     memo.queue.add(key, after=after)
 
 
-def _owners(memo, nodes_index, pools_index) -> dict[str, list[tuple[str, str]]]:
-    """Which pools select each node, for all pools at once (overlaps are never acted on).
-    Recomputed at most every half interval, and at once after a spec change or a new node."""
-    now = time.monotonic()
-    if now - memo.owners_at < memo.settings.interval / 2:
-        return memo.owners
-    specs = {}
-    for key, store in list(pools_index.items()):
-        raw = _first(store)
-        spec = _parse(raw)[0] if raw is not None else None
-        if spec is not None and not spec.node_selector.is_empty():
-            specs[key] = spec
-    owners: dict[str, list[tuple[str, str]]] = {}
-    members: dict[tuple[str, str], list[str]] = {}  # the same, by pool: a pass reads only its own nodes
-    for store in list(nodes_index.values()):
-        node = _first(store)
-        if node is not None:
-            owners[node.name] = [key for key, spec in specs.items() if spec.node_selector.matches(node.labels)]
-            for key in owners[node.name]:
-                members.setdefault(key, []).append(node.name)
-    memo.owners, memo.members, memo.owners_at = owners, members, now
-    return owners
+def _membership(memo, nodes_index, pools_index) -> Membership:
+    """Which pools select each node (overlaps are never acted on), brought up to date: the
+    selectors are read again after a pool's spec changed or a pool went, nodes whose labels changed
+    are matched again (membership.py)."""
+    selectors = None
+    if memo.selectors_changed:
+        memo.selectors_changed = False
+        selectors = {}
+        for key, store in list(pools_index.items()):
+            raw = _first(store)
+            spec = _parse(raw)[0] if raw is not None else None
+            if spec is not None and not spec.node_selector.is_empty():
+                selectors[key] = spec.node_selector
+    nodes = ((node.name, node.labels) for node in map(_first, list(nodes_index.values())) if node is not None)
+    memo.membership.refresh(selectors, nodes)
+    return memo.membership
 
 
 _parsed: dict[str, tuple[dict, SlurmNodePoolSpec | None, str]] = {}
@@ -375,18 +381,18 @@ def _needs_fresh_slurm(decision) -> bool:
 
 async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_index, pods_index, pools_index, newer_than=None):
     key = (pool.namespace, pool.name)
-    owners = _owners(memo, nodes_index, pools_index)
+    membership = _membership(memo, nodes_index, pools_index)
     mine: list[NodeView] = []
     overlaps: list[str] = []
-    for name in memo.members.get(key, ()):
+    for name in membership.members(key):
         node = _first(nodes_index.get(name, ()))
         if node is None:  # deleted since the owners were sorted
             continue
-        if len(owners[node.name]) > 1:
+        if len(membership.owners(name) or ()) > 1:
             overlaps.append(node.name)
             continue
         mine.append(replace(node, pods=tuple(pods_index.get(node.name, ()))))
-    await _report_overlaps(memo, pool, overlaps, owners)
+    await _report_overlaps(memo, pool, overlaps, membership)
     # Pods bound to a node that is no Node (deleted): this pool's slurmd pods are reported and cleaned up.
     orphans = tuple(p for node in list(pods_index) if node not in nodes_index for p in pods_index.get(node, ())
                     if p.slurmd and p.pool == pool.name and p.namespace == pool.namespace)
@@ -406,7 +412,7 @@ async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_ind
     return snap, backend
 
 
-async def _report_overlaps(memo, pool: PoolRef, overlaps: list[str], owners) -> None:
+async def _report_overlaps(memo, pool: PoolRef, overlaps: list[str], membership: Membership) -> None:
     """One Event per change of the overlap, not one per pass."""
     key = (pool.namespace, pool.name)
     seen = memo.setdefault("overlaps", {})
@@ -414,7 +420,7 @@ async def _report_overlaps(memo, pool: PoolRef, overlaps: list[str], owners) -> 
         seen.pop(key, None)
     elif seen.get(key) != set(overlaps):
         seen[key] = set(overlaps)
-        others = sorted({f"{ns}/{n}" for name in overlaps for ns, n in owners[name] if (ns, n) != key})
+        others = sorted({f"{ns}/{n}" for name in overlaps for ns, n in membership.owners(name) or () if (ns, n) != key})
         await memo.kube.event(pool_object(pool), "Warning", "NodeOverlap", f"nodes {', '.join(sorted(overlaps)[:10])} are also selected by {', '.join(others)}")
 
 
