@@ -116,6 +116,9 @@ class CountingKube:
     async def patch_node(self, name, patch):
         self.requests += 1
 
+    async def patch_node_later(self, name, patch):
+        self.requests += 1
+
     async def create_slurmd_pod(self, pool, spec, node):
         self.requests += 1
 

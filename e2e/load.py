@@ -243,6 +243,10 @@ def run(lab, pools: list[Pool], first: int, then, max_moves: int = 25, log_name:
                 before, after, "slurmpool_reconcile_stage_duration_seconds", 0.99, stage=stage)
         for q in (0.5, 0.99):
             fig[f"loop_lag_p{int(q * 100)}_s"] = histogram_quantile(before, after, "slurmpool_event_loop_lag_seconds", q)
+            fig[f"slurm_show_node_p{int(q * 100)}_s"] = histogram_quantile(
+                before, after, "slurmpool_slurm_command_duration_seconds", q, command="nodes")
+        fig["slurm_polls"] = counter(after, "slurmpool_slurm_command_duration_seconds_count", command="nodes") - \
+            counter(before, "slurmpool_slurm_command_duration_seconds_count", command="nodes")
         fig["passes"] = counter(after, "slurmpool_reconcile_duration_seconds_count") - counter(before, "slurmpool_reconcile_duration_seconds_count")
         fig["operator_cpu_s"] = cpu1 - cpu0
         fig["operator_rss_mib"] = _rss_mib(op.proc.pid)
