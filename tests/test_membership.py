@@ -13,47 +13,42 @@ def sel(**labels) -> LabelSelector:
     return LabelSelector(match_labels=labels)
 
 
-def brute(selectors, nodes):
-    owners = {name: tuple(k for k, s in selectors.items() if s.matches(labels)) for name, labels in nodes.items()}
-    members = {k: sorted(n for n, o in owners.items() if k in o) for k in selectors}
-    return owners, members
-
-
 def check(m: Membership, selectors, nodes):
-    owners, members = brute(selectors, nodes)
+    owners = {name: tuple(k for k, s in selectors.items() if s.matches(labels)) for name, labels in nodes.items()}
     for name in nodes:
         assert m.owners(name) == owners[name], name
     for key in selectors:
-        assert m.members(key) == members[key], key
+        assert m.members(key) == sorted(n for n, o in owners.items() if key in o), key
 
 
 def test_a_relabelled_node_changes_pool_and_others_stay():
     m = Membership()
-    selectors = {"a": sel(group="a"), "b": sel(group="b")}
-    nodes = {"n1": {"group": "a"}, "n2": {"group": "a"}, "n3": {"group": "b"}}
-    m.refresh(selectors, nodes.items())
+    m.set_selectors({"a": sel(group="a"), "b": sel(group="b")})
+    for name, group in (("n1", "a"), ("n2", "a"), ("n3", "b")):
+        m.update(name, {"group": group})
     assert m.members("a") == ["n1", "n2"] and m.members("b") == ["n3"]
-    nodes["n2"] = {"group": "b"}  # a new dict, as every watch event brings
-    m.refresh(None, nodes.items())
+    m.update("n2", {"group": "b"})
     assert m.members("a") == ["n1"] and m.members("b") == ["n2", "n3"] and m.owners("n2") == ("b",)
 
 
-def test_a_node_gone_leaves_every_pool_and_a_new_one_is_unknown_until_refreshed():
+def test_a_node_gone_leaves_every_pool_and_an_unseen_one_is_unknown():
     m = Membership()
-    selectors = {"a": sel(group="a")}
-    m.refresh(selectors, [("n1", {"group": "a"}), ("n2", {"group": "a"})])
-    m.refresh(None, [("n1", {"group": "a"})])
-    assert m.members("a") == ["n1"] and m.owners("n2") is None
-    assert m.owners("n9") is None
+    m.set_selectors({"a": sel(group="a")})
+    m.update("n1", {"group": "a"})
+    m.update("n2", {"group": "a"})
+    m.prune({"n1"})
+    assert m.members("a") == ["n1"] and m.owners("n2") is None and m.owners("n9") is None
 
 
 def test_a_changed_selector_sorts_every_node_again_and_an_overlap_has_two_owners():
     m = Membership()
-    nodes = {"n1": {"group": "a", "gpu": "h100"}, "n2": {"group": "b", "gpu": "h100"}}
-    m.refresh({"a": sel(group="a"), "b": sel(group="b")}, nodes.items())
-    m.refresh({"a": sel(group="a"), "b": sel(gpu="h100")}, nodes.items())
+    m.update("n1", {"group": "a", "gpu": "h100"})  # seen before any pool: owned by none
+    m.update("n2", {"group": "b", "gpu": "h100"})
+    assert m.owners("n1") == ()
+    m.set_selectors({"a": sel(group="a"), "b": sel(group="b")})
+    m.set_selectors({"a": sel(group="a"), "b": sel(gpu="h100")})
     assert m.owners("n1") == ("a", "b") and m.members("b") == ["n1", "n2"]
-    m.refresh({"b": sel(gpu="h100")}, nodes.items())  # pool a deleted
+    m.set_selectors({"b": sel(gpu="h100")})  # pool a deleted
     assert m.owners("n1") == ("b",) and m.members("a") == []
 
 
@@ -63,20 +58,25 @@ def test_random_changes_match_a_full_sort_every_time():
     nodes = {f"n{i}": {"group": rng.choice(groups)} for i in range(40)}
     selectors = {g: sel(group=g) for g in groups}
     m = Membership()
-    m.refresh(selectors, nodes.items())
+    m.set_selectors(selectors)
+    for name, labels in nodes.items():
+        m.update(name, labels)
     check(m, selectors, nodes)
     for _ in range(300):
         what = rng.random()
-        changed_selectors = None
         if what < 0.5:
-            nodes[rng.choice(sorted(nodes))] = {"group": rng.choice(groups)}
-        elif what < 0.7:
-            nodes.pop(rng.choice(sorted(nodes)), None) if len(nodes) > 1 else None
+            name = rng.choice(sorted(nodes))
+            nodes[name] = {"group": rng.choice(groups)}
+            m.update(name, nodes[name])
+        elif what < 0.7 and len(nodes) > 1:
+            nodes.pop(rng.choice(sorted(nodes)))
+            m.prune(set(nodes))
         elif what < 0.85:
-            nodes[f"n{rng.randrange(60)}"] = {"group": rng.choice(groups), "x": "1"}
+            name = f"n{rng.randrange(60)}"
+            nodes[name] = {"group": rng.choice(groups), "x": "1"}
+            m.update(name, nodes[name])
         else:
             g = rng.choice(groups)
             selectors = {**selectors, g: rng.choice([sel(group=g), sel(x="1"), sel(group=g, x="1")])}
-            changed_selectors = selectors
-        m.refresh(changed_selectors, list(nodes.items()))
+            m.set_selectors(selectors)
         check(m, selectors, nodes)

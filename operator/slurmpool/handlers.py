@@ -53,6 +53,7 @@ SLOW_PASS = 2.0  # seconds: a pass slower than this is logged with where its tim
 # round trip of scontrol and squeue (a few hundred ms) that most passes of a move do not need.
 SLURM_MAX_AGE = 2.0
 INDEX_LAG_RETRY = 0.05  # seconds: look again this soon when the watch has not brought our writes back
+PRUNE_EVERY = 10.0  # seconds: deleted Nodes are dropped from the pools' membership this often
 EXPECT_FOR = 10.0  # seconds: after this, a write the index never showed is taken as overwritten
 
 
@@ -76,8 +77,9 @@ class _NoSlurm:
 # Each also wakes the pools the change concerns.
 @kopf.index("nodes")
 async def nodes_index(body, name, memo: kopf.Memo, **_):
-    _kick_node(memo, name)
-    return {name: node_view(body)}
+    view = node_view(body)
+    _node_seen(memo, name, view.labels)
+    return {name: view}
 
 
 @kopf.index("pods", when=lambda spec, **_: bool(spec.get("nodeName")))
@@ -120,6 +122,19 @@ async def pool_changed(memo: kopf.Memo, type, namespace, name, body, **_):
     if memo.generations.get(key) != generation:
         memo.generations[key] = generation
         memo.selectors_changed = True  # maybe: compared at the next pass
+        memo.queue.add(key)
+
+
+def _node_seen(memo: kopf.Memo, name: str, labels: dict[str, str]) -> None:
+    """Sort the node by its labels now (membership.py) and wake the pools it left or joined."""
+    membership = memo.get("membership")
+    if membership is None:
+        return
+    before = membership.owners(name) or ()
+    membership.update(name, labels)
+    # Sorted with selectors that may be old (a spec changed, not read yet): every pool looks.
+    wake = memo.generations.keys() if memo.selectors_changed else set(before) | set(membership.owners(name) or ())
+    for key in list(wake):
         memo.queue.add(key)
 
 
@@ -266,10 +281,10 @@ async def reconcile_key(memo, key, nodes_index, pods_index, pools_index) -> None
 
 
 def _membership(memo, nodes_index, pools_index) -> Membership:
-    """Which pools select each node (overlaps are never acted on), brought up to date: the
-    selectors are read again after a pool's spec changed or a pool went, nodes whose labels changed
-    are matched again (membership.py)."""
-    selectors = None
+    """Which pools select each node (overlaps are never acted on): nodes are sorted as the watch
+    brings them (_node_seen); here the selectors are read again after a pool's spec changed or a
+    pool went, and deleted nodes are forgotten now and then."""
+    membership: Membership = memo.membership
     if memo.selectors_changed:
         memo.selectors_changed = False
         selectors = {}
@@ -278,9 +293,12 @@ def _membership(memo, nodes_index, pools_index) -> Membership:
             spec = _parse(raw)[0] if raw is not None else None
             if spec is not None and not spec.node_selector.is_empty():
                 selectors[key] = spec.node_selector
-    nodes = ((node.name, node.labels) for node in map(_first, list(nodes_index.values())) if node is not None)
-    memo.membership.refresh(selectors, nodes)
-    return memo.membership
+        membership.set_selectors(selectors)
+    now = time.monotonic()
+    if now - memo.get("pruned_at", 0.0) > PRUNE_EVERY:  # a pass skips a member that is no Node anyway
+        memo.pruned_at = now
+        membership.prune(set(nodes_index))
+    return membership
 
 
 _parsed: dict[str, tuple[dict, SlurmNodePoolSpec | None, str]] = {}

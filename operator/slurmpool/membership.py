@@ -3,12 +3,12 @@
 Matching every node against every pool's selector costs nodes x pools selector checks (10,000
 at 500 nodes and 20 pools); done every half interval it held the event loop for a good part of
 every pass under load. So: every node is matched again only when a selector changes, and otherwise
-only the nodes whose labels changed. No I/O: the kopf layer feeds it from its watch indexes.
+a node only when the watch brings it with other labels. No I/O: the kopf layer feeds it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Collection, Hashable, Mapping
 
 from .models import LabelSelector
 
@@ -16,9 +16,9 @@ PoolKey = Hashable
 
 
 class Membership:
-    """`refresh` with every pool's selector and every node's labels; then `owners` and `members`.
-    A node is matched again only when its labels are not the ones it was last matched with, and
-    every node when a selector changed: exact whatever order the watches deliver changes in."""
+    """Fed by the Node watch (`update` with each node's labels, `prune` with the nodes there are)
+    and the pools (`set_selectors`); read by each pass (`owners`, `members`). A node is matched
+    again only when its labels change, every node when a selector changes."""
 
     def __init__(self) -> None:
         self._selectors: dict[PoolKey, LabelSelector] = {}
@@ -34,21 +34,23 @@ class Membership:
         """The nodes the pool selects (overlaps included), by name."""
         return sorted(self._members.get(pool, ()))
 
-    def refresh(self, selectors: Mapping[PoolKey, LabelSelector] | None,
-                nodes: Iterable[tuple[str, Mapping[str, str]]]) -> None:
-        """`selectors`: every pool's non-empty selector (None: unchanged since the last call);
-        `nodes`: (name, labels) of every node there is."""
-        if selectors is not None and dict(selectors) != self._selectors:
-            self._selectors = dict(selectors)
-            self._labels.clear()  # every node is matched again
-        seen = set()
-        for name, labels in nodes:
-            seen.add(name)
-            last = self._labels.get(name)
-            if last is not labels and last != labels:
-                self._sort(name, labels)
-        for name in [n for n in self._labels if n not in seen]:
+    def update(self, name: str, labels: Mapping[str, str]) -> None:
+        """A node as the watch shows it now (added or changed)."""
+        if self._labels.get(name) != labels or name not in self._labels:
+            self._sort(name, labels)
+
+    def prune(self, present: Collection[str]) -> None:
+        """Forget the nodes that are gone (the watch's deletions do not come through `update`)."""
+        for name in [n for n in self._labels if n not in present]:
             self._sort(name, None)
+
+    def set_selectors(self, selectors: Mapping[PoolKey, LabelSelector]) -> None:
+        """Every pool's non-empty selector; every node is matched again when one changed."""
+        if dict(selectors) == self._selectors:
+            return
+        self._selectors = dict(selectors)
+        for name, labels in list(self._labels.items()):
+            self._sort(name, labels)
 
     def _sort(self, name: str, labels: Mapping[str, str] | None) -> None:
         for pool in self._owners.pop(name, ()):
@@ -57,6 +59,6 @@ class Membership:
         if labels is None:
             return  # the node is gone
         owners = tuple(pool for pool, selector in self._selectors.items() if selector.matches(labels))
-        self._labels[name], self._owners[name] = labels, owners
+        self._labels[name], self._owners[name] = dict(labels), owners
         for pool in owners:
             self._members.setdefault(pool, set()).add(name)
