@@ -172,3 +172,41 @@ async def test_while_a_pool_polls_another_takes_a_slightly_older_view_rather_tha
     release.set()
     await polling
     await waiting
+
+
+async def test_a_pool_that_does_not_wait_is_woken_once_the_poll_it_needs_has_landed(monkeypatch):
+    import asyncio
+
+    clock = Clock()
+    pool = SlurmAccessPool(read_secret=None, clock=clock)
+    fake = CountingBackend()
+    release = asyncio.Event()
+    polled = fake.nodes
+
+    async def nodes():
+        await release.wait()
+        return await polled()
+
+    fake.nodes = nodes
+    backend_is(monkeypatch, pool, fake)
+    spec = SlurmAccess(local={})
+    woken = []
+    _, view = await pool.observe("ns", spec, max_age=0.5, wake=lambda: woken.append("a"))
+    _, also = await pool.observe("ns", spec, max_age=0.5, wake=lambda: woken.append("b"))
+    assert view is None and also is None and not woken  # no view yet: nobody waits, one poll runs
+    release.set()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert sorted(woken) == ["a", "b"] and fake.calls.count("nodes") == 1
+    _, view = await pool.observe("ns", spec, max_age=0.5, wake=lambda: woken.append("c"))
+    assert view is not None and view.available and sorted(woken) == ["a", "b"]  # the poll landed: taken at once
+    # A change of ours after that poll began: only a newer poll will do, so wait for it (woken again).
+    clock.t += 0.1
+    pool.changed("ns", spec, "p1")
+    _, view = await pool.observe("ns", spec, max_age=0.5, pool="p1", wake=lambda: woken.append("p1"))
+    assert view is None
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert woken[-1] == "p1" and fake.calls.count("nodes") == 2
+    _, view = await pool.observe("ns", spec, max_age=0.5, pool="p1", wake=lambda: woken.append("again"))
+    assert view is not None and view.polled_at >= 0.1
