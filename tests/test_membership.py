@@ -80,3 +80,16 @@ def test_random_changes_match_a_full_sort_every_time():
             selectors = {**selectors, g: rng.choice([sel(group=g), sel(x="1"), sel(group=g, x="1")])}
             m.set_selectors(selectors)
         check(m, selectors, nodes)
+
+
+def test_the_stale_selectors_flag_lives_in_the_shared_object_and_clears_once_read():
+    # kopf gives each resource handler a shallow copy of its memo: a flag must live in an object
+    # they share (a pool created after the first pass once never had its selector read).
+    m = Membership()
+    assert m.selectors_stale
+    m.set_selectors({"a": sel(group="a")})
+    assert not m.selectors_stale
+    m.selectors_stale = True  # as pool_changed does
+    m.update("n1", {"group": "b"})
+    m.set_selectors({"a": sel(group="a"), "b": sel(group="b")})
+    assert not m.selectors_stale and m.members("b") == ["n1"]

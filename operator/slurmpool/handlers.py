@@ -115,13 +115,13 @@ async def pool_changed(memo: kopf.Memo, type, namespace, name, body, **_):
     if type == "DELETED":
         memo.queue.forget(key)
         memo.generations.pop(key, None)
-        memo.selectors_changed = True
+        memo.membership.selectors_stale = True
         return
     # Wake the pool for spec changes (and the first sight of it), not for our own status writes.
     generation = body.get("metadata", {}).get("generation")
     if memo.generations.get(key) != generation:
         memo.generations[key] = generation
-        memo.selectors_changed = True  # maybe: compared at the next pass
+        memo.membership.selectors_stale = True  # maybe: compared at the next pass
         memo.queue.add(key)
 
 
@@ -133,7 +133,7 @@ def _node_seen(memo: kopf.Memo, name: str, labels: dict[str, str]) -> None:
     before = membership.owners(name) or ()
     membership.update(name, labels)
     # Sorted with selectors that may be old (a spec changed, not read yet): every pool looks.
-    wake = memo.generations.keys() if memo.selectors_changed else set(before) | set(membership.owners(name) or ())
+    wake = memo.generations.keys() if membership.selectors_stale else set(before) | set(membership.owners(name) or ())
     for key in list(wake):
         memo.queue.add(key)
 
@@ -165,7 +165,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, nodes_index,
     memo.settings = config
     memo.indexed = asyncio.Event()
     memo.queue = WorkQueue()
-    memo.generations, memo.membership, memo.selectors_changed = {}, Membership(), True
+    memo.generations, memo.membership = {}, Membership()
     memo.failures, memo.reconcile_errors, memo.published, memo.fresh, memo.last_poll = {}, {}, {}, set(), {}
     memo.expected = {}  # node -> (record annotations we wrote, when): until the watch shows them
     memo.asked = {}  # pool -> its last pass needed a Slurm poll begun after this time
@@ -286,8 +286,7 @@ def _membership(memo, nodes_index, pools_index) -> Membership:
     brings them (_node_seen); here the selectors are read again after a pool's spec changed or a
     pool went, and deleted nodes are forgotten now and then."""
     membership: Membership = memo.membership
-    if memo.selectors_changed:
-        memo.selectors_changed = False
+    if membership.selectors_stale:
         selectors = {}
         for key, store in list(pools_index.items()):
             raw = _first(store)

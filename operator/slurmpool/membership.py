@@ -21,6 +21,10 @@ class Membership:
     again only when its labels change, every node when a selector changes."""
 
     def __init__(self) -> None:
+        # A pool's spec changed or a pool went: read the selectors again before the next sort.
+        # Kept here, not in kopf's memo: resource handlers get a shallow copy of the memo, so a
+        # flag set there by one handler is never seen by the others.
+        self.selectors_stale = True
         self._selectors: dict[PoolKey, LabelSelector] = {}
         self._labels: dict[str, Mapping[str, str]] = {}  # node -> the labels it was matched with
         self._owners: dict[str, tuple[PoolKey, ...]] = {}
@@ -46,6 +50,7 @@ class Membership:
 
     def set_selectors(self, selectors: Mapping[PoolKey, LabelSelector]) -> None:
         """Every pool's non-empty selector; every node is matched again when one changed."""
+        self.selectors_stale = False
         if dict(selectors) == self._selectors:
             return
         self._selectors = dict(selectors)
