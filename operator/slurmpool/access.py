@@ -84,8 +84,6 @@ class SlurmAccessPool:
         self._topology: dict[tuple, tuple[float, tuple]] = {}  # key -> (when, groups): changes rarely
         self._failing: dict[tuple, tuple[int, float, SlurmView]] = {}  # key -> (failures, retry at, view)
         self._locks: dict[tuple, asyncio.Lock] = {}
-        self._polls: dict[tuple, asyncio.Task] = {}  # key -> a poll begun for callers that do not wait
-        self._waiters: dict[tuple, list[Callable[[], None]]] = {}  # key -> called once that poll lands
         self.command_timeout = command_timeout
         self.retries = retries
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
@@ -121,14 +119,12 @@ class SlurmAccessPool:
 
     async def observe(
         self, namespace: str, access: SlurmAccess, max_age: float, topology: bool = False, newer_than: float | None = None,
-        pool: str = "", wake: Callable[[], None] | None = None,
-    ) -> tuple[SlurmBackend | None, SlurmView | None]:
+        pool: str = "",
+    ) -> tuple[SlurmBackend | None, SlurmView]:
         """Slurm's state for this access, polled at most once per `max_age` seconds (and, with
         `newer_than`, by a poll begun after that time); with `topology`, its switches or blocks
         too, polled at most once per TOPOLOGY_MAX_AGE. The view's `polled_at` is when its poll began.
-        `pool`: whose changes the view must show (pools own disjoint nodes: not another pool's).
-        `wake`: do not wait for a poll: when no view will do now, return (backend, None), poll in
-        the background (or join the poll in progress) and call wake() once it has landed."""
+        `pool`: whose changes the view must show (pools own disjoint nodes: not another pool's)."""
         key = access_key(namespace, access)
         # What will do, fixed on arrival: a pool that waited for another pool's poll takes it
         # rather than polling again after it (pools sharing one Slurm queue on its lock).
@@ -139,38 +135,8 @@ class SlurmAccessPool:
             if cached and self._usable(key, pool, cached[0], oldest - STALE_WHILE_POLLING * max_age, newer_than) and \
                     (not topology or cached[1].topology or not cached[1].available):
                 return self._backends.get(key), cached[1]
-        if wake is not None:
-            return self._now_or_later(key, namespace, access, oldest, topology, newer_than, pool, wake)
         async with lock:  # pools reconcile concurrently: one poll
             return await self._observe(key, namespace, access, oldest, topology, newer_than, pool)
-
-    def _now_or_later(self, key: tuple, namespace: str, access: SlurmAccess, oldest: float, topology: bool,
-                      newer_than: float | None, pool: str, wake: Callable[[], None]) -> tuple[SlurmBackend | None, SlurmView | None]:
-        cached = self._views.get(key)
-        if cached and self._usable(key, pool, cached[0], oldest, newer_than) and \
-                (not topology or cached[1].topology or not cached[1].available):
-            return self._backends.get(key), cached[1]
-        failing = self._failing.get(key)
-        if failing and self.clock() < failing[1]:
-            return self._backends.get(key), failing[2]
-        self._waiters.setdefault(key, []).append(wake)
-        task = self._polls.get(key)
-        if task is None or task.done():
-            self._polls[key] = asyncio.create_task(self._poll_for_waiters(key, namespace, access, topology))
-        return self._backends.get(key), None
-
-    async def _poll_for_waiters(self, key: tuple, namespace: str, access: SlurmAccess, topology: bool) -> None:
-        """One poll (after the one in progress, if any), then every waiter is woken. A waiter whose
-        need it does not meet (its own change came after this poll began) asks again."""
-        try:
-            async with self._locks[key]:
-                await self._observe(key, namespace, access, float("inf"), topology)
-        except Exception:  # noqa: BLE001 - the waiters look again, not at once
-            log.exception("polling Slurm failed")
-            await asyncio.sleep(self.backoff_base)
-        finally:
-            for wake in self._waiters.pop(key, []):
-                wake()
 
     def _usable(self, key: tuple, pool: str, began: float, oldest: float, newer_than: float | None) -> bool:
         """A poll that began after the pool's last change through this access shows it."""

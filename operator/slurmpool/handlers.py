@@ -168,7 +168,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, nodes_index,
     memo.generations, memo.membership = {}, Membership()
     memo.failures, memo.reconcile_errors, memo.published, memo.fresh, memo.last_poll = {}, {}, {}, set(), {}
     memo.expected = {}  # node -> (record annotations we wrote, when): until the watch shows them
-    memo.asked = {}  # pool -> its last pass needed a Slurm poll begun after this time
     memo.kube = KubeAdapter(_api_client())
     memo.leader = LeaderElector(memo.kube.api, namespace=config.lease_namespace, identity=config.identity,
                                 duration=config.lease_duration, renew_every=config.lease_renew)
@@ -327,30 +326,18 @@ async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_in
     if spec is None:
         await _report_invalid(memo, pool, raw, why)
         return config.interval
-    key = (pool.namespace, pool.name)
     t0 = time.monotonic()
-    # A pass never waits for a Slurm poll: it asks for one and ends, and the pool is queued again
-    # when the poll lands (access.py). `asked`: the last pass needed a poll begun after this time.
-    asked = memo.asked.get(key)
-    snap, backend = await _snapshot(memo, pool, spec, raw, nodes_index, pods_index, pools_index, newer_than=asked)
-    if snap is None:
-        return config.interval  # at the latest: the poll's landing queues the pool sooner
-    memo.asked.pop(key, None)
+    snap, backend = await _snapshot(memo, pool, spec, raw, nodes_index, pods_index, pools_index)
     if _index_lags(memo, snap.nodes):
         return INDEX_LAG_RETRY  # our last writes have not come back through the watch yet
     t1 = time.monotonic()
     decision = decide(snap)
     snapshot_s, decide_s = t1 - t0, time.monotonic() - t1
-    if snap.slurm.available and snap.slurm.polled_at < (asked or t0) and _needs_fresh_slurm(decision):
+    if snap.slurm.available and snap.slurm.polled_at < t0 and _needs_fresh_slurm(decision):
         # Which node to move, and whether a drain is still ours to resume, are read from a poll
-        # begun after this pass did (an admin's drain just before a scale must count): the next
-        # pass decides again on it.
-        memo.asked[key] = t0
+        # begun after this pass did (an admin's drain just before a scale must count).
         again = time.monotonic()
         snap, backend = await _snapshot(memo, pool, spec, raw, nodes_index, pods_index, pools_index, newer_than=t0)
-        if snap is None:
-            return config.interval
-        memo.asked.pop(key, None)
         decided = time.monotonic()
         decision = decide(snap)
         snapshot_s, decide_s = snapshot_s + decided - again, decide_s + time.monotonic() - decided
@@ -428,14 +415,11 @@ async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_ind
                     if p.slurmd and p.pool == pool.name and p.namespace == pool.namespace)
     # Pools on one Slurm share a poll made within SLURM_MAX_AGE; a pool whose move waits on Slurm
     # asks for one begun after the poll it last saw (shared by every pool asking meanwhile).
-    if key in memo.fresh and memo.last_poll.get(key) is not None:
-        newer_than = max(newer_than or 0.0, memo.last_poll[key])
-    backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=SLURM_MAX_AGE,
-                                               topology=spec.topology.from_slurm, newer_than=newer_than, pool=pool.key,
-                                               wake=lambda: memo.queue.add(key))
-    if slurm is None:
-        return None, backend  # no view will do yet: the pool is queued again once the poll lands
+    if newer_than is None and key in memo.fresh:
+        newer_than = memo.last_poll.get(key)
     memo.fresh.discard(key)
+    backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=SLURM_MAX_AGE,
+                                               topology=spec.topology.from_slurm, newer_than=newer_than, pool=pool.key)
     memo.last_poll[key] = slurm.polled_at
     pending = tuple(p for store in (memo.pending_pods or {}).values() for p in store) if spec.demand and spec.demand.enabled else ()
     snap = PoolSnapshot(
