@@ -8,6 +8,7 @@ moment that pool's spec was patched.
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -147,11 +148,13 @@ def scrape(port: int) -> dict:
     return out
 
 
-def histogram_quantile(before: dict, after: dict, name: str, q: float) -> float:
-    """Prometheus-style quantile of a histogram's observations between two scrapes."""
+def histogram_quantile(before: dict, after: dict, name: str, q: float, **match) -> float:
+    """Prometheus-style quantile of a histogram's observations between two scrapes (of the
+    series whose labels include `match`)."""
     buckets = sorted(
         (float(dict(labels)["le"]), value - before.get((n, labels), 0.0))
-        for (n, labels), value in after.items() if n == f"{name}_bucket"
+        for (n, labels), value in after.items()
+        if n == f"{name}_bucket" and all(dict(labels).get(k) == v for k, v in match.items())
     )
     total = buckets[-1][1] if buckets else 0
     if not total:
@@ -207,6 +210,7 @@ def run(lab, pools: list[Pool], first: int, then, max_moves: int = 25, log_name:
         took = watcher.wait_all(starts, lambda k: settled(_by_key(pools, k), first, 1), settle_timeout, "every pool to settle")
         fig["adopt_settle_max_s"] = max(took.values())
         before, cpu0 = scrape(port), cpu_seconds(op.proc.pid)
+        fig["loadavg_1m_at_change"] = os.getloadavg()[0]  # a shared machine: figures mean little without it
 
         # Every pool's split at once: patch them back to back, each timed from its own patch.
         starts, targets, generations = {}, {}, {}
@@ -225,6 +229,7 @@ def run(lab, pools: list[Pool], first: int, then, max_moves: int = 25, log_name:
         done = watcher.wait_all(starts, lambda k: settled(_by_key(pools, k), targets[k], generations[k]),
                                 settle_timeout, "every pool to settle after the change")
         after, cpu1 = scrape(port), cpu_seconds(op.proc.pid)
+        fig["loadavg_1m_at_settled"] = os.getloadavg()[0]
         fig.update(_spread("observed_generation", observed))
         fig.update(_spread("first_move", moving))
         fig.update(_spread("settle", done))
@@ -232,6 +237,16 @@ def run(lab, pools: list[Pool], first: int, then, max_moves: int = 25, log_name:
         for q in (0.5, 0.99):
             fig[f"pool_reconcile_p{int(q * 100)}_s"] = histogram_quantile(
                 before, after, "slurmpool_reconcile_duration_seconds", q)
+        # Where a pass's time went, and how late the event loop ran (handlers.py).
+        for stage in ("snapshot", "decide", "apply", "status"):
+            fig[f"stage_{stage}_p99_s"] = histogram_quantile(
+                before, after, "slurmpool_reconcile_stage_duration_seconds", 0.99, stage=stage)
+        for q in (0.5, 0.99):
+            fig[f"loop_lag_p{int(q * 100)}_s"] = histogram_quantile(before, after, "slurmpool_event_loop_lag_seconds", q)
+            fig[f"slurm_show_node_p{int(q * 100)}_s"] = histogram_quantile(
+                before, after, "slurmpool_slurm_command_duration_seconds", q, command="nodes")
+        fig["slurm_polls"] = counter(after, "slurmpool_slurm_command_duration_seconds_count", command="nodes") - \
+            counter(before, "slurmpool_slurm_command_duration_seconds_count", command="nodes")
         fig["passes"] = counter(after, "slurmpool_reconcile_duration_seconds_count") - counter(before, "slurmpool_reconcile_duration_seconds_count")
         fig["operator_cpu_s"] = cpu1 - cpu0
         fig["operator_rss_mib"] = _rss_mib(op.proc.pid)

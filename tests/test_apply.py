@@ -28,6 +28,9 @@ class FakeKube:
             raise RuntimeError("apiserver unavailable")
         self.calls.append(("patch_node", name, json.dumps(patch, sort_keys=True)))
 
+    async def patch_node_later(self, name, patch):
+        await self.patch_node(name, patch)
+
     async def create_slurmd_pod(self, pool, spec, node):
         self.calls.append(("create_slurmd_pod", node))
 

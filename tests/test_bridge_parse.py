@@ -172,6 +172,19 @@ def test_many_nodes_and_noise_lines():
     assert parse_scontrol_nodes("") == {} and parse_scontrol_nodes("No nodes in the system\n") == {}
 
 
+def test_a_cache_of_the_last_output_gives_what_parsing_gives():
+    cache: dict = {}
+    gpu03 = IDLE_PLANNED.replace("gpu02", "gpu03")
+    first = parse_scontrol_nodes(f"{IDLE_DRAIN_FEATURES}\n{gpu03}\n", cache=cache)
+    assert first == parse_scontrol_nodes(f"{IDLE_DRAIN_FEATURES}\n{gpu03}\n") and len(cache) == 2
+    # gpu03 changed, gpu01 did not (the same object is reused), a node left
+    changed = gpu03.replace("State=IDLE", "State=MIXED")
+    second = parse_scontrol_nodes(f"{IDLE_DRAIN_FEATURES}\n{changed}\n", cache=cache)
+    assert second["gpu01"] is first["gpu01"] and second["gpu03"].state == "MIXED" and first["gpu03"].state != "MIXED"
+    third = parse_scontrol_nodes(f"{changed}\n", cache=cache)
+    assert list(third) == ["gpu03"] and list(cache) == [changed]
+
+
 @pytest.mark.parametrize(
     "raw, state, flags",
     [

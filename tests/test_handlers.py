@@ -86,3 +86,11 @@ def test_a_pass_waits_while_the_index_lags_our_own_record_writes(monkeypatch):
     assert handlers._index_lags(memo, [old])
     monkeypatch.setattr(handlers.time, "monotonic", lambda: 100.0)  # never seen: someone else wrote since
     assert not handlers._index_lags(memo, [old])
+
+
+def test_no_handler_needs_the_diff_that_no_diff_base_skips():
+    # handlers.NoDiffBase gives kopf an empty diff base: right only while no handler reads a diff.
+    registry = kopf.get_default_registry()
+    assert registry._indexing.get_all_handlers() and registry._watching.get_all_handlers()  # the registry is ours
+    assert not registry._changing.get_all_handlers() and not registry._spawning.get_all_handlers()
+    assert handlers.NoDiffBase().build(body=kopf.Body({"spec": {"a": 1}, "metadata": {"labels": {"x": "y"}}})) == {}

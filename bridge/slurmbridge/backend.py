@@ -74,6 +74,7 @@ class ScontrolBackend:
         self.tz = tz  # zone of the times Slurm prints; runners pin TZ=UTC, so UTC by default
         self.requeue_settle = requeue_settle
         self.commands_run = 0
+        self._node_lines: dict[str, SlurmNode] = {}  # the last full `show node`, parsed (parse.py)
 
     async def _run(self, argv: list[str]) -> str:
         for attempt in range(self.retries + 1):
@@ -103,7 +104,7 @@ class ScontrolBackend:
             if names is None or isinstance(e, SlurmUnavailable) or "not found" not in e.output:
                 raise
             out = e.stdout
-        return parse_scontrol_nodes(out, self.tz)
+        return parse_scontrol_nodes(out, self.tz, self._node_lines if names is None else None)
 
     async def topology(self) -> list[TopologyGroup]:
         """Switches (topology/tree) or blocks (topology/block); empty without a topology plugin."""

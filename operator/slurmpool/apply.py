@@ -152,18 +152,15 @@ async def _pod_actions(pool, spec, name: str, step: Step, kube: Kube, result: Ap
 
 
 async def _publish(kube: Kube, values: dict[str, str], written: dict[str, tuple[str, float]]) -> None:
-    """Best effort: a failure is retried next pass. Concurrent: when Slurm changes under many
-    nodes at once, one by one took seconds."""
-
-    async def one(name: str, value: str) -> None:
-        try:
-            await kube.patch_node(name, {"metadata": {"annotations": {ANN_SLURM: value}}})
-            written[name] = (value, time.monotonic())
-        except Exception as err:  # noqa: BLE001
-            log.warning("could not publish Slurm state of %s: %s", name, err)
-
-    fresh = [(n, v) for n, v in values.items() if not ((last := written.get(n)) and last[0] == v and time.monotonic() - last[1] < PUBLISH_LAG)]
-    await asyncio.gather(*(one(n, v) for n, v in fresh))
+    """Best effort, and nothing waits for it: queued on the adapter's later lane (when Slurm
+    changes under hundreds of nodes at once, the pass waited for every one). A write that failed
+    is made again once PUBLISH_LAG has passed, if the node still shows another value."""
+    for name, value in values.items():
+        last = written.get(name)
+        if last and last[0] == value and time.monotonic() - last[1] < PUBLISH_LAG:
+            continue
+        await kube.patch_node_later(name, {"metadata": {"annotations": {ANN_SLURM: value}}})
+        written[name] = (value, time.monotonic())
 
 
 async def _guard(result: ApplyResult, what: str, coro, ok=None):

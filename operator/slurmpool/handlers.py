@@ -32,6 +32,7 @@ from .demand import is_pending_gpu_pod, pending_pod
 from .interfaces import PoolRef, pool_object
 from .kube import KubeAdapter, NodeWatch, pod_view
 from .leader import LeaderElector
+from .membership import Membership
 from .models import GROUP, PLURAL, VERSION, SlurmNodePoolSpec, SlurmNodePoolStatus
 from .moves import Cancel, Requeue, Resume
 from .phases import Phase
@@ -52,6 +53,7 @@ SLOW_PASS = 2.0  # seconds: a pass slower than this is logged with where its tim
 # round trip of scontrol and squeue (a few hundred ms) that most passes of a move do not need.
 SLURM_MAX_AGE = 2.0
 INDEX_LAG_RETRY = 0.05  # seconds: look again this soon when the watch has not brought our writes back
+PRUNE_EVERY = 10.0  # seconds: deleted Nodes are dropped from the pools' membership this often
 EXPECT_FOR = 10.0  # seconds: after this, a write the index never showed is taken as overwritten
 
 
@@ -70,10 +72,10 @@ class _NoSlurm:
 # ---------------------------------------------------------------- indexes (kopf keeps them from watches)
 
 # Nodes are not a kopf index but a watch of our own (kube.NodeWatch: kopf's first listing of an
-# index is quadratic in its objects, minutes for 5,000 Nodes). The index functions are async
-# only so kopf calls them on the event loop: sync handlers go through a thread pool shared with
-# the API calls, and 500 nodes changing at once queued there. Each also wakes the pools the
-# change concerns.
+# index is quadratic in its objects, minutes for 5,000 Nodes); _node_changed is its callback. The
+# index functions are async only so kopf calls them on the event loop: sync handlers go through a
+# thread pool shared with the API calls, and 500 nodes changing at once queued there. Each also
+# wakes the pools the change concerns.
 
 
 @kopf.index("pods", when=lambda spec, **_: bool(spec.get("nodeName")))
@@ -109,22 +111,45 @@ async def pool_changed(memo: kopf.Memo, type, namespace, name, body, **_):
     if type == "DELETED":
         memo.queue.forget(key)
         memo.generations.pop(key, None)
+        memo.membership.selectors_stale = True
         return
     # Wake the pool for spec changes (and the first sight of it), not for our own status writes.
     generation = body.get("metadata", {}).get("generation")
     if memo.generations.get(key) != generation:
         memo.generations[key] = generation
-        memo.owners_at = 0.0  # selectors may have changed
+        memo.membership.selectors_stale = True  # maybe: compared at the next pass
         memo.queue.add(key)
+
+
+def _node_seen(memo: kopf.Memo, name: str, labels: dict[str, str]) -> None:
+    """Sort the node by its labels now (membership.py) and wake the pools it left or joined."""
+    membership = memo.get("membership")
+    if membership is None:
+        return
+    before = membership.owners(name) or ()
+    membership.update(name, labels)
+    # Sorted with selectors that may be old (a spec changed, not read yet): every pool looks.
+    wake = memo.generations.keys() if membership.selectors_stale else set(before) | set(membership.owners(name) or ())
+    for key in list(wake):
+        memo.queue.add(key)
+
+
+def _node_changed(memo: kopf.Memo, name: str) -> None:
+    """NodeWatch's callback: a changed Node is sorted by its labels; a deleted one wakes its pools
+    (membership drops it at the next prune)."""
+    store = memo.nodes.nodes.get(name)
+    if store:
+        _node_seen(memo, name, store[0].labels)
+    else:
+        _kick_node(memo, name)
 
 
 def _kick_node(memo: kopf.Memo, node: str) -> None:
     queue = memo.get("queue")
     if queue is None:
         return
-    owners = memo.get("owners", {}).get(node)
+    owners = memo.membership.owners(node)
     if owners is None:  # a node we have not sorted yet: maybe a new one
-        memo.owners_at = 0.0
         owners = memo.generations.keys()
     for key in list(owners):
         queue.add(key)
@@ -140,12 +165,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, pods_index, 
     settings.watching.client_timeout = 300
     settings.watching.connect_timeout = 30
     settings.persistence.finalizer = "slurmpool.io/finalizer"
+    settings.persistence.diffbase_storage = NoDiffBase()
     settings.posting.level = logging.INFO
     config = Settings.from_env()
     memo.settings = config
     memo.indexed = asyncio.Event()
     memo.queue = WorkQueue()
-    memo.generations, memo.owners, memo.members, memo.owners_at = {}, {}, {}, 0.0
+    memo.generations, memo.membership = {}, Membership()
     memo.failures, memo.reconcile_errors, memo.published, memo.fresh, memo.last_poll = {}, {}, {}, set(), {}
     memo.expected = {}  # node -> (record annotations we wrote, when): until the watch shows them
     memo.kube = KubeAdapter(_api_client())
@@ -153,9 +179,19 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, pods_index, 
                                 duration=config.lease_duration, renew_every=config.lease_renew)
     memo.access = SlurmAccessPool(memo.kube.read_secret)
     memo.pending_pods = pending_gpu_pods_index
-    memo.nodes = NodeWatch(memo.kube.api, lambda name: _kick_node(memo, name))
+    memo.nodes = NodeWatch(memo.kube.api, lambda name: _node_changed(memo, name))
     memo.nodes.start()
     memo.tasks = [asyncio.create_task(run(memo, memo.nodes.nodes, pods_index, pools_index))]
+
+
+class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf deep-copies every watched body (every Node and Pod event) to diff it for on.create/
+    update/delete handlers and daemons; this operator has none (indexes and one on.event, which
+    get no diff), and under load those copies held the event loop. tests/test_handlers.py
+    fails when a handler that needs the diff is added."""
+
+    def build(self, *, body, extra_fields=None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
 
 
 @kopf.on.cleanup()
@@ -185,7 +221,16 @@ async def run(memo, nodes_index, pods_index, pools_index) -> None:
     async def work(key) -> None:
         await reconcile_key(memo, key, nodes_index, pods_index, pools_index)
 
-    await asyncio.gather(run_workers(memo.queue, work, config.pool_concurrency), lead(memo, pools_index))
+    await asyncio.gather(run_workers(memo.queue, work, config.pool_concurrency), lead(memo, pools_index), loop_lag())
+
+
+async def loop_lag(period: float = 0.25) -> None:
+    """Samples how late the event loop runs a timer: the CPU work every pass waits behind."""
+    loop = asyncio.get_running_loop()
+    while True:
+        asked = loop.time()
+        await asyncio.sleep(period)
+        metrics.EVENT_LOOP_LAG.observe(max(0.0, loop.time() - asked - period))
 
 
 async def lead(memo, pools_index) -> None:
@@ -244,28 +289,24 @@ async def reconcile_key(memo, key, nodes_index, pods_index, pools_index) -> None
     memo.queue.add(key, after=after)
 
 
-def _owners(memo, nodes_index, pools_index) -> dict[str, list[tuple[str, str]]]:
-    """Which pools select each node, for all pools at once (overlaps are never acted on).
-    Recomputed at most every half interval, and at once after a spec change or a new node."""
+def _membership(memo, nodes_index, pools_index) -> Membership:
+    """Which pools select each node (overlaps are never acted on): nodes are sorted as the watch
+    brings them (_node_seen); here the selectors are read again after a pool's spec changed or a
+    pool went, and deleted nodes are forgotten now and then."""
+    membership: Membership = memo.membership
+    if membership.selectors_stale:
+        selectors = {}
+        for key, store in list(pools_index.items()):
+            raw = _first(store)
+            spec = _parse(raw)[0] if raw is not None else None
+            if spec is not None and not spec.node_selector.is_empty():
+                selectors[key] = spec.node_selector
+        membership.set_selectors(selectors)
     now = time.monotonic()
-    if now - memo.owners_at < memo.settings.interval / 2:
-        return memo.owners
-    specs = {}
-    for key, store in list(pools_index.items()):
-        raw = _first(store)
-        spec = _parse(raw)[0] if raw is not None else None
-        if spec is not None and not spec.node_selector.is_empty():
-            specs[key] = spec
-    owners: dict[str, list[tuple[str, str]]] = {}
-    members: dict[tuple[str, str], list[str]] = {}  # the same, by pool: a pass reads only its own nodes
-    for store in list(nodes_index.values()):
-        node = _first(store)
-        if node is not None:
-            owners[node.name] = [key for key, spec in specs.items() if spec.node_selector.matches(node.labels)]
-            for key in owners[node.name]:
-                members.setdefault(key, []).append(node.name)
-    memo.owners, memo.members, memo.owners_at = owners, members, now
-    return owners
+    if now - memo.get("pruned_at", 0.0) > PRUNE_EVERY:  # a pass skips a member that is no Node anyway
+        memo.pruned_at = now
+        membership.prune(set(nodes_index))
+    return membership
 
 
 _parsed: dict[str, tuple[dict, SlurmNodePoolSpec | None, str]] = {}
@@ -300,11 +341,15 @@ async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_in
         return INDEX_LAG_RETRY  # our last writes have not come back through the watch yet
     t1 = time.monotonic()
     decision = decide(snap)
+    snapshot_s, decide_s = t1 - t0, time.monotonic() - t1
     if snap.slurm.available and snap.slurm.polled_at < t0 and _needs_fresh_slurm(decision):
         # Which node to move, and whether a drain is still ours to resume, are read from a poll
         # begun after this pass did (an admin's drain just before a scale must count).
+        again = time.monotonic()
         snap, backend = await _snapshot(memo, pool, spec, raw, nodes_index, pods_index, pools_index, newer_than=t0)
+        decided = time.monotonic()
         decision = decide(snap)
+        snapshot_s, decide_s = snapshot_s + decided - again, decide_s + time.monotonic() - decided
     t2 = time.monotonic()
     result = await apply(pool, spec, list(snap.nodes), decision, memo.kube, backend or _NoSlurm(), memo.published,
                          config.crash_after_phase)
@@ -313,16 +358,20 @@ async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_in
         memo.expected[name] = (record, now)
     if result.slurm_changed:
         memo.access.changed(pool.namespace, spec.slurm.access, pool.key)  # its next look must see what it did
+    t3 = time.monotonic()
     status = build_status(snap, decision, result)
-    took = time.monotonic() - t0
-    if took > SLOW_PASS or (decision.steps and log.isEnabledFor(logging.DEBUG)):
-        log.log(logging.WARNING if took > SLOW_PASS else logging.DEBUG,
-                "%s: pass took %.2f s (snapshot %.0f ms, decide %.0f ms, apply %.0f ms); %d step(s): %s", pool.key, took,
-                (t1 - t0) * 1000, (t2 - t1) * 1000, (time.monotonic() - t2) * 1000, len(decision.steps),
-                ", ".join(f"{n}:{s.move.phase if s.move else s.settled}" for n, s in sorted(decision.steps.items())[:8]))
     _export_gauges(pool, list(snap.nodes))
     poolmetrics.export(pool.key, list(snap.nodes), status)
     await _write_status(memo, pool, raw, status)
+    t4 = time.monotonic()
+    stages = {"snapshot": snapshot_s, "decide": decide_s, "apply": t3 - t2, "status": t4 - t3}
+    for stage, seconds in stages.items():
+        metrics.RECONCILE_STAGE_SECONDS.labels(stage=stage).observe(seconds)
+    took = t4 - t0
+    if took > SLOW_PASS or (decision.steps and log.isEnabledFor(logging.DEBUG)):
+        log.log(logging.WARNING if took > SLOW_PASS else logging.DEBUG, "%s: pass took %.2f s (%s); %d step(s): %s",
+                pool.key, took, ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in stages.items()), len(decision.steps),
+                ", ".join(f"{n}:{s.move.phase if s.move else s.settled}" for n, s in sorted(decision.steps.items())[:8]))
     if result.errors:
         return None
     if result.acted:
@@ -358,19 +407,19 @@ def _needs_fresh_slurm(decision) -> bool:
 
 async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_index, pods_index, pools_index, newer_than=None):
     key = (pool.namespace, pool.name)
-    owners = _owners(memo, nodes_index, pools_index)
+    membership = _membership(memo, nodes_index, pools_index)
     mine: list[NodeView] = []
     overlaps: list[str] = []
-    for name in memo.members.get(key, ()):
+    for name in membership.members(key):
         node = _first(nodes_index.get(name, ()))
         if node is None:  # deleted since the owners were sorted
             continue
-        if len(owners[node.name]) > 1:
+        if len(membership.owners(name) or ()) > 1:
             overlaps.append(node.name)
             continue
         pods = tuple(pods_index.get(node.name, ()))
         mine.append(node if pods == node.pods else replace(node, pods=pods))  # a new view costs a parse of its records
-    await _report_overlaps(memo, pool, overlaps, owners)
+    await _report_overlaps(memo, pool, overlaps, membership)
     # Pods bound to a node that is no Node (deleted): this pool's slurmd pods are reported and cleaned up.
     orphans = tuple(p for node in list(pods_index) if node not in nodes_index for p in pods_index.get(node, ())
                     if p.slurmd and p.pool == pool.name and p.namespace == pool.namespace)
@@ -390,7 +439,7 @@ async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_ind
     return snap, backend
 
 
-async def _report_overlaps(memo, pool: PoolRef, overlaps: list[str], owners) -> None:
+async def _report_overlaps(memo, pool: PoolRef, overlaps: list[str], membership: Membership) -> None:
     """One Event per change of the overlap, not one per pass."""
     key = (pool.namespace, pool.name)
     seen = memo.setdefault("overlaps", {})
@@ -398,7 +447,7 @@ async def _report_overlaps(memo, pool: PoolRef, overlaps: list[str], owners) -> 
         seen.pop(key, None)
     elif seen.get(key) != set(overlaps):
         seen[key] = set(overlaps)
-        others = sorted({f"{ns}/{n}" for name in overlaps for ns, n in owners[name] if (ns, n) != key})
+        others = sorted({f"{ns}/{n}" for name in overlaps for ns, n in membership.owners(name) or () if (ns, n) != key})
         await memo.kube.event(pool_object(pool), "Warning", "NodeOverlap", f"nodes {', '.join(sorted(overlaps)[:10])} are also selected by {', '.join(others)}")
 
 

@@ -25,6 +25,9 @@ class Kube(Protocol):
     """The Kubernetes writes the executor makes (kube.KubeAdapter implements it)."""
 
     async def patch_node(self, name: str, patch: dict) -> None: ...
+    async def patch_node_later(self, name: str, patch: dict) -> None:
+        """Queue a patch nothing waits for (Slurm's state published on the node) and return."""
+
     async def create_slurmd_pod(self, pool: PoolRef, spec: SlurmNodePoolSpec, node: str) -> None: ...
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
     async def evict(self, namespace: str, name: str) -> str | None:

@@ -35,6 +35,10 @@ API_THREADS = 16
 # Events are posted by a few workers from a bounded queue (best effort: dropped when full). One
 # worker fell behind 500 moves at once and dropped thousands (e2e/load.py).
 EVENT_WORKERS, EVENT_QUEUE = 4, 5000
+# Writes no pass waits for (Events, Slurm's state published on nodes) go through threads of their
+# own: in the same queue as the record and status writes, a burst of them (100 moves publish on
+# hundreds of nodes) made every pool's pass wait seconds for its own writes.
+LATER_THREADS = 4
 
 
 def slurmd_pod_name(node: str) -> str:
@@ -253,20 +257,46 @@ class KubeAdapter:
 
     def __init__(self, api_client: client.ApiClient | None = None):
         self.api = api_client or client.ApiClient()
-        self.api.rest_client.pool_manager.connection_pool_kw["maxsize"] = API_THREADS
+        self.api.rest_client.pool_manager.connection_pool_kw["maxsize"] = API_THREADS + LATER_THREADS
         self._pool = ThreadPoolExecutor(API_THREADS, thread_name_prefix="kube")
+        self._later_pool = ThreadPoolExecutor(LATER_THREADS, thread_name_prefix="kube-later")
+        self._node_patches: dict[str, dict] = {}  # node -> what to write later (the latest wins)
+        self._node_patches_ready = asyncio.Event()
+        self._node_patch_tasks: list[asyncio.Task] = []
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.requests = 0  # API requests made (the benchmark counts them per reconcile)
         self._events: asyncio.Queue | None = None
         self._event_tasks: list[asyncio.Task] = []
 
-    async def _call(self, fn, *args, **kwargs):
+    async def _call(self, fn, *args, later: bool = False, **kwargs):
         self.requests += 1
-        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+        pool = self._later_pool if later else self._pool
+        return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args, **kwargs))
 
     async def patch_node(self, name: str, patch: dict) -> None:
         await self._call(self.core.patch_node, name, patch, _content_type=MERGE_PATCH)
+
+    async def patch_node_later(self, name: str, patch: dict) -> None:
+        """Queue a node patch nothing waits for and return: written soon by the later lane, merged
+        with what is still queued for the node. A failure is logged (the caller writes it again)."""
+        self._node_patches[name] = _merged(self._node_patches.get(name, {}), patch)
+        self._node_patches_ready.set()
+        if not self._node_patch_tasks:
+            self._node_patch_tasks = [asyncio.create_task(self._write_node_patches()) for _ in range(LATER_THREADS)]
+
+    async def _write_node_patches(self) -> None:
+        while True:
+            if not self._node_patches:
+                self._node_patches_ready.clear()
+                await self._node_patches_ready.wait()
+                continue
+            name = next(iter(self._node_patches))
+            patch = self._node_patches.pop(name)
+            try:
+                await self._call(self.core.patch_node, name, patch, _content_type=MERGE_PATCH, later=True)
+            except Exception as err:  # noqa: BLE001 - best effort
+                log.warning("could not patch node %s: %s", name, err)
 
     async def create_slurmd_pod(self, pool: PoolRef, spec: SlurmNodePoolSpec, node: str) -> None:
         try:
@@ -312,7 +342,7 @@ class KubeAdapter:
             delay, waited = 1.0, 0.0
             while True:
                 try:
-                    await self._call(self.core.create_namespaced_event, namespace, body)
+                    await self._call(self.core.create_namespaced_event, namespace, body, later=True)
                     break
                 except Exception as err:  # noqa: BLE001 - an Event is best effort
                     # Kept (in order) while the apiserver restarts: MoveCompleted must not vanish.
@@ -340,6 +370,14 @@ class KubeAdapter:
 
         secret = await self._call(self.core.read_namespaced_secret, name, namespace)
         return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+
+def _merged(base: dict, patch: dict) -> dict:
+    """Two merge patches as one (the second wins)."""
+    out = dict(base)
+    for key, value in patch.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def _event_body(obj: dict, type_: str, reason: str, message: str) -> tuple[str, dict]:

@@ -12,6 +12,17 @@ RECONCILE_TOTAL = Counter("slurmpool_reconcile_total", "Pool reconciles", ["resu
 RECONCILE_SECONDS = Histogram(
     "slurmpool_reconcile_duration_seconds", "Time of one pool reconcile", buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 )
+# Where a pass's time goes (handlers._reconcile): the Slurm poll it waits for is in `snapshot`.
+RECONCILE_STAGE_SECONDS = Histogram(
+    "slurmpool_reconcile_stage_duration_seconds", "Time of one stage of a pool reconcile", ["stage"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+RECONCILE_STAGES = ("snapshot", "decide", "apply", "status")
+# How late the event loop wakes a sleeper: CPU work on the loop delays every pool's pass.
+EVENT_LOOP_LAG = Histogram(
+    "slurmpool_event_loop_lag_seconds", "How late the event loop ran a timer (sampled every 0.25 s)",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
 QUEUE_DEPTH = Gauge("slurmpool_workqueue_depth", "Pools waiting for a worker (due or scheduled)")
 NODES = Gauge("slurmpool_nodes", "Nodes per pool, placement and phase", ["pool", "placement", "phase"])
 MOVES_STARTED = Counter("slurmpool_moves_started_total", "Moves started", ["direction", "cause"])
@@ -59,5 +70,7 @@ for _action in ACTIONS:
     ACTION_ERRORS.labels(action=_action)
 for _command in SLURM_COMMANDS:
     SLURM_COMMAND_ERRORS.labels(command=_command)
+for _stage in RECONCILE_STAGES:
+    RECONCILE_STAGE_SECONDS.labels(stage=_stage)
 for _result in ("ok", "error"):
     RECONCILE_TOTAL.labels(result=_result)
