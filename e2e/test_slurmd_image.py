@@ -151,6 +151,12 @@ def field(line: str, key: str) -> str:
     return next((w.split("=", 1)[1] for w in line.split() if w.startswith(key + "=")), "")
 
 
+def submit(lab, seconds: int) -> str:
+    """A job of `seconds` on the test's node, holding all its GPUs; its id."""
+    return lab.slurm("sbatch", "--parsable", "-w", NODE, "--gres=gpu:8", "-D", "/tmp", "-o", "/dev/null",
+                     "--wrap", f"sleep {seconds}").stdout.strip().split(";")[0]
+
+
 def test_entrypoint_dynamic_configless_auth_slurm_registers_runs_a_job_and_sigterm_keeps_it(dynamic_26, rootfs):
     lab = dynamic_26
     conf = Path(lab.env["SLURM_CONF"])
@@ -174,13 +180,10 @@ def test_entrypoint_dynamic_configless_auth_slurm_registers_runs_a_job_and_sigte
         assert field(line, "Gres").startswith("gpu:h100:8"), line
         assert "auth/slurm key from /etc/slurm-auth" in c.logs() and "--conf-server" in c.logs(), c.logs()
 
-        def submit(seconds: int) -> str:
-            return lab.slurm("sbatch", "--parsable", "-w", NODE, "--gres=gpu:8", "-D", "/tmp", "-o", "/dev/null",
-                             "--wrap", f"sleep {seconds}").stdout.strip().split(";")[0]
-        first = submit(1)
+        first = submit(lab, 1)
         wait(lambda: job_state(lab, first) == "COMPLETED", 60, what="a job to complete on the image's slurmd")
 
-        held = submit(20)
+        held = submit(lab, 20)
         wait(lambda: job_state(lab, held) == "RUNNING", 30, what="a job to run")
         os.kill(c.pid1(), signal.SIGTERM)
         seen = []
@@ -251,12 +254,9 @@ def test_real_kubelet_runs_the_image_dynamic_and_a_pod_deleted_during_a_job_wait
         line = node_line(lab, NODE)
         assert "DYNAMIC_NORM" in field(line, "State") and FEATURE in field(line, "AvailableFeatures"), line
 
-        def submit(seconds: int) -> str:
-            return lab.slurm("sbatch", "--parsable", "-w", NODE, "--gres=gpu:8", "-D", "/tmp", "-o", "/dev/null",
-                             "--wrap", f"sleep {seconds}").stdout.strip().split(";")[0]
-        first = submit(1)
+        first = submit(lab, 1)
         wait(lambda: job_state(lab, first) == "COMPLETED", 60, what="a job to complete on the pod's slurmd")
-        held = submit(15)
+        held = submit(lab, 15)
         wait(lambda: job_state(lab, held) == "RUNNING", 30, what="a job to run")
         lab.kubectl("delete", "pod", "slurmd-image-26", "-n", NAMESPACE, "--wait=false")
         seen = []
