@@ -53,7 +53,6 @@ SLOW_PASS = 2.0  # seconds: a pass slower than this is logged with where its tim
 # round trip of scontrol and squeue (a few hundred ms) that most passes of a move do not need.
 SLURM_MAX_AGE = 2.0
 INDEX_LAG_RETRY = 0.05  # seconds: look again this soon when the watch has not brought our writes back
-PRUNE_EVERY = 10.0  # seconds: deleted Nodes are dropped from the pools' membership this often
 EXPECT_FOR = 10.0  # seconds: after this, a write the index never showed is taken as overwritten
 
 
@@ -121,27 +120,20 @@ async def pool_changed(memo: kopf.Memo, type, namespace, name, body, **_):
         memo.queue.add(key)
 
 
-def _node_seen(memo: kopf.Memo, name: str, labels: dict[str, str]) -> None:
-    """Sort the node by its labels now (membership.py) and wake the pools it left or joined."""
-    membership = memo.get("membership")
-    if membership is None:
-        return
+def _node_changed(memo: kopf.Memo, name: str) -> None:
+    """NodeWatch's callback: the Node is sorted again by its labels (membership.py), or leaves
+    every pool when deleted; the pools it was in or is in now are woken."""
+    membership: Membership = memo.membership
     before = membership.owners(name) or ()
-    membership.update(name, labels)
+    store = memo.nodes.nodes.get(name)
+    if store:
+        membership.update(name, store[0].labels)
+    else:
+        membership.remove(name)
     # Sorted with selectors that may be old (a spec changed, not read yet): every pool looks.
     wake = memo.generations.keys() if membership.selectors_stale else set(before) | set(membership.owners(name) or ())
     for key in list(wake):
         memo.queue.add(key)
-
-
-def _node_changed(memo: kopf.Memo, name: str) -> None:
-    """NodeWatch's callback: a changed Node is sorted by its labels; a deleted one wakes its pools
-    (membership drops it at the next prune)."""
-    store = memo.nodes.nodes.get(name)
-    if store:
-        _node_seen(memo, name, store[0].labels)
-    else:
-        _kick_node(memo, name)
 
 
 def _kick_node(memo: kopf.Memo, node: str) -> None:
@@ -289,10 +281,10 @@ async def reconcile_key(memo, key, nodes_index, pods_index, pools_index) -> None
     memo.queue.add(key, after=after)
 
 
-def _membership(memo, nodes_index, pools_index) -> Membership:
+def _membership(memo, pools_index) -> Membership:
     """Which pools select each node (overlaps are never acted on): nodes are sorted as the watch
-    brings them (_node_seen); here the selectors are read again after a pool's spec changed or a
-    pool went, and deleted nodes are forgotten now and then."""
+    brings them (_node_changed); here the selectors are read again after a pool's spec changed or
+    a pool went."""
     membership: Membership = memo.membership
     if membership.selectors_stale:
         selectors = {}
@@ -302,10 +294,6 @@ def _membership(memo, nodes_index, pools_index) -> Membership:
             if spec is not None and not spec.node_selector.is_empty():
                 selectors[key] = spec.node_selector
         membership.set_selectors(selectors)
-    now = time.monotonic()
-    if now - memo.get("pruned_at", 0.0) > PRUNE_EVERY:  # a pass skips a member that is no Node anyway
-        memo.pruned_at = now
-        membership.prune(set(nodes_index))
     return membership
 
 
@@ -407,7 +395,7 @@ def _needs_fresh_slurm(decision) -> bool:
 
 async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_index, pods_index, pools_index, newer_than=None):
     key = (pool.namespace, pool.name)
-    membership = _membership(memo, nodes_index, pools_index)
+    membership = _membership(memo, pools_index)
     mine: list[NodeView] = []
     overlaps: list[str] = []
     for name in membership.members(key):

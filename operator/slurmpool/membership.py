@@ -8,7 +8,7 @@ a node only when the watch brings it with other labels. No I/O: the kopf layer f
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 
 from .models import LabelSelector
 
@@ -16,7 +16,7 @@ PoolKey = Hashable
 
 
 class Membership:
-    """Fed by the Node watch (`update` with each node's labels, `prune` with the nodes there are)
+    """Fed by the Node watch (`update` with each node's labels, `remove` when it is deleted)
     and the pools (`set_selectors`); read by each pass (`owners`, `members`). A node is matched
     again only when its labels change, every node when a selector changes."""
 
@@ -43,10 +43,9 @@ class Membership:
         if self._labels.get(name) != labels or name not in self._labels:
             self._sort(name, labels)
 
-    def prune(self, present: Collection[str]) -> None:
-        """Forget the nodes that are gone (the watch's deletions do not come through `update`)."""
-        for name in [n for n in self._labels if n not in present]:
-            self._sort(name, None)
+    def remove(self, name: str) -> None:
+        """A node the watch shows deleted: it leaves every pool."""
+        self._sort(name, None)
 
     def set_selectors(self, selectors: Mapping[PoolKey, LabelSelector]) -> None:
         """Every pool's non-empty selector; every node is matched again when one changed."""
