@@ -83,8 +83,9 @@ slurm: deps
 
 # The Slurm matrix (issue 13, e2e/matrix.sh): the move core on each version, access path and node
 # model. CI runs MATRIX_CI (22.05 over SSH is all of `make e2e`); `e2e/matrix.sh` alone runs every row.
-# 24.11-requeue: the Requeue policy on 24.11, over SSH (24.11's slurmrestd cannot requeue).
-MATRIX_CI ?= 24.11-rest 24.11-requeue 26.05 26.05-dynamic-rest
+# 24.11-dynamic-requeue: the Requeue policy on 24.11 over SSH (24.11's slurmrestd cannot requeue), and
+# the 24.11 slurmd image (munge, configless) on that lab's dynamic nodes.
+MATRIX_CI ?= 24.11-rest 24.11-dynamic-requeue 26.05 26.05-dynamic-rest
 e2e-matrix: deps venv slurm
 	e2e/matrix.sh $(MATRIX_CI)
 

@@ -18,22 +18,25 @@ core="e2e/test_lab.py e2e/test_operator.py"
 # A slurmd that registers short after slurmpool resumed it: Slurm drains it itself (on 24.11 under
 # our old Reason), and slurmpool never resumes it nor hands it across (issue 13's acceptance).
 short="e2e/test_health.py::test_a_node_slurm_drains_for_missing_gpus_is_unhealthy_never_resumed_never_handed_across"
-# The 26.05 slurmd image run for real: dynamic node, configless, auth/slurm, SIGTERM with a job
-# running; from its root filesystem, and (LAB_REAL_NODES=1) as a pod of a real kubelet. Its image is
-# built once, cached.
+# The lab's Slurm's slurmd image run for real: dynamic node, configless (26.05: auth/slurm; 24.11:
+# munge, the image's own munged), SIGTERM with a job running; from its root filesystem, and
+# (LAB_REAL_NODES=1, 26.05) as a pod of a real kubelet. Each image is built once, cached.
 image="e2e/test_slurmd_image.py"
+requeue="e2e/test_operator.py::test_drain_timeout_requeue_keeps_the_job"
 
 # name | settings | modules. `make test` runs all of e2e/ on 22.05 over SSH, then MATRIX_CI (Makefile).
 rows=(
   "22.05|LAB_SLURM=22.05|$core e2e/test_bridge_real.py $short"
   "22.05-slurmdbd|LAB_SLURM=22.05 LAB_SLURMDBD=1|$core $short"
   "24.11|LAB_SLURM=24.11|$core e2e/test_bridge_real.py $short"
-  # slurmrestd before 26.05 has no requeue (the REST rows skip that policy): CI runs it on 24.11 over SSH.
-  "24.11-requeue|LAB_SLURM=24.11|e2e/test_operator.py::test_drain_timeout_requeue_keeps_the_job"
+  # slurmrestd before 26.05 has no requeue (the REST rows skip that policy): CI runs it on 24.11 over
+  # SSH, on dynamic nodes, with the 24.11 slurmd image (24.11-dynamic-requeue).
+  "24.11-requeue|LAB_SLURM=24.11|$requeue"
   "24.11-rest|LAB_SLURM=24.11 LAB_ACCESS=rest|$core e2e/test_bridge_real.py e2e/test_rest_operator.py $short"
   "26.05|LAB_SLURM=26.05|$core e2e/test_bridge_real.py $short"
   # 24.11's dynamic slurmd run one network namespace each (e2e/lab/netns.sh: 24.11 takes no Port= in --conf).
-  "24.11-dynamic|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$core"
+  "24.11-dynamic|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$core $image"
+  "24.11-dynamic-requeue|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$requeue $image"
   "26.05-rest|LAB_SLURM=26.05 LAB_ACCESS=rest|$core e2e/test_rest_operator.py $short"
   # No $short on dynamic nodes: a dynamic node's configuration is what its slurmd reports
   # (--conf), so it cannot register with fewer GPUs than configured.

@@ -172,7 +172,7 @@ async def test_node_names_with_metacharacters_never_reach_slurm(lab):
     marker = f"/tmp/pwned-{uuid.uuid4().hex[:8]}"
     async with backends(lab) as (local, ssh):
         for backend in (local, ssh):
-            for bad in (f"{lab.nodes[0]};touch {marker}", f"$(touch {marker})", f"gpu01 State=RESUME"):
+            for bad in (f"{lab.nodes[0]};touch {marker}", f"$(touch {marker})", "gpu01 State=RESUME"):
                 with pytest.raises(ValueError, match="invalid Slurm node name"):
                     await backend.drain([bad], "slurmpool: test")
             with pytest.raises(ValueError, match="invalid Slurm partition"):

@@ -1,18 +1,22 @@
-"""The 26.05 slurmd image's entrypoint, run for real against the lab's slurmctld: dynamic node,
-configless, auth/slurm with slurm.key from a (Secret-like) directory. Runs on a lab with
-LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic (the matrix's 26.05-dynamic rows); skipped elsewhere.
+"""The slurmd image's entrypoint, run for real against the lab's slurmctld as a dynamic,
+configless node, on the matrix's dynamic rows (skipped elsewhere):
+- 26.05 (`26.05-dynamic`, `26.05-dynamic-rest`): auth/slurm, slurm.key from a (Secret-like) directory;
+- 24.11 (`24.11-dynamic-requeue`, `24.11-dynamic`): munge, munge.key from that directory, the image's
+  own munged on the socket slurm.conf names (so configless slurmd gets `--authinfo`), in a network
+  namespace of its own as the lab's 24.11 dynamic nodes are (e2e/lab/netns.sh: 24.11 takes no Port=).
 
-The image (deploy/docker/build-images.sh --slurmd-only, SLURMD_VERSIONS=26.05; cached) is unpacked
-and run as a container would run it, without a container engine: its root filesystem by chroot, in
-its own mount and PID namespaces (the entrypoint is PID 1 and sees only its own processes), on the
-host's network like the slurmd pods of slurmpool. The lab directory is bound at its own path (slurm.conf
-names its spool, log and fake GPU devices there). The node is a new dynamic node, imgtest01, with its
-own port; it is deleted from Slurm at the end.
+The image (deploy/docker/build-images.sh --slurmd-only, SLURMD_VERSIONS=<the lab's>; cached) is
+unpacked and run as a container would run it, without a container engine: its root filesystem by
+chroot, in its own mount and PID namespaces (the entrypoint is PID 1 and sees only its own
+processes). 26.05: on the host's network like the slurmd pods of slurmpool, the lab directory bound
+at its own path (slurm.conf names its spool, log and fake GPU devices there). 24.11: only those three
+directories are bound, as a pod's hostPath volumes would be, so the lab's munged is not in reach.
+The node is a new dynamic node, imgtest01; it is deleted from Slurm at the end.
 
 Checked: the node registers with the --conf line (GPUs, feature, DYNAMIC_NORM), a job runs to
 completion, and on SIGTERM with a job running the entrypoint keeps slurmd serving: the node is never
 DOWN, the job runs to COMPLETED, and only then does the entrypoint exit, 0.
-With real kubelet nodes (LAB_REAL_NODES, the matrix's 26.05-dynamic-rest row), the same image runs
+With real kubelet nodes (LAB_REAL_NODES, the matrix's 26.05-dynamic-rest row), the 26.05 image runs
 as a pod of the real kubelet (containerd, hostNetwork, slurm.key from a Secret, GPUs requested as
 nvidia.com/gpu): it registers and runs a job, and the pod deleted during a job ends only once the job
 completed, the node never DOWN.
@@ -28,6 +32,7 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -40,22 +45,23 @@ FEATURE = "slurmd-image"
 
 
 @pytest.fixture(scope="module")
-def dynamic_26(lab):
-    if lab.slurm_version != "26.05" or not lab.dynamic_nodes:
-        pytest.skip("the slurmd image's dynamic/configless/auth-slurm run needs LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic")
+def dynamic_lab(lab):
+    if lab.slurm_version not in ("24.11", "26.05") or not lab.dynamic_nodes:
+        pytest.skip("the slurmd image's dynamic/configless run needs LAB_SLURM=24.11 or 26.05 with LAB_SLURM_NODES=dynamic")
     return lab
 
 
 @pytest.fixture(scope="module")
-def rootfs(dynamic_26) -> Path:
-    """The 26.05 slurmd image, built (cached when unchanged) and unpacked from its OCI archive."""
-    lab = dynamic_26
+def rootfs(dynamic_lab) -> Path:
+    """The lab's Slurm's slurmd image, built (cached when unchanged) and unpacked from its OCI archive."""
+    lab = dynamic_lab
     t0 = time.monotonic()
     p = subprocess.run([str(REPO / "deploy" / "docker" / "build-images.sh"), "--slurmd-only"],
-                       env={**lab.env, "SLURMD_VERSIONS": "26.05"}, capture_output=True, text=True, timeout=1800)
+                       env={**lab.env, "SLURMD_VERSIONS": lab.slurm_version}, capture_output=True, text=True,
+                       timeout=1800)
     assert p.returncode == 0, p.stderr[-3000:]
     name, archive = p.stdout.split()[-1].split("=", 1)
-    assert name.endswith(":26.05"), p.stdout
+    assert name.endswith(f":{lab.slurm_version}"), p.stdout
     root = Path(lab.env["LAB_DIR"]) / "slurmd-image-rootfs"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir()
@@ -94,26 +100,30 @@ def conf_value(path: Path, key: str) -> str:
 
 class Container:
     """The image's entrypoint as PID 1 of its own mount and PID namespaces, chrooted into the image,
-    with an auth 'Secret' (slurm.key) on /etc/slurm-auth, a tmpfs on /run as a container has, and
-    the host's /etc/hosts and resolv.conf as a hostNetwork pod has."""
+    with an auth 'Secret' (`secret`: file name -> source) on /etc/slurm-auth, a tmpfs on /run as a
+    container has, and the host's /etc/hosts and resolv.conf as a hostNetwork pod has. `binds`: host
+    directories bound at their own paths; `netns`: a network namespace to run in (else the host's)."""
 
-    def __init__(self, lab, root: Path, env: dict[str, str]):
+    def __init__(self, lab, root: Path, env: dict[str, str], secret: dict[str, Path], binds: list[str],
+                 netns: str | None = None):
         self.lab, self.root = lab, root
         lab_dir = lab.env["LAB_DIR"]
         self.secret = Path(lab_dir) / "slurmd-image-secret"
         self.secret.mkdir(exist_ok=True)
-        shutil.copy(Path(lab_dir) / "etc" / "slurm.key", self.secret / "slurm.key")
-        os.chmod(self.secret / "slurm.key", 0o644)  # as a Secret volume shows it
+        for name, source in secret.items():
+            shutil.copy(source, self.secret / name)
+            os.chmod(self.secret / name, 0o644)  # as a Secret volume shows it
         self.log = Path(lab_dir) / "log" / "slurmd-image.log"
         script = r'''
 set -e
-r=$0; lab=$1; secret=$2; shift 2
+r=$0; binds=$1; secret=$2; shift 2
 mount -t proc proc "$r/proc"
 mount --rbind /dev "$r/dev"
 mount --rbind /sys "$r/sys"
 mount -t tmpfs -o mode=0755 tmpfs "$r/run"
-mkdir -p "$r$lab" "$r/etc/slurm-auth"
-mount --bind "$lab" "$r$lab"
+mkdir -p "$r/etc/slurm-auth"
+IFS=: read -ra dirs <<< "$binds"
+for d in "${dirs[@]}"; do mkdir -p "$r$d"; mount --bind "$d" "$r$d"; done
 mount --bind -o ro "$secret" "$r/etc/slurm-auth"
 # as the kubelet gives a hostNetwork pod: the host's /etc/hosts and resolv.conf
 touch "$r/etc/hosts" "$r/etc/resolv.conf"
@@ -121,7 +131,9 @@ mount --bind -o ro /etc/hosts "$r/etc/hosts"
 mount --bind -o ro /etc/resolv.conf "$r/etc/resolv.conf"
 exec chroot "$r" /usr/bin/env -i "$@" /usr/local/bin/slurmd-entrypoint'''
         argv = ["unshare", "--mount", "--pid", "--fork", "--propagation", "private", "--", "bash", "-c", script,
-                str(root), lab_dir, str(self.secret)] + [f"{k}={v}" for k, v in env.items()]
+                str(root), ":".join(binds), str(self.secret)] + [f"{k}={v}" for k, v in env.items()]
+        if netns:
+            argv = ["nsenter", f"--net={netns}", "--"] + argv  # nsenter execs: the PID stays unshare's
         self.out = self.log.open("w")
         self.proc = subprocess.Popen(argv, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -143,6 +155,41 @@ exec chroot "$r" /usr/bin/env -i "$@" /usr/local/bin/slurmd-entrypoint'''
         shutil.rmtree(self.secret, ignore_errors=True)
 
 
+@dataclass
+class Setup:
+    """How the image meets this lab's Slurm: the container's environment, Secret and mounts."""
+    env: dict[str, str]
+    secret: dict[str, Path]
+    binds: list[str]
+    netns: str | None
+    expect_log: tuple[str, ...]  # what the entrypoint says of the auth it set up
+
+
+def setup_for(lab) -> Setup:
+    lab_dir = Path(lab.env["LAB_DIR"])
+    conf = Path(lab.env["SLURM_CONF"])
+    # the lab's own dynamic nodes' line (nodes.tsv), with a port of its own (26.05) and a feature
+    lab_line = (lab_dir / "etc" / "nodes.tsv").read_text().splitlines()[-1].split("\t")[2]
+    node_conf = re.sub(r"Port=\d+", f"Port={free_port()}", lab_line) + f" Features={FEATURE}"
+    env = {"NODE_NAME": NODE, "SLURMD_MODE": "dynamic", "SLURMD_NODE_CONF": node_conf,
+           "SLURM_AUTH_DIR": "/etc/slurm-auth", "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    port = conf_value(conf, "SlurmctldPort")
+    if lab.slurm_version == "26.05":
+        return Setup({**env, "SLURM_CONF_SERVER": f"127.0.0.1:{port}"}, {"slurm.key": lab_dir / "etc" / "slurm.key"},
+                     [str(lab_dir)], None, ("auth/slurm key from /etc/slurm-auth",))
+    # 24.11: munge. The image's munged listens where slurm.conf's AuthInfo says (configless slurmd
+    # reads that only once it has fetched slurm.conf, so the entrypoint passes --authinfo too). Only
+    # the directories slurm.conf names are bound: the lab's munged is out of reach.
+    socket = re.search(r"socket=([^,\s]+)", conf_value(conf, "AuthInfo")).group(1)
+    netns_sh = str(REPO / "e2e" / "lab" / "netns.sh")
+    lab.run(netns_sh, "add", NODE)
+    netns = lab.run(netns_sh, "addr").stdout.strip() % NODE
+    return Setup({**env, "SLURM_CONF_SERVER": f"{lab.env['LAB_SLURMCTLD_ADDR']}:{port}", "MUNGE_SOCKET": socket},
+                 {"munge.key": lab_dir / "munge" / "munge.key"},
+                 [str(lab_dir / d) for d in ("state", "log", "fakedev")], netns,
+                 (f"munged on {socket}", f"--authinfo socket={socket}"))
+
+
 def node_line(lab, node: str) -> str:
     return lab.slurm("scontrol", "-o", "show", "node", node, check=False).stdout
 
@@ -157,17 +204,10 @@ def submit(lab, seconds: int) -> str:
                      "--wrap", f"sleep {seconds}").stdout.strip().split(";")[0]
 
 
-def test_entrypoint_dynamic_configless_auth_slurm_registers_runs_a_job_and_sigterm_keeps_it(dynamic_26, rootfs):
-    lab = dynamic_26
-    conf = Path(lab.env["SLURM_CONF"])
-    server = f"127.0.0.1:{conf_value(conf, 'SlurmctldPort')}"
-    port = free_port()
-    # the lab's own dynamic nodes' line (nodes.tsv), with this node's port and a feature
-    lab_line = (Path(lab.env["LAB_DIR"]) / "etc" / "nodes.tsv").read_text().splitlines()[-1].split("\t")[2]
-    node_conf = re.sub(r"Port=\d+", f"Port={port}", lab_line) + f" Features={FEATURE}"
-    c = Container(lab, rootfs, {"NODE_NAME": NODE, "SLURMD_MODE": "dynamic", "SLURM_CONF_SERVER": server,
-                                "SLURMD_NODE_CONF": node_conf, "SLURM_AUTH_DIR": "/etc/slurm-auth",
-                                "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
+def test_entrypoint_dynamic_configless_registers_runs_a_job_and_sigterm_keeps_it(dynamic_lab, rootfs):
+    lab = dynamic_lab
+    setup = setup_for(lab)
+    c = Container(lab, rootfs, setup.env, setup.secret, setup.binds, setup.netns)
     try:
         t0 = time.monotonic()
         wait(lambda: "IDLE" in field(node_line(lab, NODE), "State") or c.proc.poll() is not None, 60,
@@ -178,7 +218,7 @@ def test_entrypoint_dynamic_configless_auth_slurm_registers_runs_a_job_and_sigte
         assert "DYNAMIC_NORM" in field(line, "State"), line
         assert FEATURE in field(line, "AvailableFeatures").split(","), line
         assert field(line, "Gres").startswith("gpu:h100:8"), line
-        assert "auth/slurm key from /etc/slurm-auth" in c.logs() and "--conf-server" in c.logs(), c.logs()
+        assert all(said in c.logs() for said in setup.expect_log + ("--conf-server",)), c.logs()
 
         first = submit(lab, 1)
         wait(lambda: job_state(lab, first) == "COMPLETED", 60, what="a job to complete on the image's slurmd")
@@ -198,7 +238,7 @@ def test_entrypoint_dynamic_configless_auth_slurm_registers_runs_a_job_and_sigte
         rc = c.proc.wait(30)
         assert rc == 0, c.logs()
         assert "DOWN" not in field(node_line(lab, NODE), "State")
-        print(f"slurmd image (26.05): {NODE} dynamic, configless, auth/slurm registered in {joined:.1f} s; "
+        print(f"slurmd image ({lab.slurm_version}): {NODE} dynamic, configless, {'auth/slurm' if setup.netns is None else 'munge'} registered in {joined:.1f} s; "
               f"job {first} COMPLETED; SIGTERM while job {held} ran: node states {sorted(set(seen))} over {len(seen)} s, job COMPLETED, exit 0")
     finally:
         c.stop()
@@ -207,12 +247,16 @@ def test_entrypoint_dynamic_configless_auth_slurm_registers_runs_a_job_and_sigte
              or "not found" in node_line(lab, NODE).lower() + lab.slurm("scontrol", "show", "node", NODE,
                                                                        check=False).stderr.lower(),
              30, interval=1, what=f"{NODE} deleted from Slurm")
+        if setup.netns:
+            lab.run("ip", "netns", "del", Path(setup.netns).name, check=False)
 
 
-def test_real_kubelet_runs_the_image_dynamic_and_a_pod_deleted_during_a_job_waits_for_it(dynamic_26, rootfs):
-    lab = dynamic_26
+def test_real_kubelet_runs_the_image_dynamic_and_a_pod_deleted_during_a_job_waits_for_it(dynamic_lab, rootfs):
+    lab = dynamic_lab
     if not lab.real_nodes:
         pytest.skip("no real kubelet nodes (LAB_REAL_NODES=0)")
+    if lab.slurm_version != "26.05":
+        pytest.skip("under a real kubelet the 26.05 image runs (26.05-dynamic-rest); 24.11's dynamic slurmd need a network namespace each")
     from harness import NAMESPACE, apply, ensure_namespace_and_secret, pods_json
 
     name, archive = (rootfs / ".image").read_text().split("=", 1)

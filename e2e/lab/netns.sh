@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# netns.sh start N|stop|addr|ctld-addr - one network namespace per dynamic slurmd (LAB_SLURM=24.11
+# netns.sh start N|add NODE|stop|addr|ctld-addr - one network namespace per dynamic slurmd (LAB_SLURM=24.11
 # LAB_SLURM_NODES=dynamic; e2e/lab/README.md#dynamic-nodes-on-2411).
 #
 # Why: 24.11's slurmd -Z takes no Port= in --conf (its man page: "NodeName and Port are not
@@ -13,6 +13,8 @@
 #            no gateway, no forwarding, no iptables rule (nothing leaves the bridge)
 #   node i   namespace slurmpool-lab$K-gpuXX (/run/netns), lo and eth0 with 10.252.K.(10+i)/24,
 #            its host end sp${K}d$i on the bridge
+#   add NODE one more namespace, for a node outside gpu01..N (e2e/test_slurmd_image.py's imgtest01):
+#            address 10.252.K.250, host end sp${K}d240
 #   stop     removes exactly those (the offset recorded at start in $LAB_DIR/netns/port-offset)
 #   addr / ctld-addr print the pattern of the namespace files (%s: the node) / slurmctld's address.
 set -euo pipefail
@@ -36,22 +38,32 @@ start() {
   ip link add name "$BR" type bridge
   ip addr add "$CTLD_IP/24" dev "$BR"
   ip link set "$BR" up
-  for i in $(seq 1 "$n"); do
-    node=gpu$(printf %02d "$i") ns=$(ns_of "$node")
-    ip netns add "$ns"
-    ip link add "sp${K}d$i" type veth peer name "sp${K}p$i"
-    ip link set "sp${K}p$i" netns "$ns"
-    ip link set "sp${K}d$i" master "$BR" up
-    ip -n "$ns" link set "sp${K}p$i" name eth0
-    ip -n "$ns" addr add "10.252.$K.$((10 + i))/24" dev eth0
-    ip -n "$ns" link set lo up
-    ip -n "$ns" link set eth0 up
-  done
+  for i in $(seq 1 "$n"); do namespace "gpu$(printf %02d "$i")" "$i"; done
+}
+
+namespace() {  # namespace NODE I: NODE's namespace, address 10.252.K.(10+I), on the bridge
+  local node=$1 i=$2 ns
+  ns=$(ns_of "$node")
+  ip netns add "$ns"
+  ip link add "sp${K}d$i" type veth peer name "sp${K}p$i"
+  ip link set "sp${K}p$i" netns "$ns"
+  ip link set "sp${K}d$i" master "$BR" up
+  ip -n "$ns" link set "sp${K}p$i" name eth0
+  ip -n "$ns" addr add "10.252.$K.$((10 + i))/24" dev eth0
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link set eth0 up
+}
+
+add() {
+  local node=$1
+  [[ "$node" =~ ^[a-z][a-z0-9-]{0,30}$ ]] || { echo "[netns] ERROR: bad node name $node" >&2; exit 2; }
+  ip link show "$BR" >/dev/null 2>&1 || { echo "[netns] ERROR: no bridge $BR (netns.sh start first)" >&2; exit 1; }
+  [ -e "/run/netns/$(ns_of "$node")" ] || namespace "$node" 240
 }
 
 stop() {
   local ns v
-  for ns in $(ip netns list | awk '{print $1}' | grep -E "^slurmpool-lab$K-gpu[0-9]+$"); do ip netns del "$ns" || true; done
+  for ns in $(ip netns list | awk '{print $1}' | grep -E "^slurmpool-lab$K-[a-z][a-z0-9-]*$"); do ip netns del "$ns" || true; done
   if ip link show "$BR" >/dev/null 2>&1; then
     for v in $(ip -o link show master "$BR" | awk -F': ' '{print $2}' | cut -d@ -f1); do ip link del "$v" 2>/dev/null || true; done
     ip link del "$BR"
@@ -61,8 +73,9 @@ stop() {
 
 case ${1:-} in
   start) [[ "${2:-}" =~ ^[0-9]+$ ]] || { echo "usage: $0 start N" >&2; exit 2; }; start "$2" ;;
+  add) add "${2:?usage: $0 add NODE}" ;;
   stop) stop ;;
   addr) echo "/run/netns/$(ns_of %s)" ;;
   ctld-addr) echo "$CTLD_IP" ;;
-  *) echo "usage: $0 start N|stop|addr|ctld-addr" >&2; exit 2 ;;
+  *) echo "usage: $0 start N|add NODE|stop|addr|ctld-addr" >&2; exit 2 ;;
 esac

@@ -360,7 +360,8 @@ $common_conf"
   [ "$LAB_SLURM_NODES" = static ] || version_conf="$version_conf
 # slurmd of dynamic nodes fetch slurm.conf, gres.conf, topology.conf ... from slurmctld
 SlurmctldParameters=enable_configless
-MaxNodeCount=$LAB_NODES
+# the lab's nodes and e2e/test_slurmd_image.py's node
+MaxNodeCount=$((LAB_NODES + 1))
 # Every dynamic slurmd listens on this port, each in its own network namespace (netns.sh).
 SlurmdPort=$SLURMD_BASE_PORT"
   unset SLURM_SACK_SOCKET SLURM_SACK_KEY

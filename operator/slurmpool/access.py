@@ -20,8 +20,8 @@ from .restaccess import build_rest_backend, rest_key
 from .view import SlurmView
 
 ReadSecret = Callable[[str, str], Awaitable[dict[str, str]]]
-TOPOLOGY_MAX_AGE = 60.0
-STALE_WHILE_POLLING = 3  # x max_age: how much older a view may be, rather than wait for a poll in progress  # seconds: slurm.conf's topology changes with a reconfigure, rarely
+TOPOLOGY_MAX_AGE = 60.0  # seconds: slurm.conf's topology changes with a reconfigure, rarely
+STALE_WHILE_POLLING = 3  # x max_age: how much older a view may be, rather than wait for a poll in progress
 log = logging.getLogger("slurmpool.access")
 
 
