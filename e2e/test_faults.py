@@ -160,7 +160,7 @@ def test_sshd_down_fails_closed_then_recovers(lab, pool):
         assert set(node_placements(lab).values()) == {"slurm"}
         pods = get_json(lab, "pods", "-n", NAMESPACE, "-l", "slurmpool.io/component=slurmd")["items"]
         assert len([p for p in pods if not p["metadata"].get("deletionTimestamp")]) == 8
-        start_daemon(lab, "sshd", sshd, "-D", "-e", "-f", str(Path(lab.dir) / "ssh" / "sshd_config"))
+        start_daemon(lab, "sshd", *lab_command(lab, "sshd", sshd, "-D", "-e", "-f", str(Path(lab.dir) / "ssh" / "sshd_config")))
         t0 = time.monotonic()
         wait(lambda: settled(lab, 7), 90, what="recovery after sshd is back")
         wait(lambda: condition(lab, "Degraded").get("status") == "False", 30, what="Degraded cleared")
@@ -175,7 +175,7 @@ def test_sshd_down_fails_closed_then_recovers(lab, pool):
         wait(lambda: settled(lab, 8), 60, what="8/0 again")
     finally:
         if not (Path(lab.dir) / "run" / "sshd.pid").exists():
-            start_daemon(lab, "sshd", sshd, "-D", "-e", "-f", str(Path(lab.dir) / "ssh" / "sshd_config"))
+            start_daemon(lab, "sshd", *lab_command(lab, "sshd", sshd, "-D", "-e", "-f", str(Path(lab.dir) / "ssh" / "sshd_config")))
         op.stop()
 
 
