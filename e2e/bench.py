@@ -394,6 +394,7 @@ def bench_load(nodes: int = 500, pools: int = 20) -> None:
     record(f"{tag}_operator_rss", fig["operator_rss_mib"], "MiB", "< 300 MiB", fig["operator_rss_mib"] < 300)
     record(f"{tag}_errors", fig["reconcile_errors"] + fig["action_errors"], "errors", "== 0",
            fig["reconcile_errors"] + fig["action_errors"] == 0)
+    record(f"{tag}_events_dropped", fig["events_dropped"], "Events", "== 0", fig["events_dropped"] == 0)
 
 
 def bench_memory(lab=None, count: int = 5000) -> None:

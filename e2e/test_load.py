@@ -33,6 +33,7 @@ def check(lab, pools, first: int, then) -> dict:
         assert adopted == {"to_slurm": first * len(pools), "to_inference": sum(len(p.nodes) - first for p in pools)}
         assert {d: after - before for d, (before, after) in result.moves_started.items()} == expected
         assert result.figures["reconcile_errors"] == 0 and result.figures["action_errors"] == 0, result.figures
+        assert result.figures["events_dropped"] == 0, result.figures  # every Event of 500 adoptions and 100 moves posted
         return result.figures
     finally:
         load.cleanup(lab, pools)

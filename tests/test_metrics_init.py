@@ -67,6 +67,37 @@ def test_slurm_commands_are_the_instrumented_backend_calls():
     assert set(names) == set(metrics.SLURM_COMMANDS)
 
 
+def test_event_drop_reasons_are_every_why_counted():
+    whys, calls = set(), 0
+    for call in _calls(ast.parse((SRC / "kube.py").read_text()), "labels"):
+        if isinstance(call.func.value, ast.Attribute) and call.func.value.attr == "EVENTS_DROPPED":
+            calls += 1
+            why = next(k.value for k in call.keywords if k.arg == "why")
+            whys |= {c.value for c in ast.walk(why) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    assert calls == 2 and whys == set(metrics.EVENT_DROP_REASONS)
+
+
+def test_a_full_event_queue_counts_what_it_drops():
+    import asyncio
+
+    from slurmpool import kube
+
+    def dropped():
+        return REGISTRY.get_sample_value("slurmpool_events_dropped_total", {"why": "queue_full"})
+
+    async def fill():
+        adapter = kube.KubeAdapter.__new__(kube.KubeAdapter)  # no API client: only the queue is used
+        adapter._events = asyncio.Queue(maxsize=2)
+        obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu01", "uid": "u"}}
+        for _ in range(5):
+            await adapter.event(obj, "Normal", "Test", "m")
+        return adapter._events.qsize()
+
+    before = dropped()
+    assert asyncio.run(fill()) == 2
+    assert dropped() - before == 3
+
+
 def test_every_known_label_value_is_exported_at_zero_from_the_start():
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for m in REGISTRY.collect() for s in m.samples}
     for d in metrics.DIRECTIONS:
@@ -77,3 +108,5 @@ def test_every_known_label_value_is_exported_at_zero_from_the_start():
     for c in metrics.SLURM_COMMANDS:
         assert ("slurmpool_slurm_command_errors_total", (("command", c),)) in samples
     assert ("slurmpool_reconcile_total", (("result", "error"),)) in samples
+    for w in metrics.EVENT_DROP_REASONS:
+        assert ("slurmpool_events_dropped_total", (("why", w),)) in samples

@@ -20,6 +20,7 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
+from . import metrics
 from .fit import needs_of
 from .models import SlurmNodePoolSpec
 from .interfaces import PoolRef
@@ -334,6 +335,7 @@ class KubeAdapter:
         try:
             self._events.put_nowait(_event_body(obj, type_, reason, message))
         except asyncio.QueueFull:
+            metrics.EVENTS_DROPPED.labels(why="queue_full").inc()
             log.warning("event queue full; dropped %s %s", reason, message)
 
     async def _post_events(self, retry_for: float = 120.0) -> None:
@@ -348,6 +350,7 @@ class KubeAdapter:
                     # Kept (in order) while the apiserver restarts: MoveCompleted must not vanish.
                     refused = isinstance(err, ApiException) and err.status is not None and 400 <= err.status < 500
                     if refused or waited >= retry_for:
+                        metrics.EVENTS_DROPPED.labels(why="refused" if refused else "gave_up").inc()
                         log.warning("could not post event %s: %s", body["reason"], err)
                         break
                     await asyncio.sleep(delay)

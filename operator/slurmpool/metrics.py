@@ -41,6 +41,9 @@ SLURM_COMMAND_SECONDS = Histogram(
     "slurmpool_slurm_command_duration_seconds", "Latency of Slurm commands", ["command"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30)
 )
 SLURM_COMMAND_ERRORS = Counter("slurmpool_slurm_command_errors_total", "Slurm commands that failed", ["command"])
+# Events are best effort (kube.py): one not posted is counted, not silently lost.
+EVENTS_DROPPED = Counter("slurmpool_events_dropped_total", "Kubernetes Events not posted", ["why"])
+EVENT_DROP_REASONS = ("queue_full", "refused", "gave_up")  # kube.KubeAdapter.event / _post_events
 # Per pool, from each reconcile pass (poolmetrics.py): for the dashboard and the alerts.
 GPUS = Gauge("slurmpool_gpus", "GPUs (nvidia.com/gpu allocatable) per pool, placement and phase", ["pool", "placement", "phase"])
 GPU_SECONDS = Counter(
@@ -71,6 +74,8 @@ for _action in ACTIONS:
     ACTION_ERRORS.labels(action=_action)
 for _command in SLURM_COMMANDS:
     SLURM_COMMAND_ERRORS.labels(command=_command)
+for _why in EVENT_DROP_REASONS:
+    EVENTS_DROPPED.labels(why=_why)
 for _stage in RECONCILE_STAGES:
     RECONCILE_STAGE_SECONDS.labels(stage=_stage)
 for _result in ("ok", "error"):
