@@ -578,7 +578,7 @@ start_daemon etcd "$BIN/etcd" --name lab --data-dir "$LAB_DIR/etcd" \
 # sshd in a mount namespace of its own where root's ~/.bashrc is an empty file. bash sources
 # ~/.bashrc for every command sshd runs (Debian builds it with SSH_SOURCE_BASHRC), and this
 # machine's root one runs `pyenv init`: ~70 ms a command idle, seconds under load. A Slurm
-# host's service account has a plain one (docs/faults.md: keep it so). The lab's own file only.
+# host's service account has a plain one (docs/install.md: keep it so). The lab's own file only.
 root_rc=$(getent passwd root | cut -d: -f6)/.bashrc
 : > "$S/bashrc"
 if [ -e "$root_rc" ]; then
