@@ -94,3 +94,27 @@ def test_no_handler_needs_the_diff_that_no_diff_base_skips():
     assert registry._indexing.get_all_handlers() and registry._watching.get_all_handlers()  # the registry is ours
     assert not registry._changing.get_all_handlers() and not registry._spawning.get_all_handlers()
     assert handlers.NoDiffBase().build(body=kopf.Body({"spec": {"a": 1}, "metadata": {"labels": {"x": "y"}}})) == {}
+
+
+def test_a_slurmd_registering_is_looked_at_again_soon_a_move_blocked_by_jobs_is_not():
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    from slurmpool.moves import Step
+    from slurmpool.phases import Phase
+    from slurmpool.view import MoveRecord
+
+    def decision(phase: Phase, blocked_by: list[str]):
+        now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+        to_slurm = phase not in (Phase.DRAINING, Phase.STOPPING_SLURMD)
+        source, target = ("inference:llm", "slurm") if to_slurm else ("slurm", "inference:llm")
+        move = MoveRecord(id="m", source=source, target=target, phase=phase, since=now, started=now)
+        return SimpleNamespace(steps={"gpu01": Step(move=move, blocked_by=blocked_by)})
+
+    # Registering sets blocked_by ["slurmd-registration"]: that wait is Slurm's to end within a second
+    assert handlers.waiting_on_slurm(decision(Phase.REGISTERING, ["slurmd-registration"]))
+    assert handlers.waiting_on_slurm(decision(Phase.RESUMING, []))
+    assert not handlers.waiting_on_slurm(decision(Phase.DRAINING, ["job/42"]))  # jobs take minutes
+    assert not handlers.waiting_on_slurm(decision(Phase.REGISTERING, ["slurm-unavailable"]))  # polls back off
+    assert not handlers.waiting_on_slurm(decision(Phase.EVICTING, []))  # a watch event wakes it
+    assert not handlers.waiting_on_slurm(SimpleNamespace(steps={"gpu01": Step(move=None, settled="slurm")}))

@@ -47,6 +47,8 @@ log = logging.getLogger("slurmpool")
 # Phases that wait on Slurm or the node agent rather than on a watch event: polled faster.
 QUICK_PHASES = frozenset({Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING, Phase.DRAINING})
 QUICK_INTERVAL = 0.2
+# What a move blocked only by these waits for is Slurm's to report soon (moves.py: Registering).
+SLURM_SOON = frozenset({"slurmd-registration"})
 SLOW_PASS = 2.0  # seconds: a pass slower than this is logged with where its time went
 # A Slurm view this old still does for a pass: what must be fresher asks for it (a pool's own
 # changes, a move waiting on Slurm, a move to start or a drain to resume), and a poll costs a
@@ -364,12 +366,18 @@ async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_in
         return None
     if result.acted:
         return 0.0  # at the speed of the real work: the next phase's done test may be true already
-    waiting_on_slurm = any(step.move is not None and step.move.phase in QUICK_PHASES and not step.blocked_by
-                           for step in decision.steps.values())
-    if waiting_on_slurm:  # e.g. a slurmd registering: look again soon, with a fresh poll
+    if waiting_on_slurm(decision):  # e.g. a slurmd registering: look again soon, with a fresh poll
         memo.fresh.add((pool.namespace, pool.name))
         return QUICK_INTERVAL
     return config.interval
+
+
+def waiting_on_slurm(decision) -> bool:
+    """A move waits on what Slurm will report within a second or so (a drain taking, a slurmd
+    registering): its pool looks again soon, on a fresh poll. Not a move blocked by jobs, pods or
+    an outage: those wait minutes, and the interval does."""
+    return any(step.move is not None and step.move.phase in QUICK_PHASES and set(step.blocked_by) <= SLURM_SOON
+               for step in decision.steps.values())
 
 
 def _index_lags(memo, nodes) -> bool:
