@@ -192,7 +192,7 @@ def test_move_now_pause_resume_and_pin_through_kubectl(lab, op):
     wait(settled(lab, 3), 60, what="the split kept at 3/5 (a swap)")
     wait(lambda: "slurmpool.io/move-now" not in (node_json(lab, node)["metadata"].get("annotations") or {}), 20,
          what="move-now cleared")
-    assert events(lab, "MoveNowDone")
+    wait(lambda: events(lab, "MoveNowDone"), 20, what="the MoveNowDone Event (Events are posted by workers, after the pass)")
     TIMINGS["move-now swap"] = time.monotonic() - t0
 
     # A pin brings its node to its side; another node swaps; the pinned node never leaves.

@@ -524,7 +524,12 @@ def move_both_ways(lab, images, chart, node: str) -> None:
         lab.kubectl("patch", "pdb", "llm", "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"minAvailable":0}}')
         wait(lambda: at(1, 0), 180, what=f"{node} back in Slurm")
         to_slurm_after_pdb = time.monotonic() - t2
-        assert llm["metadata"]["name"] not in [p["metadata"]["name"] for p in pods_json(lab, NAMESPACE, "app=llm")]
+        # The evicted pod's containers had stopped before the node went on (Evicting waits while it runs):
+        # the real kubelet gives it a terminal phase, then removes the object a moment later.
+        evicted = [p for p in pods_json(lab, NAMESPACE, "app=llm") if p["metadata"]["name"] == llm["metadata"]["name"]]
+        assert all(p["status"].get("phase") in ("Succeeded", "Failed") for p in evicted), evicted
+        wait(lambda: llm["metadata"]["name"] not in [p["metadata"]["name"] for p in pods_json(lab, NAMESPACE, "app=llm")],
+             60, what="the evicted pod removed by the kubelet")
         assert lab.node_state(node).startswith("IDLE"), lab.node_state(node)
         # one idle move each way, for the closing note
         t3 = time.monotonic()

@@ -103,6 +103,7 @@ def test_every_known_label_value_is_exported_at_zero_from_the_start():
     for d in metrics.DIRECTIONS:
         assert (("slurmpool_moves_failed_total", (("direction", d), ("reason", "rollback")))) in samples
         assert ("slurmpool_moves_completed_total", (("direction", d),)) in samples
+        assert ("slurmpool_move_duration_seconds_bucket", (("direction", d), ("le", "1.0"))) in samples
     for a in metrics.ACTIONS:
         assert ("slurmpool_action_errors_total", (("action", a),)) in samples
     for c in metrics.SLURM_COMMANDS:

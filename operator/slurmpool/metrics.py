@@ -68,6 +68,7 @@ ACTIONS = ("patch", "create", "delete", "evict", "scontrol", "scancel")  # apply
 SLURM_COMMANDS = ("nodes", "jobs", "drain", "resume", "requeue", "cancel", "ping")  # access.Instrumented
 for _direction in DIRECTIONS:
     MOVES_COMPLETED.labels(direction=_direction)
+    MOVE_SECONDS.labels(direction=_direction)  # its buckets too: the dashboard's Move duration
     for _reason in FAILURE_REASONS:
         MOVES_FAILED.labels(direction=_direction, reason=_reason)
 for _action in ACTIONS:
