@@ -253,6 +253,8 @@ def run(lab, pools: list[Pool], first: int, then, max_moves: int = 25, log_name:
         fig["reconcile_errors"] = counter(after, "slurmpool_reconcile_total", result="error")
         fig["action_errors"] = counter(after, "slurmpool_action_errors_total")
         fig["events_dropped"] = counter(after, "slurmpool_events_dropped_total")  # since start: adoption's 500 moves too
+        for why in ("queue_full", "refused", "gave_up"):  # a failure says which (the log says why)
+            fig[f"events_dropped_{why}"] = counter(after, "slurmpool_events_dropped_total", why=why)
         for direction in ("to_slurm", "to_inference"):
             result.moves_started[direction] = (counter(before, "slurmpool_moves_started_total", direction=direction),
                                                counter(after, "slurmpool_moves_started_total", direction=direction))

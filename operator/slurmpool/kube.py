@@ -347,13 +347,14 @@ class KubeAdapter:
                     await self._call(self.core.create_namespaced_event, namespace, body, later=True)
                     break
                 except Exception as err:  # noqa: BLE001 - an Event is best effort
-                    # Kept (in order) while the apiserver restarts: MoveCompleted must not vanish.
-                    refused = isinstance(err, ApiException) and err.status is not None and 400 <= err.status < 500
+                    # Kept (in order) while the apiserver restarts or sheds load: MoveCompleted must
+                    # not vanish. Only a request the apiserver will never take is given up at once.
+                    refused = _refused(err)
                     if refused or waited >= retry_for:
                         metrics.EVENTS_DROPPED.labels(why="refused" if refused else "gave_up").inc()
-                        log.warning("could not post event %s: %s", body["reason"], err)
+                        log.warning("could not post event %s (%s): %s", body["reason"], _status_of(err), err)
                         break
-                    await asyncio.sleep(delay)
+                    await asyncio.sleep(max(delay, _retry_after(err)))
                     waited, delay = waited + delay, min(delay * 2, 10.0)
 
     async def patch_pool_status(self, pool: PoolRef, status: dict) -> None:
@@ -373,6 +374,30 @@ class KubeAdapter:
 
         secret = await self._call(self.core.read_namespaced_secret, name, namespace)
         return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+
+# Statuses that say "not now" rather than "never": too many requests (the apiserver's inflight
+# limit or priority and fairness), a timeout, and the 5xx of an apiserver restarting or overloaded.
+TRANSIENT_STATUSES = frozenset({408, 429})
+
+
+def _status_of(err: Exception) -> str:
+    return str(err.status) if isinstance(err, ApiException) and err.status else type(err).__name__
+
+
+def _refused(err: Exception) -> bool:
+    """A 4xx the apiserver will answer the same way however often it is asked."""
+    status = err.status if isinstance(err, ApiException) else None
+    return status is not None and 400 <= status < 500 and status not in TRANSIENT_STATUSES
+
+
+def _retry_after(err: Exception) -> float:
+    """The apiserver's Retry-After on a 429 (seconds), else 0."""
+    headers = getattr(err, "headers", None) or {}
+    try:
+        return min(float(headers.get("Retry-After", 0)), 10.0)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def _merged(base: dict, patch: dict) -> dict:
