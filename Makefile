@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 export LAB_DIR ?= $(CURDIR)/.lab
 
-.PHONY: slurm e2e-matrix venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check images bench bench-matrix alerts-idle
+.PHONY: slurm e2e-matrix e2e-matrix-beside images-all venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check images bench bench-matrix alerts-idle
 CHART := deploy/helm/slurmpool
 
 venv: deps $(VENV)/.stamp
@@ -89,6 +89,20 @@ MATRIX_CI ?= 24.11-rest 24.11-dynamic-requeue 26.05 26.05-dynamic-rest
 e2e-matrix: deps venv slurm
 	e2e/matrix.sh $(MATRIX_CI)
 
+# The matrix in a lab of its own beside the 22.05 suite's (make test): its own LAB_DIR, and ports
+# and addresses shifted by another 100 (e2e/lab/up.sh: LAB_PORT_OFFSET). `exec env`: no shell of
+# this recipe keeps the main lab's LAB_DIR in its environment (test_lab_down_leaves_nothing_behind
+# looks for the main lab's processes by it).
+MATRIX_LAB_DIR ?= $(CURDIR)/.lab-matrix
+MATRIX_PORT_OFFSET ?= $(shell echo $$(( $${LAB_PORT_OFFSET:-0} + 100 )))
+e2e-matrix-beside: deps venv slurm
+	exec env LAB_DIR=$(MATRIX_LAB_DIR) LAB_PORT_OFFSET=$(MATRIX_PORT_OFFSET) e2e/matrix.sh $(MATRIX_CI)
+
+# Every image the suite runs, built (or found cached) before the two labs start, so that no two
+# builds of one image run at once.
+images-all: deps venv slurm
+	SLURMD_VERSIONS="22.05 24.11 26.05" deploy/docker/build-images.sh >/dev/null
+
 # No alert pending or firing on a healthy lab: make demo's moves, then 5 idle minutes (~7 min).
 alerts-idle: deps venv tools
 	LAB_PROMETHEUS=1 SLURMPOOL_IDLE_SECONDS=300 $(BIN)/pytest -q -s e2e/test_dashboard_lab.py
@@ -97,8 +111,12 @@ alerts-idle: deps venv tools
 load: deps venv
 	LAB_SIM_NODES=500 $(BIN)/pytest -q -s e2e/test_load.py -k twenty_pools
 
-# CI runs all of it (.ci/run): the matrix and load restart the lab after the e2e suite.
-test: chart unit image-check e2e e2e-matrix load
+# CI runs all of it (.ci/run). The 22.05 suite and the matrix run side by side, each in its own lab
+# (the machine's 2 cores are half idle while a lab waits on Slurm, kubelets and timeouts); then
+# load restarts the main lab with 500 simulated nodes.
+test: chart unit image-check images-all
+	$(MAKE) --no-print-directory -j2 e2e e2e-matrix-beside
+	$(MAKE) --no-print-directory load
 
 # LAB_PROMETHEUS=1 make demo: the lab's Prometheus scrapes the demo's operator and runs the alerts.
 demo: lab-up

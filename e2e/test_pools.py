@@ -164,7 +164,11 @@ def test_a_move_between_pools_evicts_only_what_no_longer_fits_and_leaves_slurm_a
         assert drains(lab) == drains_before and node in drains_before
         started = [e for e in events(lab, "MoveStarted") if e.startswith(f"{node}: inference:llm -> inference:batch")]
         assert len(started) == 1, events(lab, "MoveStarted")
-        assert any(e.startswith(f"{node}: Relabeling -> EvictingMisfits") for e in events(lab, "MovePhase"))
+        # A phase step is the Node's Event (the pool's list keeps each move's start and end).
+        move_id = started[0].rsplit("move ", 1)[1].rstrip(")")
+        phases = [e["message"] for e in events_json(lab, "default", f"reason=MovePhase,involvedObject.name={node}")]
+        assert f"{node}: Relabeling -> EvictingMisfits (move {move_id} to inference:batch)" in phases, phases
+        assert not [e for e in events(lab, "MovePhase")], "a phase step on the pool's list"
 
         wide = lab.kubectl("get", "snp", POOL, "-n", NAMESPACE, "-o", "wide").stdout
         assert "POOLS" in wide and "llm 2/2, batch 2/2" in wide, wide

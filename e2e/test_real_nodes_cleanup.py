@@ -26,9 +26,10 @@ from test_real_nodes import LAB, REPO, port_offset, real  # noqa: F401 - real is
 
 SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops", "net/ipv4/ip_forward")
 
-def machine_state(k: int) -> dict:
-    """What real nodes could leave on the machine, as text: processes of their cgroups, the cgroups,
-    lo addresses, bridges, mounts and the sysctls the kubelet writes."""
+def machine_state(k: int, lab_dir: str) -> dict:
+    """What this lab's real nodes could leave on the machine, as text: processes of their cgroups, the
+    cgroups, lo addresses, bridges (by the offset's K), mounts (under LAB_DIR) and the sysctls the
+    kubelet writes. Another lab's (make test runs the matrix beside this one) are not looked at."""
     cgroups = sorted(str(p) for p in Path("/sys/fs/cgroup").glob(f"*/slurmpool-lab{k}-*"))
     procs = sorted({pid for c in cgroups for f in Path(c).rglob("cgroup.procs") for pid in f.read_text().split()})
     addrs = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True).stdout
@@ -37,7 +38,8 @@ def machine_state(k: int) -> dict:
         "cgroups": cgroups, "processes": procs,
         "addresses": sorted(set(re.findall(rf"10\.250\.{k}\.\d+", addrs))),
         "bridges": sorted(set(re.findall(rf"\bsp{k}r\d+\b", links))),
-        "mounts": [m for m in Path("/proc/self/mountinfo").read_text().splitlines() if "/real/real" in m],
+        "mounts": [m for m in Path("/proc/self/mountinfo").read_text().splitlines()
+                   if os.path.realpath(lab_dir) + "/real/real" in m],
         "sysctl": sysctls(),
     }
 
@@ -48,7 +50,7 @@ def sysctls() -> dict[str, str]:
 
 def test_stop_leaves_nothing_behind_and_start_joins_again(lab, real):
     k = port_offset(lab) // 100
-    before = machine_state(k)
+    before = machine_state(k, lab.env["LAB_DIR"])
     assert before["addresses"] and before["cgroups"] and before["processes"], before
     # the kubelet did write its sysctls, into its private files only
     private = Path(lab.env["LAB_DIR"]) / "real" / real[0] / "sysctl" / "panic"
@@ -56,7 +58,7 @@ def test_stop_leaves_nothing_behind_and_start_joins_again(lab, real):
     env = {**lab.env, "LAB_REAL_NODES": str(len(real)), "LAB_PORT_OFFSET": str(port_offset(lab))}
     p = subprocess.run([str(LAB / "real-nodes.sh"), "stop"], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
-    after = machine_state(k)
+    after = machine_state(k, lab.env["LAB_DIR"])
     assert after == {**{key: [] for key in ("cgroups", "processes", "addresses", "bridges", "mounts")},
                      "sysctl": before["sysctl"]}, after
     assert not (Path(lab.env["LAB_DIR"]) / "real").exists()
@@ -109,7 +111,7 @@ def lab_processes(lab_dir: str) -> dict[int, str]:
 def lab_footprint(lab_dir: str, k: int) -> dict:
     """Everything of this lab on the machine: its processes and mounts (by LAB_DIR), and what real
     nodes add (cgroups, processes in them, lo addresses, bridges; by the offset's K), and the sysctls."""
-    real_nodes = machine_state(k)
+    real_nodes = machine_state(k, lab_dir)
     return {
         "processes": lab_processes(lab_dir),
         "mounts": [m for m in Path("/proc/self/mountinfo").read_text().splitlines() if lab_dir.rstrip("/") + "/" in m],

@@ -41,7 +41,7 @@ def post(answers, calls: int) -> FakeCore:
         adapter.requests, adapter.core = 0, FakeCore(answers)
         adapter._later_pool = ThreadPoolExecutor(1)
         adapter._events = asyncio.Queue()
-        adapter._events.put_nowait(kube._event_body(NODE, "Normal", "MoveCompleted", "m"))
+        adapter._events.put_nowait(kube._queued_event(NODE, "Normal", "MoveCompleted", "m"))
         worker = asyncio.create_task(adapter._post_events(retry_for=5.0))
         while adapter.core.calls < calls:
             await _real_sleep(0.01)

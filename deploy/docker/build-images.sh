@@ -41,6 +41,10 @@ die() { echo "[build-images] ERROR: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "run as root (debootstrap and chroot)"
 for b in debootstrap unshare chroot tar python3; do command -v "$b" >/dev/null || die "'$b' not found (make deps)"; done
 mkdir -p "$cache"
+# One build at a time (two labs of make test, or a user's make images beside them): the base and the
+# archives are written in place once built.
+exec 9>"$cache/.build-images.lock"
+flock 9
 work=$(mktemp -d "$cache/work.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 

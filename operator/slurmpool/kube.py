@@ -34,8 +34,9 @@ MERGE_PATCH = "application/merge-patch+json"
 # and as many pooled connections (the client's default pool of 5 x CPUs would be the limit).
 API_THREADS = 16
 # Events are posted by a few workers from a bounded queue (best effort: dropped when full). One
-# worker fell behind 500 moves at once and dropped thousands (e2e/load.py).
-EVENT_WORKERS, EVENT_QUEUE = 4, 5000
+# worker fell behind 500 moves at once and dropped thousands (e2e/load.py). An entry is a compact
+# tuple (the body is built when it is posted), so a full queue holds a few MiB.
+EVENT_WORKERS, EVENT_QUEUE = 4, 20000
 # Writes no pass waits for (Events, Slurm's state published on nodes) go through threads of their
 # own: in the same queue as the record and status writes, a burst of them (100 moves publish on
 # hundreds of nodes) made every pool's pass wait seconds for its own writes.
@@ -333,14 +334,14 @@ class KubeAdapter:
             self._events = asyncio.Queue(maxsize=EVENT_QUEUE)
             self._event_tasks = [asyncio.create_task(self._post_events()) for _ in range(EVENT_WORKERS)]
         try:
-            self._events.put_nowait(_event_body(obj, type_, reason, message))
+            self._events.put_nowait(_queued_event(obj, type_, reason, message))
         except asyncio.QueueFull:
             metrics.EVENTS_DROPPED.labels(why="queue_full").inc()
             log.warning("event queue full; dropped %s %s", reason, message)
 
     async def _post_events(self, retry_for: float = 120.0) -> None:
         while True:
-            namespace, body = await self._events.get()
+            namespace, body = _event_body(*await self._events.get())
             delay, waited = 1.0, 0.0
             while True:
                 try:
@@ -408,24 +409,30 @@ def _merged(base: dict, patch: dict) -> dict:
     return out
 
 
-def _event_body(obj: dict, type_: str, reason: str, message: str) -> tuple[str, dict]:
+def _queued_event(obj: dict, type_: str, reason: str, message: str) -> tuple:
+    """What the queue keeps of an Event: the object's reference, what happened, and when."""
     meta = obj["metadata"]
-    namespace = meta.get("namespace") or "default"  # events of cluster-scoped objects
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ref = (obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"), meta.get("uid"))
+    return ref, type_, reason, message[:1024], datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _event_body(ref: tuple, type_: str, reason: str, message: str, now: str) -> tuple[str, dict]:
+    api_version, kind, name, obj_namespace, uid = ref
+    namespace = obj_namespace or "default"  # events of cluster-scoped objects
     return namespace, {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
+        "metadata": {"generateName": f"{name}.", "namespace": namespace},
         "involvedObject": {
-            "apiVersion": obj["apiVersion"],
-            "kind": obj["kind"],
-            "name": meta["name"],
-            **({"namespace": meta["namespace"]} if meta.get("namespace") else {}),
-            **({"uid": meta["uid"]} if meta.get("uid") else {}),
+            "apiVersion": api_version,
+            "kind": kind,
+            "name": name,
+            **({"namespace": obj_namespace} if obj_namespace else {}),
+            **({"uid": uid} if uid else {}),
         },
         "type": type_,
         "reason": reason,
-        "message": message[:1024],
+        "message": message,
         "source": {"component": "slurmpool"},
         "reportingComponent": "slurmpool.io/operator",
         "reportingInstance": socket.gethostname()[:128],
