@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 export LAB_DIR ?= $(CURDIR)/.lab
 
-.PHONY: slurm e2e-matrix e2e-matrix-beside images-all venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check images bench bench-matrix alerts-idle
+.PHONY: slurm e2e-matrix e2e-main e2e-beside matrix-a matrix-b images-all venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check images bench bench-matrix alerts-idle
 CHART := deploy/helm/slurmpool
 
 venv: deps $(VENV)/.stamp
@@ -85,23 +85,9 @@ slurm: deps
 # model. CI runs MATRIX_CI (22.05 over SSH is all of `make e2e`); `e2e/matrix.sh` alone runs every row.
 # 24.11-dynamic-requeue: the Requeue policy on 24.11 over SSH (24.11's slurmrestd cannot requeue), and
 # the 24.11 slurmd image (munge, configless) on that lab's dynamic nodes.
-MATRIX_CI ?= 24.11-rest 24.11-dynamic-requeue 26.05 26.05-dynamic-rest
+MATRIX_CI ?= $(MATRIX_A) $(MATRIX_B)
 e2e-matrix: deps venv slurm
 	e2e/matrix.sh $(MATRIX_CI)
-
-# The matrix in a lab of its own beside the 22.05 suite's (make test): its own LAB_DIR, and ports
-# and addresses shifted by another 100 (e2e/lab/up.sh: LAB_PORT_OFFSET). `exec env`: no shell of
-# this recipe keeps the main lab's LAB_DIR in its environment (test_lab_down_leaves_nothing_behind
-# looks for the main lab's processes by it).
-MATRIX_LAB_DIR ?= $(CURDIR)/.lab-matrix
-MATRIX_PORT_OFFSET ?= $(shell echo $$(( $${LAB_PORT_OFFSET:-0} + 100 )))
-e2e-matrix-beside: deps venv slurm
-	exec env LAB_DIR=$(MATRIX_LAB_DIR) LAB_PORT_OFFSET=$(MATRIX_PORT_OFFSET) e2e/matrix.sh $(MATRIX_CI)
-
-# Every image the suite runs, built (or found cached) before the two labs start, so that no two
-# builds of one image run at once.
-images-all: deps venv slurm
-	SLURMD_VERSIONS="22.05 24.11 26.05" deploy/docker/build-images.sh >/dev/null
 
 # No alert pending or firing on a healthy lab: make demo's moves, then 5 idle minutes (~7 min).
 alerts-idle: deps venv tools
@@ -111,12 +97,42 @@ alerts-idle: deps venv tools
 load: deps venv
 	LAB_SIM_NODES=500 $(BIN)/pytest -q -s e2e/test_load.py -k twenty_pools
 
-# CI runs all of it (.ci/run). The 22.05 suite and the matrix run side by side, each in its own lab
-# (the machine's 2 cores are half idle while a lab waits on Slurm, kubelets and timeouts); then
-# load restarts the main lab with 500 simulated nodes.
-test: chart unit image-check images-all
-	$(MAKE) --no-print-directory -j2 e2e e2e-matrix-beside
-	$(MAKE) --no-print-directory load
+# CI runs all of it (.ci/run). After the chart, the image pieces and the images, four lanes run at
+# once, each in a lab of its own (LAB_DIR .lab or .lab-<lane>; LAB_PORT_OFFSET + 100 k shifts its
+# ports, lo addresses, bridges and cgroups), with the unit tests beside them. A lab mostly waits (on
+# Slurm, kubelets, timeouts): the 22.05 suite beside a matrix row kept 0.8 of the 2 cores busy, and
+# the wall time is the longest lane's. Each lane's output is printed whole when it ends.
+#   e2e-main     the 22.05 e2e modules but E2E_BESIDE, with Prometheus and 2 real nodes (the lab-down
+#                test last); E2E_BESIDE: modules that need neither (each module runs on its own)
+#   e2e-beside   E2E_BESIDE on a second 22.05 lab (+300)
+#   matrix-a     MATRIX_A's rows, then make load's 500 simulated nodes in that lab (+100)
+#   matrix-b     MATRIX_B's rows (+200)
+# `exec env`: no shell of a lane keeps the main lab's LAB_DIR in its environment
+# (test_lab_down_leaves_nothing_behind finds the main lab's processes by it).
+E2E_BESIDE ?= e2e/test_operator.py e2e/test_faults.py e2e/test_oncall.py e2e/test_isolation.py \
+  e2e/test_health.py e2e/test_faults_nodes.py e2e/test_topology.py
+MATRIX_A ?= 24.11-rest 24.11-dynamic-requeue
+MATRIX_B ?= 26.05 26.05-dynamic-rest
+lane_offset = $$(( $${LAB_PORT_OFFSET:-0} + $(1) ))
+test: chart image-check images-all
+	$(MAKE) --no-print-directory --output-sync=target -j5 unit e2e-main e2e-beside matrix-a matrix-b
+
+e2e-main: deps venv tools slurm
+	LAB_PROMETHEUS=1 LAB_REAL_NODES=$${LAB_REAL_NODES:-2} $(BIN)/pytest -q --durations=10 \
+	  $(filter-out $(E2E_BESIDE),$(wildcard e2e/test_*.py))
+e2e-beside: deps venv tools slurm
+	exec env LAB_DIR=$(CURDIR)/.lab-beside LAB_PORT_OFFSET=$(call lane_offset,300) LAB_REAL_NODES=0 \
+	  $(BIN)/pytest -q --durations=10 $(E2E_BESIDE)
+matrix-a: deps venv slurm
+	exec env LAB_DIR=$(CURDIR)/.lab-matrix-a LAB_PORT_OFFSET=$(call lane_offset,100) bash -c \
+	  'e2e/matrix.sh $(MATRIX_A) && LAB_SIM_NODES=500 $(BIN)/pytest -q -s e2e/test_load.py -k twenty_pools'
+matrix-b: deps venv slurm
+	exec env LAB_DIR=$(CURDIR)/.lab-matrix-b LAB_PORT_OFFSET=$(call lane_offset,200) e2e/matrix.sh $(MATRIX_B)
+
+# Every image the suite runs, built (or found cached) before the lanes start, so that no two lanes
+# build one image at once (build-images.sh also takes a lock).
+images-all: deps venv slurm
+	SLURMD_VERSIONS="22.05 24.11 26.05" deploy/docker/build-images.sh >/dev/null
 
 # LAB_PROMETHEUS=1 make demo: the lab's Prometheus scrapes the demo's operator and runs the alerts.
 demo: lab-up

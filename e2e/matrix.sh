@@ -56,7 +56,8 @@ for row in "${rows[@]}"; do
   env -u LAB_SLURM -u LAB_SLURM_NODES -u LAB_SLURMDBD -u LAB_ACCESS -u LAB_REAL_NODES $settings \
     "$repo/.venv/bin/pytest" -q -p no:cacheprovider $modules > "$logs/$name.log" 2>&1
   rc=$?
-  [ $rc = 0 ] || failed=1
+  # A failed row's log ends in pytest's failures and summary: shown here too (CI keeps no files).
+  [ $rc = 0 ] || { failed=1; echo "--- $name: the end of $logs/$name.log"; tail -n 80 "$logs/$name.log"; echo "---"; }
   summary=$(grep -E '(passed|failed|error|skipped)( |,|$)' "$logs/$name.log" | grep -E ' in [0-9.]+s' | tail -1)
   echo "$name | $settings | $modules | rc=$rc | $summary | $(( $(date +%s) - t0 )) s"
 done
