@@ -218,3 +218,17 @@ def test_the_slurmd_pod_carries_the_templates_volumes_and_mounts():
     pod = slurmd_pod(PoolRef("ns", "p"), type(spec).model_validate(data), "n1")
     assert pod["spec"]["volumes"] == data["slurm"]["slurmdPod"]["volumes"]
     assert pod["spec"]["containers"][0]["volumeMounts"] == data["slurm"]["slurmdPod"]["volumeMounts"]
+
+
+async def test_a_phase_step_is_the_nodes_event_a_moves_start_is_the_pools_too():
+    nodes, view = slurm_nodes(2)
+    _, kube, _ = await run(make_spec(slurm_nodes=1), nodes, view)
+    name, patch = next((c[1], json.loads(c[2])) for c in kube.calls if c[0] == "patch_node")
+    assert sorted(c[1] for c in kube.calls if c[0] == "event" and c[2] == "MoveStarted") == ["Node", "SlurmNodePool"]
+    # The next pass sees its record back and Slurm's drain taken on the idle node: Draining is done.
+    moving = [replace(n, annotations={**n.annotations, **patch["metadata"]["annotations"]}) if n.name == name else n
+              for n in nodes]
+    view.nodes[name] = slurm_node(name, "IDLE", flags=("DRAIN",), reason="slurmpool: moving to inference:default")
+    _, kube, _ = await run(make_spec(slurm_nodes=1), moving, view)
+    phases = [c[1] for c in kube.calls if c[0] == "event" and c[2] == "MovePhase"]
+    assert phases == ["Node"], kube.calls

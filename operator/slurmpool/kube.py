@@ -377,8 +377,8 @@ class KubeAdapter:
         return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
 
 
-# Statuses that say "not now" rather than "never": too many requests (the apiserver's inflight
-# limit or priority and fairness), a timeout, and the 5xx of an apiserver restarting or overloaded.
+# The 4xx that say "not now" rather than "never": a request timeout, and too many requests (the
+# apiserver's inflight limit, or priority and fairness). A 5xx or a lost connection is tried again too.
 TRANSIENT_STATUSES = frozenset({408, 429})
 
 
