@@ -13,7 +13,7 @@ from slurmpool.status import build_status
 from slurmpool.models import MoveStatus, SlurmNodePoolStatus
 from dataclasses import replace
 
-from slurmpool.view import ANN_DRAIN, ANN_MOVE, DrainClaim, ANN_PLACEMENT, ANN_SLURM, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
+from slurmpool.view import ANN_DRAIN, ANN_MOVE, ANN_POOL, DrainClaim, ANN_PLACEMENT, ANN_SLURM, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 
@@ -164,7 +164,8 @@ async def test_a_settled_slurm_node_drained_under_our_old_text_is_not_resumed_an
     _, kube, slurm = await run(make_spec(slurm_nodes=2), nodes, view)
     assert slurm.calls == []
     patches = [json.loads(c[2]) for c in kube.calls if c[0] == "patch_node" and c[1] == "gpu01"]
-    assert {"metadata": {"annotations": {ANN_DRAIN: None}}} in patches
+    # the stale claim goes (Slurm's state published on the node rides in the same patch)
+    assert [{k: v for k, v in p["metadata"]["annotations"].items() if k != ANN_SLURM} for p in patches] == [{ANN_DRAIN: None}]
 
 
 
@@ -232,3 +233,19 @@ async def test_a_phase_step_is_the_nodes_event_a_moves_start_is_the_pools_too():
     _, kube, _ = await run(make_spec(slurm_nodes=1), moving, view)
     phases = [c[1] for c in kube.calls if c[0] == "event" and c[2] == "MovePhase"]
     assert phases == ["Node"], kube.calls
+
+
+async def test_slurms_state_rides_in_a_patch_the_node_gets_anyway_and_is_not_written_again():
+    nodes, view = slurm_nodes(3)
+    nodes = [replace(n, annotations={**n.annotations, ANN_SLURM: "{}"}) for n in nodes]  # stale: all to publish
+    spec, published = make_spec(slurm_nodes=2), {}
+    decision = decide(PoolSnapshot(pool=POOL, spec=spec, nodes=tuple(nodes), slurm=view, now=NOW))
+    assert sorted(decision.publish) == ["gpu00", "gpu01", "gpu02"]
+    kube = FakeKube()
+    await apply(POOL, spec, nodes, decision, kube, FakeSlurm(), published)
+    [moved] = [s.node for s, _ in decision.starts]
+    writes = [(c[1], sorted(json.loads(c[2])["metadata"]["annotations"])) for c in kube.calls if c[0] == "patch_node"]
+    # one write per node: the moving node's record and Slurm's state together, the others' state alone
+    assert sorted(writes) == sorted([(moved, sorted([ANN_DRAIN, ANN_MOVE, ANN_POOL, ANN_SLURM]))] +
+                                    [(n, [ANN_SLURM]) for n in decision.publish if n != moved]), writes
+    assert {n: v for n, (v, _) in published.items()} == decision.publish

@@ -56,8 +56,12 @@ async def apply(
     steps = decision.steps
     patches = {name: node_patch(pool, old[name], step) for name, step in steps.items()}
     patches = {name: p for name, p in patches.items() if p}
+    folded = _fold_published(patches, decision.publish, published if published is not None else {})
     written = await asyncio.gather(*(_guard(result, f"patch node {n}", kube.patch_node(n, p), ok=True) for n, p in patches.items()))
     result.unwritten = {name for name, ok in zip(patches, written) if ok is None}
+    if published is not None:
+        now = time.monotonic()
+        published.update({name: (value, now) for name, value in folded.items() if name not in result.unwritten})
     for name, patch in patches.items():
         record = {k: v for k, v in patch.get("metadata", {}).get("annotations", {}).items() if k in (ANN_MOVE, ANN_PLACEMENT, ANN_DRAIN)}
         if record and name not in result.unwritten:
@@ -97,7 +101,8 @@ async def apply(
     result.acted |= result.slurm_changed
 
     await asyncio.gather(*(_pod_actions(pool, spec, name, step, kube, result) for name, step in steps.items() if name not in result.unwritten))
-    await _publish(kube, decision.publish, published if published is not None else {})
+    await _publish(kube, {n: v for n, v in decision.publish.items() if n not in folded or n in result.unwritten},
+                   published if published is not None else {})
     for ev in decision.clear_move_now:
         try:
             await kube.patch_node(ev.node, {"metadata": {"annotations": {ANN_MOVE_NOW: None}}})
@@ -156,6 +161,21 @@ async def _pod_actions(pool, spec, name: str, step: Step, kube: Kube, result: Ap
                 metrics.EVICTIONS_REFUSED.inc()
             elif refused is not None:
                 result.acted = True
+
+
+def _fold_published(patches: dict[str, dict], values: dict[str, str], written: dict[str, tuple[str, float]]) -> dict[str, str]:
+    """Slurm's state to publish on a node this pass patches anyway goes in that patch: one write
+    instead of two (a move changes both at most phases, and with 100 moves at once the apiserver
+    is what every pass waits for). Returns what was folded in."""
+    folded = {}
+    for name, patch in patches.items():
+        value = values.get(name)
+        last = written.get(name)
+        if value is None or (last and last[0] == value and time.monotonic() - last[1] < PUBLISH_LAG):
+            continue
+        patch.setdefault("metadata", {}).setdefault("annotations", {})[ANN_SLURM] = value
+        folded[name] = value
+    return folded
 
 
 async def _publish(kube: Kube, values: dict[str, str], written: dict[str, tuple[str, float]]) -> None:
