@@ -20,7 +20,10 @@ wait_split() { # wait_split SLURM INFERENCE
 }
 
 kubectl apply --server-side -f "$repo/crds/slurmpool.io_slurmnodepools.yaml" >/dev/null
-kubectl wait --for=condition=Established crd/slurmnodepools.slurmpool.io --timeout=30s >/dev/null
+# Not `kubectl wait`: on a CRD with no condition yet (a busy apiserver) it fails at once.
+established() { [ "$(kubectl get crd slurmnodepools.slurmpool.io -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" = True ]; }
+for _ in $(seq 150); do established && break; sleep 0.2; done
+established || { echo "demo: the SlurmNodePool CRD was not Established in 30 s" >&2; exit 1; }
 kubectl create namespace $ns --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 kubectl create secret generic slurm-ssh -n $ns --from-file=ssh-privatekey="$LAB_SSH_KEY" \
   --from-file=known_hosts="$LAB_SSH_KNOWN_HOSTS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null

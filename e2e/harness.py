@@ -160,7 +160,19 @@ def apply(lab, obj: dict | list) -> None:
 def install_crd(lab) -> None:
     """The generated CRD, applied and Established (server-side, so re-applies never conflict)."""
     lab.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds/slurmpool.io_slurmnodepools.yaml"))
-    lab.kubectl("wait", "--for=condition=Established", "crd/slurmnodepools.slurmpool.io", "--timeout=30s")
+    wait_crd_established(lab)
+
+
+def wait_crd_established(lab, name: str = "slurmnodepools.slurmpool.io", timeout: float = 30) -> None:
+    """Until the CRD is Established. Not `kubectl wait`: on a CRD the apiserver has not given any
+    condition yet (just created, a busy apiserver) it fails at once ("accessor error: <nil>")."""
+    api = client.ApiextensionsV1Api(lab.api())
+
+    def established() -> bool:
+        conditions = _raw(api.read_custom_resource_definition(name, _preload_content=False)).get("status", {}).get("conditions") or []
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+    lab.wait_for(established, timeout=timeout, interval=0.1, message=f"CRD {name} Established")
 
 
 E2E_NAMESPACE_LABEL = "slurmpool.io/e2e"  # test namespaces: deleted when the last pytest session using the lab ends

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import apply, pool_json, pool_manifest
+from harness import apply, pool_json, pool_manifest, wait_crd_established
 from identity import MANIFESTS, REPO, apply_objects, manifest_objects, service_account_user, token_kubeconfig
 
 pytestmark = pytest.mark.e2e
@@ -34,7 +34,7 @@ def sample_objects(namespace: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def cadence(lab):
     lab.kubectl("apply", "--server-side", "-f", str(MANIFESTS / "crds.yaml"))
-    lab.kubectl("wait", "--for=condition=Established", "crd/slurmnodepools.slurmpool.io", "--timeout=30s")
+    wait_crd_established(lab)
     (role,) = manifest_objects("cadence-role.yaml")
     apply_objects(lab, [role])
     for ns in (NS, OTHER):

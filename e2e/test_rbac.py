@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 import yaml
 
-from harness import Operator, apply, ensure_namespace_and_secret, pool_json, pool_manifest, wait
+from harness import Operator, apply, ensure_namespace_and_secret, pool_json, pool_manifest, wait, wait_crd_established
 from identity import (
     MANIFESTS,
     OPERATOR_NAMESPACE,
@@ -34,7 +34,7 @@ RBAC_NAMESPACE = "slurmpool-e2e-rbac"
 @pytest.fixture(scope="module")
 def installed(lab):
     lab.kubectl("apply", "--server-side", "-f", str(MANIFESTS / "crds.yaml"))
-    lab.kubectl("wait", "--for=condition=Established", "crd/slurmnodepools.slurmpool.io", "--timeout=30s")
+    wait_crd_established(lab)
     apply_operator_rbac(lab)
     return lab
 
