@@ -119,7 +119,7 @@ test: chart image-check images-all
 
 e2e-main: deps venv tools slurm
 	LAB_PROMETHEUS=1 LAB_REAL_NODES=$${LAB_REAL_NODES:-2} $(BIN)/pytest -q --durations=10 \
-	  $(filter-out $(E2E_BESIDE),$(wildcard e2e/test_*.py))
+	  $(filter-out $(E2E_BESIDE),$(sort $(wildcard e2e/test_*.py)))
 e2e-beside: deps venv tools slurm
 	exec env LAB_DIR=$(CURDIR)/.lab-beside LAB_PORT_OFFSET=$(call lane_offset,300) LAB_REAL_NODES=0 \
 	  $(BIN)/pytest -q --durations=10 $(E2E_BESIDE)
