@@ -247,9 +247,11 @@ def test_drain_timeout_requeue_keeps_the_job(lab, op):
 
 def _requeue(lab, op, nodes: list[str]) -> None:
     wait(lambda: not lab.slurm("squeue", "-h").stdout.strip(), 30, what="no jobs left")
-    job = _sbatch(lab, nodes[0], 600, 30)
+    job = _sbatch(lab, nodes[0], 600, 30)  # ends first: the victim, once every node runs a job
     others = [_sbatch(lab, n, 600, 60) for n in nodes[1:]]
-    wait(lambda: _job_state(lab, job) == "RUNNING", 30, what="job running")
+    # All running before the scale: a node whose job is still starting looks idle, and an idle node
+    # is the planner's first choice (CI's 24.11 dynamic row under load moved one of those instead).
+    wait(lambda: all(_job_state(lab, j) == "RUNNING" for j in [job, *others]), 30, what="jobs running")
     lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={len(nodes) - 1}")
     try:
         wait(settled(lab, len(nodes) - 1, 8 - len(nodes) + 1), 60, what="node moved after requeue")
