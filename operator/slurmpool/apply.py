@@ -45,6 +45,7 @@ async def apply(
 ) -> ApplyResult:
     """`published`: what this process last wrote as slurmpool.io/slurm per node, and when."""
     result = ApplyResult()
+    published = {} if published is None else published
     old = {n.name: n for n in before}
     for type_, reason, message in decision.pool_events:
         await kube.event(pool_object(pool), type_, reason, message)
@@ -56,12 +57,11 @@ async def apply(
     steps = decision.steps
     patches = {name: node_patch(pool, old[name], step) for name, step in steps.items()}
     patches = {name: p for name, p in patches.items() if p}
-    folded = _fold_published(patches, decision.publish, published if published is not None else {})
+    folded = _fold_published(patches, decision.publish, published)
     written = await asyncio.gather(*(_guard(result, f"patch node {n}", kube.patch_node(n, p), ok=True) for n, p in patches.items()))
     result.unwritten = {name for name, ok in zip(patches, written) if ok is None}
-    if published is not None:
-        now = time.monotonic()
-        published.update({name: (value, now) for name, value in folded.items() if name not in result.unwritten})
+    now = time.monotonic()  # what a failed patch carried is left to _publish below
+    published.update({name: (value, now) for name, value in folded.items() if name not in result.unwritten})
     for name, patch in patches.items():
         record = {k: v for k, v in patch.get("metadata", {}).get("annotations", {}).items() if k in (ANN_MOVE, ANN_PLACEMENT, ANN_DRAIN)}
         if record and name not in result.unwritten:
@@ -101,8 +101,7 @@ async def apply(
     result.acted |= result.slurm_changed
 
     await asyncio.gather(*(_pod_actions(pool, spec, name, step, kube, result) for name, step in steps.items() if name not in result.unwritten))
-    await _publish(kube, {n: v for n, v in decision.publish.items() if n not in folded or n in result.unwritten},
-                   published if published is not None else {})
+    await _publish(kube, decision.publish, published)
     for ev in decision.clear_move_now:
         try:
             await kube.patch_node(ev.node, {"metadata": {"annotations": {ANN_MOVE_NOW: None}}})
@@ -170,8 +169,7 @@ def _fold_published(patches: dict[str, dict], values: dict[str, str], written: d
     folded = {}
     for name, patch in patches.items():
         value = values.get(name)
-        last = written.get(name)
-        if value is None or (last and last[0] == value and time.monotonic() - last[1] < PUBLISH_LAG):
+        if value is None or _written_lately(written, name, value):
             continue
         patch.setdefault("metadata", {}).setdefault("annotations", {})[ANN_SLURM] = value
         folded[name] = value
@@ -183,11 +181,15 @@ async def _publish(kube: Kube, values: dict[str, str], written: dict[str, tuple[
     changes under hundreds of nodes at once, the pass waited for every one). A write that failed
     is made again once PUBLISH_LAG has passed, if the node still shows another value."""
     for name, value in values.items():
-        last = written.get(name)
-        if last and last[0] == value and time.monotonic() - last[1] < PUBLISH_LAG:
+        if _written_lately(written, name, value):
             continue
         await kube.patch_node_later(name, {"metadata": {"annotations": {ANN_SLURM: value}}})
         written[name] = (value, time.monotonic())
+
+
+def _written_lately(written: dict[str, tuple[str, float]], name: str, value: str) -> bool:
+    last = written.get(name)
+    return bool(last) and last[0] == value and time.monotonic() - last[1] < PUBLISH_LAG
 
 
 async def _guard(result: ApplyResult, what: str, coro, ok=None):
