@@ -129,9 +129,9 @@ matrix-a: deps venv slurm
 matrix-b: deps venv slurm
 	exec env LAB_DIR=$(CURDIR)/.lab-matrix-b LAB_PORT_OFFSET=$(call lane_offset,200) e2e/matrix.sh $(MATRIX_B)
 
-# Every image the suite runs, built (or found cached) before the lanes start, so that no two lanes
-# build one image at once (build-images.sh also takes a lock).
-images-all: deps venv slurm
+# Every image the suite runs and the lab's binaries, built (or found cached) before the lanes start,
+# so that no two lanes build them at once on a cold machine (the build scripts also take a lock).
+images-all: deps venv slurm lab-build
 	SLURMD_VERSIONS="22.05 24.11 26.05" deploy/docker/build-images.sh >/dev/null
 
 # LAB_PROMETHEUS=1 make demo: the lab's Prometheus scrapes the demo's operator and runs the alerts.

@@ -16,6 +16,10 @@ if complete; then echo "$out"; exit 0; fi
 
 command -v go >/dev/null || { echo "build.sh: Go is required (https://go.dev)" >&2; exit 1; }
 mkdir -p "$cache"
+# One build at a time (labs started side by side on a cold machine): the others wait, then find it.
+exec 9>"$cache/.build-bin-$key.lock"
+flock 9
+if complete; then echo "$out"; exit 0; fi
 tmp=$(mktemp -d "$cache/build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 t0=$(date +%s)
