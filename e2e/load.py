@@ -173,6 +173,61 @@ def counter(metrics: dict, name: str, **labels) -> float:
     return sum(v for (n, ls), v in metrics.items() if n == name and all(dict(ls).get(k) == x for k, x in labels.items()))
 
 
+def apiserver_requests(lab) -> dict:
+    """{(verb, resource): (count, seconds)} from the apiserver's own /metrics (every client's)."""
+    text = lab.kubectl("get", "--raw", "/metrics").stdout
+    out: dict = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "apiserver_request_duration_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith(("_count", "_sum")) and sample.labels.get("resource"):
+                labels = sample.labels
+                key = (labels["verb"], "/".join(x for x in (labels["resource"], labels.get("subresource")) if x))
+                count, seconds = out.get(key, (0.0, 0.0))
+                out[key] = (count + sample.value, seconds) if sample.name.endswith("_count") else (count, seconds + sample.value)
+    return out
+
+
+def busiest_requests(before: dict, after: dict, most: int = 8) -> dict:
+    """The requests the apiserver served between two scrapes, most first: "VERB resource" ->
+    "count, summed seconds" (WATCH requests are long by nature and left out)."""
+    delta = {k: (c - before.get(k, (0, 0))[0], s - before.get(k, (0, 0))[1]) for k, (c, s) in after.items()
+             if k[0] not in ("WATCH", "CONNECT")}
+    top = sorted(((k, v) for k, v in delta.items() if v[0] > 0), key=lambda kv: -kv[1][0])[:most]
+    return {f"{verb} {resource}": f"{count:.0f}, {seconds:.1f} s" for (verb, resource), (count, seconds) in top}
+
+
+def cpu_by_command() -> dict:
+    """{(pid, command): CPU seconds} of every live process, children that exited and were waited
+    for included (/proc/*/stat: utime, stime, cutime, cstime)."""
+    out = {}
+    for stat in os.listdir("/proc"):
+        if not stat.isdigit():
+            continue
+        try:
+            text = open(f"/proc/{stat}/stat").read()
+        except OSError:
+            continue
+        comm, fields = text[text.index("(") + 1:text.rindex(")")], text.rsplit(")", 1)[1].split()
+        out[(int(stat), comm)] = sum(int(x) for x in fields[11:15]) / 100.0
+    return out
+
+
+def busiest_commands(before: dict, after: dict, most: int = 10) -> dict:
+    """CPU seconds per command between two cpu_by_command() scans, most first."""
+    per: dict = {}
+    for key, seconds in after.items():
+        per[key[1]] = per.get(key[1], 0.0) + seconds - before.get(key, 0.0)
+    return {c: round(s, 1) for c, s in sorted(per.items(), key=lambda kv: -kv[1])[:most] if s >= 0.1}
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every core of the machine spent busy so far (/proc/stat: all but idle and iowait)."""
+    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float:
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / 100.0  # utime + stime, in clock ticks of 1/100 s
@@ -209,7 +264,8 @@ def run(lab, pools: list[Pool], first: int, then, max_moves: int = 25, log_name:
         starts = dict.fromkeys((p.key for p in pools), t0)
         took = watcher.wait_all(starts, lambda k: settled(_by_key(pools, k), first, 1), settle_timeout, "every pool to settle")
         fig["adopt_settle_max_s"] = max(took.values())
-        before, cpu0 = scrape(port), cpu_seconds(op.proc.pid)
+        before, cpu0, served0 = scrape(port), cpu_seconds(op.proc.pid), apiserver_requests(lab)
+        busy0, wall0, procs0 = machine_busy_s(), time.monotonic(), cpu_by_command()
         fig["loadavg_1m_at_change"] = os.getloadavg()[0]  # a shared machine: figures mean little without it
 
         # Every pool's split at once: patch them back to back, each timed from its own patch.
@@ -228,7 +284,11 @@ def run(lab, pools: list[Pool], first: int, then, max_moves: int = 25, log_name:
             lambda k: (lambda s, g=generations[k]: s.observed >= g and s.moving > 0), 120, "the first move")
         done = watcher.wait_all(starts, lambda k: settled(_by_key(pools, k), targets[k], generations[k]),
                                 settle_timeout, "every pool to settle after the change")
-        after, cpu1 = scrape(port), cpu_seconds(op.proc.pid)
+        after, cpu1, served1 = scrape(port), cpu_seconds(op.proc.pid), apiserver_requests(lab)
+        fig["apiserver_requests"] = busiest_requests(served0, served1)
+        # How busy the whole machine was from the change to the settle (1.0: every core, all the time).
+        fig["machine_busy"] = round((machine_busy_s() - busy0) / ((time.monotonic() - wall0) * os.cpu_count()), 2)
+        fig["cpu_s_by_command"] = busiest_commands(procs0, cpu_by_command())
         fig["loadavg_1m_at_settled"] = os.getloadavg()[0]
         fig.update(_spread("observed_generation", observed))
         fig.update(_spread("first_move", moving))
@@ -241,6 +301,9 @@ def run(lab, pools: list[Pool], first: int, then, max_moves: int = 25, log_name:
         for stage in ("snapshot", "decide", "apply", "status"):
             fig[f"stage_{stage}_p99_s"] = histogram_quantile(
                 before, after, "slurmpool_reconcile_stage_duration_seconds", 0.99, stage=stage)
+        fig["status_write_p99_s"] = histogram_quantile(before, after, "slurmpool_status_write_duration_seconds", 0.99)
+        fig["status_writes"] = counter(after, "slurmpool_status_writes_total") - counter(before, "slurmpool_status_writes_total")
+        fig["status_write_errors"] = counter(after, "slurmpool_status_writes_total", result="error")
         for q in (0.5, 0.99):
             fig[f"loop_lag_p{int(q * 100)}_s"] = histogram_quantile(before, after, "slurmpool_event_loop_lag_seconds", q)
             fig[f"slurm_show_node_p{int(q * 100)}_s"] = histogram_quantile(

@@ -39,6 +39,7 @@ from .phases import Phase
 from .settings import Settings
 from .snapshot import PoolSnapshot
 from .status import Observed, build_status, status_from
+from .statuswriter import StatusWriter
 from .target import author
 from .view import NodeView
 from .workqueue import WorkQueue, run_workers
@@ -111,6 +112,7 @@ async def pool_changed(memo: kopf.Memo, type, namespace, name, body, **_):
     key = (namespace, name)
     if type == "DELETED":
         memo.queue.forget(key)
+        memo.status.forget(namespace, name)
         memo.generations.pop(key, None)
         memo.membership.selectors_stale = True
         return
@@ -169,6 +171,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, pods_index, 
     memo.failures, memo.reconcile_errors, memo.published, memo.fresh, memo.last_poll = {}, {}, {}, set(), {}
     memo.expected = {}  # node -> (record annotations we wrote, when): until the watch shows them
     memo.kube = KubeAdapter(_api_client())
+    memo.status = StatusWriter(memo.kube.patch_pool_status, lambda pool, message: _status_failed(memo, pool, message))
     memo.leader = LeaderElector(memo.kube.api, namespace=config.lease_namespace, identity=config.identity,
                                 duration=config.lease_duration, renew_every=config.lease_renew)
     memo.access = SlurmAccessPool(memo.kube.read_secret)
@@ -192,6 +195,8 @@ class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
 async def cleanup(memo: kopf.Memo, **_):
     for task in memo.get("tasks", ()):
         task.cancel()
+    if memo.get("status"):
+        memo.status.close()
     if memo.get("access"):
         await memo.access.close()
 
@@ -352,7 +357,7 @@ async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_in
     status = build_status(snap, decision, result)
     _export_gauges(pool, list(snap.nodes))
     poolmetrics.export(pool.key, list(snap.nodes), status)
-    await _write_status(memo, pool, raw, status)
+    _write_status(memo, pool, raw, status)
     t4 = time.monotonic()
     stages = {"snapshot": snapshot_s, "decide": decide_s, "apply": t3 - t2, "status": t4 - t3}
     for stage, seconds in stages.items():
@@ -429,7 +434,7 @@ async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_ind
     memo.last_poll[key] = slurm.polled_at
     pending = tuple(p for store in (memo.pending_pods or {}).values() for p in store) if spec.demand and spec.demand.enabled else ()
     snap = PoolSnapshot(
-        pool=pool, spec=spec, nodes=tuple(mine), slurm=slurm, now=datetime.now(timezone.utc), previous=_previous_status(raw),
+        pool=pool, spec=spec, nodes=tuple(mine), slurm=slurm, now=datetime.now(timezone.utc), previous=_previous_status(memo, pool, raw),
         overlaps=tuple(overlaps), orphans=orphans, pending=pending, author=raw.get("author"),
     )
     return snap, backend
@@ -447,27 +452,31 @@ async def _report_overlaps(memo, pool: PoolRef, overlaps: list[str], membership:
         await memo.kube.event(pool_object(pool), "Warning", "NodeOverlap", f"nodes {', '.join(sorted(overlaps)[:10])} are also selected by {', '.join(others)}")
 
 
-def _previous_status(raw) -> SlurmNodePoolStatus | None:
+def _previous_status(memo, pool: PoolRef, raw) -> SlurmNodePoolStatus | None:
+    """The status this pass builds on: the newest one handed to the writer (the watch lags it)."""
     try:
-        return SlurmNodePoolStatus.model_validate(raw.get("status") or {})
+        return SlurmNodePoolStatus.model_validate(memo.status.wanted(pool) or raw.get("status") or {})
     except ValidationError:
         return None
 
 
-async def _write_status(memo, pool: PoolRef, raw, status: SlurmNodePoolStatus) -> None:
+def _write_status(memo, pool: PoolRef, raw, status: SlurmNodePoolStatus) -> None:
+    """Handed to the writer (statuswriter.py): no pass waits for its status to be written."""
     body = status.model_dump(by_alias=True, exclude_none=False, mode="json")
-    if body != (raw.get("status") or {}):
-        await memo.kube.patch_pool_status(pool, body)
-        raw["status"] = body  # until the watch brings it back: no second write of the same status
+    memo.status.submit(pool, body, raw.get("status") or {})
+
+
+async def _status_failed(memo, pool: PoolRef, message: str) -> None:
+    await memo.kube.event(pool_object(pool), "Warning", "StatusWriteFailed", f"cannot write the status: {message}")
 
 
 async def _report_invalid(memo, pool: PoolRef, raw, message: str) -> None:
-    previous = _previous_status(raw)
+    previous = _previous_status(memo, pool, raw)
     seen = Observed(desired={}, problems=[f"invalid spec: {message}"])
     now = datetime.now(timezone.utc)
     status = status_from(pool.name, _placeholder_spec(raw), pool.generation, [], seen, previous.conditions if previous else [], now)
     status.target = previous.target if previous else None  # keeps the audit across a bad edit
-    await _write_status(memo, pool, raw, status)
+    _write_status(memo, pool, raw, status)
 
 
 def _placeholder_spec(raw) -> SlurmNodePoolSpec:

@@ -19,6 +19,12 @@ RECONCILE_STAGE_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 5, 10),
 )
 RECONCILE_STAGES = ("snapshot", "decide", "apply", "status")
+# The status is written beside the passes (statuswriter.py): its own latency and failures.
+STATUS_WRITE_SECONDS = Histogram(
+    "slurmpool_status_write_duration_seconds", "Time of one write of a pool's status",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 5, 10),
+)
+STATUS_WRITES = Counter("slurmpool_status_writes_total", "Writes of a pool's status", ["result"])
 # How late the event loop wakes a sleeper: CPU work on the loop delays every pool's pass.
 EVENT_LOOP_LAG = Histogram(
     "slurmpool_event_loop_lag_seconds", "How late the event loop ran a timer (sampled every 0.25 s)",
@@ -81,3 +87,4 @@ for _stage in RECONCILE_STAGES:
     RECONCILE_STAGE_SECONDS.labels(stage=_stage)
 for _result in ("ok", "error"):
     RECONCILE_TOTAL.labels(result=_result)
+    STATUS_WRITES.labels(result=_result)
