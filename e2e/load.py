@@ -292,6 +292,8 @@ def run(lab, pools: list[Pool], first: int, then, max_moves: int = 25, log_name:
         fig["loadavg_1m_at_settled"] = os.getloadavg()[0]
         fig.update(_spread("observed_generation", observed))
         fig.update(_spread("first_move", moving))
+        slowest = max(moving, key=moving.get)
+        fig["first_move_slowest"] = f"{slowest[0]}/{slowest[1]}: to {'Slurm' if targets[slowest] > first else 'inference'}"
         fig.update(_spread("settle", done))
         fig["scale_all_settled_s"] = max(t + starts[k] for k, t in done.items()) - min(starts.values())
         for q in (0.5, 0.99):
@@ -304,6 +306,13 @@ def run(lab, pools: list[Pool], first: int, then, max_moves: int = 25, log_name:
         fig["status_write_p99_s"] = histogram_quantile(before, after, "slurmpool_status_write_duration_seconds", 0.99)
         fig["status_writes"] = counter(after, "slurmpool_status_writes_total") - counter(before, "slurmpool_status_writes_total")
         fig["status_write_errors"] = counter(after, "slurmpool_status_writes_total", result="error")
+        calls = {dict(labels)["call"] for (n, labels) in after if n == "slurmpool_kube_request_duration_seconds_count"}
+        fig["kube_call_p50_p99_s"] = {
+            c: f"{histogram_quantile(before, after, 'slurmpool_kube_request_duration_seconds', 0.5, call=c):.3f} "
+               f"{histogram_quantile(before, after, 'slurmpool_kube_request_duration_seconds', 0.99, call=c):.3f}"
+            for c in sorted(calls)}
+        fig["kube_thread_wait_p99_s"] = {lane: histogram_quantile(before, after, "slurmpool_kube_thread_wait_seconds", 0.99, lane=lane)
+                                         for lane in ("now", "later")}
         for q in (0.5, 0.99):
             fig[f"loop_lag_p{int(q * 100)}_s"] = histogram_quantile(before, after, "slurmpool_event_loop_lag_seconds", q)
             fig[f"slurm_show_node_p{int(q * 100)}_s"] = histogram_quantile(

@@ -86,3 +86,43 @@ def test_settings_come_from_the_environment_and_bad_values_are_refused():
         Settings.from_env({"SLURMPOOL_INTERVAL": "soon"})
     with pytest.raises(ValueError, match="2/3"):
         Settings.from_env({"SLURMPOOL_LEASE_DURATION": "3", "SLURMPOOL_LEASE_RENEW": "3"})
+
+
+async def test_an_urgent_key_goes_before_every_due_key_that_is_not():
+    clock = Clock()
+    q = WorkQueue(clock)
+    q.add("follow-up-1")
+    q.add("follow-up-2")
+    q.add("changed", urgent=True)
+    q.add("changed-too", urgent=True)
+    q.add("changed")  # once more, not urgent: still queued once, still first
+    assert len(q) == 4
+    got = [await asyncio.wait_for(q.get(), 1) for _ in range(4)]
+    assert got == ["changed", "changed-too", "follow-up-1", "follow-up-2"]
+    assert len(q) == 0
+
+
+async def test_a_key_made_urgent_while_waiting_is_taken_once():
+    clock = Clock()
+    q = WorkQueue(clock)
+    q.add("a", after=5)
+    q.add("b")
+    q.add("a", urgent=True)
+    assert [await asyncio.wait_for(q.get(), 1) for _ in range(2)] == ["a", "b"]
+    clock.t = 10  # a's old schedule at 5 was superseded by the urgent pass
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(q.get(), 0.05)
+
+
+async def test_an_urgent_add_while_processing_is_urgent_once_done_and_forget_drops_it():
+    q = WorkQueue()
+    q.add("a")
+    q.add("b")
+    assert await q.get() == "a"
+    q.add("a", urgent=True)
+    q.done("a")
+    assert await asyncio.wait_for(q.get(), 1) == "a"  # before b, which was due first
+    q.add("c", urgent=True)
+    q.forget("c")
+    assert await asyncio.wait_for(q.get(), 1) == "b"
+    assert len(q) == 0

@@ -8,7 +8,8 @@
   kubelet that lost its runtime would; conditions others set (node-problem-detector's, a test's)
   are kept in every status write.
 * Simulated nodes sim001..simNNN (--sim-nodes, for load tests) are kept alive by their Lease
-  alone (every 20 s, no GET, no status heartbeat), so 500 of them cost the apiserver ~25 writes/s.
+  alone (every 20 s, paced over the interval; no GET, no status heartbeat), so 500 of them cost the
+  apiserver a steady ~25 writes/s.
 * Runs the pods bound to those nodes. A pod labelled slurmpool.io/component=slurmd runs its first
   container's command+args as a real host process (the slurmd of that node); any other pod is only
   reported Running and Ready. Deletion follows kubelet semantics: SIGTERM, up to the pod's grace
@@ -751,11 +752,21 @@ class Agent:
     def sim_loop(self) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
+        rounds = 0
         with ThreadPoolExecutor(SIM_THREADS, thread_name_prefix="sim") as pool:
             while True:
                 t0 = time.monotonic()
                 failed = 0
-                for f in [pool.submit(self.keep_sim_node, n) for n in self.sim_nodes]:
+                # Paced over the interval, as kubelets each renew on their own timer: a burst of
+                # 500 renewals every 20 s made the apiserver's latency jump for everyone meanwhile.
+                # The first round (creating the Nodes) is not paced: the lab waits for them.
+                pace = SIM_RENEW_INTERVAL * 0.8 / max(1, len(self.sim_nodes)) if rounds else 0.0
+                rounds += 1
+                futures = []
+                for i, n in enumerate(self.sim_nodes):
+                    time.sleep(max(0.0, t0 + i * pace - time.monotonic()))
+                    futures.append(pool.submit(self.keep_sim_node, n))
+                for f in futures:
                     try:
                         f.result()
                     except Exception as e:

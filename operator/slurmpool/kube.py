@@ -12,6 +12,7 @@ import logging
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -32,7 +33,7 @@ SLURMD_CONTAINER = "slurmd"
 MERGE_PATCH = "application/merge-patch+json"
 # API calls in flight at once. Our own threads, not the default executor that kopf also uses,
 # and as many pooled connections (the client's default pool of 5 x CPUs would be the limit).
-API_THREADS = 16
+API_THREADS = 48
 # Events are posted by a few workers from a bounded queue (best effort: dropped when full). One
 # worker fell behind 500 moves at once and dropped thousands (e2e/load.py). An entry is a compact
 # tuple (the body is built when it is posted), so a full queue holds a few MiB.
@@ -274,7 +275,18 @@ class KubeAdapter:
     async def _call(self, fn, *args, later: bool = False, **kwargs):
         self.requests += 1
         pool = self._later_pool if later else self._pool
-        return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args, **kwargs))
+        queued = time.monotonic()
+        lane = "later" if later else "now"
+
+        def timed():
+            started = time.monotonic()
+            metrics.KUBE_THREAD_WAIT_SECONDS.labels(lane=lane).observe(started - queued)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                metrics.KUBE_REQUEST_SECONDS.labels(call=fn.__name__).observe(time.monotonic() - started)
+
+        return await asyncio.get_running_loop().run_in_executor(pool, timed)
 
     async def patch_node(self, name: str, patch: dict) -> None:
         await self._call(self.core.patch_node, name, patch, _content_type=MERGE_PATCH)

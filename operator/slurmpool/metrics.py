@@ -24,6 +24,15 @@ STATUS_WRITE_SECONDS = Histogram(
     "slurmpool_status_write_duration_seconds", "Time of one write of a pool's status",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 5, 10),
 )
+# Each Kubernetes API call of the adapter (kube.py), and how long it waited for a thread of its lane.
+KUBE_REQUEST_SECONDS = Histogram(
+    "slurmpool_kube_request_duration_seconds", "Time of one Kubernetes API call", ["call"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 5, 10),
+)
+KUBE_THREAD_WAIT_SECONDS = Histogram(
+    "slurmpool_kube_thread_wait_seconds", "Time a Kubernetes API call waited for a thread", ["lane"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
 STATUS_WRITES = Counter("slurmpool_status_writes_total", "Writes of a pool's status", ["result"])
 # How late the event loop wakes a sleeper: CPU work on the loop delays every pool's pass.
 EVENT_LOOP_LAG = Histogram(

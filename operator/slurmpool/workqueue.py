@@ -6,6 +6,8 @@
   again once after;
 - `add(key, after=s)` schedules it no sooner than that (the resync interval, a backoff);
   an earlier add wins;
+- `add(key, urgent=True)`: due now and ahead of every key that is not urgent (a spec somebody
+  just changed goes before the follow-up passes of moves already going);
 - so a pool that hangs (its Slurm does not answer) or fails holds one worker, never the others.
 """
 
@@ -15,6 +17,7 @@ import asyncio
 import heapq
 import itertools
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 
 
@@ -26,12 +29,22 @@ class WorkQueue:
         self._seq = itertools.count()
         self._processing: set[Hashable] = set()
         self._again: dict[Hashable, float] = {}  # added while processing: when, once done
+        self._urgent: deque[Hashable] = deque()  # due now, before the heap
+        self._urgent_again: set[Hashable] = set()
         self._wake = asyncio.Event()
 
-    def add(self, key: Hashable, after: float = 0.0) -> None:
+    def add(self, key: Hashable, after: float = 0.0, urgent: bool = False) -> None:
         when = self._clock() + max(0.0, after)
+        urgent = urgent and after <= 0
         if key in self._processing:
             self._again[key] = min(when, self._again.get(key, when))
+            if urgent:
+                self._urgent_again.add(key)
+            return
+        if urgent and key not in self._urgent:
+            self._due[key] = min(when, self._due.get(key, when))
+            self._urgent.append(key)
+            self._wake.set()
             return
         if key in self._due and self._due[key] <= when:
             return
@@ -43,6 +56,9 @@ class WorkQueue:
         """The key's object is gone: drop what is queued for it."""
         self._due.pop(key, None)
         self._again.pop(key, None)
+        self._urgent_again.discard(key)
+        if key in self._urgent:
+            self._urgent.remove(key)
 
     def __len__(self) -> int:
         return len(self._due)
@@ -51,6 +67,11 @@ class WorkQueue:
         """The next due key, marked as processing; call done(key) after."""
         while True:
             now = self._clock()
+            if self._urgent:
+                key = self._urgent.popleft()
+                self._due.pop(key, None)  # its heap entry, if any, is skipped as superseded
+                self._processing.add(key)
+                return key
             while self._heap:
                 when, _, key = self._heap[0]
                 if self._due.get(key) != when:  # superseded by an earlier add, or forgotten
@@ -73,7 +94,9 @@ class WorkQueue:
         self._processing.discard(key)
         if key in self._again:
             when = self._again.pop(key)
-            self.add(key, after=when - self._clock())
+            urgent = key in self._urgent_again
+            self._urgent_again.discard(key)
+            self.add(key, after=when - self._clock(), urgent=urgent)
 
 
 async def run_workers(queue: WorkQueue, work: Callable[[Hashable], Awaitable[None]], workers: int) -> None:
