@@ -7,8 +7,8 @@ status here and goes on:
 
 - one write in flight per pool; a status handed in meanwhile waits, and only the newest is
   written (a pool that takes five quick passes writes two statuses, not five);
-- a failed write is tried again after a backoff (1, 2, 4 ... x `backoff_base` seconds, at most
-  `backoff_max`), with the newest status by then; `on_error` hears of each distinct failure;
+- a failed write is tried again after a backoff (1, 2, 4 ... x `backoff_base` (0.5) seconds, at
+  most `backoff_max` (10)), with the newest status by then; `on_error` hears of each distinct failure;
 - the status a pool's next pass builds on (`wanted`) is the newest handed in, not what the watch
   last showed, which lags our own writes.
 """
@@ -34,8 +34,7 @@ WATCH_LAG = 10.0  # seconds: a status written this recently is not written again
 class _Pool:
     ref: PoolRef
     wanted: dict
-    written: dict | None = None  # what the apiserver last accepted
-    written_at: float = float("-inf")
+    written_at: float = float("-inf")  # when the apiserver last accepted one
     task: asyncio.Task | None = None
     dirty: bool = True  # wanted is still to be written
     failures: int = 0
@@ -116,7 +115,7 @@ class StatusWriter:
                     await self._failed(state, failure)
                     continue
                 metrics.STATUS_WRITES.labels(result="ok").inc()
-                state.written, state.written_at, state.failures, state.error = body, time.monotonic(), 0, None
+                state.written_at, state.failures, state.error = time.monotonic(), 0, None
         finally:
             state.idle.set()
 
