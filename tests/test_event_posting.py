@@ -20,7 +20,7 @@ class FakeCore:
     def __init__(self, answers):
         self.answers, self.calls, self.created = list(answers), 0, []
 
-    def create_namespaced_event(self, namespace, body):
+    def create_namespaced_event(self, namespace, body, **_):
         self.calls += 1
         status = self.answers.pop(0) if self.answers else None
         if status is not None:

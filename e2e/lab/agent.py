@@ -757,8 +757,8 @@ class Agent:
             while True:
                 t0 = time.monotonic()
                 failed = 0
-                # Paced over the interval, as kubelets each renew on their own timer: a burst of
-                # 500 renewals every 20 s made the apiserver's latency jump for everyone meanwhile.
+                # Paced over the interval, as kubelets each renew on their own timer: unpaced, a
+                # burst of 500 renewals every 20 s could land in the middle of make load's moves.
                 # The first round (creating the Nodes) is not paced: the lab waits for them.
                 pace = SIM_RENEW_INTERVAL * 0.8 / max(1, len(self.sim_nodes)) if rounds else 0.0
                 rounds += 1
