@@ -40,7 +40,12 @@ GPUS_PER_NODE = 8
 
 class SidePoller:
     """Every 0.25 s: which side each lab node is settled on (placement, no move record), from the
-    Nodes themselves; integrate() gives GPU-seconds per side over a time range."""
+    Nodes themselves; integrate() gives GPU-seconds per side over a time range.
+
+    One GET from this process (a kept connection), stamped at the middle of the request: the
+    apiserver read the Nodes somewhere in it. A kubectl process stamped when it exited was ~1 s
+    late on a busy machine, so each settle on a side came ~1 s late and the truth fell short of
+    the operator's counter by more than 3 % (11 settles x 8 GPUs x ~0.8 s)."""
 
     def __init__(self, lab):
         self.lab = lab
@@ -50,14 +55,21 @@ class SidePoller:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        kubectl = str(self.lab.bin_dir / "kubectl")
+        from kubernetes import client, config
+
+        core = client.CoreV1Api(config.new_client_from_config(str(self.lab.kubeconfig)))
         while not self._stop.is_set():
-            p = subprocess.run([kubectl, "get", "nodes", "-l", "slurmpool.io/lab=true", "-o", "json"], env=self.lab.env,
-                               capture_output=True, text=True)
-            now = time.time()
-            if p.returncode == 0:
+            asked = time.time()
+            try:
+                answer = core.list_node(label_selector="slurmpool.io/lab=true", _preload_content=False, _request_timeout=10)
+                items = json.loads(answer.data)["items"]
+                answer.release_conn()
+            except Exception:  # noqa: BLE001 - a missed poll is a longer interval, not an error
+                items = None
+            now = (asked + time.time()) / 2
+            if items is not None:
                 sides, gpus = {}, {}
-                for n in json.loads(p.stdout)["items"]:
+                for n in items:
                     name, ann = n["metadata"]["name"], n["metadata"].get("annotations") or {}
                     placement = ann.get("slurmpool.io/placement", "")
                     moving = "slurmpool.io/move" in ann
