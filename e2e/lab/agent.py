@@ -53,6 +53,7 @@ BACKOFF_RESET_AFTER = 20.0  # a process that ran this long restarts without accu
 FORGET_AFTER = 600.0
 SIM_RENEW_INTERVAL = 20.0  # well inside the node lifecycle controller's 50 s grace period
 SIM_THREADS = 4
+SIM_READY_CHECK = 60.0  # a LIST of the simulated Nodes: any not Ready (after a late round) is set Ready again
 
 
 def now() -> str:
@@ -629,6 +630,7 @@ class Agent:
                             self.dynamic[name] = conf
         self.nodes = [f"gpu{i:02d}" for i in range(1, args.nodes + 1)]
         self.sim_nodes = [f"sim{i:03d}" for i in range(1, args.sim_nodes + 1)]
+        self.sim_set = set(self.sim_nodes)
         self.sim_group = args.sim_group
         self.sim_started = False
         self.node_set = set(self.nodes) | set(self.sim_nodes)
@@ -753,6 +755,7 @@ class Agent:
         from concurrent.futures import ThreadPoolExecutor
 
         rounds = 0
+        last_check = time.monotonic()
         with ThreadPoolExecutor(SIM_THREADS, thread_name_prefix="sim") as pool:
             while True:
                 t0 = time.monotonic()
@@ -776,7 +779,36 @@ class Agent:
                 took = time.monotonic() - t0
                 if failed:
                     log.warning("%d simulated node(s) not renewed", failed)
+                late = took > SIM_RENEW_INTERVAL
+                if failed or late or time.monotonic() - last_check >= SIM_READY_CHECK:
+                    last_check = time.monotonic()
+                    self._restore_sim_ready()
                 time.sleep(max(1.0, SIM_RENEW_INTERVAL - took) if not failed else 1.0)
+
+    def _restore_sim_ready(self) -> None:
+        """What a kubelet does after the node lifecycle controller marked its Node Ready=Unknown
+        (a lease round that ran past the 50 s grace on a starved machine): post Ready again.
+        Renewing only the Lease never clears Unknown."""
+        try:
+            sel = urllib.parse.quote("slurmpool.io/sim=true")
+            nodes = self.kube.request("GET", f"/api/v1/nodes?labelSelector={sel}", timeout=60)
+        except Exception as e:
+            log.warning("simulated nodes: list failed: %s", e)
+            return
+        restored = 0
+        for node in nodes.get("items") or []:
+            name = node["metadata"]["name"]
+            conds = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions") or []}
+            if name not in self.sim_set or conds.get("Ready") == "True":
+                continue
+            try:
+                self.kube.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": self.node_status(name)},
+                                  content_type="application/merge-patch+json")
+                restored += 1
+            except Exception as e:
+                log.warning("simulated node %s: status: %s", name, e)
+        if restored:
+            log.warning("%d simulated node(s) were not Ready: status posted again", restored)
 
     def keep_node(self, name: str, heartbeat_due: bool) -> None:
         try:
