@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -241,7 +242,7 @@ PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
 @pytest.fixture
 async def both(cluster):
-    rest = RestBackend(cluster.url, RestAuth(cluster.token()), timeout=10, retries=1, backoff=0.2, requeue_settle=20)
+    rest = RestBackend(cluster.url, RestAuth(cluster.token()), timeout=10, retries=1, backoff=0.2, requeue_settle=60)
     cli = ScontrolBackend(LocalRunner(env={k: cluster.env[k] for k in ("SLURM_CONF", "PATH")}), timeout=20, backoff=0.2)
     yield rest, cli
     await rest.close()
@@ -336,6 +337,7 @@ async def test_a_running_job_is_requeued_and_runs_again(cluster, both):
         return jobs.get(job)
 
     first = await wait_for(lambda: _running(state), 30, f"job {job} running")
+    await _into_the_next_second(first.start_time)
     await rest.requeue([job])  # requeued, then released (BeginTime now) once PENDING
     again = await wait_for(lambda: _running(state, after=first.start_time), 60, f"job {job} running again")
     assert again.start_time > first.start_time
@@ -352,6 +354,7 @@ async def test_a_heterogeneous_job_is_requeued_through_its_leader(cluster, both)
         return {j.job_id: j for j in await cli.jobs(states=["all"])}.get(f"{leader}+1")
 
     first = await wait_for(lambda: _running(part), 30, f"het job {leader} running")
+    await _into_the_next_second(first.start_time)
     await rest.requeue([f"{leader}+1"])  # through the leader: Slurm requeues only whole het jobs
     again = await wait_for(lambda: _running(part, after=first.start_time), 60, f"het job {leader} running again")
     assert again.start_time > first.start_time
@@ -365,6 +368,13 @@ async def test_requeue_of_a_pending_or_unknown_job_is_no_failure(cluster, both):
     await rest.requeue(["999999"])  # purged since it was seen: "Invalid job id specified"
     assert job in {j.job_id for j in await cli.jobs(states=["PENDING"])}
     await rest.cancel([job])
+
+
+async def _into_the_next_second(start_time):
+    """A StartTime has whole seconds: a job requeued and started again within the second it first
+    started shows the same StartTime, and "running again" could never be seen."""
+    while datetime.now(timezone.utc).replace(microsecond=0) <= start_time:
+        await asyncio.sleep(0.1)
 
 
 async def _running(state, after=None):
