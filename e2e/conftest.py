@@ -312,3 +312,66 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.e2e)
     # A test that takes the lab down (marker lab_down) runs after every other test of the session.
     items.sort(key=lambda item: item.get_closest_marker("lab_down") is not None)
+
+
+# ---------------------------------------------------------------- what the lab looked like when a test failed
+
+
+def _lab_at_failure(lab: Lab) -> str:
+    """Slurm's nodes not idle or allocated (with reasons), reservations, jobs, each pool's counts,
+    conditions and moves, and Nodes not Ready or cordoned: what CI's output must show to explain a
+    failure after the lab is gone. Each part is read on its own; one that fails says so."""
+    parts: list[str] = []
+
+    def part(title: str, read: Callable[[], str]) -> None:
+        try:
+            text = read().strip()
+        except Exception as e:  # noqa: BLE001 - a diagnostic must not hide the failure itself
+            text = f"(could not read: {e})"
+        parts.append(f"--- {title}\n{text or '(none)'}")
+
+    def slurm_nodes() -> str:
+        out = lab.slurm("sinfo", "-h", "-N", "-o", "%N|%T|%E|%H", timeout=15).stdout.splitlines()
+        return "\n".join(sorted({line for line in out if line.split("|")[1] not in ("idle", "allocated", "mixed")}))
+
+    def pools() -> str:
+        lines = []
+        for p in lab.kubectl_json("get", "slurmnodepools", "-A").get("items", []):
+            s = p.get("status") or {}
+            ready = next((c for c in s.get("conditions") or [] if c.get("type") == "Ready"), {})
+            infer = {q.get("name"): (q.get("desired"), q.get("ready")) for q in (s.get("inference") or {}).get("pools") or []}
+            lines.append(f"{p['metadata']['namespace']}/{p['metadata']['name']} gen {p['metadata'].get('generation')}"
+                         f" observed {s.get('observedGeneration')}: slurm {s.get('slurm')} inference {infer}"
+                         f" moving {s.get('moving')}; Ready {ready.get('status')} {ready.get('reason')}: {ready.get('message')}")
+            for bad in s.get("unhealthyNodes") or []:
+                lines.append(f"    unhealthy {bad}")
+            for c in s.get("conditions") or []:
+                if c.get("type") != "Ready" and c.get("status") == "True":
+                    lines.append(f"    {c.get('type')} {c.get('reason')}: {c.get('message')}")
+        return "\n".join(lines)
+
+    def nodes() -> str:
+        lines = []
+        for n in lab.kubectl_json("get", "nodes").get("items", []):
+            ready = next((c for c in n.get("status", {}).get("conditions") or [] if c.get("type") == "Ready"), {})
+            cordoned = n.get("spec", {}).get("unschedulable")
+            if ready.get("status") != "True" or cordoned:
+                lines.append(f"{n['metadata']['name']}: Ready={ready.get('status')} {ready.get('reason')}"
+                             f"{' cordoned' if cordoned else ''}")
+        return "\n".join(lines)
+
+    part("Slurm nodes not idle or allocated (node|state|reason|reason's stamp)", slurm_nodes)
+    part("reservations", lambda: lab.slurm("scontrol", "show", "reservation", check=False, timeout=15).stdout)
+    part("jobs", lambda: lab.slurm("squeue", "-h", "-o", "%i %T %r %N %l %S", timeout=15).stdout)
+    part("pools", pools)
+    part("Nodes not Ready or cordoned", nodes)
+    return "\n".join(parts)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    lab = getattr(item, "funcargs", {}).get("lab")
+    if report.failed and report.when in ("setup", "call") and isinstance(lab, Lab):
+        report.sections.append(("lab at failure", _lab_at_failure(lab)))
