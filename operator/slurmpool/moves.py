@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from slurmbridge.models import gres_shortfall
+
 from .fit import misfit
 from .ownership import claim, why_not_ours
 from .models import InferencePool, SlurmNodePoolSpec, seconds
@@ -488,8 +490,8 @@ def usable_problem(sn, spec: SlurmNodePoolSpec) -> str | None:
         return "Slurm does not know the node"
     if not sn.responding:
         return f"state {sn.state}{''.join('+' + f for f in sorted(sn.flags))}"
-    if spec.slurm.gres and not set(spec.slurm.gres.split(",")) <= set(sn.gres.split(",")):
-        return f"GRES {sn.gres or 'none'} is not {spec.slurm.gres}"
+    if spec.slurm.gres and (short := gres_shortfall(spec.slurm.gres, sn.gres)):
+        return f"GRES {sn.gres or 'none'} does not meet {spec.slurm.gres} ({short})"
     missing = set(spec.slurm.features) - set(sn.features)
     if missing:
         return f"missing features {sorted(missing)}"
