@@ -321,8 +321,11 @@ class RestBackend:
             if not wanted:
                 return {}
         data = await self._call("GET", "/nodes/")
+        if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+            # A 200 without its node list is a failed poll, never an empty cluster (nothing to drain).
+            raise SlurmUnavailable(f"slurmrestd answered GET /nodes/ without a node list (keys: {sorted(data)[:8] if isinstance(data, dict) else type(data).__name__})")
         nodes = {}
-        for raw in _list(data, "nodes"):
+        for raw in data["nodes"]:
             node = parse_rest_node(raw)
             if node is not None and (wanted is None or node.name in wanted):
                 nodes[node.name] = node

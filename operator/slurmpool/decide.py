@@ -21,6 +21,7 @@ import json
 from dataclasses import replace
 
 from . import health as healthmod
+from . import slurmnames
 from .demand import signals
 from .health import HEALTHY, NodeHealth
 from .interfaces import PoolRef
@@ -50,6 +51,9 @@ MAX_JOBS_PUBLISHED = 32
 
 
 def decide(snap: PoolSnapshot) -> PoolDecision:
+    # Slurm read by Node name (slurmnames.py); Slurm's names come back only in apply.py.
+    names = slurmnames.names_of(snap.spec.slurm, snap.nodes, (p.node for p in snap.orphans))
+    snap = replace(snap, slurm=slurmnames.by_node(snap.slurm, names))
     spec, slurm, now = snap.spec, snap.slurm, snap.now
     nodes = [_flag(spec, n) for n in snap.nodes]
     target = _target(snap, nodes)
@@ -67,7 +71,8 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
             restore_cordon(node, spec, repair, "while settled in Slurm")
             if repair.actions or repair.drop_claim:
                 steps[node.name] = repair
-    decision = PoolDecision(target=target, desired={}, problems=[], steps=steps, nodes_after=[], node_events=node_events, health=health)
+    decision = PoolDecision(target=target, desired={}, problems=[], steps=steps, nodes_after=[], node_events=node_events, health=health,
+                            slurm_names=slurmnames.renamed(names))
     decision.pool_events.extend(target.events)
     _gone(snap, nodes, decision)
 

@@ -204,7 +204,7 @@ class NodeWatch:
 # ---------------------------------------------------------------- writes
 
 
-def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str) -> dict[str, Any]:
+def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: str | None = None) -> dict[str, Any]:
     """The slurmd pod for one node: bound to it directly (the node is cordoned), host network,
     tolerating the cordon and our Slurm taint. See e2e/lab/README.md for the lab's contract."""
     t = spec.slurm.slurmd_pod
@@ -212,7 +212,8 @@ def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str) -> dict[str, A
         {"key": SLURM_TAINT_KEY, "operator": "Exists"},
         {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
     ] + [x.model_dump(by_alias=True, exclude_none=True) for x in t.tolerations]
-    env = [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    env = [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+           {"name": "SLURM_NODENAME", "value": slurm_name or node}]  # spec.slurm.nodeName: `slurmd -N $(SLURM_NODENAME)`
     env += [{"name": e.name, "value": e.value} for e in t.env]
     container: dict[str, Any] = {
         "name": SLURMD_CONTAINER,
@@ -320,9 +321,9 @@ class KubeAdapter:
             except Exception as err:  # noqa: BLE001 - best effort
                 log.warning("could not patch node %s: %s", name, err)
 
-    async def create_slurmd_pod(self, pool: PoolRef, spec: SlurmNodePoolSpec, node: str) -> None:
+    async def create_slurmd_pod(self, pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: str | None = None) -> None:
         try:
-            await self._call(self.core.create_namespaced_pod, pool.namespace, slurmd_pod(pool, spec, node))
+            await self._call(self.core.create_namespaced_pod, pool.namespace, slurmd_pod(pool, spec, node, slurm_name))
         except ApiException as err:
             if err.status != 409:  # already there: level-triggered, that is success
                 raise

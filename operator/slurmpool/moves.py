@@ -326,7 +326,13 @@ def _draining(move, node, slurm: SlurmView, spec, now, step: Step) -> Outcome:
     if move.source == SLURM and not move.rollback:
         restore_cordon(node, spec, step, f"during move {move.id} (Draining)")
     sn = slurm.nodes.get(node.name)
-    if sn is None:  # Slurm does not know the node: nothing to drain
+    if sn is None and move.source == SLURM and not move.rollback:
+        # It served Slurm, so Slurm must list it: a wrong Slurm NodeName or a partial answer
+        # is no proof that no job runs there. Fail closed: wait and say so (health: SlurmUnlisted).
+        step.blocked_by = ["slurm-unlisted"]
+        step.message = "Slurm does not list the node under its Slurm NodeName (spec.slurm.nodeName); not draining blind"
+        return WAIT
+    if sn is None:  # never registered (an adopted node, a move to Slurm turned back): nothing to drain
         return Advance(Phase.STOPPING_SLURMD)
     jobs = slurm.jobs_on(node.name)
     foreign = sn.drain_set and why_not_ours(node, sn)
