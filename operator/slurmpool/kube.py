@@ -134,7 +134,16 @@ class NodeWatch:
         self.on_change = on_change
         self.nodes: dict[str, tuple[NodeView]] = {}
         self.listed = asyncio.Event()
+        self.list_began = 0.0  # monotonic time the last full list that is in began (a consistent read)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._relist = threading.Event()
+        self._stream: watch.Watch | None = None
+
+    def request_relist(self) -> None:
+        """List again (the watch lags): the stream stops at its next event or bookmark."""
+        self._relist.set()
+        if self._stream is not None:
+            self._stream.stop()
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -146,7 +155,7 @@ class NodeWatch:
             try:
                 version = self._list()
                 delay = 0.5
-                while True:
+                while not self._relist.is_set():
                     version = self._watch(version)
             except Exception as err:  # noqa: BLE001 - relist after any failure, as kopf does
                 gone = isinstance(err, ApiException) and err.status == 410  # too old a version: relist now
@@ -157,6 +166,8 @@ class NodeWatch:
                     delay = min(delay * 2, 5.0)
 
     def _list(self) -> str:
+        self._relist.clear()
+        began = time.monotonic()
         views: dict[str, NodeView] = {}
         token = None
         while True:
@@ -168,11 +179,12 @@ class NodeWatch:
             token = page["metadata"].get("continue")
             if not token:
                 break
-        self._loop.call_soon_threadsafe(self._replace, views)
+        self._loop.call_soon_threadsafe(self._replace, views, began)
         return page["metadata"]["resourceVersion"]
 
     def _watch(self, version: str) -> str:
-        stream = watch.Watch().stream(
+        self._stream = watch.Watch()
+        stream = self._stream.stream(
             self.core.list_node, resource_version=version, allow_watch_bookmarks=True, timeout_seconds=self.WATCH_SECONDS,
             _request_timeout=(30, self.WATCH_SECONDS + 30), deserialize=False,
         )
@@ -185,7 +197,8 @@ class NodeWatch:
                 self._loop.call_soon_threadsafe(self._set, body["metadata"]["name"], None)
         return version
 
-    def _replace(self, views: dict[str, NodeView]) -> None:
+    def _replace(self, views: dict[str, NodeView], began: float = 0.0) -> None:
+        self.list_began = began
         for name in [n for n in self.nodes if n not in views]:
             self._set(name, None)
         for name, view in views.items():
