@@ -331,6 +331,8 @@ class RestBackend:
                 nodes[node.name] = node
         return nodes
 
+    filters_jobs = False  # GET /jobs/ answers every job: a caller wanting several filters asks once
+
     async def jobs(self, partition: str | None = None, states: Sequence[str] | None = None) -> list[SlurmJob]:
         if partition is not None:
             validate.partition(partition)

@@ -441,7 +441,8 @@ async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_ind
     if newer_than is None and key in memo.fresh:
         newer_than = memo.last_poll.get(key)
     memo.fresh.discard(key)
-    backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=SLURM_MAX_AGE,
+    pending = spec.slurm.partition if spec.demand is not None and spec.demand.enabled else None
+    backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=SLURM_MAX_AGE, pending=pending,
                                                topology=spec.topology.from_slurm, newer_than=newer_than, pool=pool.key)
     memo.last_poll[key] = slurm.polled_at
     pending = tuple(p for store in (memo.pending_pods or {}).values() for p in store) if spec.demand and spec.demand.enabled else ()

@@ -360,7 +360,12 @@ class SlurmView:
     error: str | None = None
     topology: tuple[TopologyGroup, ...] = ()  # polled only for pools with topology.fromSlurm
     polled_at: float = field(default=0.0, compare=False)  # when its poll began (monotonic): access.py
+    pending_partitions: frozenset[str] | None = None  # whose pending jobs were read (None: every partition's)
     _blocks: dict = field(default_factory=dict, compare=False, repr=False)  # level -> {node: block}
+
+    def has_pending(self, partition: str | None) -> bool:
+        """Were the partition's pending jobs read? A view without them is no "no demand"."""
+        return partition is None or self.pending_partitions is None or partition in self.pending_partitions
 
     def blocks(self, level: int) -> dict[str, str]:
         """node -> its block: the switch of that level (topology/tree) or its block (topology/block)."""
