@@ -239,3 +239,41 @@ def test_a_view_without_the_pools_partition_is_no_demand_signal():
     seen = SlurmView(True, nodes={}, jobs=(), pending_partitions=frozenset({"gpu"}))
     decision = decide(PoolSnapshot(pool=PoolRef("ns", "gpu", "u"), spec=spec, nodes=(), slurm=seen, now=NOW))
     assert decision.target.status.demand is not None and "no signals" not in (decision.target.status.demand.message or "")
+
+
+async def test_a_rotated_ssh_key_or_host_key_is_read_again_without_a_restart(monkeypatch):
+    """Issue 25: the SSH Secret was read once; a rotated key failed every poll until a restart."""
+    runners = []
+
+    class Runner:
+        def __init__(self, **kw):
+            self.kw = kw
+            runners.append(self)
+
+        async def close(self):
+            pass
+
+    secret = {"ssh-privatekey": "key-1", "known_hosts": "hosts-1"}
+    reads = []
+
+    async def read_secret(namespace, name):
+        reads.append(name)
+        return dict(secret)
+
+    monkeypatch.setattr(access, "SshRunner", Runner)
+    clock = Clock()
+    pool = SlurmAccessPool(read_secret=read_secret, clock=clock)
+    spec = SlurmAccess.model_validate({"ssh": {"host": "slurm", "user": "root", "secretRef": {"name": "ssh"}}})
+    first = await pool.backend("ns", spec)
+    clock.t += 10
+    assert await pool.backend("ns", spec) is first and len(reads) == 1  # read at most every 30 s
+    clock.t += access.SECRET_MAX_AGE
+    assert await pool.backend("ns", spec) is first and len(reads) == 2  # read again, unchanged: same connection
+    secret["ssh-privatekey"] = "key-2"
+    clock.t += access.SECRET_MAX_AGE
+    second = await pool.backend("ns", spec)
+    assert second is not first and runners[-1].kw["client_key"] == "key-2"
+    secret["known_hosts"] = "hosts-2"  # a failed poll (a host key mismatch) reads it again at once
+    pool._ssh_read.pop(access.access_key("ns", spec))
+    third = await pool.backend("ns", spec)
+    assert third is not second and runners[-1].kw["known_hosts"] == "hosts-2"

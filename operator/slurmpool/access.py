@@ -21,6 +21,8 @@ from .view import ACTIVE_JOB_STATES, SlurmView
 
 ReadSecret = Callable[[str, str], Awaitable[dict[str, str]]]
 TOPOLOGY_MAX_AGE = 60.0  # seconds: slurm.conf's topology changes with a reconfigure, rarely
+SECRET_MAX_AGE = 30.0  # seconds: SSH keys are read again this often (the REST token too: restaccess.py)
+RETIRE_AFTER = 60.0  # seconds: an SSH connection replaced by a new key is closed this much later
 STALE_WHILE_POLLING = 3  # x max_age: how much older a view may be, rather than wait for a poll in progress
 log = logging.getLogger("slurmpool.access")
 
@@ -56,6 +58,10 @@ async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = 
     if pending is not None:
         jobs = [j for j in jobs if j.state in ACTIVE_JOB_STATES or (j.state == "PENDING" and pending & set(j.partition.split(",")))]
     return SlurmView(available=True, nodes=nodes, jobs=tuple(dict((j.job_id, j) for j in jobs).values()), pending_partitions=pending)
+
+
+def _ssh_material(secret: dict[str, str], ssh) -> tuple:
+    return (secret.get(ssh.secret_ref.private_key_key), secret.get(ssh.secret_ref.known_hosts_key))
 
 
 class Instrumented:
@@ -96,6 +102,8 @@ class SlurmAccessPool:
         self._topology: dict[tuple, tuple[float, tuple]] = {}  # key -> (when, groups): changes rarely
         self._failing: dict[tuple, tuple[int, float, SlurmView]] = {}  # key -> (failures, retry at, view)
         self._locks: dict[tuple, asyncio.Lock] = {}
+        self._ssh_read: dict[tuple, float] = {}  # key -> when its SSH Secret was last read
+        self._ssh_seen: dict[tuple, tuple] = {}  # key -> the key and known_hosts its connection uses
         self._pending: dict[tuple, dict[str, str | None]] = {}  # key -> pool -> its partition, when its demand is on
         self.command_timeout = command_timeout
         self.retries = retries
@@ -104,9 +112,25 @@ class SlurmAccessPool:
 
     async def backend(self, namespace: str, access: SlurmAccess) -> SlurmBackend:
         key = access_key(namespace, access)
+        if key in self._backends and access.ssh and self.clock() - self._ssh_read.get(key, float("-inf")) >= SECRET_MAX_AGE:
+            await self._reread_ssh_secret(key, namespace, access)
         if key not in self._backends:
             self._backends[key] = await self._build(namespace, access)
+            self._ssh_read[key] = self.clock()
         return self._backends[key]
+
+    async def _reread_ssh_secret(self, key: tuple, namespace: str, access: SlurmAccess) -> None:
+        """A rotated client key or host key is used without a restart: the Secret is read again
+        every SECRET_MAX_AGE (and at once after a failed poll); a changed one builds a new
+        connection. The old one is closed a little later (a drain may be running on it)."""
+        self._ssh_read[key] = self.clock()
+        s = access.ssh
+        secret = await self._read_secret(namespace, s.secret_ref.name)
+        if _ssh_material(secret, s) == self._ssh_seen.get(key):
+            return
+        log.info("Secret %s/%s changed: a new SSH connection to %s", namespace, s.secret_ref.name, s.host)
+        old = self._backends.pop(key)
+        asyncio.get_running_loop().call_later(RETIRE_AFTER, lambda: asyncio.ensure_future(old.close()))
 
     async def _build(self, namespace: str, access: SlurmAccess) -> SlurmBackend:
         if access.rest:
@@ -118,6 +142,7 @@ class SlurmAccessPool:
             for key in (s.secret_ref.private_key_key, s.secret_ref.known_hosts_key):
                 if not secret.get(key):
                     raise ValueError(f"Secret {namespace}/{s.secret_ref.name} has no key {key!r}")
+            self._ssh_seen[access_key(namespace, access)] = _ssh_material(secret, s)
             runner = SshRunner(
                 host=s.host,
                 port=s.port,
@@ -187,6 +212,7 @@ class SlurmAccessPool:
         if view.available:
             self._failing.pop(key, None)
         else:
+            self._ssh_read.pop(key, None)  # a refused key or host key: read the Secret again next time
             failures = (failing[0] if failing else 0) + 1
             delay = min(self.backoff_max, self.backoff_base * 2 ** (failures - 1))
             view = replace(view, error=f"{view.error} (failed {failures} time(s); next try in {delay:g}s)")
