@@ -72,3 +72,16 @@ def test_registering_names_the_shortfall():
     nodes = parse_scontrol_nodes((FIXTURES / "scontrol-22.05.txt").read_text(), timezone.utc)
     problem = usable_problem(nodes["n2"], make_spec(gres="gpu:h100:8"))
     assert problem == "GRES gpu:8(S:0) does not meet gpu:h100:8 (gpu:h100:0 reported, 8 wanted)"
+
+
+def test_real_26_05_scontrol_and_slurmrestd_report_the_same_affinity_shape():
+    """Captured from the lab's Slurm 26.05.3 with LAB_GRES_CORES=1 (a registered slurmd)."""
+    import json
+
+    from slurmbridge.rest import parse_rest_node
+
+    line = parse_scontrol_nodes((FIXTURES / "scontrol-26.05.txt").read_text(), timezone.utc)["gpu01"]
+    rest = parse_rest_node(json.loads((FIXTURES / "rest-26.05.json").read_text())["nodes"][0])
+    assert line.gres == rest.gres == "gpu:h100:8(S:0-1)"
+    assert usable_problem(line, make_spec(gres="gpu:h100:8")) is None
+    assert usable_problem(rest, make_spec(gres="gpu:h100:8")) is None
