@@ -99,3 +99,18 @@ def test_a_move_out_of_slurm_on_a_node_slurm_stops_listing_waits_and_says_so():
     step = advance(move, node, SlurmView(True, nodes={}), spec_with(), NOW, None)
     assert step.move is not None and step.move.phase == "Draining" and step.blocked_by == ["slurm-unlisted"]
     assert not step.actions or not any(isinstance(a, Drain) for a in step.actions)
+
+
+def test_an_orphan_slurmd_pod_whose_slurm_name_cannot_be_known_is_kept():
+    """nodeNameLabel: a deleted Node's label is gone with it, so Slurm's view of its node cannot be
+    found; the pod stays (reported) rather than be deleted as 'serves nothing'."""
+    from slurmpool.decide import decide
+    from slurmpool.interfaces import PoolRef
+    from slurmpool.snapshot import PoolSnapshot
+
+    orphan = PodView("slurm", "slurmd-gone", "u1", slurmd=True, node="gone.example.com", pool="gpu")
+    view = SlurmView(True, nodes={"gone": slurm_node("gone", "ALLOCATED")})
+    for slurm, deleted in (({"node_name_label": "example.com/slurm-name"}, False), ({"node_name": "{shortName}"}, False),
+                           ({}, True)):
+        snap = PoolSnapshot(pool=PoolRef("ns", "gpu", "u"), spec=spec_with(**slurm), nodes=(), slurm=view, now=NOW, orphans=(orphan,))
+        assert bool(decide(snap).orphans_to_delete) is deleted, slurm

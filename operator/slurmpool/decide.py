@@ -271,13 +271,15 @@ def _gone(snap: PoolSnapshot, nodes: list[NodeView], decision: PoolDecision) -> 
                                          "its move record went with it; it is adopted again if it registers"))
     for pod in snap.orphans:
         sn = slurm.nodes.get(pod.node) if slurm.available else None
-        idle = slurm.available and (sn is None or (sn.drain_set and not sn.busy and not slurm.jobs_on(pod.node)))
+        known = decision.slurm_names.get(pod.node, pod.node) is not None  # a gone Node's label cannot be read
+        idle = slurm.available and known and (sn is None or (sn.drain_set and not sn.busy and not slurm.jobs_on(pod.node)))
         if idle and not pod.deleting:
             decision.pool_events.append(("Normal", "OrphanSlurmdDeleted",
                                          f"deleting slurmd pod {pod.key}: its node {pod.node} is gone from Kubernetes and serves nothing in Slurm"))
             decision.orphans_to_delete.append(pod)
         elif not idle:
-            why = "Slurm cannot be seen" if not slurm.available else "Slurm still uses it (not drained, or jobs on it)"
+            why = ("Slurm cannot be seen" if not slurm.available else "its Slurm NodeName is unknown (nodeNameLabel)" if not known
+                   else "Slurm still uses it (not drained, or jobs on it)")
             decision.missing.append(f"{pod.node} (slurmd pod {pod.key} kept: {why})")
 
 
