@@ -25,7 +25,7 @@ from datetime import timedelta
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from slurmbridge import SlurmJob
 
 from slurmpool.decide import decide
@@ -196,7 +196,6 @@ class PoolModel(RuleBasedStateMachine):
         if world.drain_owner == "admin":
             world.admin_resumes()
 
-    @precondition(lambda self: True)
     @rule()
     def settle(self):
         """Faults stop, people stop, jobs end: every move must settle within its bounds."""
