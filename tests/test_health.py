@@ -540,3 +540,18 @@ def test_a_slurm_node_slurm_does_not_list_is_unhealthy_at_once():
     assert h.unhealthy and [f.kind for f in h.findings] == ["SlurmUnlisted"]
     assert assess(make_spec(), settled, slurm_node("a")).findings == ()
     assert assess(make_spec(), settled, None, available=False).findings == ()  # unseen is not unlisted
+
+
+def test_a_rebalance_never_takes_inference_below_its_floor_for_nodes_that_cannot_join_yet():
+    """Found by the property above: the split wants 3 Slurm / 3 inference, counting two
+    unadopted nodes that are not Ready. Slurm's missing node must not come from inference's last
+    two (minInferenceNodes 2); the surplus llm node goes to the default pool instead."""
+    spec = make_spec(slurm_nodes=3, min_inference=2, max_moves=1,
+                     pools=[("default", 1, 0, None), ("llm", 0, 0, None)])
+    spec = with_health(spec, replace=False, notRespondingGrace="0s")
+    nodes = [node("n000", placement="inference:llm"), node("n001", placement="none", ready=False),
+             node("n002", placement="inference:default"), node("n003", placement="none", ready=False),
+             node("n004", placement=SLURM), node("n005", placement=SLURM)]
+    slurm = SlurmView(True, nodes={n.name: slurm_node(n.name) for n in nodes})
+    result = plan(spec, nodes, slurm, NOW, health=_health(spec, nodes, slurm))
+    assert [(s.node, s.target) for s in result.starts] == [("n000", "inference:default")]
