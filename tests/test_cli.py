@@ -160,3 +160,12 @@ def test_unhealthy_nodes_are_shown_and_never_planned():
     assert "never moved (unhealthy" in cli.render_plan(plan, 120)
     pool["status"]["unhealthyNodes"] = []
     assert "n3" in [m["node"] for m in cli.plan_view(SPEC, pool, nodes, NOW, 1)["moves"]]
+
+
+def test_status_names_pending_jobs_demand_does_not_count():
+    demand = {"pendingJobs": 1, "pendingJobGpus": 64, "unstartableJobs": ["job 9: asks for 12 nodes, the pool has 8"]}
+    pool = {"metadata": {"name": "gpu", "namespace": "ns"}, "spec": {"slurmNodes": 5},
+            "status": {"target": {"slurmNodes": 5, "source": "Manual", "since": "2026-12-02T20:00:00Z", "demand": demand}}}
+    text = cli.render_status(cli.status_view(pool, [], NOW), 120)
+    assert "demand: 1 pending job(s) (64 GPUs)" in text
+    assert "not demand, no split starts it: job 9: asks for 12 nodes, the pool has 8" in text

@@ -304,6 +304,8 @@ def render_status(view: dict[str, Any], total: int = 100) -> str:
         if d:
             lines.append(f"  demand: {d.get('pendingJobs', 0)} pending job(s) ({d.get('pendingJobGpus', 0)} GPUs), "
                          f"{d.get('pendingPods', 0)} pending pod(s) ({d.get('pendingPodGpus', 0)} GPUs)"[:total])
+            for why in d.get("unstartableJobs") or []:
+                lines.append(f"  not demand, no split starts it: {why}"[:total])
     s, i = view.get("slurm") or {}, view.get("inference") or {}
     lines.append(f"Slurm {s.get('ready', 0)}/{s.get('desired', 0)} ready, inference {i.get('ready', 0)}/{i.get('desired', 0)} ready, "
                  f"{view.get('moving', 0)} moving" + (f", unhealthy: Slurm {s.get('unhealthy', 0)}, inference {i.get('unhealthy', 0)}"
