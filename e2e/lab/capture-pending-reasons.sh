@@ -45,7 +45,7 @@ fmt=$(printf '%s' "%i $sep%T$sep%P$sep%u$sep%D$sep%N$sep%b$sep%S$sep%e$sep%r$sep
 q squeue -h -a -o "$fmt" > "$out/squeue.txt"
 q scontrol -o show job > "$out/scontrol-jobs.txt"
 if [ -n "${LAB_SLURMRESTD_URL:-}" ] && [ -n "${LAB_SLURM_JWT:-}" ]; then
-  ver=${REST_VERSION:-v0.0.41}
+  ver=${REST_VERSION:-v0.0.42}  # served by 24.11 and 26.05
   curl -sf -H "X-SLURM-USER-NAME: ${LAB_SLURM_JWT_USER:-root}" -H "X-SLURM-USER-TOKEN: $LAB_SLURM_JWT" \
     "$LAB_SLURMRESTD_URL/slurm/$ver/jobs" > "$out/jobs.json"
 fi
