@@ -21,7 +21,7 @@ ids=()
 sub() { ids+=("$(q sbatch --parsable -p "$part" -o /dev/null "$@")"); }
 cleanup() { [ ${#ids[@]} -gt 0 ] && q scancel "${ids[@]}" 2>/dev/null || true; q scontrol update NodeName="$parked" State=RESUME 2>/dev/null || true; }
 trap cleanup EXIT
-q scontrol update NodeName="$parked" State=DRAIN Reason="slurmpool: capture"
+q scontrol update NodeName="$parked" State=DRAIN Reason="capture: parked"
 sub -J fill -N "$free" --exclusive --gres=gpu:8 --time=5 --wrap "sleep 600"
 sleep 2
 sub -J gang -N "$n" --exclusive --gres=gpu:8 --time=2 --wrap "sleep 20"
