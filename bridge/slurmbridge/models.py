@@ -157,3 +157,13 @@ class SlurmJob:
     @property
     def gpus_wanted(self) -> int:
         return self.gpus_per_node * self.num_nodes
+
+
+@dataclass(frozen=True)
+class SlurmReservation:
+    name: str
+    nodes: tuple[str, ...]
+    start: datetime | None
+    end: datetime | None
+    flags: frozenset[str]  # MAINT, IGNORE_JOBS, SPEC_NODES (Slurm adds it), ...
+    state: str  # ACTIVE or INACTIVE

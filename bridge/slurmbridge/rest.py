@@ -654,7 +654,9 @@ def parse_rest_job(raw: dict) -> tuple[SlurmJob, set[str]]:
         num_nodes=_number(raw.get("node_count")) or 0,
         start_time=_time(raw.get("start_time")),
         end_time=_time(raw.get("end_time")),
-        reason=_text(raw.get("state_reason")),
+        # As squeue %r: the desc when Slurm set one ("ReqNodeNotAvail, UnavailableNodes:gpu04"),
+        # else the reason's name; so each access path reports the same text.
+        reason=_text(raw.get("state_description")) or _text(raw.get("state_reason")),
     ), tokens
 
 

@@ -550,6 +550,11 @@ class DemandStatus(Model):
     pools: dict[str, int] = Field(
         default_factory=dict, description="Counts demand has asked for named inference pools (they hold until the base changes)."
     )
+    unstartable_jobs: list[str] = Field(
+        default_factory=list,
+        description="Pending jobs waiting for nodes that no split of this pool could start (too many nodes or GPUs per node, "
+        "BadConstraints), and why: reported, not counted.",
+    )
     message: str = ""
 
 
