@@ -138,7 +138,11 @@ class SshAccess(Model):
 
     host: str = Field(max_length=253, pattern=SSH_HOST_PATTERN)
     port: int = Field(default=22, ge=1, le=65535)
-    user: str = Field(default="root", max_length=32, pattern=SSH_USER_PATTERN)
+    user: str = Field(
+        max_length=32, pattern=SSH_USER_PATTERN,
+        description="The login; no default. A Slurm operator account (SlurmUser's operators, `sacctmgr ... "
+        "adminlevel=operator`) is enough for scontrol update, scancel and requeue: not root (docs/rbac.md).",
+    )
     secret_ref: SecretRef = Field(description="Secret with the client private key and known_hosts; no host key is ever auto-accepted.")
 
 
@@ -194,6 +198,25 @@ ACCESS_KINDS = tuple(SlurmAccess.model_fields)  # ssh, local, rest: crd.py makes
 ACCESS_ONE = "set exactly one of " + ", ".join(f"slurm.access.{k}" for k in ACCESS_KINDS)
 
 
+CAPABILITY_PATTERN = r"^[A-Z_]{2,32}$"
+
+
+class Capabilities(Model):
+    add: list[Annotated[str, Field(pattern=CAPABILITY_PATTERN)]] = Field(
+        default_factory=list, max_length=32, description="Capabilities to add, e.g. SYS_ADMIN (within the operator's pool policy).")
+    drop: list[Annotated[str, Field(pattern=CAPABILITY_PATTERN)]] = Field(
+        default_factory=list, max_length=32, description="Capabilities to drop, e.g. ALL.")
+
+
+class SlurmdSecurityContext(Model):
+    """The slurmd container's securityContext: only what the operator's pool policy judges
+    (privileged, capabilities, privilege escalation); everything else is the image's."""
+
+    privileged: bool = Field(default=False, description="A privileged container: only where the pool policy allows it.")
+    allow_privilege_escalation: bool | None = None
+    capabilities: Capabilities | None = None
+
+
 class SlurmdPodTemplate(Model):
     """The pod that runs slurmd on a node while the node serves Slurm."""
 
@@ -203,7 +226,10 @@ class SlurmdPodTemplate(Model):
     env: list[EnvVar] = Field(default_factory=list, max_length=64)
     resources: Resources = Field(default_factory=Resources, json_schema_extra={"default": {}})
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
-    service_account_name: str | None = None
+    service_account_name: str | None = Field(
+        default=None, description="Its ServiceAccount (its token is never mounted); only one the pool policy lists.")
+    security_context: SlurmdSecurityContext | None = Field(
+        default=None, description="The slurmd container's securityContext, within the operator's pool policy (docs/rbac.md).")
     priority_class_name: str | None = None
     termination_grace_period_seconds: int = Field(default=30, ge=0, le=3600)
     volumes: list[dict[str, Any]] = Field(
