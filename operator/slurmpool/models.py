@@ -35,6 +35,7 @@ SSH_HOST_PATTERN = r"^[A-Za-z0-9.:\[\]_-]+$"
 SSH_USER_PATTERN = r"^[a-z_][a-z0-9_-]*[$]?$"
 REST_URL_PATTERN = r"^https?://[A-Za-z0-9.:\[\]_-]+(:[0-9]+)?(/[A-Za-z0-9._~/-]*)?$"
 CONDITION_TYPE_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+CAPABILITY_PATTERN = r"^[A-Z_]{2,32}$"
 GRES_PATTERN = r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$"
 # What the API server says when a pattern does not match: crd.py turns these patterns into CEL
 # rules with these messages (a bare pattern error shows the regular expression instead).
@@ -49,6 +50,7 @@ PATTERN_MESSAGES = {
     SSH_USER_PATTERN: "must be a Unix user name",
     REST_URL_PATTERN: "must be an http:// or https:// URL such as https://slurmrestd.slurm:6820 (no query or credentials)",
     CONDITION_TYPE_PATTERN: "must be a Node condition type such as GpuXidError (letters, digits, '-', '_', '.')",
+    CAPABILITY_PATTERN: "must be a Linux capability such as SYS_ADMIN (capital letters and '_', no CAP_ prefix)",
 }
 
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
@@ -196,9 +198,6 @@ class SlurmAccess(Model):
 
 ACCESS_KINDS = tuple(SlurmAccess.model_fields)  # ssh, local, rest: crd.py makes the CEL rule from these
 ACCESS_ONE = "set exactly one of " + ", ".join(f"slurm.access.{k}" for k in ACCESS_KINDS)
-
-
-CAPABILITY_PATTERN = r"^[A-Z_]{2,32}$"
 
 
 class Capabilities(Model):
