@@ -49,6 +49,8 @@ CASES = [
     ("the on-call scales", ONCALL, {"slurmNodes": 5}, set()),
     ("the on-call pauses", ONCALL, {"paused": True}, set()),
     ("the on-call sets a pool count", ONCALL, {"inference.pools.0.nodes": 1}, set()),
+    ("the on-call stops demand", ONCALL, {"demand": {"enabled": False}}, set()),
+    ("the on-call changes demand's bounds", ONCALL, {"demand": {"slurm": {"maxNodes": 1}}}, {ONCALL_POOL}),
     ("the on-call changes access", ONCALL, {"slurm.access": {"rest": {"url": "https://evil.example.com", "tokenSecretRef": {"name": "t"}}}}, {ONCALL_POOL}),
     ("the on-call changes the slurmd image", ONCALL, {"slurm.slurmdPod.image": "registry.example.com/hpc/slurmd:27"}, {ONCALL_POOL}),
     ("the on-call changes the nodeSelector", ONCALL, {"nodeSelector": {"matchLabels": {"gpu": "all"}}}, {ONCALL_POOL}),
@@ -101,7 +103,8 @@ def test_who_may_change_what_of_a_pool(helm, celcheck):
     errors = [d for denials in results.values() for d in denials if d["error"] or not d["message"].startswith("slurmpool: ")]
     assert errors == []
     assert results["the on-call changes drain"][0]["message"].startswith(
-        "slurmpool: the on-call may change only spec.slurmNodes, spec.paused and spec.inference.pools[].nodes of SlurmNodePool gpu, not drain.")
+        "slurmpool: the on-call may change only spec.slurmNodes, spec.paused, spec.inference.pools[].nodes and spec.demand.enabled "
+        "of SlurmNodePool gpu, not drain.")
     assert "hostPath / in the slurmd pod of SlurmNodePool gpu is not allowed (/run/munge)" in \
         results["the platform team mounts the host's root"][0]["message"]
     # a pool created beyond the policy is refused too
@@ -125,7 +128,7 @@ def test_the_operator_refuses_what_the_policy_refuses(helm, celcheck):
 
 def test_the_on_call_list_covers_every_spec_field(helm):
     """A spec field added later is frozen for the on-call unless it is named here on purpose."""
-    on_call_may = {"slurmNodes", "paused", "inference"}
+    on_call_may = {"slurmNodes", "paused", "inference", "demand"}
     fields = {f.alias or name for name, f in SlurmNodePoolSpec.model_fields.items()}
     text = json.dumps(next(p for p in pool_policies(admission(helm, VALUES)) if p["metadata"]["name"] == ONCALL_POOL))
     missing = [f for f in fields - on_call_may if f"object.spec.?{f} != oldObject.spec.?{f}" not in text]
@@ -133,6 +136,9 @@ def test_the_on_call_list_covers_every_spec_field(helm):
     from slurmpool.models import InferencePool
     pool_fields = {f.alias or name for name, f in InferencePool.model_fields.items()} - {"name", "nodes"}
     assert [f for f in pool_fields if f"o.?{f} == p.?{f}" not in text] == []
+    from slurmpool.models import DemandSpec
+    demand_fields = {f.alias or name for name, f in DemandSpec.model_fields.items()} - {"enabled"}
+    assert [f for f in demand_fields if f"object.spec.?demand.?{f} != oldObject.spec.?demand.?{f}" not in text] == []
 
 
 def test_violations_name_the_field_and_what_is_allowed():
