@@ -201,9 +201,9 @@ ACCESS_ONE = "set exactly one of " + ", ".join(f"slurm.access.{k}" for k in ACCE
 
 
 class Capabilities(Model):
-    add: list[Annotated[str, Field(pattern=CAPABILITY_PATTERN)]] = Field(
+    add: list[Annotated[str, Field(pattern=CAPABILITY_PATTERN, max_length=32)]] = Field(
         default_factory=list, max_length=32, description="Capabilities to add, e.g. SYS_ADMIN (within the operator's pool policy).")
-    drop: list[Annotated[str, Field(pattern=CAPABILITY_PATTERN)]] = Field(
+    drop: list[Annotated[str, Field(pattern=CAPABILITY_PATTERN, max_length=32)]] = Field(
         default_factory=list, max_length=32, description="Capabilities to drop, e.g. ALL.")
 
 
