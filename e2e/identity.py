@@ -97,9 +97,10 @@ def lab_pool_policy() -> dict:
     agent, slurmpool.local/slurmd on real nodes), the lab's slurm.conf and fake GPUs by hostPath, and
     its slurmrestd over http on loopback. The same for the operator (SLURMPOOL_POOL_POLICY) and the
     admission policy."""
-    lab_dir = os.environ.get("LAB_DIR", str(REPO / ".lab"))
-    return {"imagePrefixes": ["slurmd:", "slurmpool.local/"], "hostPaths": [f"{lab_dir}/etc", f"{lab_dir}/fakedev"],
-            "allowHttpRest": True}
+    given = os.environ.get("LAB_DIR") or str(REPO / ".lab")
+    dirs = dict.fromkeys([given, str(Path(given).resolve())])  # as the lab's env spells it, and resolved
+    return {"imagePrefixes": ["slurmd:", "slurmpool.local/"],
+            "hostPaths": [f"{d}/{sub}" for d in dirs for sub in ("etc", "fakedev")], "allowHttpRest": True}
 
 
 def admission_values() -> dict:
