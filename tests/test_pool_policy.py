@@ -196,3 +196,18 @@ def test_default_rbac_is_namespaced(helm):
     assert bindings == [("RoleBinding", "slurmpool-system")]  # the release namespace
     opted = cluster_wide(objects(template(helm, "--set", "rbac.allNamespaces=true").stdout))
     assert ("pods", "create") in opted and ("secrets", "get") in opted  # the explicit value still works
+
+
+def test_the_slurmd_pod_gets_no_token_and_only_the_security_context_asked():
+    """No ServiceAccount token, host network (docs/rbac.md says why), and the container's
+    securityContext only as the pool sets it (within the policy, checked before any pod)."""
+    from slurmpool.interfaces import PoolRef
+    from slurmpool.kube import slurmd_pod
+
+    plain = slurmd_pod(PoolRef("hpc", "gpu"), SlurmNodePoolSpec.model_validate(pool()["spec"]), "n1")
+    assert plain["spec"]["automountServiceAccountToken"] is False and plain["spec"]["hostNetwork"] is True
+    assert "serviceAccountName" not in plain["spec"] and "securityContext" not in plain["spec"]["containers"][0]
+    asked = {"privileged": False, "allowPrivilegeEscalation": False, "capabilities": {"add": ["SYS_ADMIN"], "drop": ["NET_RAW"]}}
+    spec = SlurmNodePoolSpec.model_validate(pool(**{"slurm.slurmdPod.securityContext": asked})["spec"])
+    assert violations(spec, POLICY) == []
+    assert slurmd_pod(PoolRef("hpc", "gpu"), spec, "n1")["spec"]["containers"][0]["securityContext"] == asked
