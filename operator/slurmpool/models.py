@@ -35,6 +35,7 @@ SSH_HOST_PATTERN = r"^[A-Za-z0-9.:\[\]_-]+$"
 SSH_USER_PATTERN = r"^[a-z_][a-z0-9_-]*[$]?$"
 REST_URL_PATTERN = r"^https?://[A-Za-z0-9.:\[\]_-]+(:[0-9]+)?(/[A-Za-z0-9._~/-]*)?$"
 CONDITION_TYPE_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+CAPABILITY_PATTERN = r"^[A-Z_]{2,32}$"
 GRES_PATTERN = r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$"
 NODE_NAME_TEMPLATE_PATTERN = r"^([A-Za-z0-9._-]|\{name\}|\{shortName\}|\{hostname\})+$"
 LABEL_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
@@ -53,6 +54,7 @@ PATTERN_MESSAGES = {
     SSH_USER_PATTERN: "must be a Unix user name",
     REST_URL_PATTERN: "must be an http:// or https:// URL such as https://slurmrestd.slurm:6820 (no query or credentials)",
     CONDITION_TYPE_PATTERN: "must be a Node condition type such as GpuXidError (letters, digits, '-', '_', '.')",
+    CAPABILITY_PATTERN: "must be a Linux capability such as SYS_ADMIN (capital letters and '_', no CAP_ prefix)",
 }
 
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
@@ -142,7 +144,11 @@ class SshAccess(Model):
 
     host: str = Field(max_length=253, pattern=SSH_HOST_PATTERN)
     port: int = Field(default=22, ge=1, le=65535)
-    user: str = Field(default="root", max_length=32, pattern=SSH_USER_PATTERN)
+    user: str = Field(
+        max_length=32, pattern=SSH_USER_PATTERN,
+        description="The login; no default. A Slurm operator account (SlurmUser's operators, `sacctmgr ... "
+        "adminlevel=operator`) is enough for scontrol update, scancel and requeue: not root (docs/rbac.md).",
+    )
     secret_ref: SecretRef = Field(description="Secret with the client private key and known_hosts; no host key is ever auto-accepted.")
 
 
@@ -198,6 +204,22 @@ ACCESS_KINDS = tuple(SlurmAccess.model_fields)  # ssh, local, rest: crd.py makes
 ACCESS_ONE = "set exactly one of " + ", ".join(f"slurm.access.{k}" for k in ACCESS_KINDS)
 
 
+class Capabilities(Model):
+    add: list[Annotated[str, Field(pattern=CAPABILITY_PATTERN, max_length=32)]] = Field(
+        default_factory=list, max_length=32, description="Capabilities to add, e.g. SYS_ADMIN (within the operator's pool policy).")
+    drop: list[Annotated[str, Field(pattern=CAPABILITY_PATTERN, max_length=32)]] = Field(
+        default_factory=list, max_length=32, description="Capabilities to drop, e.g. ALL.")
+
+
+class SlurmdSecurityContext(Model):
+    """The slurmd container's securityContext: only what the operator's pool policy judges
+    (privileged, capabilities, privilege escalation); everything else is the image's."""
+
+    privileged: bool = Field(default=False, description="A privileged container: only where the pool policy allows it.")
+    allow_privilege_escalation: bool | None = None
+    capabilities: Capabilities | None = None
+
+
 class SlurmdPodTemplate(Model):
     """The pod that runs slurmd on a node while the node serves Slurm."""
 
@@ -207,7 +229,10 @@ class SlurmdPodTemplate(Model):
     env: list[EnvVar] = Field(default_factory=list, max_length=64)
     resources: Resources = Field(default_factory=Resources, json_schema_extra={"default": {}})
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
-    service_account_name: str | None = None
+    service_account_name: str | None = Field(
+        default=None, description="Its ServiceAccount (its token is never mounted); only one the pool policy lists.")
+    security_context: SlurmdSecurityContext | None = Field(
+        default=None, description="The slurmd container's securityContext, within the operator's pool policy (docs/rbac.md).")
     priority_class_name: str | None = None
     termination_grace_period_seconds: int = Field(default=30, ge=0, le=3600)
     volumes: list[dict[str, Any]] = Field(
