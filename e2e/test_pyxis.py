@@ -1,0 +1,171 @@
+"""Training jobs in containers (issue 29): pyxis and enroot on nodes the operator moved into Slurm.
+
+Needs a lab brought up with LAB_PYXIS=1 (e2e/lab/up.sh: pyxis built for the lab's Slurm,
+PlugStackConfig=, a busybox squashfs image made offline, per-node enroot paths). The matrix row
+26.05 runs it (e2e/matrix.sh); on another lab it is skipped, saying so.
+
+Registry pulls (`--container-image=registry#image:tag`) need a registry, which the lab has not:
+pyxis hands a squashfs path and a registry reference to the same `enroot create` step, so the
+local image checks the path a pulled image takes after the pull (docs/install.md: credentials)."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import (
+    NAMESPACE,
+    Operator,
+    apply,
+    ensure_namespace_and_secret,
+    install_crd,
+    job_state,
+    node_placements,
+    pool_manifest,
+    reset_lab,
+    slurm_states,
+    split_reached,
+    wait,
+)
+
+pytestmark = pytest.mark.e2e
+POOL = "gpu"
+FIGURES: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def image(lab) -> str:
+    if lab.env.get("LAB_PYXIS") != "1":
+        pytest.skip("needs a lab with pyxis (LAB_PYXIS=1; e2e/matrix.sh row 26.05 runs it)")
+    path = lab.env["LAB_PYXIS_IMAGE"]
+    assert Path(path).is_file(), path
+    return path
+
+
+@pytest.fixture(scope="module")
+def op(lab, image):
+    install_crd(lab)
+    ensure_namespace_and_secret(lab)
+    operator = Operator(lab).start()
+    yield operator
+    operator.stop()
+    print(operator.log_tail(20))
+    reset_lab(lab)
+    print("figures:", FIGURES)
+
+
+def slurm_nodes(lab) -> list[str]:
+    return sorted(n for n, p in node_placements(lab).items() if p == "slurm")
+
+
+def scale_to(lab, slurm: int) -> list[str]:
+    """The pool at `slurm` Slurm nodes, the operator's moves all done; the Slurm nodes, sorted."""
+    lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={slurm}")
+    wait(lambda: split_reached(lab, POOL, slurm), 180, what=f"split {slurm}/{8 - slurm}")
+    return slurm_nodes(lab)
+
+
+def srun(lab, *args: str, timeout: float = 120) -> tuple[str, float]:
+    """srun in the gpu partition; its output and wall time (a figure, never asserted on)."""
+    t0 = time.monotonic()
+    p = lab.slurm("srun", "-p", "gpu", "--time=5", *args, timeout=timeout)
+    return p.stdout, time.monotonic() - t0
+
+
+@pytest.fixture(scope="module")
+def two_nodes(lab, op) -> list[str]:
+    """The pool created with no Slurm node, then two nodes moved into Slurm by the operator."""
+    apply(lab, pool_manifest(lab, POOL, 0))
+    wait(lambda: split_reached(lab, POOL, 0), 180, what="split 0/8")
+    nodes = scale_to(lab, 2)
+    assert len(nodes) == 2
+    return nodes
+
+
+def test_container_job_on_two_moved_nodes_runs_in_the_image(lab, image, two_nodes):
+    host = Path("/etc/os-release").read_text()
+    out, took = srun(lab, "-N2", "-w", ",".join(two_nodes), f"--container-image={image}", "cat", "/etc/os-release")
+    assert out.count("ID=slurmpool-lab") == 2, out  # one per node, from the image
+    assert not any(line in out.splitlines() for line in host.splitlines() if line.startswith("ID=")), out
+    FIGURES["container_srun_2_nodes_first_s"] = round(took, 2)
+    # the start time beside a plain srun (docs/install.md), once enroot has run on these nodes
+    _, again = srun(lab, "-N2", "-w", ",".join(two_nodes), f"--container-image={image}", "true")
+    _, plain = srun(lab, "-N2", "-w", ",".join(two_nodes), "true")
+    FIGURES["container_srun_2_nodes_s"], FIGURES["plain_srun_2_nodes_s"] = round(again, 2), round(plain, 2)
+    print(f"srun -N2: {took:.2f} s first in a container, then {again:.2f} s; {plain:.2f} s plain")
+
+
+def test_container_mounts_and_gres_reach_the_job(lab, image, two_nodes):
+    shared = Path(lab.env["LAB_DIR"]) / "pyxis" / "mnt"
+    shared.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(8)
+    (shared / "marker").write_text(token + "\n")
+    out, _ = srun(lab, "-N1", "-w", two_nodes[0], "--gres=gpu:2", f"--container-image={image}",
+                  f"--container-mounts={shared}:/data:ro", "sh", "-c",
+                  'cat /data/marker; echo "CVD=$CUDA_VISIBLE_DEVICES"')
+    lines = out.split()
+    assert token in lines, out
+    assert "CVD=0,1" in lines, out  # two GPUs of the node's eight, as Slurm's GRES gives them
+
+
+def enroot_leftovers(node_dir: Path) -> list[str]:
+    """What enroot or pyxis left for a node: mounts anywhere on the host under the node's run
+    directory or enroot's paths, processes of enroot or in a container, files in enroot's data."""
+    found = []
+    for mountinfo in Path("/proc").glob("[0-9]*/mountinfo"):
+        try:
+            text = mountinfo.read_text()
+        except OSError:  # the process ended meanwhile
+            continue
+        found += [f"{mountinfo.parent.name}: {line.split()[4]}" for line in text.splitlines()
+                  if str(node_dir) in line or "/run/slurm/enroot" in line or "/run/slurm/pyxis" in line]
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv0 = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            root = os.readlink(proc / "root")  # a container's processes have its rootfs as root
+        except OSError:  # ended meanwhile
+            continue
+        if os.path.basename(argv0).startswith("enroot") or "enroot" in root:
+            found.append(f"process {proc.name}: {argv0} (root {root})")
+    data = node_dir / "enroot" / "data"
+    if data.is_dir():
+        found += [f"file {p}" for p in data.rglob("*") if p.is_dir() and p.parent.name.startswith("user-")]
+    return sorted(set(found))
+
+
+def node_run_dir(lab, node: str) -> Path:
+    """The per-node directory the agent puts on /run/slurm for a node's slurmd (e2e/lab/up.sh)."""
+    sub = "state/sack/slurmd" if lab.slurm_version == "26.05" else "state/noderun"
+    return Path(lab.env["LAB_DIR"]) / sub / node
+
+
+def test_a_container_job_ending_in_a_move_back_leaves_nothing_behind(lab, image, two_nodes):
+    """A container job on both nodes, the pool scaled to 0 while it runs: the drain waits for the job
+    and its epilog (pyxis's cleanup), the job completes, both nodes go to inference undrained by
+    Slurm (no "Epilog error"), and no enroot mount, process or container is left on them."""
+    job = lab.slurm("sbatch", "--parsable", "-p", "gpu", "-N2", "-w", ",".join(two_nodes), "--time=5", "-o", "/dev/null",
+                    "--wrap", f"srun --container-image={image} sh -c 'sleep 8; cat /etc/os-release'").stdout.strip()
+    # the check below sees a container: its processes while the job runs
+    seen = wait(lambda: enroot_leftovers(node_run_dir(lab, two_nodes[1])), 90, interval=0.5,
+                what=f"job {job}'s container on {two_nodes[1]}")
+    assert any(s.startswith("process") for s in seen), seen
+    assert job_state(lab, job) == "RUNNING", job_state(lab, job)
+    lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=0")
+    wait(lambda: split_reached(lab, POOL, 0), 240, what="split 0/8")
+    assert job_state(lab, job) in ("COMPLETED", "GONE"), job_state(lab, job)
+    states = slurm_states(lab)
+    for node in two_nodes:
+        out = lab.slurm("scontrol", "show", "node", "-o", node).stdout
+        reason = re.search(r"Reason=(.*?)(?: \[|$)", out)
+        assert reason and reason.group(1).startswith("slurmpool:"), (node, states.get(node), out)
+        assert "Epilog" not in out, out
+    for node in two_nodes:
+        deadline = time.monotonic() + 30
+        while (left := enroot_leftovers(node_run_dir(lab, node))) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert not left, (node, left)
