@@ -6,7 +6,8 @@
 #   pyxis-0.24.0-<key>/      spank_pyxis.so built against INCLUDE_DIR/slurm/spank.h: a SPANK plugin
 #                            must be built with the Slurm it is loaded by (22.05: Debian's
 #                            libslurm-dev, /usr/include; 26.05: the lab's build, <prefix>/include)
-# Prints "ENROOT_PREFIX=DIR" and "PYXIS_SO=FILE". The slurmd images build the same sources in
+# Prints "ENROOT_PREFIX=DIR" and "PYXIS_SO=FILE"; with --image also "ENROOT_IMAGE_STAGE=DIR", enroot
+# for the slurmd images (below). The slurmd images build the same sources in
 # their own Debian (deploy/docker/build-images.sh).
 #
 # The lab's enroot.conf puts every path under /run/slurm: the agent runs each lab slurmd in a mount
@@ -15,7 +16,8 @@
 # job ("unsquashfs: failed to make directory ... File exists"; shared/reference/pyxis-enroot-notes.md).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-include=${1:?usage: build-pyxis.sh INCLUDE_DIR (where slurm/spank.h is)}
+image_stage=0; [ "${1:-}" != --image ] || { image_stage=1; shift; }
+include=${1:?usage: build-pyxis.sh [--image] INCLUDE_DIR (where slurm/spank.h is)}
 [ -f "$include/slurm/spank.h" ] || { echo "build-pyxis.sh: no $include/slurm/spank.h" >&2; exit 1; }
 vendor=$(cd "$here/../../.." && pwd)/shared/vendor
 [ -d "$vendor" ] || vendor=/work/shared/vendor
@@ -48,7 +50,9 @@ flock 9
 work=$(mktemp -d "$cache/build-pyxis.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-ekey=$(cat "$here/build-pyxis.sh" "$enroot_tar" | sha256sum | cut -c1-16)
+# keyed by the tarball and the enroot section of this script (a change elsewhere builds nothing again)
+ekey=$( (cat "$enroot_tar"; sed -n '/^# ---- enroot begin/,/^# ---- enroot end/p' "$0") | sha256sum | cut -c1-16)
+# ---- enroot begin
 enroot=$cache/enroot-4.1.2-$ekey
 if [ ! -f "$enroot/.complete" ]; then
   rm -rf "$enroot"; t=$(date +%s%N)
@@ -70,7 +74,23 @@ EOF
   echo "build-pyxis.sh: enroot 4.1.2 in $(( ($(date +%s%N) - t) / 1000000 )) ms" >&2
 fi
 
-pkey=$(cat "$here/build-pyxis.sh" "$pyxis_tar" "$include/slurm/spank.h" "$include/slurm/slurm_version.h" 2>/dev/null |
+# The slurmd images' enroot (deploy/docker/build-images.sh): prefix /usr/local, configuration in
+# /etc/enroot, staged in a tree to copy into an image (the `dist` way: the stage's path taken out of
+# the files that name it). Its enroot.conf: deploy/docker/slurmd/enroot.conf.
+stage=$cache/enroot-4.1.2-image-$ekey
+if [ "$image_stage" = 1 ] && [ ! -f "$stage/.complete" ]; then
+  rm -rf "$stage" "$work/enroot"; t=$(date +%s%N)
+  mkdir -p "$work/enroot" && tar -xJf "$enroot_tar" -C "$work/enroot" --strip-components=1
+  (cd "$work/enroot" && make -j2 prefix=/usr/local sysconfdir=/etc DESTDIR="$stage" >make.out 2>&1 &&
+    make install prefix=/usr/local sysconfdir=/etc DESTDIR="$stage" >>make.out 2>&1) \
+    || { tail -40 "$work/enroot/make.out" >&2; echo "build-pyxis.sh: enroot (image) failed" >&2; exit 1; }
+  sed -i "s;$stage;;g" "$stage/usr/local/bin/enroot" "$stage/etc/enroot/enroot.conf"
+  touch "$stage/.complete"
+  echo "build-pyxis.sh: enroot 4.1.2 for the images in $(( ($(date +%s%N) - t) / 1000000 )) ms" >&2
+fi
+# ---- enroot end
+
+pkey=$(cat "$pyxis_tar" "$include/slurm/spank.h" "$include/slurm/slurm_version.h" 2>/dev/null |
   sha256sum | cut -c1-16)
 pyxis=$cache/pyxis-0.24.0-$pkey
 if [ ! -f "$pyxis/.complete" ]; then
@@ -83,5 +103,6 @@ if [ ! -f "$pyxis/.complete" ]; then
   touch "$pyxis/.complete"
   echo "build-pyxis.sh: pyxis 0.24.0 against $include in $(( ($(date +%s%N) - t) / 1000000 )) ms" >&2
 fi
+[ "$image_stage" = 0 ] || echo "ENROOT_IMAGE_STAGE=$stage"
 echo "ENROOT_PREFIX=$enroot"
 echo "PYXIS_SO=$pyxis/spank_pyxis.so"
