@@ -143,7 +143,7 @@ def test_a_container_job_ending_in_a_move_back_leaves_nothing_behind(lab, image,
     and its epilog (pyxis's cleanup), the job completes, both nodes go to inference undrained by
     Slurm (no "Epilog error"), and no enroot mount, process or container is left on them."""
     job = lab.slurm("sbatch", "--parsable", "-p", "gpu", "-N2", "-w", ",".join(two_nodes), "--time=5", "-o", "/dev/null",
-                    "--wrap", f"srun --container-image={image} sh -c 'sleep 8; cat /etc/os-release'").stdout.strip()
+                    "--wrap", f"srun --container-image={image} sh -c 'sleep 20; cat /etc/os-release'").stdout.strip()
     # the check below sees a container: its processes while the job runs
     wait(lambda: [f for f in enroot_leftovers(node_run_dir(lab, two_nodes[1])) if "enroot" in f], 90,
          interval=0.5, what=f"job {job}'s container on {two_nodes[1]}")
