@@ -62,7 +62,8 @@ image-check: venv
 
 # The operator image and slurmd images as OCI archives from a Debian base, no engine or registry
 # (deploy/docker/build-images.sh; cached under ~/.cache/slurmpool/images). README: push them.
-# SLURM: the slurmd images' Slurm versions, e.g. SLURM="22.05 24.11 26.05" (default 22.05).
+# SLURM: the slurmd images' Slurm versions, e.g. SLURM="22.05 24.11 26.05" (default 22.05); each with its
+# -pyxis variant (pyxis and enroot for srun --container-image; SLURMD_PYXIS=0: none).
 images: deps venv
 	$(if $(SLURM),SLURMD_VERSIONS="$(SLURM)") deploy/docker/build-images.sh
 
