@@ -10,9 +10,12 @@ local image checks the path a pulled image takes after the pull (docs/install.md
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import secrets
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -27,7 +30,11 @@ from harness import (
     job_state,
     node_placements,
     pool_manifest,
+    pool_status,
     reset_lab,
+    reset_nodes,
+    resume_our_drains,
+    slurmd_pods,
     slurm_states,
     split_reached,
     wait,
@@ -162,3 +169,96 @@ def test_a_container_job_ending_in_a_move_back_leaves_nothing_behind(lab, image,
         while (left := enroot_leftovers(node_run_dir(lab, node))) and time.monotonic() < deadline:
             time.sleep(1)
         assert not left, (node, left)
+
+
+@pytest.fixture(scope="module")
+def pyxis_image(lab, image) -> str:
+    """The 22.05 -pyxis slurmd image, built (cached) and imported into the real nodes' containerd."""
+    if not lab.real_nodes or lab.slurm_version != "22.05":
+        pytest.skip("needs real kubelet nodes on a 22.05 lab with pyxis (LAB_REAL_NODES=1 LAB_PYXIS=1)")
+    repo = Path(__file__).resolve().parent.parent
+    p = subprocess.run([str(repo / "deploy" / "docker" / "build-images.sh"), "--slurmd-only"],
+                       env={**lab.env, "SLURMD_VERSIONS": "22.05"}, capture_output=True, text=True, timeout=3600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    name, archive = next(line.split("=", 1) for line in p.stdout.split() if line.split("=", 1)[0].endswith(":22.05-pyxis"))
+    p = subprocess.run([str(repo / "e2e" / "lab" / "real-nodes.sh"), "import", archive], env=lab.env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return name
+
+
+def real_pod_conf(lab) -> Path:
+    """slurm.conf for the slurmd pod: the lab's, whose plugstack.conf (found beside slurm.conf) names
+    the image's pyxis, not the lab's build on the host."""
+    lab_dir = Path(lab.env["LAB_DIR"])
+    etc = lab_dir / "pyxis" / "etc"
+    etc.mkdir(parents=True, exist_ok=True)
+    conf = [line for line in (lab_dir / "etc" / "slurm.conf").read_text().splitlines() if not line.startswith("PlugStackConfig=")]
+    (etc / "slurm.conf").write_text("\n".join(conf) + "\n")
+    for f in ("topology.conf", "gres.conf"):
+        if (lab_dir / "etc" / f).exists():
+            shutil.copy(lab_dir / "etc" / f, etc / f)
+    (etc / "plugstack.conf").write_text("required /usr/local/lib/slurm/spank_pyxis.so\n")
+    return etc / "slurm.conf"
+
+
+def test_container_job_in_a_slurmd_pod_on_a_real_kubelet_node(lab, op, image, pyxis_image):
+    """The -pyxis image as the slurmd pod of a real kubelet node the operator moves into Slurm, with the
+    pod's security context as docs/install.md says (none set: the runtime's defaults, not privileged),
+    enroot's paths on emptyDir volumes: the container job runs, with its mount and GPUs, and the node
+    moves back to inference (the kubelet stops the pod). Not checked here: what enroot leaves on a real
+    node (a container's processes were not found from the host's /proc, so such a check could not fail)."""
+    node = lab.real_nodes[0]
+    lab_dir = lab.env["LAB_DIR"]
+    key = Path(lab_dir) / "munge" / "munge.key"
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pyxis-auth", "namespace": NAMESPACE},
+              "data": {"munge.key": base64.b64encode(key.read_bytes()).decode()}}
+    pool = pool_manifest(lab, "real-pyxis", 1)
+    pool["spec"]["nodeSelector"] = {"matchLabels": {"slurmpool.io/real": "true", "kubernetes.io/hostname": node}}
+    pool["spec"]["slurm"]["slurmdPod"] = {
+        "image": pyxis_image, "command": ["/usr/local/bin/slurmd-entrypoint"],
+        "env": [{"name": "SLURM_CONF", "value": str(real_pod_conf(lab))}],
+        "resources": {"limits": {"nvidia.com/gpu": "8"}},
+        "tolerations": [{"key": "slurmpool.io/real-node", "operator": "Exists", "effect": "NoSchedule"}],
+        "volumes": [{"name": "etc", "hostPath": {"path": f"{lab_dir}/etc", "type": "Directory"}},
+                    {"name": "fakedev", "hostPath": {"path": f"{lab_dir}/fakedev", "type": "Directory"}},
+                    {"name": "pyxis", "hostPath": {"path": f"{lab_dir}/pyxis", "type": "Directory"}},
+                    {"name": "auth", "secret": {"secretName": "pyxis-auth", "defaultMode": 0o400}},
+                    {"name": "enroot-data", "emptyDir": {}},
+                    {"name": "enroot-run", "emptyDir": {"medium": "Memory"}}],
+        "volumeMounts": [{"name": "etc", "mountPath": f"{lab_dir}/etc", "readOnly": True},
+                         {"name": "fakedev", "mountPath": f"{lab_dir}/fakedev", "readOnly": True},
+                         {"name": "pyxis", "mountPath": f"{lab_dir}/pyxis", "readOnly": True},
+                         {"name": "auth", "mountPath": "/etc/slurm-auth", "readOnly": True},
+                         {"name": "enroot-data", "mountPath": "/var/lib/enroot"},
+                         {"name": "enroot-run", "mountPath": "/run/enroot"}],
+    }
+
+    def at(slurm: int, inference: int) -> bool:
+        s = pool_status(lab, "real-pyxis")
+        return s.get("slurm", {}).get("ready") == slurm and s.get("inference", {}).get("ready") == inference and s.get("moving") == 0
+    shared = Path(lab_dir) / "pyxis" / "mnt"
+    shared.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(8)
+    (shared / "marker").write_text(token + "\n")
+    try:
+        apply(lab, [secret, pool])
+        wait(lambda: at(1, 0), 240, what=f"{node} in Slurm, served by {pyxis_image}")
+        out, took = srun(lab, "-N1", "-w", node, "--gres=gpu:2", f"--container-image={image}",
+                         f"--container-mounts={shared}:/data:ro", "sh", "-c",
+                         'grep ^ID= /etc/os-release; cat /data/marker; echo "CVD=$CUDA_VISIBLE_DEVICES"')
+        assert out.split() == ["ID=slurmpool-lab", token, "CVD=0,1"], out
+        _, plain = srun(lab, "-N1", "-w", node, "true")
+        FIGURES["real_node_container_srun_s"], FIGURES["real_node_plain_srun_s"] = round(took, 2), round(plain, 2)
+        lab.kubectl("scale", "snp", "real-pyxis", "-n", NAMESPACE, "--replicas=0")
+        wait(lambda: at(0, 1), 240, what=f"{node} back to inference")
+        wait(lambda: not [p for p in slurmd_pods(lab) if p["spec"].get("nodeName") == node], 120,
+             what=f"the real kubelet stopping the slurmd pod on {node}")
+    finally:
+        lab.kubectl("delete", "snp", "real-pyxis", "-n", NAMESPACE, "--ignore-not-found", "--wait=true", check=False)
+        lab.kubectl("delete", "secret", "pyxis-auth", "-n", NAMESPACE, "--ignore-not-found", check=False)
+        lab.kubectl("delete", "pod", "-n", NAMESPACE, "-l", "slurmpool.io/component=slurmd", "--field-selector",
+                    f"spec.nodeName={node}", "--wait=true", check=False)
+        reset_nodes(lab, [node])
+        resume_our_drains(lab, [node])
+
