@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 export LAB_DIR ?= $(CURDIR)/.lab
 
-.PHONY: slurm e2e-matrix e2e-main e2e-beside matrix-a matrix-b images-all venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check images bench bench-matrix alerts-idle
+.PHONY: slurm e2e-matrix e2e-main e2e-beside matrix-a matrix-b images-all venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check images bench bench-matrix alerts-idle release
 CHART := deploy/helm/slurmpool
 
 venv: deps $(VENV)/.stamp
@@ -65,6 +65,11 @@ image-check: venv
 # SLURM: the slurmd images' Slurm versions, e.g. SLURM="22.05 24.11 26.05" (default 22.05).
 images: deps venv
 	$(if $(SLURM),SLURMD_VERSIONS="$(SLURM)") deploy/docker/build-images.sh
+
+# The release artifacts of pyproject's version in dist/<version>/: wheel, chart package, the operator
+# and slurmd OCI image archives (SLURM as for `make images`), SHA256SUMS (deploy/release.sh).
+release: deps venv tools
+	$(if $(SLURM),SLURMD_VERSIONS="$(SLURM)") deploy/release.sh
 
 unit: venv tools
 	SLURMPOOL_REQUIRE_TOOLS=1 $(BIN)/pytest -q tests

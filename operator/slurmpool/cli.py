@@ -455,7 +455,10 @@ def _emit(data: Any, text: str, output: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="kubectl slurmpool", description="On-call tools for SlurmNodePools.")
+    parser.add_argument("--version", action="version", version=f"kubectl-slurmpool {__version__}")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
     parser.add_argument("--context", default=None)
     common = argparse.ArgumentParser(add_help=False)
