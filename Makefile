@@ -140,12 +140,14 @@ images-all: deps venv slurm lab-build
 	SLURMD_VERSIONS="22.05 24.11 26.05" deploy/docker/build-images.sh >/dev/null
 
 # LAB_PROMETHEUS=1 make demo: the lab's Prometheus scrapes the demo's operator and runs the alerts.
+# The demo's operator and pool stay until `make lab-down`; make test, bench and load stop them first
+# (e2e/harness.py: stop_demo), so the targets run in any order (CONTRIBUTING.md).
 demo: lab-up
 	e2e/demo.sh
 
 # Speed and memory figures beside their targets (writes bench-results.json); uses the lab.
 # BENCH_ONLY=planner,memory runs only those parts (of planner, calls, fragmentation, health,
-# moves, memory, load).
+# moves, memory, plugin, load).
 # BENCH_MATRIX=1 adds the idle moves on each Slurm version and access path (the lab restarted per row);
 # `make bench-matrix` runs only those (BENCH_ROWS to choose rows) and merges them into bench-results.json.
 bench: deps venv
