@@ -469,13 +469,18 @@ def complete_main(argv: list[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     api: list[Api] = []
 
+    def option(name: str) -> str | None:  # --kubeconfig and --context, as typed before the subcommand
+        return next((words[i + 1] for i, w in enumerate(words[:-2]) if w == name), None)
+
+    kubeconfig, context = option("--kubeconfig"), option("--context")
+
     def client() -> Api:
         if not api:
-            api.append(Api(None, None))
+            api.append(Api(kubeconfig, context))
         return api[0]
 
     try:
-        found = complete(words, lambda ns: client().pool_names(ns or Api.default_namespace(None, None)),
+        found = complete(words, lambda ns: client().pool_names(ns or Api.default_namespace(kubeconfig, context)),
                          lambda: client().node_names())
     except Exception:  # noqa: BLE001 - no cluster: complete nothing rather than print a traceback
         found = []
