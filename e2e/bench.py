@@ -494,7 +494,8 @@ def bench_plugin(lab=None, node_count: int = 5000, pods_per_node: int = 10, runs
     from kubernetes import client, config
 
     api = client.CoreV1Api(config.new_client_from_config(str(lab.kubeconfig)))
-    label, namespace = "slurmpool.io/bench-plugin", "bench-plugin"
+    # A namespace of this run's own: the last run's may still be terminating (50,000 pods to collect).
+    label, namespace = "slurmpool.io/bench-plugin", f"bench-plugin-{os.getpid()}"
     names = [f"bp-{i:05d}" for i in range(node_count)]
     published = json.dumps({"state": "MIXED", "jobs": [{"id": "4242", "name": "train", "user": "alice", "state": "RUNNING"}]})
     nodes = [{"apiVersion": "v1", "kind": "Node",
@@ -514,8 +515,9 @@ def bench_plugin(lab=None, node_count: int = 5000, pods_per_node: int = 10, runs
     seconds = _create_all(lambda body, **kw: api.create_namespaced_pod(namespace, body, **kw), pods)
     print(f"     created {len(pods)} pods in {seconds:.1f} s")
     install_crd(lab)
-    apply(lab, {**pool_manifest(lab, "bench-plugin", node_count // 2, namespace=namespace,
-                                nodeSelector={"matchLabels": {label: "true"}}, paused=True)})
+    pool = pool_manifest(lab, "bench-plugin", node_count // 2, namespace=namespace, paused=True)
+    pool["spec"]["nodeSelector"] = {"matchLabels": {label: "true"}}  # replaced: overrides would merge with the lab's label
+    apply(lab, pool)
     env = {**lab.env, "PATH": f"{Path(sys.executable).parent}:{lab.env['PATH']}", "COLUMNS": "120"}
     walls, peaks = [], []
     try:

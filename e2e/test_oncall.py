@@ -417,6 +417,24 @@ def test_status_yaml_and_watch_follow_a_scale(lab, op):
     assert code == 0 and "Traceback" not in watcher.stderr.read()
 
 
+def test_kubectl_completes_the_plugins_words(lab, op):
+    """kubectl's own completion (`kubectl __complete`, what the shell calls) runs
+    kubectl_complete-slurmpool from PATH: subcommands, the namespace's pools, node names."""
+    ensure_pool(lab)
+    env = {**lab.env, "PATH": f"{VENV_BIN}:{lab.env['PATH']}"}
+
+    def candidates(*words: str) -> list[str]:
+        p = subprocess.run([str(lab.bin_dir / "kubectl"), "__complete", "slurmpool", *words], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        return [line for line in p.stdout.splitlines() if line and not line.startswith(":")]
+
+    assert candidates("st") == ["status"]
+    assert POOL in candidates("status", "-n", NAMESPACE, "")
+    assert set(lab.nodes) <= set(candidates("move", ""))
+    assert candidates("status", POOL, "-o", "y") == ["yaml"]
+
+
 def test_status_always_named_a_source(lab, op):
     """Every status the operator wrote in this module named its target's source."""
     if ensure_pool(lab) is None:  # run alone: give the operator a pool to write a status for
