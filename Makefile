@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 export LAB_DIR ?= $(CURDIR)/.lab
 
-.PHONY: slurm e2e-matrix e2e-main e2e-beside matrix-a matrix-b images-all venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check images bench bench-matrix alerts-idle
+.PHONY: slurm e2e-matrix e2e-main e2e-beside matrix-a matrix-b images-all venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check images bench bench-matrix alerts-idle release
 CHART := deploy/helm/slurmpool
 
 venv: deps $(VENV)/.stamp
@@ -66,6 +66,11 @@ image-check: venv
 # -pyxis variant (pyxis and enroot for srun --container-image; SLURMD_PYXIS=0: none).
 images: deps venv
 	$(if $(SLURM),SLURMD_VERSIONS="$(SLURM)") deploy/docker/build-images.sh
+
+# The release artifacts of pyproject's version in dist/<version>/: wheel, chart package, the operator
+# and slurmd OCI image archives (SLURM as for `make images`), SHA256SUMS (deploy/release.sh).
+release: deps venv tools
+	$(if $(SLURM),SLURMD_VERSIONS="$(SLURM)") deploy/release.sh
 
 unit: venv tools
 	SLURMPOOL_REQUIRE_TOOLS=1 $(BIN)/pytest -q tests
@@ -138,12 +143,14 @@ images-all: deps venv slurm lab-build
 	SLURMD_VERSIONS="22.05 24.11 26.05" SLURMD_PYXIS=0 deploy/docker/build-images.sh >/dev/null
 
 # LAB_PROMETHEUS=1 make demo: the lab's Prometheus scrapes the demo's operator and runs the alerts.
+# The demo's operator and pool stay until `make lab-down`; make test, bench and load stop them first
+# (e2e/harness.py: stop_demo), so the targets run in any order (CONTRIBUTING.md).
 demo: lab-up
 	e2e/demo.sh
 
 # Speed and memory figures beside their targets (writes bench-results.json); uses the lab.
 # BENCH_ONLY=planner,memory runs only those parts (of planner, calls, fragmentation, health,
-# moves, memory, load).
+# moves, memory, plugin, load).
 # BENCH_MATRIX=1 adds the idle moves on each Slurm version and access path (the lab restarted per row);
 # `make bench-matrix` runs only those (BENCH_ROWS to choose rows) and merges them into bench-results.json.
 bench: deps venv

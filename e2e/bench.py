@@ -4,7 +4,8 @@ Writes bench-results.json: {"name": {"value", "unit", "target", "ok"}} (the idle
 1-minute load average when they ended: 2 shared cores make them noisy). Figures:
   planner time for 1k/10k/50k nodes; Slurm commands and Kubernetes API requests per
   reconcile cycle at 50 and 500 nodes; operator RSS with 5,000 Nodes in the lab's
-  apiserver; wall time to move one idle node each way and eight at once on the lab;
+  apiserver; `kubectl slurmpool status` wall time and peak RSS on a pool of 5,000 Nodes with 50,000
+  pods in the lab's apiserver; wall time to move one idle node each way and eight at once on the lab;
   whole free Slurm blocks after the planner's moves vs exhaustive search; under load (500
   simulated nodes, 20 pools, every split changed at once): loop pass p50/p99, spec change to
   observedGeneration and to settled (e2e/load.py; the lab is restarted with LAB_SIM_NODES=500
@@ -15,7 +16,7 @@ node model (MATRIX_ROWS; names end in the row, e.g. move_1_idle_node_to_slurm_24
 is restarted per row and stopped at the end. --matrix-only [ROW...] (`make bench-matrix`) runs just
 those and merges them into bench-results.json.
 BENCH_ONLY=planner,memory (or --only): run only these parts, of planner, calls, fragmentation,
-health, moves, memory, load.
+health, moves, memory, plugin, load.
 Usage: python e2e/bench.py [--no-lab] [--no-load] [--only PARTS] [--matrix | --matrix-only [ROW...]]
 (the lab parts need `make lab-up` or start it)
 Every figure is printed with the machine's 1-minute load average when it was taken.
@@ -272,8 +273,11 @@ def lab_env() -> dict:
     if subprocess.run([str(REPO / "e2e/lab/health.sh")], env={**os.environ, "LAB_DIR": str(lab_dir)}, capture_output=True).returncode:
         subprocess.run([str(REPO / "e2e/lab/up.sh")], env={**os.environ, "LAB_DIR": str(lab_dir)}, check=True)
     from conftest import Lab
+    from harness import stop_demo
 
-    return Lab.from_env_file(lab_dir / "env")
+    lab = Lab.from_env_file(lab_dir / "env")
+    stop_demo(lab)  # `make demo` then `make bench`: the demo's pool would hold the lab's nodes
+    return lab
 
 
 def bench_lab() -> None:
@@ -495,6 +499,83 @@ def bench_memory(lab=None, count: int = 5000) -> None:
         lab.kubectl("delete", "nodes", "-l", "slurmpool.io/bench=true", "--wait=false", timeout=300, check=False)
 
 
+def _create_all(create, bodies: list[dict], threads: int = 16) -> float:
+    """Create every body (409: already there), `threads` at once; returns the seconds it took."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kubernetes import client
+
+    def run(chunk: list[dict]) -> None:
+        for body in chunk:
+            try:
+                create(body, _preload_content=False)
+            except client.exceptions.ApiException as err:
+                if err.status != 409:
+                    raise
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(run, [bodies[i::threads] for i in range(threads)]))
+    return time.monotonic() - t0
+
+
+def bench_plugin(lab=None, node_count: int = 5000, pods_per_node: int = 10, runs: int = 3) -> None:
+    """`kubectl slurmpool status` (the lab's kubectl, the plugin on PATH) on a pool of 5,000 Nodes
+    carrying 50,000 pods, all in the lab's apiserver: wall time and peak RSS of the process
+    (kubectl execs the plugin in place), the median and the largest of `runs` runs."""
+    lab = lab or lab_env()
+    from harness import apply, install_crd, pool_manifest
+
+    from kubernetes import client, config
+
+    api = client.CoreV1Api(config.new_client_from_config(str(lab.kubeconfig)))
+    # A namespace of this run's own: the last run's may still be terminating (50,000 pods to collect).
+    label, namespace = "slurmpool.io/bench-plugin", f"bench-plugin-{os.getpid()}"
+    names = [f"bp-{i:05d}" for i in range(node_count)]
+    published = json.dumps({"state": "MIXED", "jobs": [{"id": "4242", "name": "train", "user": "alice", "state": "RUNNING"}]})
+    nodes = [{"apiVersion": "v1", "kind": "Node",
+              "metadata": {"name": n, "labels": {label: "true"},
+                           "annotations": {ANN_PLACEMENT: SLURM if i % 2 else "inference:llm", ANN_SLURM: published}},
+              "status": {"capacity": {"nvidia.com/gpu": "8"}}} for i, n in enumerate(names)]
+    print(f"     created {node_count} nodes in {_create_all(api.create_node, nodes):.1f} s")
+    lab.kubectl("create", "namespace", namespace, check=False)
+    # Bound to Nodes with no kubelet: they stay Pending. Tolerating everything keeps the node
+    # lifecycle controller from evicting them off the NotReady Nodes.
+    pods = [{"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": f"llm-{n}-{k}", "namespace": namespace, "labels": {"app": "llm"},
+                          "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "llm", "uid": "00000000-0000-0000-0000-000000000001"}]},
+             "spec": {"nodeName": n, "tolerations": [{"operator": "Exists"}],
+                      "containers": [{"name": "server", "image": "vllm:latest", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+            for n in names for k in range(pods_per_node)]
+    seconds = _create_all(lambda body, **kw: api.create_namespaced_pod(namespace, body, **kw), pods)
+    print(f"     created {len(pods)} pods in {seconds:.1f} s")
+    install_crd(lab)
+    pool = pool_manifest(lab, "bench-plugin", node_count // 2, namespace=namespace, paused=True)
+    pool["spec"]["nodeSelector"] = {"matchLabels": {label: "true"}}  # replaced: overrides would merge with the lab's label
+    apply(lab, pool)
+    env = {**lab.env, "PATH": f"{Path(sys.executable).parent}:{lab.env['PATH']}", "COLUMNS": "120"}
+    walls, peaks = [], []
+    try:
+        for _ in range(runs):
+            t0 = time.monotonic()
+            out = subprocess.run(["/usr/bin/time", "-f", "%M", str(lab.bin_dir / "kubectl"), "slurmpool", "status", "bench-plugin",
+                                  "-n", namespace], env=env, capture_output=True, text=True, timeout=600)
+            walls.append(time.monotonic() - t0)
+            if out.returncode != 0:
+                raise RuntimeError(f"kubectl slurmpool status failed: {out.stderr[-2000:]}")
+            rows = sum(1 for line in out.stdout.splitlines() if line.startswith("bp-"))
+            if rows != node_count:
+                raise RuntimeError(f"status showed {rows} of {node_count} nodes")
+            peaks.append(int(out.stderr.strip().splitlines()[-1]) / 1024)
+            print(f"     run: {walls[-1]:.2f} s, peak RSS {peaks[-1]:.0f} MiB")
+        wall, peak = statistics.median(walls), max(peaks)
+        record("plugin_status_5000_nodes_50000_pods_seconds", wall, "s", "< 2 s", wall < 2)
+        record("plugin_status_5000_nodes_50000_pods_rss", peak, "MiB", "< 150 MiB", peak < 150)
+    finally:
+        lab.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        lab.kubectl("delete", "nodes", "-l", f"{label}=true", "--wait=false", timeout=300, check=False)
+
+
 def _rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -502,7 +583,7 @@ def _rss_mib(pid: int) -> float:
     return math.nan
 
 
-PARTS = ("planner", "calls", "fragmentation", "health", "moves", "gang", "memory", "load")
+PARTS = ("planner", "calls", "fragmentation", "health", "moves", "gang", "memory", "plugin", "load")
 
 
 def main() -> int:
@@ -520,7 +601,7 @@ def main() -> int:
     if only - set(PARTS):
         parser.error(f"unknown part(s) {', '.join(sorted(only - set(PARTS)))}; known: {', '.join(PARTS)}")
     if args.no_lab:
-        only -= {"moves", "gang", "memory", "load"}
+        only -= {"moves", "gang", "memory", "plugin", "load"}
     if args.no_load:
         only.discard("load")
     t0 = time.monotonic()
@@ -535,7 +616,7 @@ def main() -> int:
     else:
         for part, run in (("planner", bench_planner), ("calls", bench_calls), ("fragmentation", bench_fragmentation),
                           ("health", bench_health_fragmentation), ("moves", bench_lab), ("gang", bench_gang), ("memory", bench_memory),
-                          ("load", bench_load)):
+                          ("plugin", bench_plugin), ("load", bench_load)):
             if part in only:
                 run()
         if not args.no_lab and (args.matrix or os.environ.get("BENCH_MATRIX") == "1"):

@@ -260,6 +260,10 @@ def lab() -> Iterator[Lab]:
             started_marker.touch()
     try:
         lab = Lab.from_env_file(d / "env")
+        from harness import stop_demo  # harness imports the kubernetes client; conftest stays light
+
+        with _lab_lock(d):
+            stop_demo(lab)  # `make demo` then `make test`: the demo's pool would hold the lab's nodes
         apply_admission_policies(lab)  # every test runs with the chart's admission policies (e2e/identity.py)
         yield lab
     finally:

@@ -433,6 +433,33 @@ def reset_lab(lab, namespace: str = NAMESPACE) -> None:
     resume_our_drains(lab)
 
 
+DEMO_NAMESPACE = "slurmpool-demo"
+
+
+def stop_demo(lab) -> bool:
+    """Put away what `make demo` leaves running: its operator (the PID in $LAB_DIR/run/operator.pid)
+    and its pool `gpu`, which selects the lab's nodes (a test's or the bench's pool would overlap it
+    and nothing would move). Its nodes are reset as reset_lab does. True if there was a demo."""
+    pidfile = Path(lab.dir) / "run" / "operator.pid"
+    demo_ns = lab.kubectl("get", "namespace", DEMO_NAMESPACE, "--ignore-not-found", "-o", "name").stdout.strip()
+    if not pidfile.exists() and not demo_ns:
+        return False
+    if pidfile.exists():
+        pid = int(pidfile.read_text().strip() or 0)
+        cmdline = Path(f"/proc/{pid}/cmdline")
+        if pid and cmdline.exists() and b"slurmpool" in cmdline.read_bytes():  # not a PID reused by another process
+            os.kill(pid, signal.SIGTERM)
+            wait(lambda: not Path(f"/proc/{pid}").exists() or b"State:\tZ" in Path(f"/proc/{pid}/status").read_bytes(),
+                 20, what="make demo's operator stopped")
+        pidfile.unlink(missing_ok=True)
+        (Path(lab.dir) / "prometheus" / "targets" / "demo.json").unlink(missing_ok=True)  # prometheus.unregister
+    if demo_ns:
+        reset_lab(lab, DEMO_NAMESPACE)
+        lab.kubectl("delete", "namespace", DEMO_NAMESPACE, "--wait=true", "--timeout=120s", check=False, timeout=150)
+    print(f"stopped make demo's operator and deleted namespace {DEMO_NAMESPACE}: this needs the lab's nodes to itself")
+    return True
+
+
 # ---------------------------------------------------------------- fault tests: observations and the lab's daemons
 
 

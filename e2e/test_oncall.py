@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import json
 import math
+import queue
+import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+import yaml
 from kubernetes.client.rest import ApiException
 
 from harness import (
@@ -363,6 +367,72 @@ def test_demand_grows_slurm_to_its_max_then_inference_without_flapping(lab, op):
     lab.kubectl("delete", "deployment", "llm", "-n", NAMESPACE)
     lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=json", "-p", '[{"op":"remove","path":"/spec/demand"}]')
     wait(lambda: target(lab).get("source") == "Manual", 10, what="demand off: the manual count again")
+
+
+def test_status_yaml_and_watch_follow_a_scale(lab, op):
+    """`-o yaml` is the JSON view; `status --watch -o yaml` keeps printing documents and shows a
+    scale's new target and split without being restarted."""
+    at_split(lab, 5)
+    view = yaml.safe_load(plugin(lab, "status", POOL, "-n", NAMESPACE, "-o", "yaml").stdout)
+    as_json = plugin_json(lab, "status", POOL)
+    assert set(view) == set(as_json) and view["target"] == as_json["target"] and view["spec"] == as_json["spec"]
+    assert [n["node"] for n in view["nodes"]] == lab.nodes and view["target"]["slurmNodes"] == 5
+
+    env = {**lab.env, "PATH": f"{VENV_BIN}:{lab.env['PATH']}"}
+    watcher = subprocess.Popen([str(lab.bin_dir / "kubectl"), "slurmpool", "status", POOL, "-n", NAMESPACE, "--watch",
+                                "--interval", "1", "-o", "yaml"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    documents: queue.Queue = queue.Queue()
+
+    def read() -> None:  # a document ends where the next begins ("---")
+        lines: list[str] = []
+        for line in watcher.stdout:
+            if line.rstrip() == "---" and lines:
+                documents.put(yaml.safe_load("".join(lines)))
+                lines = []
+            elif line.rstrip() != "---":
+                lines.append(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        first = documents.get(timeout=60)
+        assert first["target"]["slurmNodes"] == 5 and sum(n["side"] == "slurm" for n in first["nodes"]) == 5
+        lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=4")
+        deadline, seen = time.monotonic() + 180, 1
+        while True:
+            doc = documents.get(timeout=max(1.0, deadline - time.monotonic()))
+            seen += 1
+            if (doc["target"] or {}).get("slurmNodes") == 4 and sum(n["side"] == "slurm" for n in doc["nodes"]) == 4 \
+                    and doc["moving"] == 0 and all(n["phase"] == "Settled" for n in doc["nodes"]):
+                break
+            assert time.monotonic() < deadline, f"--watch never showed 4/4 settled: {doc}"
+        assert watcher.poll() is None, "--watch ended by itself"
+        TIMINGS["watch documents until 4/4"] = seen
+    finally:
+        watcher.send_signal(signal.SIGINT)  # the on-call's Ctrl-C: exits 0, no traceback
+        try:
+            code = watcher.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            watcher.kill()
+            raise
+    assert code == 0 and "Traceback" not in watcher.stderr.read()
+
+
+def test_kubectl_completes_the_plugins_words(lab, op):
+    """kubectl's own completion (`kubectl __complete`, what the shell calls) runs
+    kubectl_complete-slurmpool from PATH: subcommands, the namespace's pools, node names."""
+    ensure_pool(lab)
+    env = {**lab.env, "PATH": f"{VENV_BIN}:{lab.env['PATH']}"}
+
+    def candidates(*words: str) -> list[str]:
+        p = subprocess.run([str(lab.bin_dir / "kubectl"), "__complete", "slurmpool", *words], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        return [line for line in p.stdout.splitlines() if line and not line.startswith(":")]
+
+    assert candidates("st") == ["status"]
+    assert POOL in candidates("status", "-n", NAMESPACE, "")
+    assert set(lab.nodes) <= set(candidates("move", ""))
+    assert candidates("status", POOL, "-o", "y") == ["yaml"]
 
 
 def test_status_always_named_a_source(lab, op):

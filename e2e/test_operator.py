@@ -183,11 +183,11 @@ def test_kubectl_scale_and_printer_columns(lab, op):
     wait(settled(lab, 5, 3), 60, what="status 5/3")
     table = lab.kubectl("get", "snp", "-n", NAMESPACE).stdout
     header = table.splitlines()[0].split()
-    assert header == ["NAME", "SLURM", "INFERENCE", "DESIRED", "MOVING", "UNHEALTHY", "AGE"]
-    assert table.splitlines()[1].split()[:6] == [POOL, "5", "3", "5", "0", "0"]
+    assert header == ["NAME", "SLURM", "INFERENCE", "TARGET", "SOURCE", "MOVING", "UNHEALTHY", "AGE"]
+    assert table.splitlines()[1].split()[:7] == [POOL, "5", "3", "5", "Manual", "0", "0"]
     wide = lab.kubectl("get", "snp", "-n", NAMESPACE, "-o", "wide").stdout.splitlines()
-    assert wide[0].split()[7:10] == ["BLOCKED", "PAUSED", "READY"]
-    assert wide[1].split()[7:10] == ["0", "false", "True"]
+    assert wide[0].split()[8:12] == ["BLOCKED", "PAUSED", "READY", "SPEC"]
+    assert wide[1].split()[8:12] == ["0", "false", "True", "5"]
     scale = get_json(lab, "snp", POOL, "-n", NAMESPACE, "--subresource=scale")
     assert scale["spec"]["replicas"] == 5 and scale["status"]["replicas"] == 5
 

@@ -9,6 +9,7 @@ skipped, unless SLURMPOOL_REQUIRE_TOOLS=1 (make test), which builds it."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -18,7 +19,14 @@ import yaml
 from .test_chart import go_tool, objects, template
 
 HERE = Path(__file__).resolve().parent
-TESTS = HERE / "alerts" / "slurmpool.test.yaml"
+CHART = HERE.parent / "deploy" / "helm" / "slurmpool"
+RUNBOOK = HERE.parent / "docs" / "runbook.md"
+
+
+def unit_tests() -> str:
+    """tests/alerts/slurmpool.test.yaml with the chart's version in the runbook URLs."""
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    return (HERE / "alerts" / "slurmpool.test.yaml").read_text().replace("${VERSION}", version)
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +62,13 @@ def test_promtool_checks_the_rendered_rules(promtool, rules, tmp_path):
 
 
 def test_every_alert_passes_its_promtool_unit_tests(promtool, rules, tmp_path):
-    out = run_promtool(promtool, rules, TESTS.read_text(), tmp_path)
+    out = run_promtool(promtool, rules, unit_tests(), tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS" in out.stdout + out.stderr
 
 
 def test_every_alert_has_a_firing_and_a_silent_case_with_labels_and_annotations(rules):
-    spec = yaml.safe_load(TESTS.read_text())
+    spec = yaml.safe_load(unit_tests())
     fires: dict[str, list[dict]] = {}
     silent: set[str] = set()
     for test in spec["tests"]:
@@ -82,8 +90,8 @@ def test_every_alert_has_a_firing_and_a_silent_case_with_labels_and_annotations(
 
 def test_the_unit_tests_can_fail(promtool, rules, tmp_path):
     """A wrong expectation (another severity) makes promtool fail: the tests above are not vacuous."""
-    broken = TESTS.read_text().replace("{severity: critical, pool: gpu-a/train}", "{severity: warning, pool: gpu-a/train}", 1)
-    assert broken != TESTS.read_text()
+    broken = unit_tests().replace("{severity: critical, pool: gpu-a/train}", "{severity: warning, pool: gpu-a/train}", 1)
+    assert broken != unit_tests()
     out = run_promtool(promtool, rules, broken, tmp_path)
     assert out.returncode != 0 and "SlurmPoolDegraded" in out.stdout + out.stderr
 
@@ -96,5 +104,24 @@ def test_a_wrong_job_in_operator_down_is_caught(promtool, rules, tmp_path):
         for rule in group["rules"]:
             if rule.get("alert") == "SlurmPoolOperatorDown":
                 rule["expr"] = rule["expr"].replace('job="slurmpool-metrics"', 'job="slurmpool"')
-    out = run_promtool(promtool, wrong, TESTS.read_text(), tmp_path)
+    out = run_promtool(promtool, wrong, unit_tests(), tmp_path)
     assert out.returncode != 0 and "SlurmPoolOperatorDown" in out.stdout + out.stderr
+
+
+def test_every_alert_links_to_its_row_of_the_runbook(rules):
+    anchors = set(re.findall(r'<a id="([a-z]+)"></a>', RUNBOOK.read_text()))
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    base = f"https://github.com/slurmpool/slurmpool/blob/v{version}/docs/runbook.md#"
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            url = rule["annotations"]["runbook_url"]
+            assert url == base + rule["alert"].lower(), rule["alert"]
+            assert url.rsplit("#", 1)[1] in anchors, f"docs/runbook.md has no anchor for {rule['alert']}"
+
+
+def test_the_runbook_url_can_point_elsewhere(helm):
+    rendered = objects(template(helm, "--set", "metrics.prometheusRule.enabled=true",
+                                "--set", "metrics.prometheusRule.runbookURL=https://wiki.example/slurmpool").stdout)
+    rules = next(d for d in rendered if d["kind"] == "PrometheusRule")["spec"]
+    urls = {r["annotations"]["runbook_url"] for g in rules["groups"] for r in g["rules"]}
+    assert urls == {f"https://wiki.example/slurmpool#{name.lower()}" for name in alert_names(rules)}

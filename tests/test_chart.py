@@ -156,6 +156,28 @@ def test_standby_replicas_roll_one_at_a_time(helm):
     assert deployment["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
 
 
+def test_standby_replicas_get_a_disruption_budget_of_one(helm):
+    by_kind = {d["kind"]: d for d in objects(template(helm, "--set", "replicas=2").stdout)}
+    deployment, budget = by_kind["Deployment"], by_kind["PodDisruptionBudget"]
+    assert budget["spec"] == {"maxUnavailable": 1,
+                              "selector": {"matchLabels": deployment["spec"]["selector"]["matchLabels"]}}
+    assert pod_labels(deployment).items() >= budget["spec"]["selector"]["matchLabels"].items()
+
+
+def test_one_replica_gets_no_disruption_budget(helm):
+    assert not [d for d in objects(template(helm).stdout) if d["kind"] == "PodDisruptionBudget"]
+
+
+def test_json_logs_are_a_chart_value(helm):
+    def args(*settings: str) -> list[str]:
+        (deployment,) = objects(template(helm, *settings, "--show-only", "templates/deployment.yaml").stdout)
+        return deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    assert "--log-format=json" in args("--set", "operator.logFormat=json")
+    assert not [a for a in args() if a.startswith("--log-format")]
+    assert template(helm, "--set", "operator.logFormat=xml", check=False).returncode != 0
+
+
 def test_service_monitor_needs_the_service(helm):
     out = template(helm, "--set", "metrics.serviceMonitor.enabled=true,metrics.service.enabled=false", check=False)
     assert out.returncode != 0 and "needs metrics.service.enabled" in out.stderr

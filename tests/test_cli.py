@@ -178,3 +178,97 @@ def test_status_names_pending_jobs_demand_does_not_count():
     text = cli.render_status(cli.status_view(pool, [], NOW), 120)
     assert "demand: 1 pending job(s) (64 GPUs)" in text
     assert "not demand, no split starts it: job 9: asks for 12 nodes, the pool has 8" in text
+# ---------------------------------------------------------------- reads, outputs, completion
+
+
+def test_the_node_selector_becomes_the_apis_label_selector():
+    from slurmpool.models import LabelSelector
+
+    selector = LabelSelector.model_validate({
+        "matchLabels": {"gpu": "true", "a": "b"},
+        "matchExpressions": [{"key": "zone", "operator": "In", "values": ["x", "y"]},
+                             {"key": "bad", "operator": "NotIn", "values": ["1"]},
+                             {"key": "ib", "operator": "Exists"}, {"key": "old", "operator": "DoesNotExist"}]})
+    assert cli.label_selector_query(selector) == "a=b,gpu=true,zone in (x,y),bad notin (1),ib,!old"
+
+
+class RecordingApi:
+    """Answers as the apiserver would for the selector and field selectors asked, and records them."""
+
+    def __init__(self, pool, nodes, pods):
+        self._pool, self._nodes, self._pods, self.asked = pool, nodes, pods, []
+
+    def pool(self, namespace, name):
+        return self._pool
+
+    def nodes(self, label_selector):
+        self.asked.append(("nodes", label_selector))
+        return [n for n in self._nodes if n["metadata"]["labels"].get("gpu") == "true"]
+
+    def pods_on(self, names):
+        self.asked.append(("pods", sorted(names)))
+        return iter([p for p in self._pods if p["spec"]["nodeName"] in names])
+
+
+def test_status_asks_only_for_the_pools_nodes_and_their_pods():
+    pool, _ = world()
+    nodes = [node_body(f"n{i}", SLURM) for i in (1, 2)] + [{"metadata": {"name": "other", "labels": {}}}]
+    pods = [pod_body("llm-1", "n1"), pod_body("elsewhere", "other")]
+    api = RecordingApi(pool, nodes, pods)
+    _, _, views = cli._load(api, "ns", "gpu")
+    assert api.asked == [("nodes", cli.label_selector_query(SPEC.node_selector)), ("pods", ["n1", "n2"])]
+    assert [v.name for v in views] == ["n1", "n2"] and [p.name for p in views[0].pods] == ["llm-1"]
+
+
+def test_wide_status_shows_since_and_move_and_every_pod():
+    pool, nodes = world()
+    view = cli.status_view(pool, nodes, NOW)
+    wide = cli.render_status(view, 80, wide=True)
+    header = next(line for line in wide.splitlines() if line.startswith("NODE"))
+    assert header.split() == ["NODE", "SIDE", "PHASE", "AGE", "SLURM", "FLAGS", "SINCE", "MOVE", "WORKLOAD"]
+    n5 = next(line for line in wide.splitlines() if line.startswith("n5"))
+    assert "abc" in n5.split()
+    assert "serve/llm-1,serve/llm-2" in wide
+    assert "SINCE" not in cli.render_status(view, 80)
+
+
+def test_yaml_output_is_the_json_view(capsys):
+    import yaml
+
+    pool, nodes = world()
+    view = cli.status_view(pool, nodes, NOW)
+    cli._emit(view, "table", "yaml")
+    assert yaml.safe_load(capsys.readouterr().out) == json.loads(json.dumps(view, default=str))
+    cli._emit(view, "table", "json", watching=True)  # --watch: one JSON document a line
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["pool"] == "gpu"
+
+
+@pytest.mark.parametrize("words, expected", [
+    ([""], list(cli.COMMANDS)),
+    (["st"], ["status"]),
+    (["status", ""], ["gpu", "train"]),
+    (["status", "-n", "ns", "g"], ["gpu"]),
+    (["status", "gpu", ""], []),
+    (["status", "gpu", "-o", ""], ["table", "wide", "json", "yaml"]),
+    (["status", "gpu", "--w"], ["--watch"]),
+    (["move", "gpu0"], ["gpu01", "gpu02"]),
+    (["move", "gpu01", "--to", "inf"], ["inference", "inference:"]),
+    (["plan", "-n", ""], []),
+])
+def test_completion(words, expected):
+    asked = []
+
+    def pools(namespace):
+        asked.append(namespace)
+        return ["gpu", "train"]
+
+    assert cli.complete(words, pools, lambda: ["gpu01", "gpu02", "cpu01"]) == expected
+    if "-n" in words and expected:
+        assert asked == ["ns"]
+
+
+def test_completion_prints_kubectls_directive_last(capsys, monkeypatch):
+    monkeypatch.setattr(cli, "Api", None)  # no cluster needed for a subcommand
+    assert cli.complete_main(["pl"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["plan", ":4"]

@@ -43,9 +43,11 @@ def test_subresources_and_columns():
     assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.slurmNodes"
     assert "status" in version["subresources"]
     names = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
-    assert names == ["Slurm", "Inference", "Desired", "Moving", "Unhealthy", "Age"]
+    assert names == ["Slurm", "Inference", "Target", "Source", "Moving", "Unhealthy", "Age"]
+    columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
+    assert columns["Target"]["jsonPath"] == ".status.target.slurmNodes"  # in force, not the spec's
     wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority")]
-    assert {"Blocked", "Paused"} <= set(wide)
+    assert {"Blocked", "Paused", "Spec"} <= set(wide)
     assert crd()["spec"]["names"]["shortNames"] == ["snp"]
 
 

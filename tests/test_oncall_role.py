@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -43,8 +45,9 @@ EVENTS = ("", "events")
 # Each Kubernetes client method cli.py calls -> the rule it needs.
 PLUGIN_CALLS = {
     "get_namespaced_custom_object": (*POOLS, "get"),  # Api.pool: status, plan
-    "list_node": (*NODES, "list"),  # Api.nodes: status, plan (a pool's nodes by its nodeSelector)
-    "list_pod_for_all_namespaces": (*PODS, "list"),  # Api.pods: status, plan (the pods on each node)
+    "list_node": (*NODES, "list"),  # Api.nodes: status, plan (a pool's nodes by its nodeSelector); completion
+    "list_pod_for_all_namespaces": (*PODS, "list"),  # Api.pods_on: status, plan (the pods on the pool's nodes)
+    "list_namespaced_custom_object": (*POOLS, "list"),  # Api.pool_names: completion of a pool's name
     "patch_node": (*NODES, "patch"),  # Api.patch_node: move (the slurmpool.io/move-now annotation)
     "patch_namespaced_custom_object": (*POOLS, "patch"),  # Api.patch_pool: pause, resume (spec.paused)
 }
@@ -56,6 +59,12 @@ COMMANDS = {
     ("move", "n1", "--to", "inference"): {(*NODES, "patch")},
     ("pause", "gpu", "-n", "ns"): {(*POOLS, "patch")},
     ("resume", "gpu", "-n", "ns", "-o", "json"): {(*POOLS, "patch")},
+}
+# Shell completion (kubectl_complete-slurmpool ARGS... PARTIAL) and the rules each needs.
+COMPLETIONS = {
+    ("status", ""): {(*POOLS, "list")},
+    ("move", ""): {(*NODES, "list")},
+    ("st",): set(),
 }
 # The runbook's kubectl commands and the requests kubectl makes for each (kubectl -v=6).
 RUNBOOK = {
@@ -104,17 +113,22 @@ class Recorder:
 
         def call(*args, **kwargs):
             self._calls.append(name)
+            answer = answer_to(name)
+            # _preload_content=False: the raw answer, which the plugin parses itself
+            return SimpleNamespace(data=json.dumps(answer).encode()) if kwargs.get("_preload_content") is False else answer
+
+        def answer_to(name):
             if name == "get_namespaced_custom_object":
                 return self._pool
             if name.startswith("list_"):
                 nodes = [{"metadata": {"name": "n1", "labels": {"gpu": "true"}, "annotations": {}}, "spec": {}, "status": {}}]
-                return {"items": nodes if name == "list_node" else []}
+                return {"items": nodes if name == "list_node" else [], "metadata": {}}
             return {"metadata": {"name": "n1", "annotations": {}}}
 
         return call
 
 
-def run_command(monkeypatch, argv: tuple[str, ...]) -> set[str]:
+def run_command(monkeypatch, argv: tuple[str, ...], main=cli.main) -> set[str]:
     calls: list[str] = []
     pool = {"metadata": {"name": "gpu", "namespace": "ns"},
             "spec": make_spec(slurm_nodes=1, max_moves=8).model_dump(by_alias=True, exclude_none=True), "status": {}}
@@ -124,7 +138,7 @@ def run_command(monkeypatch, argv: tuple[str, ...]) -> set[str]:
 
     monkeypatch.setattr(cli.Api, "__init__", fake_init)
     monkeypatch.setattr(cli.Api, "default_namespace", staticmethod(lambda kubeconfig, context: "ns"))
-    assert cli.main(list(argv)) == 0
+    assert main(list(argv)) == 0
     return set(calls)
 
 
@@ -142,6 +156,11 @@ def test_each_command_needs_what_it_is_said_to(monkeypatch, capsys):
         calls = run_command(monkeypatch, argv)
         seen |= calls
         assert {PLUGIN_CALLS[c] for c in calls} == rules, argv
+    for argv, rules in COMPLETIONS.items():
+        calls = run_command(monkeypatch, argv, main=cli.complete_main)
+        seen |= calls
+        assert {PLUGIN_CALLS[c] for c in calls} == rules, argv
+        assert capsys.readouterr().out.splitlines()[-1] == cli.NO_FILES
     assert seen == set(PLUGIN_CALLS)  # every call in the code is reached by some command
     assert {a[0] for a in COMMANDS} == set(cli_commands(capsys))  # every command is covered
 

@@ -8,8 +8,29 @@ import os
 import sys
 
 
+LOG_FORMATS = ("text", "json")
+
+
+def configure_logging(log_format: str, verbose: bool) -> None:
+    """Text as before; json is kopf's own formatter (python-json-logger), which also carries the
+    object a kopf record is about (`object`: apiVersion, kind, name)."""
+    import kopf
+
+    if log_format not in LOG_FORMATS:
+        raise SystemExit(f"slurmpool: --log-format {log_format!r}: choose one of {', '.join(LOG_FORMATS)}")
+    if log_format == "json":
+        kopf.configure(verbose=verbose, log_format=kopf.LogFormat.JSON)
+    else:
+        logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("asyncssh", "kopf.objects"):  # per-command and per-event INFO lines
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="slurmpool", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"slurmpool {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the operator")
     run.add_argument("--metrics-port", type=int, default=int(os.environ.get("SLURMPOOL_METRICS_PORT", "8080")))
@@ -17,6 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--liveness", default=os.environ.get("SLURMPOOL_LIVENESS", ""), help="e.g. http://0.0.0.0:8081/healthz")
     run.add_argument("--interval", type=float, default=None, help="seconds between reconcile passes (default 1)")
     run.add_argument("--verbose", action="store_true")
+    run.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=os.environ.get("SLURMPOOL_LOG_FORMAT") or "text",
+        help="text (default) or json: kopf's JSON lines, one object per record (docs/install.md#logs)",
+    )
     sub.add_parser("crd", help="print the CRD YAML")
     args = parser.parse_args(argv)
 
@@ -28,10 +55,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.interval is not None:
         os.environ["SLURMPOOL_INTERVAL"] = str(args.interval)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("asyncssh", "kopf.objects"):  # per-command and per-event INFO lines
-        logging.getLogger(noisy).setLevel(logging.WARNING)
     import kopf
+
+    configure_logging(args.log_format, args.verbose)
     from prometheus_client import start_http_server
 
     from . import handlers  # noqa: F401 - registers the kopf handlers

@@ -1,7 +1,7 @@
 """`kubectl slurmpool`: the on-call's view of a SlurmNodePool, a dry-run planner, and the knobs.
 
-    kubectl slurmpool status POOL [-n NS] [-o json]        every node: side, phase, time in it, jobs, pods
-    kubectl slurmpool plan POOL [--slurm-nodes N] [-o json] which nodes would move, what they would disturb
+    kubectl slurmpool status POOL [-n NS] [-o wide|json|yaml] [--watch]   every node: side, phase, time in it, jobs, pods
+    kubectl slurmpool plan POOL [--slurm-nodes N] [-o json|yaml]          which nodes would move, what they would disturb
     kubectl slurmpool move NODE --to slurm|inference[:POOL] ask for one node to move now (move-now annotation)
     kubectl slurmpool pause POOL / resume POOL             spec.paused
 
@@ -10,6 +10,11 @@ PATH. It reads the same kubeconfig as kubectl (KUBECONFIG, or --kubeconfig/--con
 no Slurm access: the operator publishes each node's Slurm state and jobs in the node
 annotation `slurmpool.io/slurm`. `plan` runs the operator's own planner on that state and
 changes nothing. No kopf import here: the command starts fast.
+
+It reads only the pool's Nodes (its nodeSelector as a label selector) and only the pods on them
+(a field selector per node for small pools, else pages of running pods kept only when on a pool
+node), each answer parsed once as JSON (no client models), as the operator's kube.py does.
+Shell completion: the console script `kubectl_complete-slurmpool` (kubectl 1.26+ calls it).
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ import json
 import os
 import shutil
 import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
@@ -27,7 +35,7 @@ from slurmbridge import SlurmJob, SlurmNode
 
 from . import health
 from .handover import free_at
-from .models import GROUP, PLURAL, VERSION, SlurmNodePoolSpec
+from .models import GROUP, PLURAL, VERSION, LabelSelector, SlurmNodePoolSpec
 from .moves import disturbed_pods
 from .planner import current_placement, desired_split, plan
 from .view import (
@@ -44,6 +52,7 @@ from .view import (
 )
 
 MAX_WAVES = 100
+OUTPUTS = ("table", "wide", "json", "yaml")
 
 
 # ---------------------------------------------------------------- pure: state from API objects
@@ -89,7 +98,22 @@ def slurm_view(nodes: list[NodeView]) -> SlurmView:
     return SlurmView(available=True, nodes=snodes, jobs=tuple(jobs))
 
 
-def pool_nodes(spec: SlurmNodePoolSpec, node_bodies: list[dict], pod_bodies: list[dict]) -> list[NodeView]:
+def label_selector_query(selector: LabelSelector) -> str:
+    """The pool's nodeSelector as the API's labelSelector parameter (the apiserver filters)."""
+    terms = [f"{k}={v}" for k, v in sorted(selector.match_labels.items())]
+    for req in selector.match_expressions:
+        if req.operator == "In":
+            terms.append(f"{req.key} in ({','.join(req.values)})")
+        elif req.operator == "NotIn":
+            terms.append(f"{req.key} notin ({','.join(req.values)})")
+        elif req.operator == "Exists":
+            terms.append(req.key)
+        else:
+            terms.append(f"!{req.key}")
+    return ",".join(terms)
+
+
+def pool_nodes(spec: SlurmNodePoolSpec, node_bodies: Iterable[dict], pod_bodies: Iterable[dict]) -> list[NodeView]:
     from .kube import node_view, pod_view  # the kubernetes client, not kopf
 
     pods: dict[str, list[PodView]] = {}
@@ -293,7 +317,11 @@ def table(headers: list[str], rows: list[list[str]], total: int) -> str:
     return "\n".join(lines)
 
 
-def render_status(view: dict[str, Any], total: int = 100) -> str:
+def render_status(view: dict[str, Any], total: int = 100, wide: bool = False) -> str:
+    """The status table in `total` columns; `wide`: no width limit, every pod or job, and each
+    node's SINCE (when its phase began) and MOVE (the move's id)."""
+    if wide:
+        total = 10**6
     t = view.get("target") or {}
     lines = [
         f"SlurmNodePool {view['namespace']}/{view['pool']}: spec.slurmNodes {view['spec']['slurmNodes']}"
@@ -328,8 +356,10 @@ def render_status(view: dict[str, Any], total: int = 100) -> str:
     for r in view["nodes"]:
         phase = r["phase"] if not r["to"] else f"{r['phase']}>{_short(r['to'])}"
         marks = "".join(m for m, on in (("P", r["pin"]), ("M", r["moveNow"]), ("C", r["cordoned"]), ("U", r.get("unhealthy"))) if on)
-        rows.append([r["node"], _short(r["side"]), phase, r["age"], sinfo_state(r["slurmState"]), marks or "-", ""])
-    fixed = table(["NODE", "SIDE", "PHASE", "AGE", "SLURM", "FLAGS", "WORKLOAD"], [row for row in rows], total)
+        extra = [r["since"] or "-", r["moveId"] or "-"] if wide else []
+        rows.append([r["node"], _short(r["side"]), phase, r["age"], sinfo_state(r["slurmState"]), marks or "-", *extra, ""])
+    headers = ["NODE", "SIDE", "PHASE", "AGE", "SLURM", "FLAGS", *(["SINCE", "MOVE"] if wide else []), "WORKLOAD"]
+    fixed = table(headers, rows, total)
     # Fill the last column (jobs or pods) with what room is left on each line.
     header_line = fixed.splitlines()[0]
     start = header_line.index("WORKLOAD")
@@ -411,6 +441,66 @@ def _free(move: dict, now: str | None) -> str:
     if move["freeAt"] is None:
         return "no limit"
     return "now" if move["freeAt"] == now else move["freeAt"]
+# ---------------------------------------------------------------- pure: shell completion
+
+COMMANDS = ("status", "plan", "move", "pause", "resume")
+FLAGS = {
+    "status": ("--namespace", "--output", "--watch", "--interval"),
+    "plan": ("--namespace", "--output", "--slurm-nodes"),
+    "move": ("--to", "--output"),
+    "pause": ("--namespace", "--output"),
+    "resume": ("--namespace", "--output"),
+}
+VALUE_FLAGS = ("-n", "--namespace", "-o", "--output", "--to", "--slurm-nodes", "--interval", "--kubeconfig", "--context")
+NO_FILES = ":4"  # cobra's ShellCompDirectiveNoFileComp, what kubectl reads from the last line
+
+
+def complete(words: list[str], pools: Callable[[str | None], list[str]], nodes: Callable[[], list[str]]) -> list[str]:
+    """Candidates for the last of `words` (the plugin's arguments as typed, the last one partial).
+    `pools(namespace)` and `nodes()` are asked only when a pool or a node name is wanted."""
+    *done, word = words or [""]
+    namespace = next((done[i + 1] for i, w in enumerate(done[:-1]) if w in ("-n", "--namespace")), None)
+    previous = done[-1] if done else ""
+    command = next((w for w in done if w in COMMANDS), None)
+    if previous in ("-o", "--output"):
+        found = list(OUTPUTS)
+    elif previous == "--to":
+        found = ["slurm", "inference", "inference:"]
+    elif previous in VALUE_FLAGS:
+        return []  # a namespace, a number, a file: nothing to offer
+    elif command is None:
+        found = ["--kubeconfig", "--context", "--version"] if word.startswith("-") else list(COMMANDS)
+    elif word.startswith("-"):
+        found = list(FLAGS[command])
+    elif [w for i, w in enumerate(done) if not w.startswith("-") and w not in COMMANDS and (i == 0 or done[i - 1] not in VALUE_FLAGS)]:
+        return []  # the pool or node is already there
+    else:
+        found = nodes() if command == "move" else pools(namespace)
+    return [c for c in found if c.startswith(word)]
+
+
+def complete_main(argv: list[str] | None = None) -> int:
+    """`kubectl_complete-slurmpool ARGS... PARTIAL`: one candidate a line, then kubectl's directive."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    api: list[Api] = []
+
+    def option(name: str) -> str | None:  # --kubeconfig and --context, as typed before the subcommand
+        return next((words[i + 1] for i, w in enumerate(words[:-2]) if w == name), None)
+
+    kubeconfig, context = option("--kubeconfig"), option("--context")
+
+    def client() -> Api:
+        if not api:
+            api.append(Api(kubeconfig, context))
+        return api[0]
+
+    try:
+        found = complete(words, lambda ns: client().pool_names(ns or Api.default_namespace(kubeconfig, context)),
+                         lambda: client().node_names())
+    except Exception:  # noqa: BLE001 - no cluster: complete nothing rather than print a traceback
+        found = []
+    print("\n".join([*found, NO_FILES]))
+    return 0
 
 
 # ---------------------------------------------------------------- I/O: the Kubernetes API
@@ -444,12 +534,44 @@ class Api:
     def pool(self, namespace: str, name: str) -> dict:
         return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
 
-    def nodes(self) -> list[dict]:
-        return self.api.sanitize_for_serialization(self.core.list_node()).get("items", [])
+    PAGE = 500
+    PODS_BY_NODE_UP_TO = 64  # nodes; a larger pool reads running pods in pages (fewer round trips)
+    RUNNING = "status.phase!=Succeeded,status.phase!=Failed"
 
-    def pods(self) -> list[dict]:
-        out = self.core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed")
-        return self.api.sanitize_for_serialization(out).get("items", [])
+    def _items(self, list_call: Callable, **kwargs) -> Iterator[dict]:
+        """Every item of a list, page by page, each page parsed once (no client models)."""
+        token = None
+        while True:
+            answer = list_call(limit=self.PAGE, _continue=token, _preload_content=False, _request_timeout=(30, 120), **kwargs)
+            page = json.loads(answer.data)
+            yield from page.get("items") or ()
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+
+    def nodes(self, label_selector: str) -> list[dict]:
+        return list(self._items(self.core.list_node, label_selector=label_selector))
+
+    def pods_on(self, node_names: set[str]) -> Iterator[dict]:
+        """The running pods on these nodes only."""
+        if len(node_names) <= self.PODS_BY_NODE_UP_TO:
+            def on(name: str) -> list[dict]:
+                return list(self._items(self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={name},{self.RUNNING}"))
+
+            with ThreadPoolExecutor(8) as threads:
+                for items in threads.map(on, sorted(node_names)):
+                    yield from items
+            return
+        for item in self._items(self.core.list_pod_for_all_namespaces, field_selector=self.RUNNING):
+            if (item.get("spec") or {}).get("nodeName") in node_names:
+                yield item
+
+    def pool_names(self, namespace: str) -> list[str]:
+        answer = self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, _preload_content=False)
+        return sorted(item["metadata"]["name"] for item in json.loads(answer.data).get("items") or ())
+
+    def node_names(self) -> list[str]:
+        return sorted(item["metadata"]["name"] for item in self._items(self.core.list_node))
 
     def patch_pool(self, namespace: str, name: str, patch: dict) -> None:
         self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, patch)
@@ -461,26 +583,56 @@ class Api:
 def _load(api: Api, namespace: str, name: str) -> tuple[dict, SlurmNodePoolSpec, list[NodeView]]:
     pool = api.pool(namespace, name)
     spec = SlurmNodePoolSpec.model_validate(pool.get("spec") or {})
-    return pool, spec, pool_nodes(spec, api.nodes(), api.pods())
+    node_bodies = [b for b in api.nodes(label_selector_query(spec.node_selector))
+                   if spec.node_selector.matches((b.get("metadata") or {}).get("labels") or {})]
+    names = {b["metadata"]["name"] for b in node_bodies}
+    return pool, spec, pool_nodes(spec, node_bodies, api.pods_on(names))
 
 
-def _emit(data: Any, text: str, output: str) -> None:
+def _emit(data: Any, text: str, output: str, watching: bool = False) -> None:
     if output == "json":
-        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+        print(json.dumps(data, indent=None if watching else 2, sort_keys=True, default=str))
+    elif output == "yaml":
+        import yaml
+
+        print(("---\n" if watching else "") + yaml.safe_dump(json.loads(json.dumps(data, default=str)), sort_keys=True).rstrip())
     else:
         print(text)
+    sys.stdout.flush()
+
+
+def watch_status(api: Api, namespace: str, name: str, output: str, interval: float, total: int) -> None:
+    """Status again every `interval` seconds until interrupted: on a terminal the table is redrawn
+    in place; otherwise one document per round (JSON lines, YAML documents, tables apart)."""
+    redraw = output in ("table", "wide") and sys.stdout.isatty()
+    while True:
+        started = time.monotonic()
+        pool, spec, nodes = _load(api, namespace, name)
+        view = status_view(pool, nodes, datetime.now(timezone.utc))
+        text = render_status(view, total, wide=output == "wide")
+        if redraw:
+            text = "\033[H\033[2J" + text
+        elif output in ("table", "wide"):
+            text += "\n"
+        _emit(view, text, output, watching=True)
+        time.sleep(max(0.0, interval - (time.monotonic() - started)))
 
 
 def main(argv: list[str] | None = None) -> int:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="kubectl slurmpool", description="On-call tools for SlurmNodePools.")
+    parser.add_argument("--version", action="version", version=f"kubectl-slurmpool {__version__}")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
     parser.add_argument("--context", default=None)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-n", "--namespace", default=None)
-    common.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    common.add_argument("-o", "--output", choices=OUTPUTS, default="table")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("status", parents=[common], help="every node of a pool: side, phase, time in phase, jobs or pods")
     p.add_argument("pool")
+    p.add_argument("-w", "--watch", action="store_true", help="show it again every --interval seconds until interrupted")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between rounds of --watch (default 2)")
     p = sub.add_parser("plan", parents=[common], help="dry run: which nodes would move and which jobs and pods they disturb")
     p.add_argument("pool")
     p.add_argument("--slurm-nodes", type=int, default=None, help="plan for this Slurm count (default: the current target)")
@@ -498,14 +650,16 @@ def main(argv: list[str] | None = None) -> int:
         api = Api(args.kubeconfig, args.context)
         namespace = args.namespace or Api.default_namespace(args.kubeconfig, args.context)
         now = datetime.now(timezone.utc)
-        if args.command == "status":
+        if args.command == "status" and args.watch:
+            watch_status(api, namespace, args.pool, args.output, max(0.5, args.interval), width())
+        elif args.command == "status":
             pool, spec, nodes = _load(api, namespace, args.pool)
             view = status_view(pool, nodes, now)
-            _emit(view, render_status(view, width()), args.output)
+            _emit(view, render_status(view, width(), wide=args.output == "wide"), args.output)
         elif args.command == "plan":
             pool, spec, nodes = _load(api, namespace, args.pool)
             view = plan_view(spec, pool, nodes, now, args.slurm_nodes)
-            _emit(view, render_plan(view, width()), args.output)
+            _emit(view, render_plan(view, 10**6 if args.output == "wide" else width()), args.output)
         elif args.command == "move":
             body = api.patch_node(args.node, {"metadata": {"annotations": {ANN_MOVE_NOW: args.to}}})
             owner = (body.get("metadata", {}).get("annotations") or {}).get("slurmpool.io/pool")
@@ -519,6 +673,8 @@ def main(argv: list[str] | None = None) -> int:
             _emit({"pool": args.pool, "namespace": namespace, "paused": paused},
                   f"slurmnodepool {namespace}/{args.pool} {'paused: no new moves start; moves in flight finish' if paused else 'resumed'}",
                   args.output)
+    except KeyboardInterrupt:  # the end of --watch
+        return 0
     except Exception as err:  # noqa: BLE001 - one clear line for the on-call, not a traceback
         from kubernetes.client.rest import ApiException
 

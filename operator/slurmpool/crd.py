@@ -89,17 +89,18 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
     ],
 }
 PRINTER_COLUMNS = [
+    # TARGET is the count in force (a schedule or demand may differ from spec.slurmNodes, wide's SPEC).
     {"name": "Slurm", "type": "integer", "jsonPath": ".status.slurm.ready", "description": "Nodes serving Slurm"},
     {"name": "Inference", "type": "integer", "jsonPath": ".status.inference.ready", "description": "Nodes serving inference"},
-    {"name": "Desired", "type": "integer", "jsonPath": ".spec.slurmNodes", "description": "Desired Slurm nodes"},
+    {"name": "Target", "type": "integer", "jsonPath": ".status.target.slurmNodes", "description": "Slurm nodes in force"},
+    {"name": "Source", "type": "string", "jsonPath": ".status.target.source", "description": "Manual, Schedule or Demand"},
     {"name": "Moving", "type": "integer", "jsonPath": ".status.moving", "description": "Moves in flight"},
     {"name": "Unhealthy", "type": "integer", "jsonPath": ".status.unhealthy", "description": "Unhealthy nodes, never moved (status.unhealthyNodes)"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Blocked", "type": "integer", "jsonPath": ".status.blocked", "priority": 1, "description": "Moves blocked by jobs or PDBs"},
     {"name": "Paused", "type": "boolean", "jsonPath": ".spec.paused", "priority": 1},
     {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].status", "priority": 1},
-    {"name": "Target", "type": "integer", "jsonPath": ".status.target.slurmNodes", "priority": 1, "description": "Slurm nodes in force"},
-    {"name": "Source", "type": "string", "jsonPath": ".status.target.source", "priority": 1, "description": "Manual, Schedule or Demand"},
+    {"name": "Spec", "type": "integer", "jsonPath": ".spec.slurmNodes", "priority": 1, "description": "spec.slurmNodes: the manual count"},
     {"name": "Pools", "type": "string", "jsonPath": ".status.inference.byPool", "priority": 1, "description": "Ready/desired per inference pool"},
 ]
 

@@ -6,7 +6,12 @@ controller-runtime's names; the rest are the domain's.
 
 from __future__ import annotations
 
+import platform
+from importlib.metadata import PackageNotFoundError, version
+
 from prometheus_client import Counter, Gauge, Histogram
+
+from . import __version__
 
 RECONCILE_TOTAL = Counter("slurmpool_reconcile_total", "Pool reconciles", ["result"])
 RECONCILE_SECONDS = Histogram(
@@ -97,3 +102,15 @@ for _stage in RECONCILE_STAGES:
 for _result in ("ok", "error"):
     RECONCILE_TOTAL.labels(result=_result)
     STATUS_WRITES.labels(result=_result)
+
+
+def _kopf_version() -> str:
+    try:
+        return version("kopf")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+# Always 1; the labels say what runs (join on it to see a rollout's versions side by side).
+BUILD_INFO = Gauge("slurmpool_build_info", "The running operator's version, Python and kopf", ["version", "python", "kopf"])
+BUILD_INFO.labels(version=__version__, python=platform.python_version(), kopf=_kopf_version()).set(1)
