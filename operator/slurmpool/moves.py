@@ -82,8 +82,10 @@ class DeleteSlurmdPod:
 class PatchNode:
     node: str
     labels: dict[str, str | None]  # None removes the label
-    taints: tuple[dict, ...]
-    unschedulable: bool
+    taints: tuple[dict, ...]  # as wanted; written as an edit of the Node's own list (apply.shape_write)
+    unschedulable: bool | None  # None: the cordon is left as it is
+    # Cordoning: a cordon found on the node (not set with our taint) is someone else's, kept for them
+    claims_cordon: bool = False
 
 
 Action = Drain | Resume | Requeue | Cancel | Evict | CreateSlurmdPod | DeleteSlurmdPod | PatchNode
@@ -155,22 +157,23 @@ def _pool_label_keys(spec: SlurmNodePoolSpec) -> set[str]:
 
 def inference_shape(spec: SlurmNodePoolSpec, node: NodeView, pool: InferencePool, keep_cordon: bool = False) -> PatchNode:
     """The pool's labels and taints. Coming from Slurm the node is uncordoned (the cordon was
-    ours); between pools the cordon stays as it is (on an inference node it is people's)."""
+    ours), unless someone else had cordoned it before it went (ANN_CORDON_KEPT); between pools
+    the cordon stays as it is (on an inference node it is people's)."""
     labels: dict[str, str | None] = {k: None for k in _pool_label_keys(spec) - set(pool.labels)}
     labels.update(pool.labels)
     labels[LABEL_SIDE] = "inference"
     taints = [t for t in node.taints if not _managed_taint(spec, t)]
     taints += [t.model_dump(exclude_defaults=False) for t in pool.taints]
-    return PatchNode(node.name, labels, tuple(taints), unschedulable=keep_cordon and node.unschedulable)
+    return PatchNode(node.name, labels, tuple(taints), unschedulable=None if keep_cordon or node.cordon_kept else False)
 
 
-def slurm_shape(spec: SlurmNodePoolSpec, node: NodeView, keep_pool_labels: bool = False) -> PatchNode:
+def slurm_shape(spec: SlurmNodePoolSpec, node: NodeView, keep_pool_labels: bool = False, claims_cordon: bool = False) -> PatchNode:
     labels: dict[str, str | None] = {} if keep_pool_labels else {k: None for k in _pool_label_keys(spec)}
     labels[LABEL_SIDE] = "slurm"
     kept = [t for t in node.taints if keep_pool_labels or not _managed_taint(spec, t)]
     if not any(t.get("key") == SLURM_TAINT_KEY for t in kept):
         kept.append(dict(SLURM_TAINT))
-    return PatchNode(node.name, labels, tuple(kept), unschedulable=True)
+    return PatchNode(node.name, labels, tuple(kept), unschedulable=True, claims_cordon=claims_cordon)
 
 
 def disturbed_pods(spec: SlurmNodePoolSpec, node: NodeView, target: str) -> list[PodView]:
@@ -209,7 +212,9 @@ def shaped(node: NodeView, patch: PatchNode) -> bool:
     for key, value in patch.labels.items():
         if node.labels.get(key) != value:
             return False
-    return node.unschedulable == patch.unschedulable and _norm_taints(node.taints) == _norm_taints(patch.taints)
+    if patch.unschedulable is not None and node.unschedulable != patch.unschedulable:
+        return False
+    return _norm_taints(node.taints) == _norm_taints(patch.taints)
 
 
 # ---------------------------------------------------------------- the machine
@@ -403,7 +408,7 @@ def _evicting_misfits(move, node: NodeView, slurm, spec, now, step: Step) -> Out
 
 
 def _cordoning(move, node, slurm, spec, now, step: Step) -> Outcome:
-    patch = slurm_shape(spec, node, keep_pool_labels=True)
+    patch = slurm_shape(spec, node, keep_pool_labels=True, claims_cordon=True)
     if node.unschedulable and node.has_taint(SLURM_TAINT_KEY, "NoSchedule"):
         return Advance(Phase.EVICTING)
     step.actions.append(patch)
