@@ -23,9 +23,9 @@ from datetime import datetime, timezone
 from slurmbridge import SlurmBackend
 
 from . import metrics
-from .interfaces import Conflict, Kube, PoolRef, node_object, pool_object
+from .interfaces import Conflict, Kube, PoolRef, Refused, node_object, pool_object
 from .models import SlurmNodePoolSpec
-from .moves import Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, PatchNode, Requeue, Resume, Step, between_pools
+from .moves import REFUSED, Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, PatchNode, Requeue, Resume, Step, between_pools
 from .snapshot import ApplyResult, NodeEvent, PoolDecision
 from .view import (
     ANN_CORDON_KEPT, ANN_DRAIN, ANN_HOLD_UNTIL, ANN_MOVE, ANN_MOVE_NOW, ANN_PLACEMENT, ANN_POOL, ANN_SETTLED, ANN_SLURM, NONE, SLURM,
@@ -63,7 +63,7 @@ async def apply(
     patches = {name: p for name, p in patches.items() if p}
     folded = _fold_published(patches, decision.publish, published)
     written = await asyncio.gather(*(
-        _guard(result, f"patch node {n}", _write_node(kube, old[n], steps[n], p), ok=True) for n, p in patches.items()))
+        _guard(result, f"patch node {n}", _write_node(kube, old[n], steps[n], p), ok=True, node=n) for n, p in patches.items()))
     result.unwritten = {name for name, ok in zip(patches, written) if ok is None}
     now = time.monotonic()  # what a failed patch carried is left to _publish below
     published.update({name: (value, now) for name, value in folded.items() if name not in result.unwritten})
@@ -153,7 +153,7 @@ async def _pod_actions(pool, spec, name: str, step: Step, kube: Kube, result: Ap
     for action in step.actions:
         if isinstance(action, CreateSlurmdPod):
             result.acted = True
-            await _guard(result, f"create slurmd pod on {name}", kube.create_slurmd_pod(pool, spec, name))
+            await _guard(result, f"create slurmd pod on {name}", kube.create_slurmd_pod(pool, spec, name), node=name)
         elif isinstance(action, DeleteSlurmdPod):
             pod = action.pod
             result.acted = True
@@ -197,14 +197,18 @@ def _written_lately(written: dict[str, tuple[str, float]], name: str, value: str
     return bool(last) and last[0] == value and time.monotonic() - last[1] < PUBLISH_LAG
 
 
-async def _guard(result: ApplyResult, what: str, coro, ok=None):
-    """Run one action; a failure is reported (Degraded, lastError) and retried next pass.
-    Returns the action's result (or `ok` when it has none), None on failure."""
+async def _guard(result: ApplyResult, what: str, coro, ok=None, node: str | None = None):
+    """Run one action; a failure is reported (Degraded, lastError) and retried next pass. A write
+    the API server refused is also the node's move message (`REFUSED ...`), which the next pass
+    reads: a bounded phase's rollback names it. Returns the action's result (or `ok` when it has
+    none), None on failure."""
     try:
         value = await coro
         return ok if value is None else value
     except Exception as err:  # noqa: BLE001 - any failure of one action must not stop the others
         log.warning("%s failed: %s", what, err)
+        if node is not None and isinstance(err, Refused):
+            result.refused[node] = f"{REFUSED} {what}: {err}"[:500]
         result.errors.append(f"{what}: {err}"[:500])
         metrics.ACTION_ERRORS.labels(action=what.split(" ")[0]).inc()
         return None

@@ -12,6 +12,11 @@ if TYPE_CHECKING:
     from .view import NodeView
 
 
+class Refused(Exception):
+    """The API server refused a write and will refuse it again (a 4xx: admission, validation, a
+    missing PriorityClass, a quota); the text is its message."""
+
+
 class Conflict(Exception):
     """A write's precondition (resourceVersion) failed: someone else changed the object first."""
 

@@ -23,7 +23,7 @@ from kubernetes.client.rest import ApiException
 from . import metrics
 from .fit import needs_of
 from .models import SlurmNodePoolSpec
-from .interfaces import Conflict, PoolRef
+from .interfaces import Conflict, PoolRef, Refused
 from .view import parse_time
 from .view import LABEL_COMPONENT, LABEL_POOL, SLURM_TAINT_KEY, NodeCondition, NodeView, PodView
 
@@ -104,6 +104,8 @@ def pod_view(body: dict) -> PodView:
         uid=meta.get("uid", ""),
         owner_kinds=tuple(o.get("kind", "") for o in meta.get("ownerReferences") or []),
         phase=status.get("phase") or "Pending",
+        reason=str(status.get("reason") or "")[:64],  # the kubelet's: Evicted, UnexpectedAdmissionError ...
+        message=str(status.get("message") or "")[:256],
         deleting=bool(meta.get("deletionTimestamp")),
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []),
         slurmd=(meta.get("labels") or {}).get(LABEL_COMPONENT) == "slurmd",
@@ -304,6 +306,8 @@ class KubeAdapter:
         except ApiException as err:
             if err.status == 409:  # the patch's resourceVersion precondition failed
                 raise Conflict(f"node {name} changed meanwhile") from err
+            if _refused(err):
+                raise Refused(f"({err.status}) {_message(err) or err.reason}") from err
             raise
 
     async def read_node(self, name: str) -> NodeView | None:
@@ -340,8 +344,11 @@ class KubeAdapter:
         try:
             await self._call(self.core.create_namespaced_pod, pool.namespace, slurmd_pod(pool, spec, node))
         except ApiException as err:
-            if err.status != 409:  # already there: level-triggered, that is success
-                raise
+            if err.status == 409:  # already there: level-triggered, that is success
+                return
+            if _refused(err):
+                raise Refused(f"({err.status}) {_message(err) or err.reason}") from err
+            raise
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)

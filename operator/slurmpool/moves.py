@@ -37,6 +37,7 @@ from .view import (
 )
 
 SLURM_TAINT = {"key": SLURM_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
+REFUSED = "refused by the API server:"  # how a refused write is reported in a move's status message
 
 
 # ---------------------------------------------------------------- actions (data; the executor runs them)
@@ -108,6 +109,7 @@ class Step:
     finished: MoveRecord | None = None  # the move that completed in this step (metrics)
     rolled_back: MoveRecord | None = None  # the move this step turned back (metrics)
     stopped: MoveRecord | None = None  # the move this step stopped: its node is unhealthy (metrics)
+    refusal: str = ""  # what the API server refused on this node last pass (the move's status message)
 
 
 def between_pools(source: str, target: str) -> bool:
@@ -217,6 +219,29 @@ def shaped(node: NodeView, patch: PatchNode) -> bool:
     return _norm_taints(node.taints) == _norm_taints(patch.taints)
 
 
+def ensure_slurmd_pod(node: NodeView, step: Step) -> bool:
+    """The node's slurmd pod is there and running (True), or is being made so. A pod that ended
+    (evicted under memory pressure, refused at admission after a reboot) is a bare pod nothing
+    else replaces: it is deleted, with a Warning naming the kubelet's reason, and created again
+    once it is gone (its name is the node's)."""
+    pod = node.slurmd_pod
+    if pod is None:
+        step.actions.append(CreateSlurmdPod(node.name))
+        return False
+    if pod.ended and not pod.deleting:
+        step.actions.append(DeleteSlurmdPod(pod))
+        why = f"{pod.phase}, reason {pod.reason or 'none given'}" + (f": {pod.message}" if pod.message else "")
+        step.events.append(("Warning", "SlurmdPodReplaced", f"{node.name}: slurmd pod {pod.key} ended ({why}); "
+                            "deleting it and starting a new one"))
+    return not (pod.ended or pod.deleting)
+
+
+def _bound_reached(move: MoveRecord, spec: SlurmNodePoolSpec, now: datetime) -> bool:
+    """A step whose writes the API server may refuse is bounded (registerTimeout), then rolled
+    back. A rollback is never rolled back again (it would go back and forth): it waits, reported."""
+    return not move.rollback and _elapsed(move, now) >= seconds(spec.slurm.register_timeout)
+
+
 # ---------------------------------------------------------------- the machine
 
 
@@ -227,10 +252,12 @@ def advance(
     spec: SlurmNodePoolSpec,
     now: datetime,
     unhealthy: str | None = None,
+    refusal: str = "",
 ) -> Step:
     """Take the move as far as the current observations allow. `unhealthy`: why the node is
-    broken (health.py); its move stops at the first phase where stopping is safe (stop_side)."""
-    step = Step(move=move)
+    broken (health.py); its move stops at the first phase where stopping is safe (stop_side).
+    `refusal`: a write of this node the API server refused last pass (named by a bound's rollback)."""
+    step = Step(move=move, refusal=refusal)
     for _ in range(len(TO_SLURM) + len(TO_INFERENCE) + len(BETWEEN_POOLS) + 2):
         if unhealthy and (side := stop_side(move)) is not None:
             return _stop(move, node, slurm, spec, now, step, side, unhealthy)
@@ -384,6 +411,11 @@ def _relabeling(move, node, slurm, spec, now, step: Step) -> Outcome:
     if shaped(node, patch):
         return Advance(Phase.EVICTING_MISFITS) if between_pools(move.source, move.target) else FINISH
     step.actions.append(patch)
+    if step.refusal:
+        step.message = step.refusal
+    if _bound_reached(move, spec, now):
+        return Rollback(f"its labels and taints for {move.target} were not written within {spec.slurm.register_timeout}"
+                        + (f" ({step.refusal})" if step.refusal else ""))
     return WAIT
 
 
@@ -443,13 +475,17 @@ def _starting_slurmd(move, node: NodeView, slurm: SlurmView, spec, now, step: St
     if not shaped(node, patch):
         step.actions.append(patch)
     pod = node.slurmd_pod
-    if pod is None:
-        step.actions.append(CreateSlurmdPod(node.name))
-    elif pod.deleting:
-        step.message = "waiting for an old slurmd pod to go"
-        return WAIT
-    if pod is not None and (sn is None or sn.drain_set) and shaped(node, patch):
+    running = ensure_slurmd_pod(node, step)
+    if running and (sn is None or sn.drain_set) and shaped(node, patch):
         return Advance(Phase.REGISTERING)
+    if pod is not None and pod.deleting:
+        step.message = "waiting for an old slurmd pod to go"
+    if step.refusal:
+        step.message = step.refusal
+    step.blocked_by = ["slurmd-pod"]
+    if _bound_reached(move, spec, now):
+        return Rollback(f"its slurmd pod did not start within {spec.slurm.register_timeout}"
+                        + (f" ({step.refusal})" if step.refusal else f" ({step.message})" if step.message else ""))
     return WAIT
 
 
@@ -459,8 +495,7 @@ def _registering(move, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec
         step.message = f"waiting for Slurm: {slurm.error or 'unavailable'}"
         return WAIT
     restore_cordon(node, spec, step, f"during move {move.id} (Registering)")
-    if node.slurmd_pod is None:
-        step.actions.append(CreateSlurmdPod(node.name))
+    ensure_slurmd_pod(node, step)
     sn = slurm.nodes.get(node.name)
     problem = usable_problem(sn, spec) or stale_slurmd(sn, node.slurmd_pod)
     if problem is None:

@@ -218,6 +218,8 @@ class PodView:
     uid: str
     owner_kinds: tuple[str, ...] = ()
     phase: str = "Running"
+    reason: str = ""  # status.reason: why the kubelet ended it (Evicted, UnexpectedAdmissionError ...)
+    message: str = ""  # status.message
     deleting: bool = False
     ready: bool = False
     slurmd: bool = False  # our slurmd pod (labelled slurmpool.io/component=slurmd)
@@ -230,6 +232,12 @@ class PodView:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def ended(self) -> bool:
+        """Failed or Succeeded: its containers will not run again (an evicted pod, one refused at
+        admission after a reboot). A bare pod has no controller to replace it: we must."""
+        return self.phase in ("Failed", "Succeeded")
 
     @property
     def evictable(self) -> bool:
