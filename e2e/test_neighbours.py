@@ -98,6 +98,8 @@ class Neighbour:
         self.labels: dict[str, dict[str, str]] = {n: {} for n in lab.nodes}
         self.removed_labels: dict[str, set[str]] = {n: set() for n in lab.nodes}
         self.cordoned: set[str] = set()
+        self.keep_cordoned: set[str] = set()  # cordons it never lifts (they must come back from Slurm)
+        self.kept_seen: set[str] = set()  # nodes seen with the operator's slurmpool.io/cordon-kept mark
         self.writes = self.conflicts = 0
         self.stop = threading.Event()
         self.errors: list[str] = []
@@ -141,10 +143,29 @@ class Neighbour:
             self.writes += 1
             return
 
+    def cordon(self, name: str) -> None:
+        """Cordon a schedulable node now, and keep it cordoned."""
+        for _ in range(10):
+            node = node_json(self.lab, name)
+            assert not node["spec"].get("unschedulable"), f"{name} is cordoned already"
+            try:
+                _merge_patch(self.lab, name, {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+                                              "spec": {"unschedulable": True}})
+            except ApiException as err:
+                if err.status == 409:
+                    continue
+                raise
+            self.cordoned.add(name)
+            self.keep_cordoned.add(name)
+            return
+        raise AssertionError(f"could not cordon {name}")
+
     def _change(self, name: str, node: dict):
         meta, spec = node["metadata"], node.get("spec") or {}
         taints = spec.get("taints") or []
         ann = meta.get("annotations") or {}
+        if ann.get("slurmpool.io/cordon-kept") == "true":
+            self.kept_seen.add(name)
         what = self.rng.choice(("add-taint", "add-taint", "remove-taint", "add-label", "remove-label", "cordon", "uncordon"))
         self.serial += 1
         if what == "add-taint":
@@ -181,7 +202,7 @@ class Neighbour:
                 return None, None
             return {"spec": {"unschedulable": True}}, lambda: self.cordoned.add(name)
         settled_inference = ann.get("slurmpool.io/placement", "").startswith("inference:") and "slurmpool.io/move" not in ann
-        if name not in self.cordoned or not settled_inference:
+        if name not in self.cordoned or name in self.keep_cordoned or not settled_inference:
             return None, None
         return {"spec": {"unschedulable": None}}, lambda: self.cordoned.discard(name)
 
@@ -210,9 +231,13 @@ def test_another_writers_taints_labels_and_cordon_survive_rounds_of_moves(lab, o
     wait(lambda: split_reached(lab, POOL, 8), 120, what="8/0")
     neighbour = Neighbour(lab, seed=25).start()
     started = time.monotonic()
-    rounds = (0, 8, 3, 6, 0)
+    rounds = (0, 8, 3, 6, 0, 5, 0)
     try:
-        for slurm in rounds:
+        for i, slurm in enumerate(rounds):
+            writes = neighbour.writes
+            wait(lambda: neighbour.writes >= writes + 20 or neighbour.errors, 120, what="the neighbour's writes between rounds")
+            if i == 1:  # all in inference: one cordon of theirs that must come back from Slurm with the node
+                neighbour.cordon("gpu05")
             scale(lab, slurm)
             # a node the neighbour cordoned in inference is the planner's first victim; it is still a
             # node that serves: the split is reached with it
@@ -227,10 +252,17 @@ def test_another_writers_taints_labels_and_cordon_survive_rounds_of_moves(lab, o
                f"{len(rounds)} rounds of moves; neighbour wrote {neighbour.writes} times ({neighbour.conflicts} conflicts), "
                f"{neighbour.entries()} entries standing; lost {len(lost)}", took, "none running", len(settle_sides(lab, POOL)))
     assert lost == [], lost[:10]
+    assert "gpu05" in neighbour.kept_seen or _cordon_kept_seen_in_events(lab), "gpu05's cordon never went to Slurm"
+    assert node_json(lab, "gpu05")["spec"].get("unschedulable"), "gpu05 came back from Slurm uncordoned"
     assert settle_sides(lab, POOL, 60) == []
     _take_theirs_off(lab)
     for name in neighbour.cordoned:
         _merge_patch(lab, name, {"spec": {"unschedulable": None}})
+
+
+def _cordon_kept_seen_in_events(lab) -> bool:
+    """gpu05 went to Slurm and back (its Events), though the neighbour never read it mid-trip."""
+    return any(m.startswith("gpu05") and "-> slurm" in m for m in events(lab, "MoveStarted"))
 
 
 def test_a_failed_slurmd_pod_is_replaced_and_the_node_serves_slurm_again(lab, op):
