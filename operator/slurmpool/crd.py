@@ -83,7 +83,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
         {"rule": "!has(self.maxNodes) || self.minNodes <= self.maxNodes", "message": "demand.inference.minNodes must not exceed maxNodes"}
     ],
     "spec.slurm.slurmdPod": [
-        {"rule": f'!has(self.volumes) || self.volumes.all(v, has(v.name) && string(v.name).matches(r"{VOLUME_NAME_PATTERN}"))',
+        {"rule": f'!has(self.volumes) || self.volumes.all(v, has(v.name) && v.name.matches(r"{VOLUME_NAME_PATTERN}"))',
          "message": VOLUME_NAME_MESSAGE, "fieldPath": ".volumes"},
         {"rule": "!has(self.volumes) || self.volumes.all(v, self.volumes.exists_one(w, w.name == v.name))",
          "message": VOLUME_UNIQUE_MESSAGE, "fieldPath": ".volumes"},
@@ -204,6 +204,10 @@ def openapi_schema() -> dict[str, Any]:
     conditions.update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
     schedule = _at(root, "spec.schedule")
     schedule.update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
+    # Volumes and their mounts are Kubernetes objects kept whole, but their names are typed, so
+    # the rules above can check them (CEL cannot read a field of an untyped object).
+    for field in ("volumes", "volumeMounts"):
+        _at(root, f"spec.slurm.slurmdPod.{field}")["items"]["properties"] = {"name": {"type": "string", "maxLength": 253}}
     moves = _at(root, "status.moves")
     moves.update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["node"]})
     return root
