@@ -144,10 +144,14 @@ class Neighbour:
             return
 
     def cordon(self, name: str) -> None:
-        """Cordon a schedulable node now, and keep it cordoned."""
+        """Cordon a node settled in inference now (or keep its cordon, if it is ours already), and keep it cordoned.
+        Call it with the writer thread halted."""
         for _ in range(10):
             node = node_json(self.lab, name)
-            assert not node["spec"].get("unschedulable"), f"{name} is cordoned already"
+            if node["spec"].get("unschedulable"):
+                assert name in self.cordoned, f"{name} is cordoned by someone else than the neighbour"
+                self.keep_cordoned.add(name)
+                return
             try:
                 _merge_patch(self.lab, name, {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
                                               "spec": {"unschedulable": True}})
@@ -237,7 +241,9 @@ def test_another_writers_taints_labels_and_cordon_survive_rounds_of_moves(lab, o
             writes = neighbour.writes
             wait(lambda: neighbour.writes >= writes + 20 or neighbour.errors, 120, what="the neighbour's writes between rounds")
             if i == 1:  # all in inference: one cordon of theirs that must come back from Slurm with the node
+                neighbour.halt()
                 neighbour.cordon("gpu05")
+                neighbour.start()
             scale(lab, slurm)
             # a node the neighbour cordoned in inference is the planner's first victim; it is still a
             # node that serves: the split is reached with it
@@ -265,12 +271,18 @@ def _cordon_kept_seen_in_events(lab) -> bool:
     return any(m.startswith("gpu05") and "-> slurm" in m for m in events(lab, "MoveStarted"))
 
 
+def slurmd_start(lab, node: str) -> str:
+    out = lab.slurm("scontrol", "-o", "show", "node", node).stdout
+    return next((w.split("=", 1)[1] for w in out.split() if w.startswith("SlurmdStartTime=")), "")
+
+
 def test_a_failed_slurmd_pod_is_replaced_and_the_node_serves_slurm_again(lab, op):
     scale(lab, 8)
     wait(lambda: split_reached(lab, POOL, 8), 180, what="8/0")
     node = "gpu03"
     name = f"slurmd-{node}"
     old = pod_json(lab, name)
+    first_start = slurmd_start(lab, node)
     since = now_rfc3339()
     status = {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}
     core(lab).patch_namespaced_pod_status(name, NAMESPACE, {"metadata": {"uid": old["metadata"]["uid"]}, "status": status},
@@ -283,7 +295,9 @@ def test_a_failed_slurmd_pod_is_replaced_and_the_node_serves_slurm_again(lab, op
         except ApiException:
             return False
         state = slurm_states(lab).get(node, "")
+        # served again: a new slurmd (a later SlurmdStartTime: the new pod's) registered, responding, not drained
         return (pod["metadata"]["uid"] != old["metadata"]["uid"] and (pod.get("status") or {}).get("phase") == "Running"
+                and slurmd_start(lab, node) not in ("", first_start)
                 and state.split("+")[0] in ("IDLE", "ALLOCATED", "MIXED") and "NOT_RESPONDING" not in state and "DRAIN" not in state)
 
     wait(replaced_and_serving, 120, what=f"{name} replaced and {node} serving Slurm")
