@@ -171,3 +171,42 @@ async def test_a_node_that_keeps_changing_is_left_for_the_next_pass():
     result = await _pass(node, kube)
     assert result.unwritten == {"a"} and kube.written == []
     assert any("changed meanwhile" in e or "patch node a" in e for e in result.errors)
+
+
+# ---------------------------------------------------------------- the adapter: which answer is which
+
+
+def _adapter(status: int | None, body: str = ""):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kubernetes.client.exceptions import ApiException
+
+    from slurmpool import kube
+
+    class Core:
+        def patch_node(self, name, patch, **_):
+            if status is not None:
+                err = ApiException(status=status, reason="test")
+                err.body = body
+                raise err
+
+        create_namespaced_pod = patch_node
+
+    adapter = kube.KubeAdapter.__new__(kube.KubeAdapter)  # no API client: a fake core
+    adapter.requests, adapter.core, adapter._pool = 0, Core(), ThreadPoolExecutor(1)
+    return adapter
+
+
+async def test_a_failed_precondition_is_a_conflict_and_a_4xx_a_refusal():
+    import pytest
+
+    with pytest.raises(Conflict):
+        await _adapter(409).patch_node("a", {})
+    refusal = '{"message": "pods \\"slurmd-a\\" is forbidden: no PriorityClass with name gold was found"}'
+    with pytest.raises(Exception) as caught:
+        await _adapter(403, refusal).create_slurmd_pod(POOL, make_spec(), "a")
+    assert type(caught.value).__name__ == "Refused" and "(403)" in str(caught.value) and "PriorityClass" in str(caught.value)
+    with pytest.raises(Exception) as caught:  # "not now": retried, never a refusal
+        await _adapter(429).patch_node("a", {})
+    assert type(caught.value).__name__ == "ApiException"
+    await _adapter(409).create_slurmd_pod(POOL, make_spec(), "a")  # already there: success
