@@ -482,7 +482,6 @@ def _starting_slurmd(move, node: NodeView, slurm: SlurmView, spec, now, step: St
         step.message = "waiting for an old slurmd pod to go"
     if step.refusal:
         step.message = step.refusal
-    step.blocked_by = ["slurmd-pod"]
     if _bound_reached(move, spec, now):
         return Rollback(f"its slurmd pod did not start within {spec.slurm.register_timeout}"
                         + (f" ({step.refusal})" if step.refusal else f" ({step.message})" if step.message else ""))
