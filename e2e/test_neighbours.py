@@ -158,6 +158,27 @@ class Neighbour:
             self.writes += 1
             return
 
+    def cordon(self, name: str) -> None:
+        """Cordon a node settled in inference now (or keep its cordon, if it is ours already), and keep it cordoned.
+        Call it with the writer thread halted."""
+        for _ in range(10):
+            node = node_json(self.lab, name)
+            if node["spec"].get("unschedulable"):
+                assert name in self.cordoned, f"{name} is cordoned by someone else than the neighbour"
+                self.keep_cordoned.add(name)
+                return
+            try:
+                _merge_patch(self.lab, name, {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+                                              "spec": {"unschedulable": True}})
+            except ApiException as err:
+                if err.status == 409:
+                    continue
+                raise
+            self.cordoned.add(name)
+            self.keep_cordoned.add(name)
+            return
+        raise AssertionError(f"could not cordon {name}")
+
     def _change(self, name: str, node: dict):
         meta, spec = node["metadata"], node.get("spec") or {}
         taints = spec.get("taints") or []
