@@ -129,7 +129,7 @@ class CountingKube:
     async def patch_node_later(self, name, patch):
         self.requests += 1
 
-    async def create_slurmd_pod(self, pool, spec, node):
+    async def create_slurmd_pod(self, pool, spec, node, slurm_name=None):
         self.requests += 1
 
     async def delete_pod(self, namespace, name, uid):
@@ -321,6 +321,41 @@ def bench_idle_moves(lab, row: str = "") -> None:
         reset_lab(lab)
 
 
+def bench_gang() -> None:
+    """A gang job with demand on (issue 24): 5 Slurm nodes, 3 parked for inference, then
+    `sbatch -N8 --exclusive`: submit to RUNNING, beside the cooldown plus one move's time (one
+    idle node's move to Slurm, timed first on the same lab)."""
+    from harness import (NAMESPACE, Operator, apply, ensure_namespace_and_secret, install_crd, job_state, pool_manifest,
+                         reset_lab, split_reached, wait)
+
+    lab = lab_env()
+    total, cooldown = len(lab.nodes), 2.0
+    install_crd(lab)
+    ensure_namespace_and_secret(lab)
+    op = Operator(lab, "operator-bench-gang.log").start()
+    try:
+        apply(lab, pool_manifest(lab, "gang", total - 3))
+        wait(lambda: split_reached(lab, "gang", total - 3, total), 180, interval=0.05, what="5 Slurm")
+        t0 = time.monotonic()
+        lab.kubectl("scale", "snp", "gang", "-n", NAMESPACE, f"--replicas={total - 2}")
+        wait(lambda: split_reached(lab, "gang", total - 2, total), 120, interval=0.05, what="one node back in Slurm")
+        one_move = time.monotonic() - t0
+        lab.kubectl("scale", "snp", "gang", "-n", NAMESPACE, f"--replicas={total - 3}")
+        wait(lambda: split_reached(lab, "gang", total - 3, total), 120, interval=0.05, what="5 Slurm again")
+        apply(lab, pool_manifest(lab, "gang", total - 3, demand={"cooldown": f"{cooldown:.0f}s"}))
+        time.sleep(cooldown + 1)  # the cooldown after the last manual change has run out: only its own counts below
+        t0 = time.monotonic()
+        job = lab.slurm("sbatch", "--parsable", "-p", "gpu", f"-N{total}", "--exclusive", "--gres=gpu:8", "--time=2",
+                        "-o", "/dev/null", "--wrap", "sleep 5").stdout.strip().split(";")[0]
+        wait(lambda: job_state(lab, job) in ("RUNNING", "COMPLETING", "COMPLETED"), 300, interval=0.1, what="the gang job started")
+        took = time.monotonic() - t0
+        bound = cooldown + one_move
+        record("gang_job_submit_to_running", took, "s", f"< cooldown + one move ({bound:.2f} s)", took < bound)
+    finally:
+        op.stop()
+        reset_lab(lab)
+
+
 # The Slurm matrix of the idle moves (issue 13): row name -> the lab's settings and LAB_ACCESS.
 # Rows that share a lab (24.11 over SSH and REST) run one after the other on one lab-up.
 MATRIX_ROWS = {
@@ -467,7 +502,7 @@ def _rss_mib(pid: int) -> float:
     return math.nan
 
 
-PARTS = ("planner", "calls", "fragmentation", "health", "moves", "memory", "load")
+PARTS = ("planner", "calls", "fragmentation", "health", "moves", "gang", "memory", "load")
 
 
 def main() -> int:
@@ -485,7 +520,7 @@ def main() -> int:
     if only - set(PARTS):
         parser.error(f"unknown part(s) {', '.join(sorted(only - set(PARTS)))}; known: {', '.join(PARTS)}")
     if args.no_lab:
-        only -= {"moves", "memory", "load"}
+        only -= {"moves", "gang", "memory", "load"}
     if args.no_load:
         only.discard("load")
     t0 = time.monotonic()
@@ -499,7 +534,7 @@ def main() -> int:
         RESULTS.update({**(json.loads(out.read_text()) if out.exists() else {}), **RESULTS})
     else:
         for part, run in (("planner", bench_planner), ("calls", bench_calls), ("fragmentation", bench_fragmentation),
-                          ("health", bench_health_fragmentation), ("moves", bench_lab), ("memory", bench_memory),
+                          ("health", bench_health_fragmentation), ("moves", bench_lab), ("gang", bench_gang), ("memory", bench_memory),
                           ("load", bench_load)):
             if part in only:
                 run()

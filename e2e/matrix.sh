@@ -32,12 +32,13 @@ rows=(
   # slurmrestd before 26.05 has no requeue (the REST rows skip that policy): CI runs it on 24.11 over
   # SSH, on dynamic nodes, with the 24.11 slurmd image (24.11-dynamic-requeue).
   "24.11-requeue|LAB_SLURM=24.11|$requeue"
-  "24.11-rest|LAB_SLURM=24.11 LAB_ACCESS=rest|$core e2e/test_bridge_real.py e2e/test_rest_operator.py $short"
-  "26.05|LAB_SLURM=26.05|$core e2e/test_bridge_real.py $short"
+  "24.11-rest|LAB_SLURM=24.11 LAB_ACCESS=rest|$core e2e/test_bridge_real.py e2e/test_rest_operator.py e2e/test_demand_gang.py $short"
+  # 26.05 with GPUs bound to sockets (gres.conf Cores=): Slurm reports gpu:h100:8(S:0-1), as real GPUs do.
+  "26.05|LAB_SLURM=26.05 LAB_GRES_CORES=1|$core e2e/test_bridge_real.py e2e/test_demand_gang.py $short"
   # 24.11's dynamic slurmd run one network namespace each (e2e/lab/netns.sh: 24.11 takes no Port= in --conf).
   "24.11-dynamic|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$core $image"
   "24.11-dynamic-requeue|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$requeue $image"
-  "26.05-rest|LAB_SLURM=26.05 LAB_ACCESS=rest|$core e2e/test_rest_operator.py $short"
+  "26.05-rest|LAB_SLURM=26.05 LAB_ACCESS=rest|$core e2e/test_rest_operator.py e2e/test_demand_gang.py $short"
   # No $short on dynamic nodes: a dynamic node's configuration is what its slurmd reports
   # (--conf), so it cannot register with fewer GPUs than configured.
   "26.05-dynamic|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic|$core $image"
@@ -53,7 +54,7 @@ for row in "${rows[@]}"; do
   "$here/lab/down.sh" > /dev/null 2>&1
   t0=$(date +%s)
   # shellcheck disable=SC2086
-  env -u LAB_SLURM -u LAB_SLURM_NODES -u LAB_SLURMDBD -u LAB_ACCESS -u LAB_REAL_NODES $settings \
+  env -u LAB_SLURM -u LAB_SLURM_NODES -u LAB_SLURMDBD -u LAB_ACCESS -u LAB_REAL_NODES -u LAB_GRES_CORES $settings \
     "$repo/.venv/bin/pytest" -q -p no:cacheprovider $modules > "$logs/$name.log" 2>&1
   rc=$?
   # A failed row's log ends in pytest's failures and summary: shown here too (CI keeps no files).

@@ -20,6 +20,7 @@ import pytest
 
 from slurmbridge import LocalRunner, RestAuth, RestBackend, ScontrolBackend, SlurmUnavailable, SshRunner
 from slurmbridge.validate import compress
+from slurmbridge.models import gres_shortfall
 
 pytestmark = pytest.mark.e2e
 
@@ -52,7 +53,8 @@ async def test_nodes_over_ssh_and_locally_agree(lab):
         assert set(lab.nodes) <= set(here)
         for name in lab.nodes:
             node = here[name]
-            assert node.gpus == 8 and node.gres == "gpu:h100:8" and "gpu" in node.partitions
+            # gpu:h100:8, or gpu:h100:8(S:0-1) from a registered slurmd with LAB_GRES_CORES=1
+            assert node.gpus == 8 and gres_shortfall("gpu:h100:8", node.gres) is None and "gpu" in node.partitions
         subset = await ssh.nodes([lab.nodes[0], lab.nodes[-1], "nosuchnode99"])
         assert sorted(subset) == sorted({lab.nodes[0], lab.nodes[-1]})
         await local.ping()

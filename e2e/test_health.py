@@ -152,9 +152,12 @@ def fewer_gpus(lab, node: str):
     operator recreates the deleted slurmd pod) and registers short, so Slurm drains it itself."""
     conf = Path(lab.dir) / "etc" / "gres.conf"
     original = conf.read_text()
-    line = next(x for x in original.splitlines() if x.startswith("Name=gpu"))
+    lines = [x for x in original.splitlines() if x.startswith("Name=gpu")]
+    rest = [x for x in original.splitlines() if not x.startswith("Name=gpu")]
     others = ",".join(n for n in lab.nodes if n != node)
-    conf.write_text(original.replace(line, f"NodeName={others} {line}\nNodeName={node} {line.replace('[0-7]', '[0-3]')}"))
+    # One line of 8 GPUs, or (LAB_GRES_CORES=1) one of 4 per socket: the node keeps the first 4.
+    mine = lines[0].replace("[0-7]", "[0-3]")
+    conf.write_text("\n".join(rest + [f"NodeName={others} {x}" for x in lines] + [f"NodeName={node} {mine}"]) + "\n")
     try:
         restart_slurmd(lab, node)
         yield

@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 from kubernetes.client.rest import ApiException
+from slurmbridge.models import gres_shortfall
 
 from harness import pdb_json, pod_json, pods_json
 
@@ -129,7 +130,9 @@ def test_slurmd_pod_lifecycle(lab, tmp_path, capsys):
 
         def idle_with_gpus():
             out = lab.slurm("sinfo", "-h", "-N", "-n", node, "-o", "%N %t %G").stdout.split()
-            return out if out[1:] == ["idle", "gpu:h100:8"] else None
+            # LAB_GRES_CORES=1: the registered slurmd reports socket affinity, as real GPUs do.
+            affinity = "(S:0-1)" in out[-1] if os.environ.get("LAB_GRES_CORES") == "1" else True
+            return out if out[1:2] == ["idle"] and len(out) == 3 and gres_shortfall("gpu:h100:8", out[2]) is None and affinity else None
         lab.wait_for(idle_with_gpus, timeout=10, interval=0.05, message=f"{node} idle in sinfo")
         elapsed = time.monotonic() - t0
         report(capsys, f"slurmd pod created -> {node} idle with gpu:h100:8 in {elapsed:.2f} s")

@@ -19,7 +19,7 @@ class CountingBackend:
         self.calls.append("nodes")
         return {"n1": slurm_node("n1")}
 
-    async def jobs(self):
+    async def jobs(self, partition=None, states=None):
         self.calls.append("jobs")
         return []
 
@@ -75,7 +75,7 @@ class Backend:
             raise SlurmUnavailable("Munge encode failed")
         return {}
 
-    async def jobs(self):
+    async def jobs(self, partition=None, states=None):
         return []
 
 
@@ -172,3 +172,108 @@ async def test_while_a_pool_polls_another_takes_a_slightly_older_view_rather_tha
     release.set()
     await polling
     await waiting
+
+
+class FilteringBackend:
+    """squeue's filters, as ScontrolBackend passes them (-t, -p)."""
+
+    def __init__(self, jobs, filters=True):
+        self.all, self.asked, self.filters_jobs = jobs, [], filters
+
+    async def nodes(self):
+        return {"n1": slurm_node("n1")}
+
+    async def jobs(self, partition=None, states=None):
+        self.asked.append((partition, tuple(states) if states else None))
+        return [j for j in self.all if (partition is None or partition in j.partition.split(","))
+                and (states is None or j.state in states)]
+
+
+def job(job_id, state, partition):
+    from slurmbridge import SlurmJob
+
+    return SlurmJob(job_id=job_id, name="j", user="u", state=state, partition=partition, nodes=("n1",) if state != "PENDING" else (),
+                    gpus_per_node=8, num_nodes=1, start_time=None, end_time=None, reason="Resources")
+
+
+JOBS = [job("1", "RUNNING", "other"), job("2", "PENDING", "gpu"), job("3", "PENDING", "other"), job("4", "COMPLETING", "gpu"),
+        job("5", "PENDING", "gpu,other")]
+
+
+async def test_job_polls_read_running_jobs_everywhere_and_pending_ones_of_the_pools_with_demand_only(monkeypatch):
+    """Issue 25: 100k pending jobs were 17 MB per poll, unfiltered."""
+    pool = access.SlurmAccessPool(read_secret=None)
+    fake = FilteringBackend(JOBS)
+    backend_is(monkeypatch, pool, fake)
+    spec = SlurmAccess(local={})
+    _, view = await pool.observe("ns", spec, max_age=0.5, pool="a")  # no demand: no pending job read
+    assert sorted(j.job_id for j in view.jobs) == ["1", "4"] and not view.has_pending("gpu")
+    assert fake.asked == [(None, tuple(sorted(access.ACTIVE_JOB_STATES)))]
+    fake.asked.clear()
+    # A pool with demand on: the cached view lacks its partition's pending jobs, so it polls again.
+    _, view = await pool.observe("ns", spec, max_age=0.5, pool="b", pending="gpu")
+    assert fake.asked == [(None, tuple(sorted(access.ACTIVE_JOB_STATES))), ("gpu", ("PENDING",))]
+    assert sorted(j.job_id for j in view.jobs) == ["1", "2", "4", "5"] and view.has_pending("gpu") and not view.has_pending("other")
+
+
+async def test_slurmrestd_answers_every_job_once_and_the_poll_filters_it(monkeypatch):
+    fake = FilteringBackend(JOBS, filters=False)
+    view = await access.observe_slurm(fake, frozenset({"gpu"}))
+    assert fake.asked == [(None, None)]  # one GET /jobs/
+    assert sorted(j.job_id for j in view.jobs) == ["1", "2", "4", "5"]
+
+
+def test_a_view_without_the_pools_partition_is_no_demand_signal():
+    from slurmpool.decide import decide
+    from slurmpool.interfaces import PoolRef
+    from slurmpool.models import DemandSpec
+    from slurmpool.snapshot import PoolSnapshot
+    from slurmpool.view import SlurmView
+
+    from .factories import NOW, make_spec
+
+    spec = make_spec(slurm_nodes=1).model_copy(update={"demand": DemandSpec()})
+    blind = SlurmView(True, nodes={}, jobs=(), pending_partitions=frozenset({"other"}))
+    decision = decide(PoolSnapshot(pool=PoolRef("ns", "gpu", "u"), spec=spec, nodes=(), slurm=blind, now=NOW))
+    assert "no signals" in decision.target.status.demand.message  # held, not read as "no pending jobs"
+    seen = SlurmView(True, nodes={}, jobs=(), pending_partitions=frozenset({"gpu"}))
+    decision = decide(PoolSnapshot(pool=PoolRef("ns", "gpu", "u"), spec=spec, nodes=(), slurm=seen, now=NOW))
+    assert decision.target.status.demand is not None and "no signals" not in (decision.target.status.demand.message or "")
+
+
+async def test_a_rotated_ssh_key_or_host_key_is_read_again_without_a_restart(monkeypatch):
+    """Issue 25: the SSH Secret was read once; a rotated key failed every poll until a restart."""
+    runners = []
+
+    class Runner:
+        def __init__(self, **kw):
+            self.kw = kw
+            runners.append(self)
+
+        async def close(self):
+            pass
+
+    secret = {"ssh-privatekey": "key-1", "known_hosts": "hosts-1"}
+    reads = []
+
+    async def read_secret(namespace, name):
+        reads.append(name)
+        return dict(secret)
+
+    monkeypatch.setattr(access, "SshRunner", Runner)
+    clock = Clock()
+    pool = SlurmAccessPool(read_secret=read_secret, clock=clock)
+    spec = SlurmAccess.model_validate({"ssh": {"host": "slurm", "user": "root", "secretRef": {"name": "ssh"}}})
+    first = await pool.backend("ns", spec)
+    clock.t += 10
+    assert await pool.backend("ns", spec) is first and len(reads) == 1  # read at most every 30 s
+    clock.t += access.SECRET_MAX_AGE
+    assert await pool.backend("ns", spec) is first and len(reads) == 2  # read again, unchanged: same connection
+    secret["ssh-privatekey"] = "key-2"
+    clock.t += access.SECRET_MAX_AGE
+    second = await pool.backend("ns", spec)
+    assert second is not first and runners[-1].kw["client_key"] == "key-2"
+    secret["known_hosts"] = "hosts-2"  # a failed poll (a host key mismatch) reads it again at once
+    pool._ssh_read.pop(access.access_key("ns", spec))
+    third = await pool.backend("ns", spec)
+    assert third is not second and runners[-1].kw["known_hosts"] == "hosts-2"

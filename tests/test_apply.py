@@ -31,7 +31,7 @@ class FakeKube:
     async def patch_node_later(self, name, patch):
         await self.patch_node(name, patch)
 
-    async def create_slurmd_pod(self, pool, spec, node):
+    async def create_slurmd_pod(self, pool, spec, node, slurm_name=None):
         self.calls.append(("create_slurmd_pod", node))
 
     async def delete_pod(self, namespace, name, uid):

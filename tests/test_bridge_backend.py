@@ -8,6 +8,8 @@ import os
 import shlex
 import sys
 import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from collections.abc import Callable
 
 import asyncssh
@@ -569,3 +571,52 @@ async def test_no_topology_plugin_is_no_blocks_but_slurm_down_is_an_error():
     b, _ = backend(down(), down(), down())
     with pytest.raises(SlurmUnavailable):
         await b.topology()
+
+
+# ---------------------------------------------------------------- reservations (issue 24)
+
+RESERVATIONS_2205 = (Path(__file__).parent / "fixtures" / "reservations" / "22.05-scontrol.txt").read_text()
+
+
+def test_reservations_parse_real_output_and_list_only_the_operators():
+    from slurmbridge.parse import parse_reservations
+
+    every = parse_reservations(RESERVATIONS_2205)
+    assert [r.name for r in every] == ["slurmpool-ns-gpu", "maint-friday"]
+    ours = every[0]
+    assert ours.nodes == ("gpu03", "gpu04") and ours.state == "INACTIVE"
+    assert {"MAINT", "IGNORE_JOBS"} <= ours.flags and ours.start is not None and ours.end - ours.start == timedelta(minutes=10)
+    assert parse_reservations("No reservations in the system\n") == []
+    b, _ = backend(RESERVATIONS_2205)
+    assert [r.name for r in asyncio.run(b.reservations())] == ["slurmpool-ns-gpu"]
+
+
+def test_create_reservation_names_nodes_start_and_flags():
+    b, runner = backend("Reservation created: slurmpool-ns-gpu\n")
+    start = datetime(2026, 12, 2, 20, 15, 16, tzinfo=timezone.utc)
+    asyncio.run(b.create_reservation("slurmpool-ns-gpu", ["gpu04", "gpu03"], start, 10, ["MAINT", "IGNORE_JOBS"]))
+    assert runner.calls == [["scontrol", "create", "reservation", "ReservationName=slurmpool-ns-gpu", "StartTime=2026-12-02T20:15:16",
+                             "Duration=10", "Nodes=gpu[03-04]", "Users=root", "Flags=MAINT,IGNORE_JOBS"]]
+
+
+def test_reservations_not_the_operators_are_never_touched():
+    b, runner = backend()
+    start = datetime(2026, 12, 2, 20, 15, tzinfo=timezone.utc)
+    for bad in ("maint-friday", "slurmpool-", "slurmpool-x y", "slurmpool-a;rm"):
+        with pytest.raises(ValueError):
+            asyncio.run(b.delete_reservation(bad))
+        with pytest.raises(ValueError):
+            asyncio.run(b.create_reservation(bad, ["gpu01"], start, 10, ["MAINT"]))
+    with pytest.raises(ValueError):
+        asyncio.run(b.create_reservation("slurmpool-ns-gpu", ["gpu01"], start, 10, ["MAINT", "ANY_NODES"]))
+    assert runner.calls == []
+
+
+def test_deleting_a_reservation_already_gone_is_done():
+    gone = SlurmError("exit 1", argv=["scontrol"], stderr="delete_reservation ReservationName=slurmpool-ns-gpu: Requested reservation is invalid")
+    b, runner = backend(gone)
+    asyncio.run(b.delete_reservation("slurmpool-ns-gpu"))
+    assert runner.calls == [["scontrol", "delete", "ReservationName=slurmpool-ns-gpu"]]
+    b, _ = backend(SlurmError("exit 1", argv=["scontrol"], stderr="Access/permission denied"))
+    with pytest.raises(SlurmError):
+        asyncio.run(b.delete_reservation("slurmpool-ns-gpu"))

@@ -116,6 +116,15 @@ def test_plan_lists_the_nodes_and_what_they_disturb_and_changes_nothing():
     assert "jobs 102,103" in text and "dry run" in text
 
 
+def test_plan_forecasts_when_each_leaving_node_is_free_by_its_jobs_time_limits():
+    pool, nodes = world()
+    plan = cli.plan_view(SPEC, pool, nodes, NOW, 0)
+    free = {m["node"]: m["freeAt"] for m in plan["moves"] if m["from"] == "slurm" and m["cause"] != "abort"}
+    assert free == {"n3": "2026-11-29T12:00:00Z", "n2": "2026-11-29T12:07:00Z", "n1": "2026-11-29T12:50:00Z"}  # idle: now; n2: its later job
+    text = cli.render_plan(plan, 120)
+    assert any(line.startswith("WAVE") and "FREE" in line for line in text.splitlines()) and " now " in text and "2026-11-29T12:07:00Z" in text
+
+
 def test_plan_in_waves_when_the_budget_is_small():
     spec = make_spec(slurm_nodes=3, max_moves=1)
     pool, nodes = world()
@@ -160,3 +169,12 @@ def test_unhealthy_nodes_are_shown_and_never_planned():
     assert "never moved (unhealthy" in cli.render_plan(plan, 120)
     pool["status"]["unhealthyNodes"] = []
     assert "n3" in [m["node"] for m in cli.plan_view(SPEC, pool, nodes, NOW, 1)["moves"]]
+
+
+def test_status_names_pending_jobs_demand_does_not_count():
+    demand = {"pendingJobs": 1, "pendingJobGpus": 64, "unstartableJobs": ["job 9: asks for 12 nodes, the pool has 8"]}
+    pool = {"metadata": {"name": "gpu", "namespace": "ns"}, "spec": {"slurmNodes": 5},
+            "status": {"target": {"slurmNodes": 5, "source": "Manual", "since": "2026-12-02T20:00:00Z", "demand": demand}}}
+    text = cli.render_status(cli.status_view(pool, [], NOW), 120)
+    assert "demand: 1 pending job(s) (64 GPUs)" in text
+    assert "not demand, no split starts it: job 9: asks for 12 nodes, the pool has 8" in text

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmbridge import SlurmJob
-from slurmpool.demand import PendingPod, Signals, bounds, decide, signals
+from slurmpool.demand import PendingPod, Signals, bounds, decide, job_waits_for_nodes, signals
 from slurmpool.models import SlurmNodePoolSpec
 from slurmpool.demand import is_pending_gpu_pod, pending_pod
 from slurmpool.target import decide_target
@@ -174,3 +175,80 @@ def test_status_names_demand_as_the_source_and_an_event_explains_it():
     # Slurm unreachable (no signals): demand's count holds
     held = decide_target(spec, 8, NOW + timedelta(minutes=2), later.status, "kubectl", None)
     assert held.slurm_nodes == 6 and held.status.source == "Demand"
+
+
+# ---------------------------------------------------------------- gang jobs and jobs no split starts (issue 24)
+
+
+def test_a_gang_job_needs_its_nodes_less_the_usable_ones_busy_or_idle():
+    spec = spec_with({"cooldown": "0s"}, slurm_nodes=5)
+    nodes, states = cluster(5, 3, busy=3)  # 2 idle, 3 busy: all 5 usable
+    desc = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions"
+    sig_ = signals(spec, nodes, SlurmView(True, nodes=states, jobs=(pending("1", nodes=8, reason=desc),)), [])
+    assert sig_.gang_nodes == 3 and sig_.job_nodes == 0 and sig_.pending_jobs == 1
+    out = decide(spec, 8, 5, "k", NOW, None, sig_, NOW)
+    assert out.slurm_nodes == 8 and "one asks for 3 node(s) more than Slurm has usable" in out.message
+    # bounded as every need is
+    capped = spec_with({"cooldown": "0s", "slurm": {"maxNodes": 7}}, slurm_nodes=5)
+    assert decide(capped, 8, 5, "k", NOW, None, sig_, NOW).slurm_nodes == 7
+
+
+def test_drained_and_unresponsive_slurm_nodes_do_not_serve_a_gang_job():
+    spec = spec_with({"cooldown": "0s"}, slurm_nodes=5)
+    nodes, states = cluster(5, 3)
+    states["s0"] = slurm_node("s0", "IDLE", flags={"DRAIN"})
+    states["s1"] = slurm_node("s1", "DOWN", flags={"NOT_RESPONDING"})
+    sig_ = signals(spec, nodes, SlurmView(True, nodes=states, jobs=(pending("1", nodes=6, reason="Resources"),)), [])
+    assert sig_.gang_nodes == 3  # 6 asked, 3 usable
+
+
+def test_small_jobs_keep_counting_by_gpus_beside_a_gang_job():
+    spec = spec_with({"cooldown": "0s"}, slurm_nodes=4)
+    nodes, states = cluster(4, 4, busy=4)
+    jobs = (pending("1", nodes=6, reason="Resources"), *(pending(str(i), reason="Priority") for i in range(2, 7)))
+    sig_ = signals(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [])
+    assert sig_.gang_nodes == 2 and sig_.job_nodes == 5 and sig_.pending_jobs == 6
+    assert decide(spec, 8, 4, "k", NOW, None, sig_, NOW).status.slurm_wants == 5  # the larger need, not the sum
+
+
+def test_jobs_no_split_could_start_are_reported_not_counted():
+    spec = spec_with({"cooldown": "0s"}, slurm_nodes=4)
+    nodes, states = cluster(4, 4, busy=4)
+    jobs = (pending("1", nodes=9, reason="PartitionNodeLimit"), pending("2", gpus=16, reason="Resources"),
+            pending("3", reason="BadConstraints"), pending("4", nodes=5, reason="PartitionNodeLimit"))
+    sig_ = signals(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [])
+    assert sig_.unstartable == (
+        "job 1: asks for 9 nodes, the pool has 8",
+        "job 2: asks for 16 GPUs per node, the pool's nodes have 8",
+        "job 3: Slurm says it can never run as configured (BadConstraints)",
+    )
+    assert sig_.pending_jobs == 1 and sig_.gang_nodes == 1  # job 4: more than the partition has now, fewer than the pool
+    out = decide(spec, 8, 4, "k", NOW, None, sig_, NOW)
+    assert out.status.unstartable_jobs == list(sig_.unstartable) and out.status.slurm_wants == 1
+
+
+def test_an_unstartable_job_gets_one_event_not_one_a_pass():
+    spec = spec_with({"cooldown": "0s"}, slurm_nodes=4)
+    reported = Signals(slurm_ready=4, inference_ready=4, unstartable=("job 1: asks for 9 nodes, the pool has 8",))
+    first = decide_target(spec, 8, NOW, None, "kubectl", reported)
+    assert [(e[0], e[1]) for e in first.events] == [("Warning", "UnstartableJobs")] and "job 1: asks for 9 nodes" in first.events[0][2]
+    again = decide_target(spec, 8, NOW + timedelta(seconds=5), first.status, "kubectl", reported)
+    assert again.events == [] and again.status.demand.unstartable_jobs == list(reported.unstartable)
+
+
+@pytest.mark.parametrize(
+    ("reason", "waits"),
+    [
+        # the desc set in job_scheduler.c, as squeue prints it and as scontrol does (with "_")
+        ("Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions", True),
+        ("Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions", True),
+        ("Nodes required for job are DOWN, DRAINED, REBOOTING or reserved for jobs in higher priority partitions", True),
+        ("ReqNodeNotAvail, UnavailableNodes:gpu[06-08]", True),
+        ("ReqNodeNotAvail,_UnavailableNodes:gpu[06-08]", True),
+        ("Resources", True), ("Priority", True), ("NodeDown", True), ("PartitionNodeLimit", True),
+        ("Dependency", False), ("BeginTime", False), ("JobHeldUser", False), ("QOSGrpGRES", False),
+        ("PartitionDown", False), ("BadConstraints", False), ("", False), ("None", False),
+    ],
+)
+def test_reasons_are_matched_by_meaning(reason, waits):
+    assert job_waits_for_nodes(reason) is waits

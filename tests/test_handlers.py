@@ -76,16 +76,29 @@ def test_a_pass_waits_while_the_index_lags_our_own_record_writes(monkeypatch):
     from slurmpool.view import ANN_MOVE, NodeView
 
     memo = memo_for()
-    memo.expected = {"gpu01": ({ANN_MOVE: '{"id":"m2"}'}, 0.0)}
+    memo.nodes, memo.relisting = FakeNodeWatch(), {}
+    memo.expected = {"gpu01": ({ANN_MOVE: '{"id":"m2"}'}, 1.0)}
     monkeypatch.setattr(handlers.time, "monotonic", lambda: 1.0)
     old = NodeView("gpu01", annotations={ANN_MOVE: '{"id":"m1"}'})
     assert handlers._index_lags(memo, [old])  # the watch has not brought m2 back: no pass on m1
     new = NodeView("gpu01", annotations={ANN_MOVE: '{"id":"m2"}'})
     assert not handlers._index_lags(memo, [new]) and memo.expected == {}
-    memo.expected = {"gpu01": ({ANN_MOVE: None}, 0.0)}  # a removal: seen once the annotation is gone
+    memo.expected = {"gpu01": ({ANN_MOVE: None}, 1.0)}  # a removal: seen once the annotation is gone
     assert handlers._index_lags(memo, [old])
-    monkeypatch.setattr(handlers.time, "monotonic", lambda: 100.0)  # never seen: someone else wrote since
-    assert not handlers._index_lags(memo, [old])
+    monkeypatch.setattr(handlers.time, "monotonic", lambda: 100.0)
+    assert handlers._index_lags(memo, [old])  # a lagging watch waits, never acts (issue 25) ...
+    assert memo.nodes.relists == 1  # ... and lists the Nodes again, once
+    assert handlers._index_lags(memo, [old]) and memo.nodes.relists == 1
+    memo.nodes.list_began = 50.0  # a full list begun after the write still shows the old record: someone changed it
+    assert not handlers._index_lags(memo, [old]) and memo.expected == {}
+
+
+class FakeNodeWatch:
+    def __init__(self):
+        self.list_began, self.relists = 0.0, 0
+
+    def request_relist(self):
+        self.relists += 1
 
 
 def test_no_handler_needs_the_diff_that_no_diff_base_skips():

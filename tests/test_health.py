@@ -129,9 +129,9 @@ def test_a_listed_condition_counts_after_its_minimum_age():
     assert h.suspect and not h.unhealthy and h.drain_condition is None
     old = node("a", conditions=(NodeCondition("GpuXid", "True", NOW - timedelta(minutes=2)),))
     assert assess(spec, old, slurm_node("a")).drain_condition == "GpuXid"
-    assert assess(spec, node("a", conditions=(NodeCondition("NicDown", "Unknown"),))).drain_condition == "NicDown"
-    assert assess(spec, node("a", conditions=(NodeCondition("GpuXid", "False"),))).findings == ()  # another status
-    assert assess(spec, node("a", conditions=(NodeCondition("Other", "True"),))).findings == ()  # not listed
+    assert assess(spec, node("a", conditions=(NodeCondition("NicDown", "Unknown"),)), slurm_node("a")).drain_condition == "NicDown"
+    assert assess(spec, node("a", conditions=(NodeCondition("GpuXid", "False"),)), slurm_node("a")).findings == ()  # another status
+    assert assess(spec, node("a", conditions=(NodeCondition("Other", "True"),)), slurm_node("a")).findings == ()  # not listed
 
 
 def test_slurm_unavailable_keeps_the_last_slurm_findings():
@@ -531,3 +531,28 @@ def test_a_health_drains_jobs_end_by_the_drain_policy(policy, action):
     after, _ = _decide(spec, [sick], slurm, now=NOW + timedelta(minutes=11))
     done = [type(a).__name__ for a in (after.steps["a"].actions if "a" in after.steps else [])]
     assert done == ([action] if action else [])
+
+
+def test_a_slurm_node_slurm_does_not_list_is_unhealthy_at_once():
+    """Fail closed (issue 25): a node the pool holds in Slurm that Slurm does not list (a wrong
+    Slurm NodeName, a partial answer) is unhealthy: never a victim, its move stops in Slurm."""
+    settled = node("a")
+    h = assess(make_spec(), settled, None)
+    assert h.unhealthy and [f.kind for f in h.findings] == ["SlurmUnlisted"]
+    assert assess(make_spec(), settled, slurm_node("a")).findings == ()
+    assert assess(make_spec(), settled, None, available=False).findings == ()  # unseen is not unlisted
+
+
+def test_a_rebalance_never_takes_inference_below_its_floor_for_nodes_that_cannot_join_yet():
+    """Found by the property above: the split wants 3 Slurm / 3 inference, counting two
+    unadopted nodes that are not Ready. Slurm's missing node must not come from inference's last
+    two (minInferenceNodes 2); the surplus llm node goes to the default pool instead."""
+    spec = make_spec(slurm_nodes=3, min_inference=2, max_moves=1,
+                     pools=[("default", 1, 0, None), ("llm", 0, 0, None)])
+    spec = with_health(spec, replace=False, notRespondingGrace="0s")
+    nodes = [node("n000", placement="inference:llm"), node("n001", placement="none", ready=False),
+             node("n002", placement="inference:default"), node("n003", placement="none", ready=False),
+             node("n004", placement=SLURM), node("n005", placement=SLURM)]
+    slurm = SlurmView(True, nodes={n.name: slurm_node(n.name) for n in nodes})
+    result = plan(spec, nodes, slurm, NOW, health=_health(spec, nodes, slurm))
+    assert [(s.node, s.target) for s in result.starts] == [("n000", "inference:default")]

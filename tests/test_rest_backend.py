@@ -749,3 +749,14 @@ def test_any_node_reads_the_same_over_rest_and_scontrol(name, base, flags, reaso
     assert got == want  # the stamp's user and time too: scontrol's "[root@...]", REST's reason_set_by_user/_changed_at
     if reason:
         assert (got.reason_user, got.reason_time) == ("root", when)
+
+
+async def test_a_200_without_a_node_list_is_a_failed_poll_not_an_empty_cluster(serve, backends):
+    """Issue 25: a 200 with no `nodes` read as no nodes made every Slurm node "nothing to drain"."""
+    fake = FakeSlurmrestd(nodes=[rest_node("gpu01", ["ALLOCATED"])])
+    fake.scripted[("GET", "/nodes/")] = (200, {"last_update": no_val(1764547300)}, [])
+    backend = backends(await serve(fake))
+    with pytest.raises(SlurmUnavailable, match="without a node list"):
+        await backend.nodes()
+    fake.scripted[("GET", "/nodes/")] = (200, {"nodes": []}, [])  # a cluster of dynamic nodes none of which registered yet
+    assert await backend.nodes() == {}

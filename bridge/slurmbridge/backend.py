@@ -6,13 +6,13 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Sequence
-from datetime import timezone, tzinfo
+from datetime import datetime, timezone, tzinfo
 from typing import Protocol, runtime_checkable
 
 from . import validate
 from .errors import SlurmError, SlurmUnavailable
-from .models import SlurmJob, SlurmNode, TopologyGroup
-from .parse import parse_scontrol_nodes, parse_squeue, parse_topology, squeue_format
+from .models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
+from .parse import parse_reservations, parse_scontrol_nodes, parse_squeue, parse_topology, squeue_format
 from .runner import CommandRunner
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,7 @@ _RELEASE_ALREADY = ("job is no longer pending execution", "job has already finis
 # States a requeued job passes through before it is PENDING again.
 _CANCEL_ALREADY = ("already completing or completed", "invalid job id specified")
 _SETTLING = frozenset({"COMPLETING", "STAGE_OUT", "SIGNALING", "REQUEUED"})
+_RESERVATION_GONE = ("requested reservation is invalid", "invalid reservation", "reservation not found")
 
 
 @runtime_checkable
@@ -163,6 +164,31 @@ class ScontrolBackend:
                 raise
             after = await self.nodes(checked)
             if any(n.drain_set or n.state == "DOWN" for n in after.values()):
+                raise
+
+    async def reservations(self) -> list[SlurmReservation]:
+        """The operator's reservations (name prefix `slurmpool-`); others are not even returned."""
+        out = await self._run(["scontrol", "-o", "show", "reservation"])
+        return [r for r in parse_reservations(out, self.tz) if r.name.startswith(validate.RESERVATION_PREFIX)]
+
+    async def create_reservation(self, name: str, nodes: Sequence[str], start: datetime, minutes: int, flags: Sequence[str]) -> None:
+        """Create an operator reservation (root's, on exactly these nodes) from `start` for `minutes`."""
+        checked = validate.node_names(nodes)
+        if not checked:
+            raise ValueError("a reservation needs nodes")
+        when = start.astimezone(self.tz).strftime("%Y-%m-%dT%H:%M:%S")
+        await self._run([
+            "scontrol", "create", "reservation", f"ReservationName={validate.reservation_name(name)}", f"StartTime={when}",
+            f"Duration={max(1, int(minutes))}", f"Nodes={validate.compress(checked)}", "Users=root",
+            f"Flags={','.join(validate.reservation_flags(flags))}",
+        ])
+
+    async def delete_reservation(self, name: str) -> None:
+        """Delete an operator reservation; one already gone is done."""
+        try:
+            await self._run(["scontrol", "delete", f"ReservationName={validate.reservation_name(name)}"])
+        except SlurmError as e:
+            if isinstance(e, SlurmUnavailable) or not any(w in e.output.lower() for w in _RESERVATION_GONE):
                 raise
 
     async def requeue(self, job_ids: Sequence[str]) -> None:

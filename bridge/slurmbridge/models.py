@@ -49,6 +49,49 @@ def _split_gres(gres: str) -> list[str]:
     return [p for p in parts if p and p not in ("(null)", "N/A")]
 
 
+# One GRES entry as slurmd reports it: name[:type][:count][(S:0-1)|(IDX:0-3)|(CNT:8)...], counts
+# possibly with a K/M/G suffix ("gpu:h100:8(S:0-1)", "gpu:8(S:0)", "gpu:a100:2,gpu:h100:6", "nic:2").
+_GRES_ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9_]+)(?P<rest>(?::[^:(]*)*)(?P<affinity>\(.*\))?$")
+_COUNT = re.compile(r"^(?P<n>\d+)(?P<unit>[KMGTP]?)$")
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
+
+
+def parse_gres(gres: str) -> dict[tuple[str, str | None], int]:
+    """(name, type or None) -> count, summed over entries; socket/core affinity and IDX lists are
+    dropped (slurmd adds them: a spec's "gpu:h100:8" is met by "gpu:h100:8(S:0-1)"). An entry
+    without a count counts one, as Slurm reads it. Unreadable entries are skipped."""
+    out: dict[tuple[str, str | None], int] = {}
+    for entry in _split_gres(gres):
+        m = _GRES_ENTRY.match(entry.replace(":(null)", ""))  # 22.05's GresUsed names no type so
+        if not m:
+            continue
+        parts = m.group("rest").split(":")[1:]
+        count = 1
+        if parts and (c := _COUNT.match(parts[-1])):
+            count = int(c.group("n")) * _UNITS[c.group("unit")]
+            parts = parts[:-1]
+        kind = parts[0] if parts and parts[0] else None
+        key = (m.group("name"), kind)
+        out[key] = out.get(key, 0) + count
+    return out
+
+
+def gres_shortfall(wanted: str, reported: str) -> str | None:
+    """Why the reported GRES do not meet the wanted ones, or None. By meaning: each wanted typed
+    entry (gpu:h100:8) needs that name and type with at least that count; an untyped one (gpu:8)
+    needs that many of the name over all types. Affinity, order and other GRES do not matter."""
+    have = parse_gres(reported)
+    for (name, kind), count in parse_gres(wanted).items():
+        if kind is None:
+            got = sum(n for (nm, _), n in have.items() if nm == name)
+        else:
+            got = have.get((name, kind), 0)
+        if got < count:
+            label = f"{name}:{kind}" if kind else name
+            return f"{label}:{got} reported, {count} wanted"
+    return None
+
+
 @dataclass(frozen=True)
 class SlurmNode:
     name: str
@@ -114,3 +157,13 @@ class SlurmJob:
     @property
     def gpus_wanted(self) -> int:
         return self.gpus_per_node * self.num_nodes
+
+
+@dataclass(frozen=True)
+class SlurmReservation:
+    name: str
+    nodes: tuple[str, ...]
+    start: datetime | None
+    end: datetime | None
+    flags: frozenset[str]  # MAINT, IGNORE_JOBS, SPEC_NODES (Slurm adds it), ...
+    state: str  # ACTIVE or INACTIVE

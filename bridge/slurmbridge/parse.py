@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone, tzinfo
 
-from .models import SlurmJob, SlurmNode, TopologyGroup, gpu_count
+from .models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup, gpu_count
 from .validate import expand
 
 # sinfo-style one-character state suffixes (scontrol spells these as +FLAG, but accept both).
@@ -220,3 +220,23 @@ def parse_topology(text: str) -> list[TopologyGroup]:
                 continue
             groups.append(TopologyGroup(fields["SwitchName"], level, tuple(expand(nodes)), "switch"))
     return groups
+
+
+def parse_reservations(text: str, tz: tzinfo = timezone.utc) -> list[SlurmReservation]:
+    """Parse `scontrol -o show reservation` (one line each; "No reservations in the system": none)."""
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("ReservationName="):
+            continue
+        f = dict(m.groups() for m in re.finditer(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_]*)=(\S*)", line))
+        out.append(
+            SlurmReservation(
+                name=f.get("ReservationName", ""),
+                nodes=expand(f.get("Nodes", "") if f.get("Nodes") not in (None, "(null)") else ""),
+                start=parse_time(f.get("StartTime", ""), tz),
+                end=parse_time(f.get("EndTime", ""), tz),
+                flags=frozenset(x for x in f.get("Flags", "").split(",") if x),
+                state=f.get("State", "").upper(),
+            )
+        )
+    return out

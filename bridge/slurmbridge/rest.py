@@ -321,12 +321,17 @@ class RestBackend:
             if not wanted:
                 return {}
         data = await self._call("GET", "/nodes/")
+        if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+            # A 200 without its node list is a failed poll, never an empty cluster (nothing to drain).
+            raise SlurmUnavailable(f"slurmrestd answered GET /nodes/ without a node list (keys: {sorted(data)[:8] if isinstance(data, dict) else type(data).__name__})")
         nodes = {}
-        for raw in _list(data, "nodes"):
+        for raw in data["nodes"]:
             node = parse_rest_node(raw)
             if node is not None and (wanted is None or node.name in wanted):
                 nodes[node.name] = node
         return nodes
+
+    filters_jobs = False  # GET /jobs/ answers every job: a caller wanting several filters asks once
 
     async def jobs(self, partition: str | None = None, states: Sequence[str] | None = None) -> list[SlurmJob]:
         if partition is not None:
@@ -649,7 +654,9 @@ def parse_rest_job(raw: dict) -> tuple[SlurmJob, set[str]]:
         num_nodes=_number(raw.get("node_count")) or 0,
         start_time=_time(raw.get("start_time")),
         end_time=_time(raw.get("end_time")),
-        reason=_text(raw.get("state_reason")),
+        # As squeue %r: the desc when Slurm set one ("ReqNodeNotAvail, UnavailableNodes:gpu04"),
+        # else the reason's name; so each access path reports the same text.
+        reason=_text(raw.get("state_description")) or _text(raw.get("state_reason")),
     ), tokens
 
 

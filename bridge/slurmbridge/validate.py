@@ -111,3 +111,23 @@ def expand(expr: str) -> tuple[str, ...]:
     if not expr or expr in ("(null)", "N/A", "None"):
         return ()
     return tuple(hostlist.expand_hostlist(expr))
+
+
+# Reservations the operator creates, changes and deletes carry this prefix; the bridge refuses
+# any other name, so a reservation someone else made is never touched.
+RESERVATION_PREFIX = "slurmpool-"
+_RESERVATION_RE = re.compile(r"^slurmpool-[a-z0-9]([a-z0-9.-]{0,118}[a-z0-9])?$")
+RESERVATION_FLAGS = frozenset({"MAINT", "IGNORE_JOBS", "TIME_FLOAT", "OVERLAP"})
+
+
+def reservation_name(name: str) -> str:
+    if not isinstance(name, str) or not _RESERVATION_RE.fullmatch(name):
+        raise ValueError(f"invalid reservation name {name!r}: only the operator's own ({_RESERVATION_RE.pattern})")
+    return name
+
+
+def reservation_flags(flags: Iterable[str]) -> list[str]:
+    out = [f.upper() for f in flags]
+    if bad := [f for f in out if f not in RESERVATION_FLAGS]:
+        raise ValueError(f"reservation flags {bad} are not among {sorted(RESERVATION_FLAGS)}")
+    return out

@@ -28,6 +28,9 @@ PY=${LAB_PYTHON:-$repo/.venv/bin/python}
 LAB_SLURM=${LAB_SLURM:-22.05}
 LAB_SLURM_NODES=${LAB_SLURM_NODES:-static}
 LAB_SLURMDBD=${LAB_SLURMDBD:-0}
+# LAB_GRES_CORES=1: two sockets of 8 cores and a gres.conf with Cores=, so that Slurm reports GPUs
+# with socket affinity as on real hardware (Gres=gpu:h100:8(S:0-1)).
+LAB_GRES_CORES=${LAB_GRES_CORES:-0}
 
 # Ports (all on 127.0.0.1). slurmd of node gpuXX listens on SLURMD_BASE_PORT+XX.
 # LAB_PORT_OFFSET (e.g. 100) shifts them all, so two labs (two LAB_DIRs) can run side by side.
@@ -454,14 +457,15 @@ EOF
 # reads this file (NAME<TAB>PORT<TAB>CONF). The topology unit of a dynamic node is its path in the
 # tree of topology.conf ("default" is topology.conf's name): spine:block-k:rack-r, as static nodes.
 : > "$LAB_DIR/etc/nodes.tsv"
+if [ "$LAB_GRES_CORES" = 1 ]; then CPU_CONF="Sockets=2 CoresPerSocket=8 ThreadsPerCore=1"; else CPU_CONF="CPUs=16"; fi
 node_line() {  # NAME PORT TOPOLOGY_PATH
   if [ "$LAB_SLURM_NODES" = static ]; then
-    echo "NodeName=$1 NodeHostname=localhost NodeAddr=127.0.0.1 Port=$2 CPUs=16 RealMemory=65536 Gres=gpu:h100:8 State=UNKNOWN" >> "$SLURM_CONF"
+    echo "NodeName=$1 NodeHostname=localhost NodeAddr=127.0.0.1 Port=$2 $CPU_CONF RealMemory=65536 Gres=gpu:h100:8 State=UNKNOWN" >> "$SLURM_CONF"
     printf '%s\t%s\t\n' "$1" "$2" >> "$LAB_DIR/etc/nodes.tsv"
   elif [ "$NETNS" = 1 ]; then  # 24.11: no Port= nor Topology= in --conf; the node's namespace has the port
-    printf '%s\t%s\t%s\n' "$1" "$SLURMD_BASE_PORT" "CPUs=16 RealMemory=65536 Gres=gpu:h100:8" >> "$LAB_DIR/etc/nodes.tsv"
+    printf '%s\t%s\t%s\n' "$1" "$SLURMD_BASE_PORT" "$CPU_CONF RealMemory=65536 Gres=gpu:h100:8" >> "$LAB_DIR/etc/nodes.tsv"
   else
-    printf '%s\t%s\t%s\n' "$1" "$2" "CPUs=16 RealMemory=65536 Gres=gpu:h100:8 Port=$2 Topology=default:$3" >> "$LAB_DIR/etc/nodes.tsv"
+    printf '%s\t%s\t%s\n' "$1" "$2" "$CPU_CONF RealMemory=65536 Gres=gpu:h100:8 Port=$2 Topology=default:$3" >> "$LAB_DIR/etc/nodes.tsv"
   fi
 }
 for i in $(seq 1 "$LAB_NODES"); do
@@ -479,12 +483,18 @@ for i in $(seq 1 "$LAB_SIM_NODES"); do
 done
 if [ "$LAB_SIM_NODES" -gt 0 ] && [ "$LAB_SLURM_NODES" = static ]; then
   last=$(printf %03d "$LAB_SIM_NODES")
-  echo "NodeName=sim[001-$last] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((SIM_BASE_PORT + 1))-$((SIM_BASE_PORT + LAB_SIM_NODES))] CPUs=16 RealMemory=65536 Gres=gpu:h100:8 State=UNKNOWN" >> "$SLURM_CONF"
+  echo "NodeName=sim[001-$last] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((SIM_BASE_PORT + 1))-$((SIM_BASE_PORT + LAB_SIM_NODES))] $CPU_CONF RealMemory=65536 Gres=gpu:h100:8 State=UNKNOWN" >> "$SLURM_CONF"
 fi
 echo "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >> "$SLURM_CONF"
+if [ "$LAB_GRES_CORES" = 1 ]; then  # four GPUs on each socket
+  gres_lines="Name=gpu Type=h100 File=$LAB_DIR/fakedev/nvidia[0-3] Cores=0-7
+Name=gpu Type=h100 File=$LAB_DIR/fakedev/nvidia[4-7] Cores=8-15"
+else
+  gres_lines="Name=gpu Type=h100 File=$LAB_DIR/fakedev/nvidia[0-7]"
+fi
 cat > "$LAB_DIR/etc/gres.conf" <<EOF
 AutoDetect=off
-Name=gpu Type=h100 File=$LAB_DIR/fakedev/nvidia[0-7]
+$gres_lines
 EOF
 # topology.conf mirrors the Kubernetes labels: racks of 2 nodes, blocks of 4, one spine. Dynamic
 # nodes are not named here: each joins its rack (and the switches above it) by its --conf Topology=
@@ -731,6 +741,7 @@ export LAB_SLURM_NODES=$LAB_SLURM_NODES
 export LAB_SLURMCTLD_PORT=$CTLD_PORT
 export LAB_SLURMCTLD_ADDR=$CTLD_ADDR
 export LAB_SLURMDBD=$LAB_SLURMDBD
+export LAB_GRES_CORES=$LAB_GRES_CORES
 EOF
 if [ "$LAB_SLURM" != 22.05 ]; then
   cat >> "$LAB_DIR/env" <<EOF

@@ -17,10 +17,12 @@ from slurmbridge import LocalRunner, ScontrolBackend, SlurmBackend, SlurmError, 
 from . import metrics
 from .models import SlurmAccess
 from .restaccess import build_rest_backend, rest_key
-from .view import SlurmView
+from .view import ACTIVE_JOB_STATES, SlurmView
 
 ReadSecret = Callable[[str, str], Awaitable[dict[str, str]]]
 TOPOLOGY_MAX_AGE = 60.0  # seconds: slurm.conf's topology changes with a reconfigure, rarely
+SECRET_MAX_AGE = 30.0  # seconds: SSH keys are read again this often (the REST token too: restaccess.py)
+RETIRE_AFTER = 60.0  # seconds: an SSH connection replaced by a new key is closed this much later
 STALE_WHILE_POLLING = 3  # x max_age: how much older a view may be, rather than wait for a poll in progress
 log = logging.getLogger("slurmpool.access")
 
@@ -34,16 +36,32 @@ def access_key(namespace: str, access: SlurmAccess) -> tuple:
     return ("local", access.local.slurm_conf if access.local else None)
 
 
-async def observe_slurm(backend: SlurmBackend) -> SlurmView:
-    """One `scontrol show node` and one `squeue` for the whole pool, side by side (each is a
-    round trip over SSH). Fails closed."""
-    nodes, jobs = await asyncio.gather(backend.nodes(), backend.jobs(), return_exceptions=True)
-    for result in (nodes, jobs):
+async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = None) -> SlurmView:
+    """`scontrol show node` and `squeue` for the whole pool, side by side (each is a round trip
+    over SSH). Fails closed. `pending`: the partitions whose pending jobs are read (the pools with
+    demand on); running jobs are read from every partition (a node may run any). None: every job.
+    100k pending jobs were 17 MB per poll: squeue filters (`-t`, `-p`); slurmrestd cannot, so its
+    one answer is filtered here."""
+    if pending is None:
+        calls = [backend.jobs()]
+    elif getattr(backend, "filters_jobs", True):
+        calls = [backend.jobs(states=sorted(ACTIVE_JOB_STATES))] + [backend.jobs(partition=p, states=["PENDING"]) for p in sorted(pending)]
+    else:
+        calls = [backend.jobs()]
+    results = await asyncio.gather(backend.nodes(), *calls, return_exceptions=True)
+    for result in results:
         if isinstance(result, SlurmError):
             return SlurmView(available=False, error=str(result)[:500])
         if isinstance(result, BaseException):
             raise result
-    return SlurmView(available=True, nodes=nodes, jobs=tuple(jobs))
+    nodes, jobs = results[0], [j for found in results[1:] for j in found]
+    if pending is not None:
+        jobs = [j for j in jobs if j.state in ACTIVE_JOB_STATES or (j.state == "PENDING" and pending & set(j.partition.split(",")))]
+    return SlurmView(available=True, nodes=nodes, jobs=tuple(dict((j.job_id, j) for j in jobs).values()), pending_partitions=pending)
+
+
+def _ssh_material(secret: dict[str, str], ssh) -> tuple:
+    return (secret.get(ssh.secret_ref.private_key_key), secret.get(ssh.secret_ref.known_hosts_key))
 
 
 class Instrumented:
@@ -84,6 +102,9 @@ class SlurmAccessPool:
         self._topology: dict[tuple, tuple[float, tuple]] = {}  # key -> (when, groups): changes rarely
         self._failing: dict[tuple, tuple[int, float, SlurmView]] = {}  # key -> (failures, retry at, view)
         self._locks: dict[tuple, asyncio.Lock] = {}
+        self._ssh_read: dict[tuple, float] = {}  # key -> when its SSH Secret was last read
+        self._ssh_seen: dict[tuple, tuple] = {}  # key -> the key and known_hosts its connection uses
+        self._pending: dict[tuple, dict[str, str | None]] = {}  # key -> pool -> its partition, when its demand is on
         self.command_timeout = command_timeout
         self.retries = retries
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
@@ -91,9 +112,25 @@ class SlurmAccessPool:
 
     async def backend(self, namespace: str, access: SlurmAccess) -> SlurmBackend:
         key = access_key(namespace, access)
+        if key in self._backends and access.ssh and self.clock() - self._ssh_read.get(key, float("-inf")) >= SECRET_MAX_AGE:
+            await self._reread_ssh_secret(key, namespace, access)
         if key not in self._backends:
             self._backends[key] = await self._build(namespace, access)
+            self._ssh_read[key] = self.clock()
         return self._backends[key]
+
+    async def _reread_ssh_secret(self, key: tuple, namespace: str, access: SlurmAccess) -> None:
+        """A rotated client key or host key is used without a restart: the Secret is read again
+        every SECRET_MAX_AGE (and at once after a failed poll); a changed one builds a new
+        connection. The old one is closed a little later (a drain may be running on it)."""
+        self._ssh_read[key] = self.clock()
+        s = access.ssh
+        secret = await self._read_secret(namespace, s.secret_ref.name)
+        if _ssh_material(secret, s) == self._ssh_seen.get(key):
+            return
+        log.info("Secret %s/%s changed: a new SSH connection to %s", namespace, s.secret_ref.name, s.host)
+        old = self._backends.pop(key)
+        asyncio.get_running_loop().call_later(RETIRE_AFTER, lambda: asyncio.ensure_future(old.close()))
 
     async def _build(self, namespace: str, access: SlurmAccess) -> SlurmBackend:
         if access.rest:
@@ -105,6 +142,7 @@ class SlurmAccessPool:
             for key in (s.secret_ref.private_key_key, s.secret_ref.known_hosts_key):
                 if not secret.get(key):
                     raise ValueError(f"Secret {namespace}/{s.secret_ref.name} has no key {key!r}")
+            self._ssh_seen[access_key(namespace, access)] = _ssh_material(secret, s)
             runner = SshRunner(
                 host=s.host,
                 port=s.port,
@@ -119,13 +157,16 @@ class SlurmAccessPool:
 
     async def observe(
         self, namespace: str, access: SlurmAccess, max_age: float, topology: bool = False, newer_than: float | None = None,
-        pool: str = "",
+        pool: str = "", pending: str | None = None,
     ) -> tuple[SlurmBackend | None, SlurmView]:
         """Slurm's state for this access, polled at most once per `max_age` seconds (and, with
         `newer_than`, by a poll begun after that time); with `topology`, its switches or blocks
         too, polled at most once per TOPOLOGY_MAX_AGE. The view's `polled_at` is when its poll began.
         `pool`: whose changes the view must show (pools own disjoint nodes: not another pool's)."""
         key = access_key(namespace, access)
+        wanted = self._pending.setdefault(key, {})
+        if wanted.get(pool) != pending:  # the union of the pools' partitions with demand on
+            wanted[pool] = pending
         # What will do, fixed on arrival: a pool that waited for another pool's poll takes it
         # rather than polling again after it (pools sharing one Slurm queue on its lock).
         oldest = self.clock() - max_age
@@ -133,10 +174,11 @@ class SlurmAccessPool:
         if lock.locked():  # another pool is polling: a view a little older does rather than queue behind it
             cached = self._views.get(key)
             if cached and self._usable(key, pool, cached[0], oldest - STALE_WHILE_POLLING * max_age, newer_than) and \
+                    cached[1].has_pending(pending) and \
                     (not topology or cached[1].topology or not cached[1].available):
                 return self._backends.get(key), cached[1]
         async with lock:  # pools reconcile concurrently: one poll
-            return await self._observe(key, namespace, access, oldest, topology, newer_than, pool)
+            return await self._observe(key, namespace, access, oldest, topology, newer_than, pool, pending)
 
     def _usable(self, key: tuple, pool: str, began: float, oldest: float, newer_than: float | None) -> bool:
         """A poll that began after the pool's last change through this access shows it."""
@@ -144,12 +186,12 @@ class SlurmAccessPool:
         return began >= oldest and began >= written and (newer_than is None or began > newer_than)
 
     async def _observe(self, key: tuple, namespace: str, access: SlurmAccess, oldest: float, topology: bool,
-                       newer_than: float | None = None, pool: str = ""):
+                       newer_than: float | None = None, pool: str = "", pool_pending: str | None = None):
         now = self.clock()
         cached = self._views.get(key)
         # Pools that changed Slurm while a poll ran, or want a newer look than their last, share
         # the next poll instead of polling one after another.
-        if cached and self._usable(key, pool, cached[0], oldest, newer_than):
+        if cached and self._usable(key, pool, cached[0], oldest, newer_than) and (not cached[1].available or cached[1].has_pending(pool_pending)):
             backend, view = self._backends.get(key), cached[1]
             if topology and view.available and not view.topology and backend is not None:
                 view = replace(view, topology=await self._groups(key, backend))  # another pool polled without it
@@ -164,12 +206,13 @@ class SlurmAccessPool:
         except Exception as err:  # noqa: BLE001 - a missing Secret is reported, not raised
             backend, view = None, SlurmView(available=False, error=f"cannot reach Slurm: {err}")
         else:
-            view = await observe_slurm(backend)
+            view = await observe_slurm(backend, frozenset(p for p in self._pending.get(key, {}).values() if p))
             if topology and view.available:
                 view = replace(view, topology=await self._groups(key, backend))
         if view.available:
             self._failing.pop(key, None)
         else:
+            self._ssh_read.pop(key, None)  # a refused key or host key: read the Secret again next time
             failures = (failing[0] if failing else 0) + 1
             delay = min(self.backoff_max, self.backoff_base * 2 ** (failures - 1))
             view = replace(view, error=f"{view.error} (failed {failures} time(s); next try in {delay:g}s)")

@@ -79,10 +79,10 @@ async def apply(
             continue
         _crash_point(crash_after_phase, patches.get(name, {}), step)
         for action in step.actions:
-            if isinstance(action, Drain):
-                drains[action.reason].append(action.node)
-            elif isinstance(action, Resume):
-                resumes.append(action.node)
+            if isinstance(action, Drain) and (target := _in_slurm(decision, action.node)):
+                drains[action.reason].append(target)
+            elif isinstance(action, Resume) and (target := _in_slurm(decision, action.node)):
+                resumes.append(target)
             elif isinstance(action, Requeue):
                 requeues.extend(action.job_ids)
             elif isinstance(action, Cancel):
@@ -105,7 +105,8 @@ async def apply(
     result.slurm_changed = bool(drains or resumes or requeues or cancels)
     result.acted |= result.slurm_changed
 
-    await asyncio.gather(*(_pod_actions(pool, spec, name, step, kube, result) for name, step in steps.items() if name not in result.unwritten))
+    await asyncio.gather(*(_pod_actions(pool, spec, name, step, kube, result, _in_slurm(decision, name))
+                           for name, step in steps.items() if name not in result.unwritten))
     await _publish(kube, decision.publish, published)
     for ev in decision.clear_move_now:
         try:
@@ -149,11 +150,19 @@ def _count(node: NodeView, step: Step) -> None:
         metrics.MOVES_FAILED.labels(direction=direction(step.rolled_back.source, step.rolled_back.target), reason="rollback").inc()
 
 
-async def _pod_actions(pool, spec, name: str, step: Step, kube: Kube, result: ApplyResult) -> None:
+def _in_slurm(decision: PoolDecision, node: str) -> str | None:
+    """The node's Slurm NodeName (slurmnames.py); None: it has none, so nothing is sent for it."""
+    return decision.slurm_names.get(node, node)
+
+
+async def _pod_actions(pool, spec, name: str, step: Step, kube: Kube, result: ApplyResult, slurm_name: str | None) -> None:
     for action in step.actions:
         if isinstance(action, CreateSlurmdPod):
+            if slurm_name is None:  # a slurmd under a guessed name would register as another node
+                result.errors.append(f"create slurmd pod on {name}: the Node has no Slurm NodeName (spec.slurm.nodeNameLabel)")
+                continue
             result.acted = True
-            await _guard(result, f"create slurmd pod on {name}", kube.create_slurmd_pod(pool, spec, name), node=name)
+            await _guard(result, f"create slurmd pod on {name}", kube.create_slurmd_pod(pool, spec, name, slurm_name), node=name)
         elif isinstance(action, DeleteSlurmdPod):
             pod = action.pod
             result.acted = True

@@ -26,6 +26,7 @@ from typing import Any
 from slurmbridge import SlurmJob, SlurmNode
 
 from . import health
+from .handover import free_at
 from .models import GROUP, PLURAL, VERSION, SlurmNodePoolSpec
 from .moves import disturbed_pods
 from .planner import current_placement, desired_split, plan
@@ -39,6 +40,7 @@ from .view import (
     NodeView,
     PodView,
     SlurmView,
+    iso,
 )
 
 MAX_WAVES = 100
@@ -200,6 +202,7 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
             node = by_name[start.node]
             disturbs_jobs = jobs_by_node.get(node.name, []) if node.placement == SLURM else []
             disturbs_pods = [p.key for p in disturbed_pods(spec, node, start.target)]
+            free = free_at(node.name, slurm, now) if node.placement == SLURM else now
             moves.append(
                 {
                     "wave": wave,
@@ -210,6 +213,8 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
                     "jobs": [j.get("id") for j in disturbs_jobs],
                     "jobDetails": disturbs_jobs,
                     "pods": disturbs_pods,
+                    # Drain forecast: the latest end of its jobs by their time limits (None: a job has none).
+                    "freeAt": iso(free) if free else None,
                 }
             )
         for name in result.aborts:
@@ -230,6 +235,7 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
         "inFlight": in_flight,
         "moves": moves,
         "waves": max([m["wave"] for m in moves] or [0]),
+        "now": iso(now),
     }
 
 
@@ -304,6 +310,8 @@ def render_status(view: dict[str, Any], total: int = 100) -> str:
         if d:
             lines.append(f"  demand: {d.get('pendingJobs', 0)} pending job(s) ({d.get('pendingJobGpus', 0)} GPUs), "
                          f"{d.get('pendingPods', 0)} pending pod(s) ({d.get('pendingPodGpus', 0)} GPUs)"[:total])
+            for why in d.get("unstartableJobs") or []:
+                lines.append(f"  not demand, no split starts it: {why}"[:total])
     s, i = view.get("slurm") or {}, view.get("inference") or {}
     lines.append(f"Slurm {s.get('ready', 0)}/{s.get('desired', 0)} ready, inference {i.get('ready', 0)}/{i.get('desired', 0)} ready, "
                  f"{view.get('moving', 0)} moving" + (f", unhealthy: Slurm {s.get('unhealthy', 0)}, inference {i.get('unhealthy', 0)}"
@@ -377,8 +385,8 @@ def render_plan(view: dict[str, Any], total: int = 100) -> str:
         lines.append("No move needed." if not view["problems"] else "Nothing would move.")
         return "\n".join(lines)
     lines.append(f"{len(view['moves'])} move(s) in {view['waves']} wave(s) of at most maxConcurrentMoves:")
-    rows = [[str(m["wave"]), m["node"], _short(m["from"]), _short(m["to"]), m["cause"], ""] for m in view["moves"]]
-    fixed = table(["WAVE", "NODE", "FROM", "TO", "CAUSE", "DISTURBS"], rows, total)
+    rows = [[str(m["wave"]), m["node"], _short(m["from"]), _short(m["to"]), m["cause"], _free(m, view.get("now")), ""] for m in view["moves"]]
+    fixed = table(["WAVE", "NODE", "FROM", "TO", "CAUSE", "FREE", "DISTURBS"], rows, total)
     header = fixed.splitlines()[0]
     start = header.index("DISTURBS")
     room = max(12, total - start)
@@ -394,6 +402,15 @@ def render_plan(view: dict[str, Any], total: int = 100) -> str:
     if view["waves"] > 1:
         lines.append("Waves after the first are a forecast: they depend on how Slurm looks then.")
     return "\n".join(line[:total] for line in lines)
+
+
+def _free(move: dict, now: str | None) -> str:
+    """When the node is free by its jobs' time limits: now, a time, or `no limit`."""
+    if "freeAt" not in move:
+        return "-"
+    if move["freeAt"] is None:
+        return "no limit"
+    return "now" if move["freeAt"] == now else move["freeAt"]
 
 
 # ---------------------------------------------------------------- I/O: the Kubernetes API

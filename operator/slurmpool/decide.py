@@ -21,6 +21,7 @@ import json
 from dataclasses import replace
 
 from . import health as healthmod
+from . import slurmnames
 from .demand import signals
 from .health import HEALTHY, NodeHealth
 from .interfaces import PoolRef
@@ -50,6 +51,9 @@ MAX_JOBS_PUBLISHED = 32
 
 
 def decide(snap: PoolSnapshot) -> PoolDecision:
+    # Slurm read by Node name (slurmnames.py); Slurm's names come back only in apply.py.
+    names = slurmnames.names_of(snap.spec.slurm, snap.nodes, (p.node for p in snap.orphans))
+    snap = replace(snap, slurm=slurmnames.by_node(snap.slurm, names))
     spec, slurm, now = snap.spec, snap.slurm, snap.now
     nodes = [_flag(spec, n) for n in snap.nodes]
     target = _target(snap, nodes)
@@ -69,7 +73,8 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
             restore_cordon(node, spec, repair, "while settled in Slurm")
             if repair.actions or repair.drop_claim:
                 steps[node.name] = repair
-    decision = PoolDecision(target=target, desired={}, problems=[], steps=steps, nodes_after=[], node_events=node_events, health=health)
+    decision = PoolDecision(target=target, desired={}, problems=[], steps=steps, nodes_after=[], node_events=node_events, health=health,
+                            slurm_names=slurmnames.renamed(names))
     decision.pool_events.extend(target.events)
     _gone(snap, nodes, decision)
 
@@ -170,7 +175,7 @@ def _record_events(snap: PoolSnapshot, nodes: list[NodeView]) -> list[NodeEvent]
 def _target(snap: PoolSnapshot, nodes: list[NodeView]) -> Decision:
     spec = snap.spec
     sig = None
-    if spec.demand is not None and spec.demand.enabled and snap.slurm.available:
+    if spec.demand is not None and spec.demand.enabled and snap.slurm.available and snap.slurm.has_pending(spec.slurm.partition):
         sig = signals(spec, nodes, snap.slurm, list(snap.pending))
     previous = snap.previous.target if snap.previous else None
     return decide_target(spec, len(nodes), snap.now, previous, snap.author, sig)
@@ -267,13 +272,15 @@ def _gone(snap: PoolSnapshot, nodes: list[NodeView], decision: PoolDecision) -> 
                                          "its move record went with it; it is adopted again if it registers"))
     for pod in snap.orphans:
         sn = slurm.nodes.get(pod.node) if slurm.available else None
-        idle = slurm.available and (sn is None or (sn.drain_set and not sn.busy and not slurm.jobs_on(pod.node)))
+        known = decision.slurm_names.get(pod.node, pod.node) is not None  # a gone Node's label cannot be read
+        idle = slurm.available and known and (sn is None or (sn.drain_set and not sn.busy and not slurm.jobs_on(pod.node)))
         if idle and not pod.deleting:
             decision.pool_events.append(("Normal", "OrphanSlurmdDeleted",
                                          f"deleting slurmd pod {pod.key}: its node {pod.node} is gone from Kubernetes and serves nothing in Slurm"))
             decision.orphans_to_delete.append(pod)
         elif not idle:
-            why = "Slurm cannot be seen" if not slurm.available else "Slurm still uses it (not drained, or jobs on it)"
+            why = ("Slurm cannot be seen" if not slurm.available else "its Slurm NodeName is unknown (nodeNameLabel)" if not known
+                   else "Slurm still uses it (not drained, or jobs on it)")
             decision.missing.append(f"{pod.node} (slurmd pod {pod.key} kept: {why})")
 
 

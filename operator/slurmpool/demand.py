@@ -1,11 +1,18 @@
 """Demand: grow the side that waits for GPUs, within bounds, without flapping. Pure.
 
 Signals, read each pass:
-- Slurm: jobs PENDING in `spec.slurm.partition` that want GPUs and wait for resources
-  (squeue reason Resources, Priority, ReqNodeNotAvail...; not jobs held, waiting on a
-  dependency, a begin time or a limit: more nodes would not start those). Their need in
-  nodes is max(ceil(GPUs wanted / GPUs per node), the largest job's node count), less the
-  idle Slurm nodes and the nodes already promised to Slurm but not serving it yet.
+- Slurm: jobs PENDING in `spec.slurm.partition` that want GPUs and whose reason means "waits
+  for nodes" (`waits_for_nodes`: Resources, Priority, ReqNodeNotAvail, NodeDown,
+  PartitionNodeLimit and the desc "Nodes required for job are DOWN, DRAINED or reserved..." in
+  every spelling squeue, scontrol and slurmrestd print; not jobs held, waiting on a dependency,
+  a begin time or a limit: more nodes would not start those). A job that asks for more nodes
+  than the pool's usable Slurm nodes (a gang job while nodes are parked for inference) needs
+  its node count less those usable nodes, busy or not; the other jobs need
+  max(ceil(their GPUs / GPUs per node), the largest one's node count) less the idle Slurm
+  nodes. Slurm's need is the larger of the two, less the nodes promised to Slurm but not
+  serving it yet. A job no split of the pool could start (more nodes than the pool has, more
+  GPUs per node than its nodes have, BadConstraints) is reported in
+  `status.target.demand.unstartableJobs` and an Event, never counted.
 - Inference: pods Pending and Unschedulable that request nvidia.com/gpu and would fit one
   of the pool's inference pools (their nodeSelector and required node affinity are met by
   the pool's labels over a node's own labels, and they tolerate the pool's taints). Need: ceil(GPUs / GPUs per node)
@@ -37,7 +44,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from slurmbridge.models import gpu_count
+from slurmbridge.models import SlurmJob, gpu_count
 
 from .fit import PodNeeds, misfit, needs_of
 from .models import DemandSpec, DemandStatus, InferencePool, SlurmNodePoolSpec, seconds
@@ -45,9 +52,24 @@ from .view import iso, parse_time
 from .view import SLURM, NodeView, SlurmView, pool_of
 
 DEFAULT_GPUS_PER_NODE = 8
-# squeue %r of a pending job that more nodes would start. Others (Dependency, BeginTime,
+# A pending job's reason, normalised (lower case, "_" as " "), that more nodes could end. Slurm
+# prints a job's state_desc instead of its reason when one is set: squeue %r and slurmrestd's
+# state_description as is, scontrol with "_" for " " (fixtures: tests/fixtures/pending_reasons).
+# The desc "Nodes required for job are DOWN, DRAINED[, REBOOTING] or reserved for jobs in higher
+# priority partitions" (job_scheduler.c) is WAIT_RESOURCES: the partition lacks undrained nodes,
+# the usual state while nodes are parked for inference. PartitionNodeLimit: more nodes than the
+# partition has now (dynamic nodes leave it while parked). Others (Dependency, BeginTime,
 # JobHeldUser, QOS and association limits, PartitionDown...) are not demand for nodes.
-WAITING_REASONS = ("Resources", "Priority", "ReqNodeNotAvail", "Nodes_required", "NodeDown", "PartitionNodeLimit")
+WAITING_REASONS = (
+    "resources",
+    "priority",
+    "reqnodenotavail",
+    "nodes required for job are down",
+    "nodedown",
+    "partitionnodelimit",
+)
+# Reasons by which Slurm says the job can never run as configured: reported, never counted.
+NEVER_REASONS = ("badconstraints",)
 
 
 @dataclass(frozen=True)
@@ -74,7 +96,8 @@ class PendingPod:
 class Signals:
     pending_jobs: int = 0
     job_gpus: int = 0
-    job_nodes: int = 0  # nodes the pending jobs need in all
+    job_nodes: int = 0  # nodes the pending jobs that fit in the usable nodes need in all
+    gang_nodes: int = 0  # nodes the largest job asking for more than the usable Slurm nodes lacks
     pending_pods: int = 0
     pod_gpus: int = 0
     pod_nodes: int = 0
@@ -84,6 +107,7 @@ class Signals:
     pool_nodes: tuple[tuple[str, int], ...] = ()  # (pool, nodes its waiting pods need)
     pool_incoming: tuple[tuple[str, int], ...] = ()  # (pool, nodes on their way to it)
     pool_here: tuple[tuple[str, int], ...] = ()  # (pool, nodes at it or on their way)
+    unstartable: tuple[str, ...] = ()  # pending jobs no split of the pool could start, and why
 
 
 def gpus_per_node(spec: SlurmNodePoolSpec) -> int:
@@ -92,8 +116,24 @@ def gpus_per_node(spec: SlurmNodePoolSpec) -> int:
     return gpu_count(spec.slurm.gres or "") or DEFAULT_GPUS_PER_NODE
 
 
+def _normal(reason: str) -> str:
+    return " ".join(reason.replace("_", " ").split()).lower()
+
+
 def job_waits_for_nodes(reason: str) -> bool:
-    return reason.startswith(WAITING_REASONS)
+    """Does this reason, in any of Slurm's spellings, mean that more nodes could start the job?"""
+    return _normal(reason).startswith(WAITING_REASONS)
+
+
+def never_starts(job: SlurmJob, pool_nodes: int, gpn: int) -> str | None:
+    """Why no split of a pool of `pool_nodes` nodes with `gpn` GPUs each could start the job, or None."""
+    if _normal(job.reason).startswith(NEVER_REASONS):
+        return f"job {job.job_id}: Slurm says it can never run as configured ({job.reason})"
+    if job.num_nodes > pool_nodes:
+        return f"job {job.job_id}: asks for {job.num_nodes} nodes, the pool has {pool_nodes}"
+    if job.gpus_per_node > gpn:
+        return f"job {job.job_id}: asks for {job.gpus_per_node} GPUs per node, the pool's nodes have {gpn}"
+    return None
 
 
 def fits(pod: PendingPod, pool: InferencePool, node_labels: list[dict[str, str]], cache: dict | None = None) -> bool:
@@ -118,16 +158,21 @@ def fits(pod: PendingPod, pool: InferencePool, node_labels: list[dict[str, str]]
 
 def signals(spec: SlurmNodePoolSpec, nodes: list[NodeView], slurm: SlurmView, pods: list[PendingPod]) -> Signals:
     gpn = gpus_per_node(spec)
-    jobs = [
+    candidates = [
         j
         for j in slurm.jobs
         if j.state == "PENDING"
         and spec.slurm.partition in j.partition.split(",")
         and j.gpus_wanted > 0
-        and job_waits_for_nodes(j.reason)
+        and (job_waits_for_nodes(j.reason) or _normal(j.reason).startswith(NEVER_REASONS))
     ]
-    job_gpus = sum(j.gpus_wanted for j in jobs)
-    job_nodes = max([math.ceil(job_gpus / gpn)] + [j.num_nodes for j in jobs]) if jobs else 0
+    unstartable = {j.job_id: why for j in candidates if (why := never_starts(j, len(nodes), gpn))}
+    jobs = [j for j in candidates if j.job_id not in unstartable]
+    usable = _usable_slurm_nodes(nodes, slurm)
+    gang = [j for j in jobs if j.num_nodes > usable]
+    fitting = [j for j in jobs if j.num_nodes <= usable]
+    fitting_gpus = sum(j.gpus_wanted for j in fitting)
+    job_nodes = max([math.ceil(fitting_gpus / gpn)] + [j.num_nodes for j in fitting]) if fitting else 0
     idle = ready_slurm = ready_inf = 0
     incoming: dict[str, int] = {}
     here: dict[str, int] = {}
@@ -161,8 +206,9 @@ def signals(spec: SlurmNodePoolSpec, nodes: list[NodeView], slurm: SlurmView, po
     pod_gpus = sum(p.gpus for p in fitting)
     return Signals(
         pending_jobs=len(jobs),
-        job_gpus=job_gpus,
+        job_gpus=sum(j.gpus_wanted for j in jobs),
         job_nodes=job_nodes,
+        gang_nodes=max((j.num_nodes - usable for j in gang), default=0),
         pending_pods=len(fitting),
         pod_gpus=pod_gpus,
         pod_nodes=math.ceil(pod_gpus / gpn) if pod_gpus else 0,
@@ -172,7 +218,18 @@ def signals(spec: SlurmNodePoolSpec, nodes: list[NodeView], slurm: SlurmView, po
         pool_nodes=tuple(sorted((name, math.ceil(g / gpn)) for name, g in pool_gpus.items())),
         pool_incoming=tuple(sorted(incoming.items())),
         pool_here=tuple(sorted(here.items())),
+        unstartable=tuple(why for _, why in sorted(unstartable.items())),
     )
+
+
+def _usable_slurm_nodes(nodes: list[NodeView], slurm: SlurmView) -> int:
+    """Settled Slurm nodes a job could get, busy or idle: in Slurm, responding, not drained."""
+    usable = 0
+    for node in nodes:
+        if node.move is None and node.placement == SLURM and slurm.available:
+            sn = slurm.nodes.get(node.name)
+            usable += sn is not None and sn.responding and not sn.drain_set
+    return usable
 
 
 def bounds(spec: SlurmNodePoolSpec, total: int) -> tuple[int, int]:
@@ -214,7 +271,7 @@ def decide(
         current, current_pools, last = base, {}, base_since  # a new base: demand starts over, after a cooldown
     incoming_slurm = max(0, current - sig.slurm_ready)
     incoming_inf = max(0, (total - current) - sig.inference_ready)
-    slurm_wants = max(0, sig.job_nodes - sig.slurm_idle - incoming_slurm)
+    slurm_wants = max(0, max(sig.job_nodes - sig.slurm_idle, sig.gang_nodes) - incoming_slurm)
     inf_wants = max(0, sig.pod_nodes - incoming_inf)
     incoming_pool = dict(sig.pool_incoming)
     pool_wants = {p: w for p, need in sig.pool_nodes if (w := max(0, need - incoming_pool.get(p, 0))) > 0}
@@ -231,6 +288,7 @@ def decide(
         inference_wants=inf_wants,
         pool_wants=pool_wants,
         pools=current_pools,
+        unstartable_jobs=list(sig.unstartable),
     )
     lo, hi = bounds(spec, total)
     if lo > hi:
@@ -238,7 +296,8 @@ def decide(
         return Outcome(current, status)
     ws, wi = slurm_wants >= d.hysteresis, inf_wants >= d.hysteresis
     proposal, why = current, ""
-    slurm_text = f"{sig.pending_jobs} pending job(s) want {sig.job_gpus} GPU(s): Slurm needs {slurm_wants} more node(s)"
+    gang_text = f", one asks for {sig.gang_nodes} node(s) more than Slurm has usable" if sig.gang_nodes else ""
+    slurm_text = f"{sig.pending_jobs} pending job(s) want {sig.job_gpus} GPU(s){gang_text}: Slurm needs {slurm_wants} more node(s)"
     inf_text = f"{sig.pending_pods} unschedulable pod(s) want {sig.pod_gpus} GPU(s): inference needs {inf_wants} more node(s)"
     if ws and wi:
         # The preferred side gets nodes while it can grow; at its bound, the other side may.

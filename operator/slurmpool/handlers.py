@@ -56,7 +56,7 @@ SLOW_PASS = 2.0  # seconds: a pass slower than this is logged with where its tim
 # round trip of scontrol and squeue (a few hundred ms) that most passes of a move do not need.
 SLURM_MAX_AGE = 2.0
 INDEX_LAG_RETRY = 0.05  # seconds: look again this soon when the watch has not brought our writes back
-EXPECT_FOR = 10.0  # seconds: after this, a write the index never showed is taken as overwritten
+EXPECT_FOR = 10.0  # seconds: after this, a write the index has not shown makes the Node watch list again
 BATCH_WINDOW = 0.02  # seconds (kopf's settings.batching)
 
 
@@ -174,6 +174,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, pods_index, 
     memo.generations, memo.membership = {}, Membership()
     memo.failures, memo.reconcile_errors, memo.published, memo.fresh, memo.last_poll = {}, {}, {}, set(), {}
     memo.expected = {}  # node -> (record annotations we wrote, when): until the watch shows them
+    memo.relisting = {}  # nodes whose lag asked the Node watch to list again (once per write)
     memo.kube = KubeAdapter(_api_client())
     memo.status = StatusWriter(memo.kube.patch_pool_status, lambda pool, message: _status_failed(memo, pool, message))
     memo.leader = LeaderElector(memo.kube.api, namespace=config.lease_namespace, identity=config.identity,
@@ -355,6 +356,7 @@ async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_in
     now = time.monotonic()
     for name, record in result.records.items():
         memo.expected[name] = (record, now)
+        memo.relisting.pop(name, None)
     if result.slurm_changed:
         memo.access.changed(pool.namespace, spec.slurm.access, pool.key)  # its next look must see what it did
     t3 = time.monotonic()
@@ -391,7 +393,9 @@ def waiting_on_slurm(decision) -> bool:
 
 def _index_lags(memo, nodes) -> bool:
     """True while a node's record we wrote is not yet in the index (the watch lags our writes): a
-    pass on the old record would redo its step, or start a move on a node already moving."""
+    pass on the old record would redo its step, or start a move on a node already moving.
+    A lagging watch waits, never acts: after EXPECT_FOR the watch lists again, and the index wins
+    only once a full list begun after the write is in (someone else changed the record since)."""
     lagging = False
     now = time.monotonic()
     for node in nodes:
@@ -399,10 +403,14 @@ def _index_lags(memo, nodes) -> bool:
         if expected is None:
             continue
         record, at = expected
-        if all(node.annotations.get(k) == v for k, v in record.items()) or now - at > EXPECT_FOR:
-            del memo.expected[node.name]  # seen (or someone else changed it since: the index wins)
-        else:
-            lagging = True
+        if all(node.annotations.get(k) == v for k, v in record.items()) or memo.nodes.list_began > at:
+            del memo.expected[node.name]  # seen, or a consistent list after our write says otherwise
+            continue
+        lagging = True
+        if now - at > EXPECT_FOR and not memo.relisting.get(node.name):
+            memo.relisting[node.name] = True
+            log.warning("the Node watch has not shown %s's record written %.0f s ago: listing Nodes again", node.name, now - at)
+            memo.nodes.request_relist()
     return lagging
 
 
@@ -433,7 +441,8 @@ async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_ind
     if newer_than is None and key in memo.fresh:
         newer_than = memo.last_poll.get(key)
     memo.fresh.discard(key)
-    backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=SLURM_MAX_AGE,
+    pending = spec.slurm.partition if spec.demand is not None and spec.demand.enabled else None
+    backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=SLURM_MAX_AGE, pending=pending,
                                                topology=spec.topology.from_slurm, newer_than=newer_than, pool=pool.key)
     memo.last_poll[key] = slurm.polled_at
     pending = tuple(p for store in (memo.pending_pods or {}).values() for p in store) if spec.demand and spec.demand.enabled else ()

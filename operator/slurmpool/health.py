@@ -5,6 +5,8 @@ A node is *unhealthy* when
   while its slurmd should run: settled in Slurm, draining out of Slurm, or resuming into it.
   A node parked in inference (its slurmd stopped by slurmpool) or moving in before its slurmd
   registered is expected to look down to Slurm: that is no failure;
+- Slurm does not list it while its slurmd should run (its Slurm NodeName is wrong, or a REST
+  answer lost it): `SlurmUnlisted`, at once: such a node is never drained as "nothing to drain";
 - Slurm reports it drained by anyone but slurmpool (an admin, a health checker, Slurm itself:
   `gres/gpu count reported lower than configured`), whatever its side;
 - Kubernetes reports it NotReady or unreachable (Ready False or Unknown);
@@ -32,7 +34,7 @@ from .phases import Phase
 from .view import NONE, REASON_PREFIX, SLURM, NodeView, SlurmView, iso, parse_time
 
 # Findings read from Slurm: kept from the last status while Slurm cannot be seen.
-SLURM_KINDS = ("SlurmDown", "DrainedByOthers")
+SLURM_KINDS = ("SlurmDown", "DrainedByOthers", "SlurmUnlisted")
 HEALTH_REASON = f"{REASON_PREFIX} health:"  # the drain slurmpool sets for a listed condition
 
 
@@ -140,6 +142,9 @@ def assess(
         sn = slurm.nodes.get(node.name)
         if drained_by_others(node, sn):
             findings.append(Finding("DrainedByOthers", _drained_reason(node, sn), first_seen("DrainedByOthers")))
+        if sn is None and slurmd_expected(node):  # fail closed: never "nothing to drain" (slurmnames.py)
+            findings.append(Finding("SlurmUnlisted", "Slurm does not list the node under its Slurm NodeName "
+                                    "(check spec.slurm.nodeName / nodeNameLabel)", first_seen("SlurmUnlisted")))
         if sn is not None and slurmd_expected(node) and slurm_down(sn):
             since = first_seen("SlurmDown")
             until = since + timedelta(seconds=seconds(spec.not_responding_grace))

@@ -138,7 +138,16 @@ class NodeWatch:
         self.on_change = on_change
         self.nodes: dict[str, tuple[NodeView]] = {}
         self.listed = asyncio.Event()
+        self.list_began = 0.0  # monotonic time the last full list that is in began (a consistent read)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._relist = threading.Event()
+        self._stream: watch.Watch | None = None
+
+    def request_relist(self) -> None:
+        """List again (the watch lags): the stream stops at its next event or bookmark."""
+        self._relist.set()
+        if self._stream is not None:
+            self._stream.stop()
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -150,7 +159,7 @@ class NodeWatch:
             try:
                 version = self._list()
                 delay = 0.5
-                while True:
+                while not self._relist.is_set():
                     version = self._watch(version)
             except Exception as err:  # noqa: BLE001 - relist after any failure, as kopf does
                 gone = isinstance(err, ApiException) and err.status == 410  # too old a version: relist now
@@ -161,6 +170,8 @@ class NodeWatch:
                     delay = min(delay * 2, 5.0)
 
     def _list(self) -> str:
+        self._relist.clear()
+        began = time.monotonic()
         views: dict[str, NodeView] = {}
         token = None
         while True:
@@ -172,11 +183,12 @@ class NodeWatch:
             token = page["metadata"].get("continue")
             if not token:
                 break
-        self._loop.call_soon_threadsafe(self._replace, views)
+        self._loop.call_soon_threadsafe(self._replace, views, began)
         return page["metadata"]["resourceVersion"]
 
     def _watch(self, version: str) -> str:
-        stream = watch.Watch().stream(
+        self._stream = watch.Watch()
+        stream = self._stream.stream(
             self.core.list_node, resource_version=version, allow_watch_bookmarks=True, timeout_seconds=self.WATCH_SECONDS,
             _request_timeout=(30, self.WATCH_SECONDS + 30), deserialize=False,
         )
@@ -189,7 +201,8 @@ class NodeWatch:
                 self._loop.call_soon_threadsafe(self._set, body["metadata"]["name"], None)
         return version
 
-    def _replace(self, views: dict[str, NodeView]) -> None:
+    def _replace(self, views: dict[str, NodeView], began: float = 0.0) -> None:
+        self.list_began = began
         for name in [n for n in self.nodes if n not in views]:
             self._set(name, None)
         for name, view in views.items():
@@ -208,7 +221,7 @@ class NodeWatch:
 # ---------------------------------------------------------------- writes
 
 
-def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str) -> dict[str, Any]:
+def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: str | None = None) -> dict[str, Any]:
     """The slurmd pod for one node: bound to it directly (the node is cordoned), host network,
     tolerating the cordon and our Slurm taint. See e2e/lab/README.md for the lab's contract."""
     t = spec.slurm.slurmd_pod
@@ -216,7 +229,8 @@ def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str) -> dict[str, A
         {"key": SLURM_TAINT_KEY, "operator": "Exists"},
         {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
     ] + [x.model_dump(by_alias=True, exclude_none=True) for x in t.tolerations]
-    env = [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    env = [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+           {"name": "SLURM_NODENAME", "value": slurm_name or node}]  # spec.slurm.nodeName: `slurmd -N $(SLURM_NODENAME)`
     env += [{"name": e.name, "value": e.value} for e in t.env]
     container: dict[str, Any] = {
         "name": SLURMD_CONTAINER,
@@ -340,9 +354,9 @@ class KubeAdapter:
             except Exception as err:  # noqa: BLE001 - best effort
                 log.warning("could not patch node %s: %s", name, err)
 
-    async def create_slurmd_pod(self, pool: PoolRef, spec: SlurmNodePoolSpec, node: str) -> None:
+    async def create_slurmd_pod(self, pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: str | None = None) -> None:
         try:
-            await self._call(self.core.create_namespaced_pod, pool.namespace, slurmd_pod(pool, spec, node))
+            await self._call(self.core.create_namespaced_pod, pool.namespace, slurmd_pod(pool, spec, node, slurm_name))
         except ApiException as err:
             if err.status == 409:  # already there: level-triggered, that is success
                 return

@@ -2,7 +2,10 @@
 
 Every replica keeps its watches warm; only the Lease holder runs reconcile passes. The
 holder renews the Lease every few seconds; a replica takes it over only once it has not
-been renewed for `duration` seconds (by the Lease's own renewTime). Writes carry the
+seen the Lease change for `duration` seconds of its own monotonic clock, as client-go does
+(observedTime): the holder's renewTime is another machine's clock, and with skewed clocks two
+replicas could both judge themselves leader. A replica that starts waits a whole `duration`
+before taking a Lease someone else holds. Writes carry the
 resourceVersion they read, so two replicas can never both win the same round. A holder
 that cannot renew stops acting before the others may take over (`renew_deadline`).
 The identity is the pod name (POD_NAME, else the host name): a restarted container of the
@@ -55,6 +58,7 @@ class LeaderElector:
         identity: str | None = None,
         duration: float = 15.0,
         renew_every: float = 3.0,
+        clock=time.monotonic,
     ):
         self.api = client.CoordinationV1Api(api_client)
         self.name = name
@@ -65,14 +69,17 @@ class LeaderElector:
         self.renew_deadline = duration * 2 / 3  # stop acting well before others may take over
         self._renewed_at = 0.0  # monotonic time of our last successful write
         self._leading = False
+        self._clock = clock
+        self._observed: tuple | None = None  # the Lease's record as last read (holder, times, transitions)
+        self._observed_at = 0.0  # when (our monotonic clock) we saw that record change
 
     @property
     def leading(self) -> bool:
-        return self._leading and time.monotonic() - self._renewed_at < self.renew_deadline
+        return self._leading and self._clock() - self._renewed_at < self.renew_deadline
 
     async def ensure(self) -> bool:
         """Acquire or renew as needed; True while we may act."""
-        if self.leading and time.monotonic() - self._renewed_at < self.renew_every:
+        if self.leading and self._clock() - self._renewed_at < self.renew_every:
             return True
         try:
             won = await asyncio.to_thread(self._try)
@@ -82,11 +89,18 @@ class LeaderElector:
         if won:
             if not self._leading:
                 log.info("lease %s/%s acquired by %s", self.namespace, self.name, self.identity)
-            self._leading, self._renewed_at = True, time.monotonic()
+            self._leading, self._renewed_at = True, self._clock()
         elif self._leading and not self.leading:
             log.warning("lease %s/%s lost by %s", self.namespace, self.name, self.identity)
             self._leading = False
         return self.leading
+
+    def _expired(self, spec) -> bool:
+        """Has the record stayed the same for the Lease's duration, by our own clock?"""
+        record = (spec.holder_identity, spec.renew_time, spec.acquire_time, spec.lease_transitions)
+        if record != self._observed:
+            self._observed, self._observed_at = record, self._clock()
+        return self._clock() - self._observed_at > (spec.lease_duration_seconds or self.duration)
 
     def _try(self) -> bool:
         now = _now()
@@ -114,9 +128,7 @@ class LeaderElector:
                 raise
         spec = lease.spec
         holder = spec.holder_identity
-        renewed = spec.renew_time or spec.acquire_time
-        expired = renewed is None or (now - renewed).total_seconds() > (spec.lease_duration_seconds or self.duration)
-        if holder != self.identity and not expired:
+        if holder != self.identity and not self._expired(spec):
             return False
         if holder != self.identity:
             spec.acquire_time = now

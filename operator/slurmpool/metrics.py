@@ -70,7 +70,7 @@ UNHEALTHY_NODES = Gauge(
     "slurmpool_unhealthy_nodes", "Unhealthy nodes per pool, side and kind of finding (README: Node health)", ["pool", "side", "kind"]
 )
 HEALTH_SIDES = ("slurm", "inference", "none")
-HEALTH_KINDS = ("SlurmDown", "DrainedByOthers", "NotReady", "Condition")  # models.UnhealthyNode.kind
+HEALTH_KINDS = ("SlurmDown", "DrainedByOthers", "SlurmUnlisted", "NotReady", "Condition")  # models.UnhealthyNode.kind
 
 # Counters start at 0 for every label value the code can set (Prometheus' advice). A series born
 # at 1 has no increase() or rate() in Prometheus: without this, SlurmPoolMovesFailing would miss

@@ -46,11 +46,15 @@ VOLUME_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 QUALIFIED_NAME_MESSAGE = ("must be a qualified name: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, "
                           "'-', '_' or '.', starting and ending with a letter or digit (e.g. example.com/gpu-pool)")
 GRES_PATTERN = r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$"
+NODE_NAME_TEMPLATE_PATTERN = r"^([A-Za-z0-9._-]|\{name\}|\{shortName\}|\{hostname\})+$"
+LABEL_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 # What the API server says when a pattern does not match: crd.py turns these patterns into CEL
 # rules with these messages (a bare pattern error shows the regular expression instead).
 PATTERN_MESSAGES = {
     DURATION_PATTERN: "must be a duration such as 90s, 10m or 1h30m (units ms, s, m, h)",
     SLURM_NAME_PATTERN: "must be a Slurm name: letters, digits, '.', '_' or '-', starting with a letter or digit, at most 63 characters",
+    NODE_NAME_TEMPLATE_PATTERN: "must be a Slurm node name template: letters, digits, '.', '_', '-' and {name}, {shortName}, {hostname}",
+    LABEL_KEY_PATTERN: "must be a label key such as example.com/slurm-name",
     GRES_PATTERN: "must be Slurm GRES such as gpu:h100:8 (name[:type][:count], comma-separated; no spaces or shell characters)",
     DNS_LABEL_PATTERN: "must be a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit",
     CRON_PATTERN: "must be 5 cron fields (minute hour day-of-month month day-of-week, e.g. '0 22 * * *') or a macro such as @daily",
@@ -260,6 +264,15 @@ class SlurmSpec(Model):
         default=None, pattern=GRES_PATTERN, max_length=256, description="GRES a node must report before it is resumed, e.g. gpu:h100:8."
     )
     features: list[SlurmName] = Field(default_factory=list, max_length=32, description="Slurm features the node must report.")
+    node_name: str = Field(
+        default="{name}", pattern=NODE_NAME_TEMPLATE_PATTERN, max_length=128,
+        description="The Slurm NodeName of a Node: a template over {name} (the Node's name), {shortName} (its name up to the "
+        "first dot) and {hostname} (its kubernetes.io/hostname label), e.g. '{shortName}' or 'gpu-{shortName}'.",
+    )
+    node_name_label: str | None = Field(
+        default=None, max_length=317, pattern=LABEL_KEY_PATTERN,
+        description="A Node label whose value is the node's Slurm NodeName (instead of nodeName). A Node without it is never drained nor resumed.",
+    )
     slurmd_pod: SlurmdPodTemplate
     access: SlurmAccess
     register_timeout: Duration = Field(
@@ -561,7 +574,7 @@ class UnhealthyNode(Model):
 
     node: str
     side: str = Field(description="slurm, inference, or none (not adopted).")
-    kind: Literal["SlurmDown", "DrainedByOthers", "NotReady", "Condition"]
+    kind: Literal["SlurmDown", "DrainedByOthers", "SlurmUnlisted", "NotReady", "Condition"]
     reason: str
     since: str = Field(description="When it was first seen (the grace period counts from it).")
     grace_until: str | None = Field(default=None, description="Set while within notRespondingGrace: not counted as unhealthy yet.")
@@ -582,6 +595,11 @@ class DemandStatus(Model):
     pool_wants: dict[str, int] = Field(default_factory=dict, description="Nodes each inference pool still needs for its pending pods.")
     pools: dict[str, int] = Field(
         default_factory=dict, description="Counts demand has asked for named inference pools (they hold until the base changes)."
+    )
+    unstartable_jobs: list[str] = Field(
+        default_factory=list,
+        description="Pending jobs waiting for nodes that no split of this pool could start (too many nodes or GPUs per node, "
+        "BadConstraints), and why: reported, not counted.",
     )
     message: str = ""
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from slurmbridge.models import gres_shortfall
+
 from .fit import misfit
 from .ownership import claim, why_not_ours
 from .models import InferencePool, SlurmNodePoolSpec, seconds
@@ -356,7 +358,13 @@ def _draining(move, node, slurm: SlurmView, spec, now, step: Step) -> Outcome:
     if move.source == SLURM and not move.rollback:
         restore_cordon(node, spec, step, f"during move {move.id} (Draining)")
     sn = slurm.nodes.get(node.name)
-    if sn is None:  # Slurm does not know the node: nothing to drain
+    if sn is None and move.source == SLURM and not move.rollback:
+        # It served Slurm, so Slurm must list it: a wrong Slurm NodeName or a partial answer
+        # is no proof that no job runs there. Fail closed: wait and say so (health: SlurmUnlisted).
+        step.blocked_by = ["slurm-unlisted"]
+        step.message = "Slurm does not list the node under its Slurm NodeName (spec.slurm.nodeName); not draining blind"
+        return WAIT
+    if sn is None:  # never registered (an adopted node, a move to Slurm turned back): nothing to drain
         return Advance(Phase.STOPPING_SLURMD)
     jobs = slurm.jobs_on(node.name)
     foreign = sn.drain_set and why_not_ours(node, sn)
@@ -527,8 +535,8 @@ def usable_problem(sn, spec: SlurmNodePoolSpec) -> str | None:
         return "Slurm does not know the node"
     if not sn.responding:
         return f"state {sn.state}{''.join('+' + f for f in sorted(sn.flags))}"
-    if spec.slurm.gres and not set(spec.slurm.gres.split(",")) <= set(sn.gres.split(",")):
-        return f"GRES {sn.gres or 'none'} is not {spec.slurm.gres}"
+    if spec.slurm.gres and (short := gres_shortfall(spec.slurm.gres, sn.gres)):
+        return f"GRES {sn.gres or 'none'} does not meet {spec.slurm.gres} ({short})"
     missing = set(spec.slurm.features) - set(sn.features)
     if missing:
         return f"missing features {sorted(missing)}"

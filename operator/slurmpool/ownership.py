@@ -11,7 +11,8 @@ the operator's when all of these hold:
 - the Node carries a claim (a settled Slurm node has none: the move that resumed it dropped it);
 - Slurm's reason is the claim's text exactly, or that text plus Slurm's " : Not responding"
   (a parked node's slurmd is stopped on purpose; anything else Slurm appends is its own verdict);
-- Slurm's stamp is not older than the claim (a drain from before the claim is not this one);
+- Slurm's stamp is not older than the claim, within `CLOCK_SKEW` (60 s) of slurmctld's clock being
+  behind ours (a drain from before the claim is not this one);
 - Slurm has not judged the node itself (INVALID_REG: it registered with less than configured).
 
 Upgrade: a version before claims wrote none. A node it left parked in inference, or mid-move,
@@ -28,7 +29,10 @@ from .view import REASON_PREFIX, DrainClaim, NodeView, pool_of
 
 NOT_RESPONDING = " : Not responding"  # what Slurm appends when a drained node stops answering
 VERDICT_FLAGS = frozenset({"INVALID_REG", "INVALID"})  # Slurm's own judgement of the node
-CLOCK_SLACK = timedelta(seconds=5)  # Slurm's and our clocks may differ a little
+# How far slurmctld's clock may be behind the operator's: a stamp up to this much older than the
+# claim is still this drain (README: clocks). The exact reason text must match as well, so a drain
+# someone set in this window under our text is the only one misread (and only within it).
+CLOCK_SKEW = timedelta(seconds=60)
 
 
 def claim(reason: str, now: datetime) -> DrainClaim:
@@ -57,7 +61,7 @@ def why_not_ours(node: NodeView, sn: SlurmNode | None) -> str | None:
     for c in claims:
         if sn.reason not in (c.reason, c.reason + NOT_RESPONDING):
             continue
-        if c.at is not None and sn.reason_time is not None and sn.reason_time < c.at - CLOCK_SLACK:
+        if c.at is not None and sn.reason_time is not None and sn.reason_time < c.at - CLOCK_SKEW:
             return f"the drain dates from {sn.reason_time:%Y-%m-%dT%H:%M:%SZ}, before slurmpool's claim"
         return None
     return f"the reason is not the one slurmpool set ({claims[0].reason!r})"

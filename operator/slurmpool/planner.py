@@ -338,9 +338,14 @@ def plan(
         if not budget:
             break
         node = None
+        passed_over: list = []
         while candidates:
-            cand = by_name[heapq.heappop(candidates)[-1]]
+            entry = heapq.heappop(candidates)
+            cand = by_name[entry[-1]]
             group = cand.placement if cand.placement in valid else NONE
+            if _takes_side_to_floor(spec, count, group, target):
+                passed_over.append(entry)  # it may still serve a target on its own side
+                continue
             if whole_only and group == SLURM and topo.get(cand.name, topology.NO_BLOCK)[0] == 1:
                 block = topology.block_of(spec.topology, cand, slurm)
                 if block not in opened and surplus.get(group, 0) < block_sizes.get(block, 1):
@@ -350,8 +355,24 @@ def plan(
                 node = cand
                 surplus[group] -= 1
                 break
+        for entry in passed_over:
+            heapq.heappush(candidates, entry)
         if node is None:
+            if candidates:
+                continue
             break
         start(node, target, "rebalance")
         budget -= 1
     return result
+
+
+def _takes_side_to_floor(spec: SlurmNodePoolSpec, count: dict[str, int], group: str, target: str) -> bool:
+    """A rebalance never takes a side below its floor (minSlurmNodes, minInferenceNodes), nor
+    further below it: the desired split honours the floors, but it may count unadopted nodes
+    that cannot join yet (not Ready), and the side they would fill must not pay for them now."""
+    side, to = group.split(":")[0], target.split(":")[0]
+    if group == NONE or side == to:
+        return False
+    if side == SLURM:
+        return count.get(SLURM, 0) <= spec.min_slurm_nodes
+    return sum(n for g, n in count.items() if g.startswith("inference:")) <= spec.min_inference_nodes

@@ -65,6 +65,7 @@ class PoolDecision:
     clear_move_now: list[NodeEvent] = field(default_factory=list)  # remove the annotation, then post
     health: dict[str, NodeHealth] = field(default_factory=dict)  # nodes with findings (health.py)
     held: list[str] = field(default_factory=list)  # unhealthy nodes whose pin or move-now waits (planner.Plan.refused)
+    slurm_names: dict[str, str | None] = field(default_factory=dict)  # node -> its Slurm name, where not its own (slurmnames.py)
 
 
 @dataclass

@@ -163,6 +163,9 @@ def decide_target(
             target.inference[name] = max(n, target.inference.get(name, 0))
         if outcome.changed:
             events.append(("Normal", "DemandChanged", outcome.message))
+        seen = set(prev_demand.unstartable_jobs) if prev_demand is not None else set()
+        if fresh := [why for why in outcome.status.unstartable_jobs if why not in seen]:
+            events.append(("Warning", "UnstartableJobs", "no split of this pool could start: " + "; ".join(fresh) + " (not counted as demand)"))
         if outcome.slurm_nodes != base:
             target.slurm_nodes = outcome.slurm_nodes
             target.source = "Demand"

@@ -91,15 +91,42 @@ def read_time(value: str | None) -> datetime | None:
     return parsed
 
 
+MAX_RECORD_CHARS = 4096  # a record the operator writes is ~300 characters
+MAX_RECORD_DEPTH = 4  # and flat: one object of strings
+
+
 def json_object(text: str) -> dict:
-    """An annotation's JSON object; ValueError with a message for people otherwise."""
+    """An annotation's JSON object; ValueError with a message for people otherwise. Anyone with
+    Node patch rights can write these: a huge or deeply nested value is refused before parsing
+    (json.loads of 1,000 nested arrays raised RecursionError, which escaped the Node watch)."""
+    if len(text) > MAX_RECORD_CHARS:
+        raise ValueError(f"too large ({len(text)} characters; at most {MAX_RECORD_CHARS})")
+    if _depth(text) > MAX_RECORD_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_RECORD_DEPTH}")
     try:
         body = json.loads(text)
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:
         raise ValueError(f"not JSON ({err})") from None
     if not isinstance(body, dict):
         raise ValueError("not a JSON object")
     return body
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of [ and { outside strings (an upper bound for malformed text)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
 
 
 @dataclass(frozen=True)
@@ -352,7 +379,12 @@ class SlurmView:
     error: str | None = None
     topology: tuple[TopologyGroup, ...] = ()  # polled only for pools with topology.fromSlurm
     polled_at: float = field(default=0.0, compare=False)  # when its poll began (monotonic): access.py
+    pending_partitions: frozenset[str] | None = None  # whose pending jobs were read (None: every partition's)
     _blocks: dict = field(default_factory=dict, compare=False, repr=False)  # level -> {node: block}
+
+    def has_pending(self, partition: str | None) -> bool:
+        """Were the partition's pending jobs read? A view without them is no "no demand"."""
+        return partition is None or self.pending_partitions is None or partition in self.pending_partitions
 
     def blocks(self, level: int) -> dict[str, str]:
         """node -> its block: the switch of that level (topology/tree) or its block (topology/block)."""

@@ -1,0 +1,119 @@
+"""leader.py judges the Lease by when this replica saw it change (its own monotonic clock), as
+client-go does, never by the holder's renewTime against the local wall clock (issue 25)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from datetime import datetime, timedelta, timezone
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from slurmpool.leader import LeaderElector
+
+
+class FakeLeases:
+    """One Lease, with resourceVersion checks, as the API server keeps it."""
+
+    def __init__(self):
+        self.lease: client.V1Lease | None = None
+        self.version = 0
+
+    def read_namespaced_lease(self, name, namespace):
+        if self.lease is None:
+            raise ApiException(status=404)
+        return copy.deepcopy(self.lease)
+
+    def create_namespaced_lease(self, namespace, body):
+        if self.lease is not None:
+            raise ApiException(status=409)
+        self._store(body)
+
+    def replace_namespaced_lease(self, name, namespace, body):
+        if body.metadata.resource_version != self.lease.metadata.resource_version:
+            raise ApiException(status=409)
+        self._store(body)
+
+    def _store(self, body):
+        self.version += 1
+        body.metadata.resource_version = str(self.version)
+        self.lease = copy.deepcopy(body)
+
+    def held_by(self, holder: str, renewed: datetime):
+        spec = client.V1LeaseSpec(holder_identity=holder, lease_duration_seconds=15, acquire_time=renewed, renew_time=renewed,
+                                  lease_transitions=0)
+        self._store(client.V1Lease(metadata=client.V1ObjectMeta(name="slurmpool", namespace="ns"), spec=spec))
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def elector(leases: FakeLeases, clock: Clock, identity="b") -> LeaderElector:
+    e = LeaderElector(client.ApiClient(), namespace="ns", identity=identity, clock=clock)
+    e.api = leases
+    return e
+
+
+def ensure(e: LeaderElector) -> bool:
+    return asyncio.run(e.ensure())
+
+
+def test_a_lease_renewed_long_ago_by_the_holders_clock_is_not_taken_at_first_sight():
+    """The holder's clock is 10 minutes behind ours: its fresh renewTime looks expired. The old
+    rule took the Lease at once, and both replicas acted."""
+    leases, clock = FakeLeases(), Clock()
+    leases.held_by("a", datetime.now(timezone.utc) - timedelta(minutes=10))
+    b = elector(leases, clock)
+    assert not ensure(b)
+    clock.t += 14
+    assert not ensure(b)
+    clock.t += 2  # 16 s without a change, by our clock: expired
+    assert ensure(b) and leases.lease.spec.holder_identity == "b"
+    assert leases.lease.spec.lease_transitions == 1
+
+
+def test_a_holder_that_keeps_renewing_keeps_the_lease_whatever_its_clock_says():
+    leases, clock = FakeLeases(), Clock()
+    skewed = datetime.now(timezone.utc) - timedelta(hours=1)
+    leases.held_by("a", skewed)
+    b = elector(leases, clock)
+    for i in range(10):  # a renews every 3 s (its clock an hour behind); b looks every 3 s for 30 s
+        clock.t += 3
+        leases.held_by("a", skewed + timedelta(seconds=3 * (i + 1)))
+        assert not ensure(b)
+
+
+def test_a_lease_stamped_in_the_future_is_taken_once_it_stops_changing():
+    """The holder's clock an hour ahead: the old rule waited an hour for a dead holder."""
+    leases, clock = FakeLeases(), Clock()
+    leases.held_by("a", datetime.now(timezone.utc) + timedelta(hours=1))
+    b = elector(leases, clock)
+    assert not ensure(b)
+    clock.t += 16
+    assert ensure(b)
+
+
+def test_our_own_lease_is_renewed_at_once_and_a_missing_one_created():
+    leases, clock = FakeLeases(), Clock()
+    b = elector(leases, clock)
+    assert ensure(b) and leases.lease.spec.holder_identity == "b"
+    clock.t += 4
+    restarted = elector(leases, clock)  # the same pod's new container
+    assert ensure(restarted)
+
+
+def test_a_leader_that_cannot_renew_stops_acting_before_others_may_take_over():
+    leases, clock = FakeLeases(), Clock()
+    b = elector(leases, clock)
+    assert ensure(b)
+    leases.read_namespaced_lease = lambda *_: (_ for _ in ()).throw(ApiException(status=500))
+    clock.t += 9
+    assert ensure(b) is True  # within renew_deadline (10 s)
+    clock.t += 2
+    assert ensure(b) is False

@@ -1,0 +1,239 @@
+"""A property-based model of a whole pool (issue 25): hypothesis drives `decide` over several
+nodes and many passes against a simulated Slurm and Kubernetes (tests/sim.py's World per node),
+with faults injected between passes:
+
+- a lagging watch (the pass sees the pods of the pass before), relists and restarts (the pool's
+  status lost), skewed clocks (slurmctld's stamps behind or ahead of the operator's clock),
+  partial Slurm views (a node missing from a poll), Slurm unreachable, refused node writes, a
+  failed slurmd pod, crashes between any two steps of a pass (after the node patch, after Slurm);
+- people: scale changes, an admin's drain, jobs landing on Slurm nodes.
+
+Invariants, checked after every rule:
+1. no node both runs slurmd and takes inference pods (a slurmd pod on it => cordoned);
+2. no drain but the operator's is lifted (World.apply refuses to resume anyone else's drain);
+3. never more moves in flight than maxConcurrentMoves;
+4. no node stays off both sides past its bounds: once faults stop and jobs end, every move
+   settles within a bounded number of passes (`settle`).
+
+`EXAMPLES` runs of up to `STEPS` rules each run in `make test`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from slurmbridge import SlurmJob
+
+from slurmpool.decide import decide
+from slurmpool.interfaces import PoolRef
+from slurmpool.moves import PatchNode
+from slurmpool.snapshot import ApplyResult, PoolSnapshot
+from slurmpool.status import build_status
+from slurmpool.view import ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
+
+from .factories import NOW, make_spec, slurm_node
+from .sim import SLURM_ACTIONS, World
+
+EXAMPLES = 300  # runs per `make test`
+STEPS = 50  # rules per run at most
+NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
+MAX_MOVES = 2
+SETTLE_PASSES = 120  # 2 simulated minutes: the spec's timeouts below are well inside it
+SPEC = dict(max_moves=MAX_MOVES, drain={"timeout": "30s", "onTimeout": "Rollback", "evictionTimeout": "30s",
+                                        "onEvictionTimeout": "Rollback"})
+
+
+def slurm_world(name: str) -> World:
+    node = NodeView(
+        name=name, annotations={ANN_PLACEMENT: SLURM}, labels={LABEL_SIDE: "slurm", "gpu": "true"},
+        taints=({"key": SLURM_TAINT_KEY, "value": "true", "effect": "NoSchedule"},), unschedulable=True,
+        pods=(PodView("slurm", f"slurmd-{name}", f"u-{name}", slurmd=True, ready=True),),
+    )
+    return World(node=node, slurm_node=slurm_node(name), clock=NOW)
+
+
+class PoolModel(RuleBasedStateMachine):
+    @initialize(slurm_nodes=st.integers(0, len(NODES)))
+    def start(self, slurm_nodes):
+        self.spec = make_spec(slurm_nodes=slurm_nodes, **SPEC)
+        self.worlds = {n: slurm_world(n) for n in NODES}
+        self.now = NOW
+        self.status = None
+        self.skew = timedelta(0)  # slurmctld's clock minus the operator's
+        self.lag = False
+        self.stale_pods: dict[str, tuple] = {}
+        self.missing: set[str] = set()
+        self.slurm_down = False
+        self.refused: set[str] = set()
+        self.crash: str | None = None  # after-patch | after-slurm
+        self.job_ids = iter(range(100, 100000))
+
+    # ------------------------------------------------------------ the operator's pass
+    def view(self) -> SlurmView:
+        if self.slurm_down:
+            return SlurmView(False, error="down")
+        nodes = {w.slurm_node.name: w.slurm_node for n, w in self.worlds.items() if w.slurm_node and n not in self.missing}
+        return SlurmView(True, nodes=nodes, jobs=tuple(j for w in self.worlds.values() for j in w.jobs))
+
+    def seen(self, name: str, world: World) -> NodeView:
+        if self.lag and name in self.stale_pods:
+            return replace(world.node, pods=self.stale_pods[name])
+        return world.node
+
+    def one_pass(self) -> None:
+        nodes = tuple(self.seen(n, w) for n, w in self.worlds.items())
+        snap = PoolSnapshot(pool=PoolRef("ns", "gpu", "uid"), spec=self.spec, nodes=nodes, slurm=self.view(), now=self.now,
+                            previous=self.status)
+        decision = decide(snap)
+        for world in self.worlds.values():
+            world.clock = self.now + self.skew  # Slurm stamps its reasons by its own clock
+        for name, step in decision.steps.items():
+            if name in self.refused:  # the node patch refused: no other step for it this pass (apply.py)
+                continue
+            world = self.worlds[name]
+            world.record(step.move, step.settled, step)
+            for action in step.actions:
+                if isinstance(action, PatchNode):
+                    world.apply(action)
+        if self.crash != "after-patch":
+            for name, step in decision.steps.items():
+                if name not in self.refused:
+                    for action in step.actions:
+                        if isinstance(action, SLURM_ACTIONS):
+                            self.worlds[name].apply(action)
+        if self.crash is None:
+            for name, step in decision.steps.items():
+                if name not in self.refused:
+                    for action in step.actions:
+                        if not isinstance(action, (PatchNode, *SLURM_ACTIONS)):
+                            self.worlds[name].apply(action)
+            self.status = build_status(snap, decision, ApplyResult())
+        else:
+            self.status = None  # a restarted operator starts from the nodes alone
+        self.crash = None
+        self.stale_pods = {n: w.node.pods for n, w in self.worlds.items()}
+        for world in self.worlds.values():
+            world.tick()
+        self.now += timedelta(seconds=1)
+
+    # ------------------------------------------------------------ rules
+    @rule(passes=st.integers(1, 5))
+    def passes(self, passes):
+        for _ in range(passes):
+            self.one_pass()
+
+    @rule(n=st.integers(0, len(NODES)))
+    def scale(self, n):
+        self.spec = self.spec.model_copy(update={"slurm_nodes": n})
+
+    @rule(seconds=st.sampled_from([5, 20, 40]))
+    def time_passes(self, seconds):
+        self.now += timedelta(seconds=seconds)
+
+    @rule(on=st.booleans())
+    def lagging_watch(self, on):
+        self.lag = on
+
+    @rule()
+    def relist(self):
+        self.status = None
+
+    @rule(seconds=st.integers(-30, 30))
+    def skew_clocks(self, seconds):
+        self.skew = timedelta(seconds=seconds)
+
+    @rule(name=st.sampled_from(NODES), on=st.booleans())
+    def partial_slurm_view(self, name, on):
+        (self.missing.add if on else self.missing.discard)(name)
+
+    @rule(down=st.booleans())
+    def slurm_unreachable(self, down):
+        self.slurm_down = down
+
+    @rule(name=st.sampled_from(NODES), on=st.booleans())
+    def refuse_writes(self, name, on):
+        (self.refused.add if on else self.refused.discard)(name)
+
+    @rule(where=st.sampled_from(["after-patch", "after-slurm"]))
+    def crash_in_next_pass(self, where):
+        self.crash = where
+        self.one_pass()
+
+    @rule(name=st.sampled_from(NODES))
+    def slurmd_pod_fails(self, name):
+        world = self.worlds[name]
+        pods = tuple(replace(p, phase="Failed", ready=False) if p.slurmd else p for p in world.node.pods)
+        world.node = replace(world.node, pods=pods)
+
+    @rule(name=st.sampled_from(NODES))
+    def job_lands(self, name):
+        world = self.worlds[name]
+        sn = world.slurm_node
+        if sn is None or sn.drain_set or not sn.responding or world.node.slurmd_pod is None:
+            return  # Slurm schedules only on a responding node nobody drained
+        job = SlurmJob(job_id=str(next(self.job_ids)), name="train", user="alice", state="RUNNING", partition="gpu",
+                       nodes=(name,), gpus_per_node=8, num_nodes=1, start_time=None, end_time=None, reason="None")
+        world.jobs.append(job)
+
+    @rule()
+    def jobs_finish(self):
+        for world in self.worlds.values():
+            world.finish_jobs()
+
+    @rule(name=st.sampled_from(NODES))
+    def admin_drains(self, name):
+        world = self.worlds[name]
+        if world.slurm_node is not None and not world.slurm_node.drain_set:
+            world.admin_drains("admin: bad DIMM")
+
+    @rule(name=st.sampled_from(NODES))
+    def admin_resumes(self, name):
+        world = self.worlds[name]
+        if world.drain_owner == "admin":
+            world.admin_resumes()
+
+    @rule()
+    def settle(self):
+        """Faults stop, people stop, jobs end: every move must settle within its bounds."""
+        self.lag, self.missing, self.slurm_down, self.refused, self.crash = False, set(), False, set(), None
+        for world in self.worlds.values():
+            world.finish_jobs()
+            if world.drain_owner == "admin":
+                world.admin_resumes()
+            # the kubelet's Failed slurmd pod is gone (part A replaces it; here it is deleted)
+            world.node = replace(world.node, pods=tuple(p for p in world.node.pods if p.phase != "Failed"))
+        for _ in range(SETTLE_PASSES):
+            self.one_pass()
+            if all(w.node.move is None for w in self.worlds.values()):
+                break
+        stuck = {n: (w.node.move.phase, w.node.move.target) for n, w in self.worlds.items() if w.node.move is not None}
+        assert not stuck, f"off both sides past their bounds after {SETTLE_PASSES} passes: {stuck}"
+
+    # ------------------------------------------------------------ invariants
+    @invariant()
+    def no_node_runs_slurmd_and_takes_inference_pods(self):
+        for name, world in self.worlds.items():
+            node = world.node
+            slurmd_runs = any(p.slurmd and p.phase not in ("Failed", "Succeeded") for p in node.pods)
+            if slurmd_runs:
+                assert node.unschedulable and node.has_taint(SLURM_TAINT_KEY, "NoSchedule"), \
+                    f"{name} runs slurmd and takes inference pods: {node.labels}, {node.taints}, cordoned={node.unschedulable}"
+
+    @invariant()
+    def never_more_moves_than_max_concurrent_moves(self):
+        moving = [n for n, w in self.worlds.items() if w.node.move is not None]
+        assert len(moving) <= MAX_MOVES, f"{len(moving)} moves in flight: {moving}"
+
+    # Invariant 2 (no drain but the operator's is lifted) is World.apply's: it raises when a
+    # Resume reaches a drain an admin or Slurm set.
+
+
+PoolModel.TestCase.settings = settings(
+    max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestPoolModel = PoolModel.TestCase
