@@ -298,6 +298,9 @@ def test_a_failed_slurmd_pod_is_replaced_and_the_node_serves_slurm_again(lab, op
     name = f"slurmd-{node}"
     old = pod_json(lab, name)
     first_start = slurmd_start(lab, node)
+    # SlurmdStartTime has whole seconds: the new slurmd must start in a later second than the one
+    # running now (started no later than this read) to be told from it
+    time.sleep(1.1)
     since = now_rfc3339()
     status = {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}
     core(lab).patch_namespaced_pod_status(name, NAMESPACE, {"metadata": {"uid": old["metadata"]["uid"]}, "status": status},
