@@ -204,9 +204,9 @@ def _healthy(d: Path) -> bool:
         return False
     running = _read_env(d / "env")
     # e.g. `make load`: a lab with other counts is restarted by up.sh; so is one of another Slurm
-    # version, node model or real-node count (LAB_SLURM, LAB_SLURM_NODES, LAB_REAL_NODES).
-    for key, default in (("LAB_SIM_NODES", "0"), ("LAB_SLURM", "22.05"), ("LAB_SLURM_NODES", "static"), ("LAB_SLURMDBD", "0"), ("LAB_GRES_CORES", "0"),
-                         ("LAB_REAL_NODES", "0")):
+    # version, node model, real-node count or pyxis (LAB_SLURM, LAB_SLURM_NODES, LAB_REAL_NODES, LAB_PYXIS).
+    for key, default in (("LAB_SIM_NODES", "0"), ("LAB_SLURM", "22.05"), ("LAB_SLURM_NODES", "static"), ("LAB_SLURMDBD", "0"),
+                         ("LAB_GRES_CORES", "0"), ("LAB_REAL_NODES", "0"), ("LAB_PYXIS", "0")):
         wanted = os.environ.get(key)
         if wanted is not None and running.get(key, default) != wanted:
             return False

@@ -33,6 +33,8 @@ metrics_port=$((18080 + ${LAB_PORT_OFFSET:-0}))
 if [ -s "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
   echo "demo: operator already running (PID $(cat "$pidfile"))"
 else
+  # The lab's slurmd image is not under the chart's default registry (docs/rbac.md#pool-policy).
+  SLURMPOOL_POOL_POLICY='{"imagePrefixes": ["slurmd:"]}' \
   setsid "$repo/.venv/bin/python" -m slurmpool run --metrics-port "$metrics_port" --metrics-address 127.0.0.1 \
     >> "$LAB_DIR/log/operator-demo.log" 2>&1 < /dev/null &
   echo $! > "$pidfile"

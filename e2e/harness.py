@@ -44,7 +44,10 @@ class Operator:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Operator:
-        env = {**os.environ, **self.lab.env, "SLURMPOOL_INTERVAL": "0.5", **self.extra_env}
+        from identity import lab_pool_policy
+
+        env = {**os.environ, **self.lab.env, "SLURMPOOL_INTERVAL": "0.5",
+               "SLURMPOOL_POOL_POLICY": json.dumps(lab_pool_policy()), **self.extra_env}
         if self.identity == "serviceaccount" and "KUBECONFIG" not in self.extra_env:
             env["KUBECONFIG"] = str(_operator_kubeconfig(self.lab))
             # The chart grants the Lease only in the release namespace (leader-rbac.yaml).

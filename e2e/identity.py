@@ -58,6 +58,13 @@ def token_kubeconfig(lab, namespace: str, service_account: str, path: Path, dura
 def apply_operator_rbac(lab) -> None:
     """The chart's Namespace, ServiceAccount, ClusterRoles and bindings, for real."""
     apply_objects(lab, manifest_objects("slurmpool.yaml", RBAC_KINDS))
+    # The chart binds pod writes and Secret reads in the release namespace only; the suite's pools
+    # live in many namespaces, so it binds them everywhere, as rbac.allNamespaces=true does.
+    apply_objects(lab, [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                         "metadata": {"name": "slurmpool-pools-e2e-all-namespaces"},
+                         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "slurmpool-pools"},
+                         "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_SERVICE_ACCOUNT,
+                                       "namespace": OPERATOR_NAMESPACE}]}])
     lab.kubectl("wait", "--for=jsonpath={.metadata.name}=" + OPERATOR_SERVICE_ACCOUNT,
                 "serviceaccount/" + OPERATOR_SERVICE_ACCOUNT, "-n", OPERATOR_NAMESPACE, "--timeout=30s")
 
@@ -85,9 +92,21 @@ BREAK_GLASS_GROUP = "slurmpool-e2e-break-glass"
 ADMISSION_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 
 
+def lab_pool_policy() -> dict:
+    """The chart's poolPolicy for the lab's pools: its slurmd images (slurmd:22.05 run by the node
+    agent, slurmpool.local/slurmd on real nodes), the lab's slurm.conf and fake GPUs by hostPath, and
+    its slurmrestd over http on loopback. The same for the operator (SLURMPOOL_POOL_POLICY) and the
+    admission policy."""
+    given = os.environ.get("LAB_DIR") or str(REPO / ".lab")
+    dirs = dict.fromkeys([given, str(Path(given).resolve())])  # as the lab's env spells it, and resolved
+    return {"imagePrefixes": ["slurmd:", "slurmpool.local/"],
+            "hostPaths": [f"{d}/{sub}" for d in dirs for sub in ("etc", "fakedev")], "allowHttpRest": True}
+
+
 def admission_values() -> dict:
     return {"oncall": {"subjects": [{"kind": "Group", "name": ONCALL_GROUP, "apiGroup": "rbac.authorization.k8s.io"}]},
-            "admission": {"breakGlassGroups": ["system:masters", BREAK_GLASS_GROUP]}}
+            "admission": {"breakGlassGroups": ["system:masters", BREAK_GLASS_GROUP]},
+            "poolPolicy": lab_pool_policy()}
 
 
 def admission_objects() -> list[dict]:

@@ -23,6 +23,8 @@ short="e2e/test_health.py::test_a_node_slurm_drains_for_missing_gpus_is_unhealth
 # (LAB_REAL_NODES=1, 26.05) as a pod of a real kubelet. Each image is built once, cached.
 image="e2e/test_slurmd_image.py"
 requeue="e2e/test_operator.py::test_drain_timeout_requeue_keeps_the_job"
+# srun --container-image on nodes the operator moved into Slurm (issue 29; needs LAB_PYXIS=1)
+pyxis="e2e/test_pyxis.py"
 
 # name | settings | modules. `make test` runs all of e2e/ on 22.05 over SSH, then MATRIX_CI (Makefile).
 rows=(
@@ -33,8 +35,10 @@ rows=(
   # SSH, on dynamic nodes, with the 24.11 slurmd image (24.11-dynamic-requeue).
   "24.11-requeue|LAB_SLURM=24.11|$requeue"
   "24.11-rest|LAB_SLURM=24.11 LAB_ACCESS=rest|$core e2e/test_bridge_real.py e2e/test_rest_operator.py e2e/test_demand_gang.py $short"
-  # 26.05 with GPUs bound to sockets (gres.conf Cores=): Slurm reports gpu:h100:8(S:0-1), as real GPUs do.
-  "26.05|LAB_SLURM=26.05 LAB_GRES_CORES=1|$core e2e/test_bridge_real.py e2e/test_demand_gang.py $short"
+  # 26.05 with GPUs bound to sockets (gres.conf Cores=: Slurm reports gpu:h100:8(S:0-1), as real GPUs
+  # do), and pyxis and enroot (LAB_PYXIS=1): every job of the row's tests runs with the SPANK plugin
+  # loaded (its epilog too), and e2e/test_pyxis.py runs container jobs on nodes the operator moved in.
+  "26.05|LAB_SLURM=26.05 LAB_GRES_CORES=1 LAB_PYXIS=1|$core e2e/test_bridge_real.py e2e/test_demand_gang.py $short $pyxis"
   # 24.11's dynamic slurmd run one network namespace each (e2e/lab/netns.sh: 24.11 takes no Port= in --conf).
   "24.11-dynamic|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$core $image"
   "24.11-dynamic-requeue|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$requeue $image"
@@ -54,7 +58,7 @@ for row in "${rows[@]}"; do
   "$here/lab/down.sh" > /dev/null 2>&1
   t0=$(date +%s)
   # shellcheck disable=SC2086
-  env -u LAB_SLURM -u LAB_SLURM_NODES -u LAB_SLURMDBD -u LAB_ACCESS -u LAB_REAL_NODES -u LAB_GRES_CORES $settings \
+  env -u LAB_SLURM -u LAB_SLURM_NODES -u LAB_SLURMDBD -u LAB_ACCESS -u LAB_REAL_NODES -u LAB_GRES_CORES -u LAB_PYXIS $settings \
     "$repo/.venv/bin/pytest" -q -p no:cacheprovider $modules > "$logs/$name.log" 2>&1
   rc=$?
   # A failed row's log ends in pytest's failures and summary: shown here too (CI keeps no files).

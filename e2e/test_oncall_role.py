@@ -249,6 +249,7 @@ def test_scale_and_pin_from_the_runbook(lab, oncall):
 # The lab fixture applied them (identity.apply_admission_policies) with this suite's on-call group
 # (identity.ONCALL_GROUP, to which BINDINGS[0] binds the role) and break-glass groups.
 RECORDS, VALUES, ONCALL_POLICY = "slurmpool-operator-records", "slurmpool-placement-values", "slurmpool-oncall-node-changes"
+POOL_POLICY, ONCALL_POOL = "slurmpool-pool-policy", "slurmpool-oncall-pool-changes"
 ALLOWED = "Allowed: slurm, inference, or inference:POOL"
 
 
@@ -291,7 +292,7 @@ def test_the_policies_are_the_charts_and_type_check(lab, oncall):
             status = wait(lambda: (st := get_json(lab, kind, obj["metadata"]["name"]).get("status") or {})
                           .get("observedGeneration") == live["metadata"]["generation"] and st, 30, what="type checking")
             assert not (status.get("typeChecking") or {}).get("expressionWarnings"), status
-    assert {p["metadata"]["name"] for p in admission_objects()} == {RECORDS, VALUES, ONCALL_POLICY}
+    assert {p["metadata"]["name"] for p in admission_objects()} == {RECORDS, VALUES, ONCALL_POLICY, POOL_POLICY, ONCALL_POOL}
 
 
 def side_nodes(lab) -> tuple[str, str]:
@@ -491,3 +492,97 @@ def test_each_rule_is_needed(lab, minus, rule):
     result = account.plugin(*args) if kind == "plugin" else account.kubectl(*args)
     assert result.returncode != 0, f"{kind} {' '.join(args)} worked without {rule}:\n{result.stdout}"
     assert f'cannot {verb} resource "{resource}" in API group "{group}"' in result.stderr, result.stderr
+
+
+# ---------------------------------------------------------------- who may change what of a pool (issue 26, docs/rbac.md)
+ONLY_THE_SPLIT = "the on-call may change only spec.slurmNodes, spec.paused, spec.inference.pools[].nodes and spec.demand.enabled of SlurmNodePool gpu, not "
+
+
+def json_patch(*ops: tuple[str, str, object]) -> tuple[str, ...]:
+    return ("patch", f"snp/{POOL}", "-n", NAMESPACE, "--type=json", "-p",
+            json.dumps([{"op": op, "path": path, "value": value} for op, path, value in ops]), "--dry-run=server")
+
+
+def merge_patch(spec: dict) -> tuple[str, ...]:
+    return ("patch", f"snp/{POOL}", "-n", NAMESPACE, "--type=merge", "-p", json.dumps({"spec": spec}), "--dry-run=server")
+
+
+# Changes the on-call may not make (server-side dry runs: admission runs all the same), each with the
+# field its refusal names.
+POOL_CHANGES = [
+    ("access", json_patch(("replace", "/spec/slurm/access", {"rest": {"url": "https://slurmrestd.example.com:6820",
+                                                                       "tokenSecretRef": {"name": "slurm-jwt"}}})), "slurm"),
+    ("slurmdPod", json_patch(("replace", "/spec/slurm/slurmdPod/image", "slurmd:other")), "slurm"),
+    ("nodeSelector", merge_patch({"nodeSelector": {"matchLabels": {"slurmpool.io/lab": "true", "team": "x"}}}), "nodeSelector"),
+    ("drain", merge_patch({"drain": {"timeout": "1s", "onTimeout": "Cancel"}}), "drain"),
+]
+
+
+def test_oncall_may_change_the_split_of_a_pool(lab, oncall):
+    """Scale (the subresource), pause and the pool counts go through as the on-call; the pool's
+    spec is otherwise untouched (pause and resume: test_pause_and_resume; scale: the runbook)."""
+    before = pool(lab)["spec"]
+    oncall.ok(*json_patch(("add", "/spec/inference/pools/0/nodes", len(lab.nodes) - before["slurmNodes"])))
+    oncall.ok(*merge_patch({"paused": True}))
+    oncall.ok(*merge_patch({"slurmNodes": before["slurmNodes"]}))
+    assert pool(lab)["spec"] == before
+
+
+@pytest.mark.parametrize("what,args,field", POOL_CHANGES, ids=[c[0] for c in POOL_CHANGES])
+def test_oncall_may_not_change_the_rest_of_a_pool(lab, oncall, what, args, field):
+    before = pool(lab)["spec"]
+    denied(oncall.kubectl(*args), ONCALL_POOL, ONLY_THE_SPLIT + field + ".")
+    # the platform team (the lab admin) may, within the pool policy
+    platform = lab.kubectl(*args, check=False)
+    assert platform.returncode == 0, platform.stderr
+    assert pool(lab)["spec"] == before
+
+
+# Beyond the pool policy (identity.lab_pool_policy): refused for everyone, the platform team included.
+BEYOND = [
+    ("hostPath /", json_patch(("add", "/spec/slurm/slurmdPod/volumes", [{"name": "root", "hostPath": {"path": "/"}}])),
+     "hostPath / in the slurmd pod of SlurmNodePool gpu is not allowed"),
+    ("another registry", json_patch(("replace", "/spec/slurm/slurmdPod/image", "docker.io/evil/slurmd:1")),
+     "slurm.slurmdPod.image docker.io/evil/slurmd:1 of SlurmNodePool gpu is not from an allowed registry"),
+    ("a ServiceAccount", json_patch(("add", "/spec/slurm/slurmdPod/serviceAccountName", "slurmpool")),
+     "slurm.slurmdPod.serviceAccountName slurmpool of SlurmNodePool gpu is not allowed"),
+    ("privileged", json_patch(("add", "/spec/slurm/slurmdPod/securityContext", {"privileged": True})),
+     "a privileged slurmd container (SlurmNodePool gpu) is not allowed"),
+    ("control-plane nodes", merge_patch({"nodeSelector": {"matchLabels": {"node-role.kubernetes.io/control-plane": ""}}}),
+     "the nodeSelector of SlurmNodePool gpu picks control-plane nodes"),
+]
+
+
+@pytest.mark.parametrize("what,args,phrase", BEYOND, ids=[c[0] for c in BEYOND])
+def test_beyond_the_pool_policy_is_refused_for_everyone(lab, oncall, what, args, phrase):
+    denied(lab.kubectl(*args, check=False), POOL_POLICY, phrase)
+
+
+def test_with_the_policies_off_the_operator_refuses_the_pool(lab, oncall):
+    """The pool-policy binding on Warn: a pool with a hostPath / volume is admitted (with a warning),
+    and the operator refuses it itself: Degraded PolicyViolation naming the volume, no slurmd pod."""
+    name = "beyond-policy"
+    bad = pool_manifest(lab, name, 1, nodeSelector={"matchLabels": {"slurmpool-e2e/none": "true"}})
+    bad["spec"]["slurm"]["slurmdPod"]["volumes"] = [{"name": "root", "hostPath": {"path": "/"}}]
+    binding = get_json(lab, "validatingadmissionpolicybinding", POOL_POLICY)
+    lab.kubectl("patch", "validatingadmissionpolicybinding", POOL_POLICY, "--type=merge", "-p",
+                json.dumps({"spec": {"validationActions": ["Warn"]}}))
+    try:
+        def admitted():
+            p = lab.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(bad), check=False)
+            return p.returncode == 0 and POOL_POLICY in p.stderr  # admitted, with the policy's warning
+        wait(admitted, 60, what="the pool policy on Warn")
+        apply(lab, bad)
+        def refused():
+            degraded = next((c for c in pool_status(lab, name).get("conditions") or [] if c["type"] == "Degraded"), None)
+            return degraded if degraded and degraded["reason"] == "PolicyViolation" else None
+        degraded = wait(refused, 60, what="Degraded PolicyViolation")
+        assert degraded["status"] == "True"
+        assert "slurm.slurmdPod.volumes root: hostPath / is not allowed" in degraded["message"], degraded
+        assert not [p for p in slurmd_pods(lab) if p["metadata"]["labels"].get("slurmpool.io/pool") == name]
+    finally:
+        lab.kubectl("delete", "snp", name, "-n", NAMESPACE, "--ignore-not-found", check=False)
+        lab.kubectl("patch", "validatingadmissionpolicybinding", POOL_POLICY, "--type=merge", "-p",
+                    json.dumps({"spec": {"validationActions": binding["spec"]["validationActions"]}}))
+        wait(lambda: "denied" in lab.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(bad), check=False).stderr,
+             60, what="the pool policy on Deny again")

@@ -71,7 +71,8 @@ def test_stop_leaves_nothing_behind_and_start_joins_again(lab, real):
     print(f"real nodes stopped, nothing left; {len(real)} started again and Ready in {time.monotonic() - t0:.1f} s:\n"
           + "\n".join(line for line in p.stdout.splitlines() if "joined" in line))
     # the images went with the nodes' state: import them again for later sessions
-    subprocess.run([str(REPO / "deploy" / "docker" / "build-images.sh"), "--import"], env=lab.env, capture_output=True, timeout=600)
+    subprocess.run([str(REPO / "deploy" / "docker" / "build-images.sh"), "--import"], env={**lab.env, "SLURMD_PYXIS": "0"},
+                   capture_output=True, timeout=600)
 
 
 # ---------------------------------------------------------------- make lab-down

@@ -57,7 +57,7 @@ def rootfs(dynamic_lab) -> Path:
     lab = dynamic_lab
     t0 = time.monotonic()
     p = subprocess.run([str(REPO / "deploy" / "docker" / "build-images.sh"), "--slurmd-only"],
-                       env={**lab.env, "SLURMD_VERSIONS": lab.slurm_version}, capture_output=True, text=True,
+                       env={**lab.env, "SLURMD_VERSIONS": lab.slurm_version, "SLURMD_PYXIS": "0"}, capture_output=True, text=True,
                        timeout=1800)
     assert p.returncode == 0, p.stderr[-3000:]
     name, archive = p.stdout.split()[-1].split("=", 1)

@@ -261,6 +261,8 @@ async def test_a_rotated_ssh_key_or_host_key_is_read_again_without_a_restart(mon
         return dict(secret)
 
     monkeypatch.setattr(access, "SshRunner", Runner)
+    monkeypatch.setattr(access, "load_client_key", lambda b: b.decode())  # stand-ins: only their change matters
+    monkeypatch.setattr(access, "load_known_hosts", lambda b: b.decode())
     clock = Clock()
     pool = SlurmAccessPool(read_secret=read_secret, clock=clock)
     spec = SlurmAccess.model_validate({"ssh": {"host": "slurm", "user": "root", "secretRef": {"name": "ssh"}}})

@@ -289,12 +289,13 @@ def test_admission_policies_on_by_default_and_bound(helm):
     docs = admission(helm)
     names = {(d["kind"], d["metadata"]["name"]) for d in docs}
     # without oncall.subjects there is nobody to hold to the on-call policy
-    assert names == {(k, n) for k in ADMISSION for n in ("slurmpool-operator-records", "slurmpool-placement-values")}
+    assert names == {(k, n) for k in ADMISSION for n in ("slurmpool-operator-records", "slurmpool-placement-values", POOL_POLICY)}
     assert [d for d in load("slurmpool.yaml") if d["kind"] in ADMISSION] == docs  # deploy/manifests/slurmpool.yaml has them
     docs = admission(helm, ONCALL_SUBJECTS)
     policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == ADMISSION[0]}
     bindings = {d["metadata"]["name"]: d for d in docs if d["kind"] == ADMISSION[1]}
-    assert set(policies) == set(bindings) == {"slurmpool-operator-records", "slurmpool-placement-values", "slurmpool-oncall-node-changes"}
+    assert set(policies) == set(bindings) == {"slurmpool-operator-records", "slurmpool-placement-values", "slurmpool-oncall-node-changes",
+                                              POOL_POLICY, ONCALL_POOL}
     for name, b in bindings.items():
         assert b["spec"] == {"policyName": name, "validationActions": ["Deny"]}
     for p in policies.values():
@@ -307,6 +308,7 @@ def test_admission_policies_on_by_default_and_bound(helm):
     oncall = policies["slurmpool-oncall-node-changes"]["spec"]["matchConditions"][0]["expression"]
     assert '["alice@example.com","system:serviceaccount:ops:pager"]' in oncall and '["gpu-oncall"]' in oncall
     assert "matchConditions" not in policies["slurmpool-placement-values"]["spec"]  # for everyone
+    assert "matchConditions" not in policies[POOL_POLICY]["spec"]
     # the release's ServiceAccount, whatever it is called
     named = admission(helm, {"serviceAccount": {"name": "op"}})
     assert '"system:serviceaccount:slurmpool-system:op"' in named[0]["spec"]["matchConditions"][0]["expression"]
@@ -370,6 +372,7 @@ def test_celcheck_fails_on_broken_cel(helm, celcheck):
 OPERATOR = "system:serviceaccount:slurmpool-system:slurmpool"
 ONCALL = ("bob", ["gpu-oncall", "system:authenticated"])
 SOMEONE = ("carol", ["platform-team", "system:authenticated"])
+POOL_POLICY, ONCALL_POOL = "slurmpool-pool-policy", "slurmpool-oncall-pool-changes"
 RECORDS, VALUES, ONCALL_POLICY = "slurmpool-operator-records", "slurmpool-placement-values", "slurmpool-oncall-node-changes"
 SETTLED = {"slurmpool.io/placement": "slurm", "slurmpool.io/pool": "ns/gpu", "slurmpool.io/settled-at": "2026-11-30T00:00:00Z",
            "slurmpool.io/slurm": '{"state":"idle"}'}
@@ -445,8 +448,12 @@ CASES = [
 ]
 
 
+def node_policies(docs: list[dict]) -> list[dict]:
+    return [d for d in docs if d["kind"] == ADMISSION[0] and "nodes" in d["spec"]["matchConstraints"]["resourceRules"][0]["resources"]]
+
+
 def test_what_each_policy_refuses(helm, celcheck):
-    policies = [d for d in admission(helm, ONCALL_SUBJECTS) if d["kind"] == ADMISSION[0]]
+    policies = node_policies(admission(helm, ONCALL_SUBJECTS))
     requests = [{"name": what, "operation": "CREATE" if old is None else "UPDATE", "user": who[0], "groups": who[1],
                  "subresource": "", "object": new, "oldObject": old} for what, who, old, new, _ in CASES]
     out = subprocess.run([celcheck, "-eval"], input=json.dumps({"policies": policies, "requests": requests}),

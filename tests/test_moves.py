@@ -260,3 +260,24 @@ def test_a_stale_registration_from_the_stopped_slurmd_is_not_taken_for_the_new_o
     step = advance(move, node, SlurmView(True, nodes={"gpu01": fresh}), spec, NOW)
     assert step.move.phase == "Resuming"
     assert stale_slurmd(replace(stale, slurmd_start=None), pod) is None  # nothing to compare: trust the state
+
+
+def test_slurmd_is_not_stopped_while_slurm_runs_an_epilog_on_the_node():
+    """Issue 29: pyxis's job epilog runs after the job's tasks end. Slurm shows the job COMPLETING and
+    the node +COMPLETING until every node's epilog is done; stopping slurmd then drains the node
+    "Epilog error". Both count as jobs still there: the slurmd pod stays until both are gone."""
+    spec = make_spec(drain={"timeout": "1h"})
+    world = slurm_world(jobs=[job("42", ["gpu01"], state="COMPLETING")])
+    world.slurm_node = slurm_node("gpu01", "IDLE", {"COMPLETING"})
+    start(world, SLURM, INFERENCE, NOW)
+    run_move(world, spec, NOW, rounds=10)
+    assert world.node.move.phase == "Draining" and world.node.slurmd_pod is not None
+    assert advance(world.node.move, world.node, world.view(), spec, NOW).blocked_by == ["job/42"]
+    world.jobs = []  # the job left squeue; this node's epilog is still running
+    run_move(world, spec, NOW + timedelta(seconds=5), rounds=10)
+    assert world.node.move.phase == "Draining" and world.node.slurmd_pod is not None
+    assert "DeleteSlurmdPod" not in world.log
+    world.slurm_node = replace(world.slurm_node, flags=world.slurm_node.flags - {"COMPLETING"})  # epilog done
+    run_move(world, spec, NOW + timedelta(seconds=10))
+    assert_inference(world)
+    assert world.cancelled == [] and world.requeued == []

@@ -55,7 +55,7 @@ def test_the_spec_takes_exactly_one_kind_of_access():
     access = rest_access("https://slurmrestd.slurm:6820")
     assert access.rest.token_secret_ref.key == "token" and access.rest.auth_header == "X-SLURM-USER-TOKEN"
     for body in ({}, {"local": {}, "rest": {"url": "http://x:1", "tokenSecretRef": {"name": "t"}}},
-                 {"ssh": {"host": "h", "secretRef": {"name": "s"}}, "rest": {"url": "http://x:1", "tokenSecretRef": {"name": "t"}}}):
+                 {"ssh": {"host": "h", "user": "u", "secretRef": {"name": "s"}}, "rest": {"url": "http://x:1", "tokenSecretRef": {"name": "t"}}}):
         with pytest.raises(ValidationError, match="set exactly one of slurm.access.ssh, slurm.access.local, slurm.access.rest"):
             SlurmAccess.model_validate(body)
     for url in ("ftp://x", "https://u:p@x", "https://x/?q=1", "https://x y"):

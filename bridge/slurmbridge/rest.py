@@ -97,6 +97,9 @@ class RestAuth:
     bearer: bool = False
 
     def headers(self) -> dict[str, str]:
+        validate.token(self.token)  # the last check before a header: never CR/LF into the request
+        if self.user:
+            validate.user_name(self.user)
         if self.bearer:
             out = {"Authorization": f"Bearer {self.token}"}
         else:

@@ -26,13 +26,17 @@ def _read_source(source: KeySource, looks_inline: bool) -> str:
             with open(os.fspath(source), encoding="utf-8") as f:
                 return f.read()
         except OSError as e:
-            raise ValueError(f"cannot read {os.fspath(source)!r}: {e.strerror or e}") from e
+            # A str that is no readable path may be key material: it is never quoted.
+            named = repr(os.fspath(source)) if isinstance(source, os.PathLike) else "the file named (str, no key text)"
+            raise ValueError(f"cannot read {named}: {e.strerror or type(e).__name__}") from None
     return source
 
 
 def load_known_hosts(known_hosts: KeySource) -> asyncssh.SSHKnownHosts:
     """known_hosts as a path or as text. Known_hosts lines always contain spaces, paths do not;
     an empty text trusts no host at all (never "accept anything")."""
+    if isinstance(known_hosts, asyncssh.SSHKnownHosts):
+        return known_hosts
     if known_hosts is None:
         raise TypeError("known_hosts is required: host keys are always verified")
     inline = isinstance(known_hosts, str) and (not known_hosts.strip() or any(c.isspace() for c in known_hosts))
@@ -43,7 +47,10 @@ def load_known_hosts(known_hosts: KeySource) -> asyncssh.SSHKnownHosts:
 
 
 def load_client_key(client_key: KeySource) -> asyncssh.SSHKey:
-    """Private key as a path or as text (PEM/OpenSSH text contains "-----BEGIN")."""
+    """Private key as a path or as text (PEM/OpenSSH text contains "-----BEGIN"), or as bytes
+    (always content). The error never quotes the content, only a path."""
+    if isinstance(client_key, asyncssh.SSHKey):
+        return client_key
     inline = isinstance(client_key, str) and "-----BEGIN" in client_key
     try:
         return asyncssh.import_private_key(_read_source(client_key, inline))
@@ -75,8 +82,8 @@ class SshRunner:
         host: str,
         port: int,
         username: str,
-        client_key: KeySource,
-        known_hosts: KeySource,
+        client_key: KeySource | asyncssh.SSHKey,
+        known_hosts: KeySource | asyncssh.SSHKnownHosts,
         env: Mapping[str, str] | None = None,
         connect_timeout: float = 10,
         *,

@@ -14,6 +14,26 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 JOB_ID_RE = re.compile(r"^[0-9]+(?:_[0-9]+|_\[[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*(?:%[0-9]+)?\]|\+[0-9]+)?$")
 STATE_RE = re.compile(r"^[A-Za-z_]{1,32}$")
 MAX_REASON = 200
+# What may go into an HTTP header or onto a command line from a Secret: a Unix/Slurm user name,
+# and a JWT (base64url parts joined by dots; some sites use opaque tokens of the same alphabet).
+USER_NAME_RE = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}[$]?$")
+TOKEN_RE = re.compile(r"^[A-Za-z0-9._~+/=-]{1,8192}$")
+
+
+def user_name(name: str) -> str:
+    """A user name read from a Secret. The error never quotes it (it sits beside a token)."""
+    if not isinstance(name, str) or not USER_NAME_RE.fullmatch(name):
+        raise ValueError("not a Unix user name (lowercase letters, digits, '_', '.', '-'; at most 32 characters; "
+                         "no spaces, CR/LF or other control characters)")
+    return name
+
+
+def token(value: str) -> str:
+    """A bearer token about to become a header value: no CR/LF, spaces or other characters that
+    could end the header or add one. The error never quotes it."""
+    if not isinstance(value, str) or not TOKEN_RE.fullmatch(value):
+        raise ValueError("not a token (letters, digits and - _ . ~ + / =; no spaces, CR/LF or other control characters)")
+    return value
 
 
 def node_name(name: str) -> str:

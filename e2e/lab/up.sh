@@ -14,7 +14,8 @@
 # Knobs: LAB_DIR, LAB_NODES (default 8, max 99), LAB_SLURMD_TIMEOUT (default 10 s),
 # LAB_SIM_NODES (default 0, max 999: extra nodes sim001.. for load tests; see README),
 # LAB_PROMETHEUS=1 (also start Prometheus on 127.0.0.1:19090+LAB_PORT_OFFSET: prometheus.sh),
-# LAB_SLURM (22.05 default, 24.11, 26.05), LAB_SLURM_NODES (static default, dynamic: 24.11 and 26.05).
+# LAB_SLURM (22.05 default, 24.11, 26.05), LAB_SLURM_NODES (static default, dynamic: 24.11 and 26.05),
+# LAB_PYXIS=1 (pyxis and enroot: srun --container-image, PlugStackConfig=; 22.05 and 26.05; README).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -31,6 +32,7 @@ LAB_SLURMDBD=${LAB_SLURMDBD:-0}
 # LAB_GRES_CORES=1: two sockets of 8 cores and a gres.conf with Cores=, so that Slurm reports GPUs
 # with socket affinity as on real hardware (Gres=gpu:h100:8(S:0-1)).
 LAB_GRES_CORES=${LAB_GRES_CORES:-0}
+LAB_PYXIS=${LAB_PYXIS:-0}
 
 # Ports (all on 127.0.0.1). slurmd of node gpuXX listens on SLURMD_BASE_PORT+XX.
 # LAB_PORT_OFFSET (e.g. 100) shifts them all, so two labs (two LAB_DIRs) can run side by side.
@@ -63,6 +65,11 @@ case $LAB_SLURMDBD in
   0) ;;
   1) [ "$LAB_SLURM" = 22.05 ] || die "LAB_SLURMDBD=1 is only built for LAB_SLURM=22.05 so far" ;;
   *) die "LAB_SLURMDBD must be 0 or 1" ;;
+esac
+case $LAB_PYXIS in
+  0) ;;
+  1) [ "$LAB_SLURM" != 24.11 ] || die "LAB_PYXIS=1 is built for LAB_SLURM=22.05 and 26.05 (24.11: the slurmd image)" ;;
+  *) die "LAB_PYXIS must be 0 or 1" ;;
 esac
 # 24.11's dynamic slurmd each run in a network namespace of their own (netns.sh): the 8 lab nodes only.
 NETNS=0
@@ -98,13 +105,13 @@ healthy() {
   return 1
 }
 if healthy; then
-  running=$(. "$LAB_DIR/env" && echo "$LAB_NODES ${LAB_SIM_NODES:-0} ${LAB_SIM_GROUP:-25} ${LAB_SLURM:-22.05} ${LAB_SLURM_NODES:-static} ${LAB_SLURMDBD:-0} ${LAB_REAL_NODES:-0}")
-  if [ "$running" = "$LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP $LAB_SLURM $LAB_SLURM_NODES $LAB_SLURMDBD ${LAB_REAL_NODES:-0}" ]; then
+  running=$(. "$LAB_DIR/env" && echo "$LAB_NODES ${LAB_SIM_NODES:-0} ${LAB_SIM_GROUP:-25} ${LAB_SLURM:-22.05} ${LAB_SLURM_NODES:-static} ${LAB_SLURMDBD:-0} ${LAB_REAL_NODES:-0} ${LAB_PYXIS:-0}")
+  if [ "$running" = "$LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP $LAB_SLURM $LAB_SLURM_NODES $LAB_SLURMDBD ${LAB_REAL_NODES:-0} $LAB_PYXIS" ]; then
     log "lab already up and healthy ($LAB_NODES nodes, $LAB_SIM_NODES simulated, ${LAB_REAL_NODES:-0} real, Slurm $LAB_SLURM $LAB_SLURM_NODES); use: . $LAB_DIR/env"
     [ "${LAB_PROMETHEUS:-0}" != 1 ] || "$here/prometheus.sh" start
     exit 0
   fi
-  log "lab is up with nodes/simulated/group/slurm/node model/slurmdbd/real $running but wanted $LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP $LAB_SLURM $LAB_SLURM_NODES $LAB_SLURMDBD ${LAB_REAL_NODES:-0}: restarting it"
+  log "lab is up with nodes/simulated/group/slurm/node model/slurmdbd/real/pyxis $running but wanted $LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP $LAB_SLURM $LAB_SLURM_NODES $LAB_SLURMDBD ${LAB_REAL_NODES:-0} $LAB_PYXIS: restarting it"
 fi
 # Anything left from a previous (partial) run is stopped first, by its PID files.
 if compgen -G "$LAB_DIR/run/*.pid" >/dev/null || [ -d "$LAB_DIR/run/pods" ]; then
@@ -523,6 +530,32 @@ if [ "$NETNS" = 1 ]; then
 else
   echo "TopologyPlugin=topology/tree" >> "$SLURM_CONF"
 fi
+# LAB_PYXIS=1: pyxis (SPANK) and enroot, built for this Slurm (build-pyxis.sh, cached); a small
+# squashfs image made offline from busybox; every enroot and pyxis path is under /run/slurm, which is
+# per node (each slurmd in its own mount namespace, see the agent below): lab nodes share one host.
+PYXIS_IMAGE=""
+if [ "$LAB_PYXIS" = 1 ]; then
+  case $LAB_SLURM in 22.05) spank_include=/usr/include ;; *) spank_include=$SLURM_PREFIX/include ;; esac
+  pyxis_build=$("$here/build-pyxis.sh" "$spank_include") || die "e2e/lab/build-pyxis.sh failed"
+  ENROOT_PREFIX=$(sed -n 's/^ENROOT_PREFIX=//p' <<< "$pyxis_build")
+  PYXIS_SO=$(sed -n 's/^PYXIS_SO=//p' <<< "$pyxis_build")
+  # runtime_path: pyxis's own state (per node, like enroot's)
+  echo "required $PYXIS_SO runtime_path=/run/slurm/pyxis" > "$LAB_DIR/etc/plugstack.conf"
+  echo "PlugStackConfig=$LAB_DIR/etc/plugstack.conf" >> "$SLURM_CONF"
+  PYXIS_IMAGE=$LAB_DIR/pyxis/lab-image.sqsh
+  if [ ! -s "$PYXIS_IMAGE" ]; then
+    r=$LAB_DIR/pyxis/rootfs; rm -rf "$r"; mkdir -p "$r"/{bin,etc,tmp,proc,sys,dev,root,run}
+    cp /bin/busybox "$r/bin/busybox"
+    for b in sh cat env ls mount grep id true sleep; do ln -s busybox "$r/bin/$b"; done
+    printf 'NAME="slurmpool lab image"\nID=slurmpool-lab\nPRETTY_NAME="slurmpool lab image (busybox)"\n' > "$r/etc/os-release"
+    printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n' > "$r/etc/passwd"
+    printf 'root:x:0:\nnogroup:x:65534:\n' > "$r/etc/group"
+    mksquashfs "$r" "$PYXIS_IMAGE.tmp" -comp lzo -noappend -quiet >/dev/null && mv "$PYXIS_IMAGE.tmp" "$PYXIS_IMAGE"
+    rm -rf "$r"
+  fi
+  mkdir -p "$LAB_DIR/pyxis/mnt"
+  log "pyxis: $PYXIS_SO, enroot $ENROOT_PREFIX, image $PYXIS_IMAGE"
+fi
 "$here/real-nodes.sh" slurm-conf   # LAB_REAL_NODES: Slurm nodes real01.. (served by the slurmd image)
 
 # ---------------------------------------------------------------- sshd config
@@ -623,6 +656,12 @@ start_daemon kube-apiserver "$BIN/kube-apiserver" \
 agent_slurm=(--node-conf "$LAB_DIR/etc/nodes.tsv" --slurm-path "$SLURM_PATH")
 [ "$LAB_SLURM" != 26.05 ] || agent_slurm+=(--slurm-env "SLURM_SACK_KEY=$SLURM_SACK_KEY"
   --slurm-env "SLURM_SACK_SOCKET=$SLURM_SACK_SOCKET" --slurmd-run-dir "$SACK_DIR/slurmd" --conf-server "127.0.0.1:$CTLD_PORT")
+# LAB_PYXIS=1: enroot on slurmd's PATH (pyxis runs it from slurmstepd), and on 22.05 each slurmd in a
+# mount namespace of its own with its node's directory on /run/slurm too (26.05's are already).
+if [ "$LAB_PYXIS" = 1 ]; then
+  agent_slurm[3]=$ENROOT_PREFIX/bin${SLURM_PATH:+:$SLURM_PATH}
+  [ "$LAB_SLURM" = 26.05 ] || agent_slurm+=(--slurmd-run-dir "$LAB_DIR/state/noderun")
+fi
 # 24.11's dynamic slurmd: each in its node's network namespace; munge's socket named before the
 # configuration (and its AuthInfo) is fetched.
 [ "$NETNS" = 0 ] || agent_slurm+=(--conf-server "$CTLD_ADDR:$CTLD_PORT" --slurmd-netns "$("$here/netns.sh" addr)"
@@ -742,6 +781,8 @@ export LAB_SLURMCTLD_PORT=$CTLD_PORT
 export LAB_SLURMCTLD_ADDR=$CTLD_ADDR
 export LAB_SLURMDBD=$LAB_SLURMDBD
 export LAB_GRES_CORES=$LAB_GRES_CORES
+export LAB_PYXIS=$LAB_PYXIS
+$([ -z "$PYXIS_IMAGE" ] || echo "export LAB_PYXIS_IMAGE=$PYXIS_IMAGE")
 EOF
 if [ "$LAB_SLURM" != 22.05 ]; then
   cat >> "$LAB_DIR/env" <<EOF

@@ -13,9 +13,10 @@ from dataclasses import replace
 from typing import Awaitable, Callable
 
 from slurmbridge import LocalRunner, ScontrolBackend, SlurmBackend, SlurmError, SshRunner
+from slurmbridge.ssh import load_client_key, load_known_hosts
 
 from . import metrics
-from .models import SlurmAccess
+from .models import SlurmAccess, SshAccess
 from .restaccess import build_rest_backend, rest_key
 from .view import ACTIVE_JOB_STATES, SlurmView
 
@@ -62,6 +63,22 @@ async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = 
 
 def _ssh_material(secret: dict[str, str], ssh) -> tuple:
     return (secret.get(ssh.secret_ref.private_key_key), secret.get(ssh.secret_ref.known_hosts_key))
+
+
+def ssh_runner(namespace: str, ssh: SshAccess, secret: dict[str, str]) -> SshRunner:
+    """The Secret's values are always content, never a path (bytes say so), and a bad one is named
+    by Secret and key only: a key body must never reach a status, an Event or a log line."""
+    ref = ssh.secret_ref
+    try:
+        key = load_client_key(secret[ref.private_key_key].encode())
+    except ValueError:
+        raise ValueError(f"Secret {namespace}/{ref.name} key {ref.private_key_key!r} is not an SSH private key "
+                         "(OpenSSH or PEM text, unencrypted)") from None
+    try:
+        known_hosts = load_known_hosts(secret[ref.known_hosts_key].encode())
+    except ValueError:
+        raise ValueError(f"Secret {namespace}/{ref.name} key {ref.known_hosts_key!r} is not known_hosts text") from None
+    return SshRunner(host=ssh.host, port=ssh.port, username=ssh.user, client_key=key, known_hosts=known_hosts)
 
 
 class Instrumented:
@@ -143,13 +160,7 @@ class SlurmAccessPool:
                 if not secret.get(key):
                     raise ValueError(f"Secret {namespace}/{s.secret_ref.name} has no key {key!r}")
             self._ssh_seen[access_key(namespace, access)] = _ssh_material(secret, s)
-            runner = SshRunner(
-                host=s.host,
-                port=s.port,
-                username=s.user,
-                client_key=secret[s.secret_ref.private_key_key],
-                known_hosts=secret[s.secret_ref.known_hosts_key],
-            )
+            runner = ssh_runner(namespace, s, secret)
         else:
             conf = access.local.slurm_conf if access.local else None
             runner = LocalRunner(env={"SLURM_CONF": conf} if conf else None)

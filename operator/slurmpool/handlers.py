@@ -36,6 +36,7 @@ from .membership import Membership
 from .models import GROUP, PLURAL, VERSION, SlurmNodePoolSpec, SlurmNodePoolStatus
 from .moves import Cancel, Requeue, Resume
 from .phases import Phase
+from .poolpolicy import violations
 from .settings import Settings
 from .snapshot import PoolSnapshot
 from .status import Observed, build_status, status_from
@@ -171,7 +172,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, pods_index, 
     memo.settings = config
     memo.indexed = asyncio.Event()
     memo.queue = WorkQueue()
-    memo.generations, memo.membership = {}, Membership()
+    memo.generations, memo.membership = {}, Membership(exclude_control_plane=not config.pool_policy.allow_control_plane)
     memo.failures, memo.reconcile_errors, memo.published, memo.fresh, memo.last_poll = {}, {}, {}, set(), {}
     memo.expected = {}  # node -> (record annotations we wrote, when): until the watch shows them
     memo.relisting = {}  # nodes whose lag asked the Node watch to list again (once per write)
@@ -303,7 +304,8 @@ def _membership(memo, pools_index) -> Membership:
         for key, store in list(pools_index.items()):
             raw = _first(store)
             spec = _parse(raw)[0] if raw is not None else None
-            if spec is not None and not spec.node_selector.is_empty():
+            # A pool the policy refuses owns no node: nothing of it runs anywhere.
+            if spec is not None and not spec.node_selector.is_empty() and not violations(spec, memo.settings.pool_policy):
                 selectors[key] = spec.node_selector
         membership.set_selectors(selectors)
     return membership
@@ -334,6 +336,10 @@ async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_in
     spec, why = _parse(raw)
     if spec is None:
         await _report_invalid(memo, pool, raw, why)
+        return config.interval
+    refused = violations(spec, config.pool_policy)
+    if refused:
+        await _report_invalid(memo, pool, raw, "; ".join(refused), policy=True)
         return config.interval
     t0 = time.monotonic()
     snap, backend = await _snapshot(memo, pool, spec, raw, nodes_index, pods_index, pools_index)
@@ -483,9 +489,9 @@ async def _status_failed(memo, pool: PoolRef, message: str) -> None:
     await memo.kube.event(pool_object(pool), "Warning", "StatusWriteFailed", f"cannot write the status: {message}")
 
 
-async def _report_invalid(memo, pool: PoolRef, raw, message: str) -> None:
+async def _report_invalid(memo, pool: PoolRef, raw, message: str, policy: bool = False) -> None:
     previous = _previous_status(memo, pool, raw)
-    seen = Observed(desired={}, problems=[f"invalid spec: {message}"])
+    seen = Observed(desired={}, policy=[message]) if policy else Observed(desired={}, problems=[f"invalid spec: {message}"])
     now = datetime.now(timezone.utc)
     status = status_from(pool.name, _placeholder_spec(raw), pool.generation, [], seen, previous.conditions if previous else [], now)
     status.target = previous.target if previous else None  # keeps the audit across a bad edit

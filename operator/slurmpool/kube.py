@@ -240,6 +240,8 @@ def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: st
         "env": env,
         "resources": t.resources.model_dump(by_alias=True),
     }
+    if t.security_context is not None:  # checked against the pool policy (poolpolicy.py) before any pod
+        container["securityContext"] = t.security_context.model_dump(by_alias=True, exclude_none=True)
     if t.volume_mounts:
         container["volumeMounts"] = [dict(m) for m in t.volume_mounts]
     pod_spec: dict[str, Any] = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 
 from .models import LabelSelector
+from .poolpolicy import is_control_plane
 
 PoolKey = Hashable
 
@@ -20,7 +21,9 @@ class Membership:
     and the pools (`set_selectors`); read by each pass (`owners`, `members`). A node is matched
     again only when its labels change, every node when a selector changes."""
 
-    def __init__(self) -> None:
+    def __init__(self, exclude_control_plane: bool = True) -> None:
+        # Control-plane nodes belong to no pool unless the pool policy allows them (allowControlPlane).
+        self.exclude_control_plane = exclude_control_plane
         # A pool's spec changed or a pool went: read the selectors again before the next sort.
         # Kept here, not in kopf's memo: resource handlers get a shallow copy of the memo, so a
         # flag set there by one handler is never seen by the others.
@@ -62,7 +65,10 @@ class Membership:
         self._labels.pop(name, None)
         if labels is None:
             return  # the node is gone
-        owners = tuple(pool for pool, selector in self._selectors.items() if selector.matches(labels))
+        if self.exclude_control_plane and is_control_plane(labels):
+            owners: tuple[PoolKey, ...] = ()
+        else:
+            owners = tuple(pool for pool, selector in self._selectors.items() if selector.matches(labels))
         self._labels[name], self._owners[name] = dict(labels), owners
         for pool in owners:
             self._members.setdefault(pool, set()).add(name)

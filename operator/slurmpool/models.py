@@ -45,6 +45,7 @@ ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 VOLUME_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 QUALIFIED_NAME_MESSAGE = ("must be a qualified name: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, "
                           "'-', '_' or '.', starting and ending with a letter or digit (e.g. example.com/gpu-pool)")
+CAPABILITY_PATTERN = r"^[A-Z_]{2,32}$"
 GRES_PATTERN = r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$"
 NODE_NAME_TEMPLATE_PATTERN = r"^([A-Za-z0-9._-]|\{name\}|\{shortName\}|\{hostname\})+$"
 LABEL_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
@@ -66,6 +67,7 @@ PATTERN_MESSAGES = {
     QUALIFIED_NAME_PATTERN: QUALIFIED_NAME_MESSAGE,
     LABEL_VALUE_PATTERN: "must be a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
     ENV_NAME_PATTERN: "must be an environment variable name: letters, digits, '_', '-' or '.', not starting with a digit",
+    CAPABILITY_PATTERN: "must be a Linux capability such as SYS_ADMIN (capital letters and '_', no CAP_ prefix)",
 }
 
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
@@ -164,7 +166,11 @@ class SshAccess(Model):
 
     host: str = Field(max_length=253, pattern=SSH_HOST_PATTERN)
     port: int = Field(default=22, ge=1, le=65535)
-    user: str = Field(default="root", max_length=32, pattern=SSH_USER_PATTERN)
+    user: str = Field(
+        max_length=32, pattern=SSH_USER_PATTERN,
+        description="The login; no default. A Slurm operator account (SlurmUser's operators, `sacctmgr ... "
+        "adminlevel=operator`) is enough for scontrol update, scancel and requeue: not root (docs/rbac.md).",
+    )
     secret_ref: SecretRef = Field(description="Secret with the client private key and known_hosts; no host key is ever auto-accepted.")
 
 
@@ -225,6 +231,22 @@ VOLUME_UNIQUE_MESSAGE = "volume names must be unique"
 VOLUME_MOUNT_MESSAGE = "every volumeMount must name one of the volumes"
 
 
+class Capabilities(Model):
+    add: list[Annotated[str, Field(pattern=CAPABILITY_PATTERN, max_length=32)]] = Field(
+        default_factory=list, max_length=32, description="Capabilities to add, e.g. SYS_ADMIN (within the operator's pool policy).")
+    drop: list[Annotated[str, Field(pattern=CAPABILITY_PATTERN, max_length=32)]] = Field(
+        default_factory=list, max_length=32, description="Capabilities to drop, e.g. ALL.")
+
+
+class SlurmdSecurityContext(Model):
+    """The slurmd container's securityContext: only what the operator's pool policy judges
+    (privileged, capabilities, privilege escalation); everything else is the image's."""
+
+    privileged: bool = Field(default=False, description="A privileged container: only where the pool policy allows it.")
+    allow_privilege_escalation: bool | None = None
+    capabilities: Capabilities | None = None
+
+
 class SlurmdPodTemplate(Model):
     """The pod that runs slurmd on a node while the node serves Slurm."""
 
@@ -234,7 +256,10 @@ class SlurmdPodTemplate(Model):
     env: list[EnvVar] = Field(default_factory=list, max_length=64)
     resources: Resources = Field(default_factory=Resources, json_schema_extra={"default": {}})
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
-    service_account_name: str | None = None
+    service_account_name: str | None = Field(
+        default=None, description="Its ServiceAccount (its token is never mounted); only one the pool policy lists.")
+    security_context: SlurmdSecurityContext | None = Field(
+        default=None, description="The slurmd container's securityContext, within the operator's pool policy (docs/rbac.md).")
     priority_class_name: str | None = None
     termination_grace_period_seconds: int = Field(default=30, ge=0, le=3600)
     volumes: list[dict[str, Any]] = Field(

@@ -13,6 +13,7 @@ import ssl
 from typing import Awaitable, Callable
 
 from slurmbridge import CachedToken, RestAuth, RestBackend
+from slurmbridge import validate
 
 from .models import RestAccess
 
@@ -45,10 +46,16 @@ def token_reader(read_secret: ReadSecret, namespace: str, rest: RestAccess) -> C
         except Exception as err:  # noqa: BLE001 - the API's own words (404, 403) say what is wrong
             raise ValueError(f"cannot read Secret {namespace}/{ref.name}: {_short(err)}") from err
         token = _value(secret, namespace, ref.name, ref.key, "the slurmrestd JWT")
-        if any(c.isspace() for c in token) or not token.isprintable():
-            raise ValueError(f"Secret {namespace}/{ref.name} key {ref.key!r} is not a JWT (it has spaces or "
-                             "control characters)")
+        try:
+            validate.token(token)
+        except ValueError as err:
+            raise ValueError(f"Secret {namespace}/{ref.name} key {ref.key!r} is not a JWT: {err}") from None
         user = _value(secret, namespace, ref.name, ref.user_key, "the Slurm user name") if ref.user_key else None
+        if user is not None:
+            try:
+                validate.user_name(user)
+            except ValueError as err:
+                raise ValueError(f"Secret {namespace}/{ref.name} key {ref.user_key!r} (the Slurm user name) is {err}") from None
         return RestAuth(token=token, user=user, bearer=rest.auth_header == "Bearer")
 
     return read
@@ -70,7 +77,7 @@ async def build_rest_backend(read_secret: ReadSecret, namespace: str, rest: Rest
         try:
             context = ssl.create_default_context(cadata=pem)
         except (ssl.SSLError, ValueError) as err:
-            raise ValueError(f"Secret {namespace}/{ca.name} key {ca.key!r} is not a PEM CA bundle: {err}") from err
+            raise ValueError(f"Secret {namespace}/{ca.name} key {ca.key!r} is not a PEM CA bundle") from None
     return RestBackend(rest.url, token, ssl_context=context, timeout=timeout, retries=retries)
 
 

@@ -4,7 +4,9 @@ Nothing else reads the environment, so a test can build a Settings of its own.""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .poolpolicy import PoolPolicy
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,8 @@ class Settings:
     identity: str | None = None  # default: POD_NAME, else the host name
     # Fault injection for the crash tests: SIGKILL right after recording a step entering this phase.
     crash_after_phase: str | None = None
+    # What a pool may ask of its nodes (the chart's poolPolicy, as JSON in SLURMPOOL_POOL_POLICY).
+    pool_policy: PoolPolicy = field(default_factory=PoolPolicy)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -55,4 +59,5 @@ class Settings:
             lease_namespace=env.get("SLURMPOOL_LEASE_NAMESPACE") or None,
             identity=env.get("SLURMPOOL_IDENTITY") or env.get("POD_NAME") or None,
             crash_after_phase=env.get("SLURMPOOL_CRASH_AFTER_PHASE") or None,
+            pool_policy=PoolPolicy.from_json(env.get("SLURMPOOL_POOL_POLICY")),
         )

@@ -28,6 +28,7 @@ class Observed:
 
     desired: dict[str, int]
     problems: list[str] = field(default_factory=list)  # the spec cannot be met: nothing moves
+    policy: list[str] = field(default_factory=list)  # the pool goes beyond the pool policy (poolpolicy.py): nothing moves
     overlaps: list[str] = field(default_factory=list)  # nodes also selected by another pool
     slurm_error: str | None = None
     errors: list[str] = field(default_factory=list)  # actions that failed this round
@@ -168,6 +169,9 @@ def _split_reached(spec: SlurmNodePoolSpec, status: SlurmNodePoolStatus) -> bool
 def _conditions(spec, status: SlurmNodePoolStatus, seen: Observed, blocked, previous, now, generation) -> list[Condition]:
     c = list(previous)
     degraded = []
+    if seen.policy:
+        degraded.append(("PolicyViolation", "refused by the operator's pool policy, nothing moves (docs/rbac.md#pool-policy): "
+                         + "; ".join(seen.policy)))
     if seen.problems:
         degraded.append(("InvalidSpec", "; ".join(seen.problems)))
     if seen.overlaps:

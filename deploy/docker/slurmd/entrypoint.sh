@@ -72,6 +72,12 @@ for key in SlurmdSpoolDir SlurmdLogFile SlurmdPidFile; do
   case $key in SlurmdSpoolDir) mkdir -p "$v" ;; *) mkdir -p "$(dirname "$v")" ;; esac
 done
 
+# enroot (the -pyxis images): its directories, on the pod's node-local volumes (docs/install.md),
+# writable by every job's user (each gets a subdirectory of its own; enroot.conf)
+if [ -r /etc/enroot/enroot.conf ]; then
+  for d in /run/enroot /var/lib/enroot/data /var/lib/enroot/cache /var/lib/enroot/tmp; do mkdir -p "$d"; chmod 1777 "$d"; done
+fi
+
 # auth/slurm's socket for slurmstepd, and configless slurmd's copy of the configuration (/run/slurm/conf)
 mkdir -p /run/slurm
 

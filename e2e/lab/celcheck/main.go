@@ -9,8 +9,9 @@
 // Input on stdin: a JSON list of objects (admissionregistration.k8s.io/v1). Output on stdout: a
 // JSON list, one {"kind","name","errors","warnings"} per object.
 //
-// With -eval, stdin is {"policies": [...], "requests": [...]} and each request (a Node write:
-// operation, user, groups, subresource, object, oldObject) is run through each policy by the
+// With -eval, stdin is {"policies": [...], "requests": [...]} and each request (a Node write, or
+// with "resource" "slurmnodepools" a SlurmNodePool write: operation, user, groups, subresource,
+// object, oldObject) is run through each policy by the
 // apiserver's own validator (compiled as its ValidatingAdmissionPolicy plugin compiles a policy,
 // match conditions included); the output lists, per request, the policies that deny it and their
 // messages, and any evaluation errors (failurePolicy Fail turns those into denials).
@@ -143,6 +144,7 @@ type request struct {
 	User        string                 `json:"user"`
 	Groups      []string               `json:"groups"`
 	Subresource string                 `json:"subresource"`
+	Resource    string                 `json:"resource"`
 	Object      map[string]interface{} `json:"object"`
 	OldObject   map[string]interface{} `json:"oldObject"`
 }
@@ -200,8 +202,6 @@ func evaluate(raw []byte) {
 	if err := json.Unmarshal(raw, &input); err != nil {
 		fail(fmt.Errorf("stdin: {\"policies\": [...], \"requests\": [...]}: %w", err))
 	}
-	gvk := schema.GroupVersionKind{Version: "v1", Kind: "Node"}
-	gvr := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 	type outcome struct {
 		Name    string   `json:"name"`
 		Denials []denial `json:"denials"`
@@ -214,6 +214,12 @@ func evaluate(raw []byte) {
 		}
 		if r.OldObject != nil {
 			old = &unstructured.Unstructured{Object: r.OldObject}
+		}
+		gvk := schema.GroupVersionKind{Version: "v1", Kind: "Node"}
+		gvr := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+		if r.Resource == "slurmnodepools" {
+			gvk = schema.GroupVersionKind{Group: "slurmpool.io", Version: "v1alpha1", Kind: "SlurmNodePool"}
+			gvr = schema.GroupVersionResource{Group: "slurmpool.io", Version: "v1alpha1", Resource: "slurmnodepools"}
 		}
 		name, _, _ := unstructured.NestedString(r.Object, "metadata", "name")
 		who := &user.DefaultInfo{Name: r.User, Groups: r.Groups}
