@@ -111,8 +111,8 @@ CASES = [
     Case("feature-space", {"slurm": {"features": ["a b"]}}, "cel", SLURM_NAME),
     # selectors, access, policies
     Case("empty-selector", {"nodeSelector!": {}}, "cel", "nodeSelector must select something: set matchLabels or matchExpressions"),
-    Case("ssh-and-local", {"slurm": {"access!": {"ssh": {"host": "slurm", "secretRef": {"name": "s"}}, "local": {}}}}, "cel", ACCESS_ONE),
-    Case("ssh-and-rest", {"slurm": {"access!": {"ssh": {"host": "slurm", "secretRef": {"name": "s"}},
+    Case("ssh-and-local", {"slurm": {"access!": {"ssh": {"host": "slurm", "user": "root", "secretRef": {"name": "s"}}, "local": {}}}}, "cel", ACCESS_ONE),
+    Case("ssh-and-rest", {"slurm": {"access!": {"ssh": {"host": "slurm", "user": "root", "secretRef": {"name": "s"}},
                                                 "rest": {"url": "https://slurmrestd:6820", "tokenSecretRef": {"name": "t"}}}}},
          "cel", ACCESS_ONE),
     Case("no-access", {"slurm": {"access!": {}}}, "cel", ACCESS_ONE),
