@@ -141,7 +141,8 @@ class World:
                     labels.pop(k, None)
                 else:
                     labels[k] = v
-            self.node = replace(self.node, labels=labels, taints=action.taints, unschedulable=action.unschedulable)
+            cordon = self.node.unschedulable if action.unschedulable is None else action.unschedulable
+            self.node = replace(self.node, labels=labels, taints=action.taints, unschedulable=cordon)
 
     def record(self, move: MoveRecord | None, settled: str | None, step=None) -> None:
         ann = dict(self.node.annotations)

@@ -208,7 +208,8 @@ def test_an_unhealthy_node_moving_to_slurm_before_slurmd_stays_in_inference_cord
     step = advance(n.move, n, SlurmView(True), spec, NOW, unhealthy="Kubernetes: NotReady")
     assert step.settled == INF and step.move is None
     shape = next(a for a in step.actions if isinstance(a, PatchNode))
-    assert shape.unschedulable and shape.labels[LABEL_SIDE] == "inference"
+    assert n.unschedulable and shape.unschedulable is None, "the cordon is left as it is: cordoned"
+    assert shape.labels[LABEL_SIDE] == "inference"
     assert all(t.get("key") != SLURM_TAINT_KEY for t in shape.taints)
     assert not any(type(a).__name__ == "Evict" for a in step.actions)
 

@@ -48,6 +48,7 @@ CLIENT_CALLS = {
     # The Nodes are listed and watched by our own watch (kube.NodeWatch: watch.Watch calls list_node).
     "list_node": (Rule("", "nodes", "list", "kube.NodeWatch"), Rule("", "nodes", "watch", "kube.NodeWatch")),
     "patch_node": Rule("", "nodes", "patch", "kube.KubeAdapter.patch_node"),
+    "read_node": Rule("", "nodes", "get", "kube.KubeAdapter.read_node"),
     "create_namespaced_pod": Rule("", "pods", "create", "kube.KubeAdapter.create_slurmd_pod", "pools"),
     "delete_namespaced_pod": Rule("", "pods", "delete", "kube.KubeAdapter.delete_pod", "pools"),
     "create_namespaced_pod_eviction": Rule("", "pods/eviction", "create", "kube.KubeAdapter.evict"),

@@ -328,9 +328,25 @@ class PodWorker(threading.Thread):
             self._stop(float(30 if grace is None else grace))
             self._final_delete()
             return True
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed") and not self.terminal:
+            # Ended by someone else's status write, as a kubelet ends an evicted pod: its containers
+            # stop and stay stopped (the API refuses a terminal phase going back to Running).
+            log.info("%s/%s: marked %s (%s): stopping its process", self.ns, self.pod_name, phase, (pod.get("status") or {}).get("reason"))
+            self.terminal = phase
+            self._stop(2.0)
+            self.reported = None
         if self.slurmd and not self.terminal:
             self._drive_process()
+        if self.terminal and phase in ("Succeeded", "Failed"):
+            return self._wait_for_delete()
         self._report()
+        self.wake.wait(self._timeout())
+        self.wake.clear()
+        return False
+
+    def _wait_for_delete(self) -> bool:
+        """A pod someone else ended keeps the status they wrote (reason, message): nothing to report."""
         self.wake.wait(self._timeout())
         self.wake.clear()
         return False

@@ -23,14 +23,18 @@ from datetime import datetime, timezone
 from slurmbridge import SlurmBackend
 
 from . import metrics
-from .interfaces import Kube, PoolRef, node_object, pool_object
+from .interfaces import Conflict, Kube, PoolRef, Refused, node_object, pool_object
 from .models import SlurmNodePoolSpec
-from .moves import Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, PatchNode, Requeue, Resume, Step, between_pools
+from .moves import REFUSED, Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, PatchNode, Requeue, Resume, Step, between_pools
 from .snapshot import ApplyResult, NodeEvent, PoolDecision
-from .view import ANN_DRAIN, ANN_MOVE, ANN_MOVE_NOW, ANN_PLACEMENT, ANN_POOL, ANN_SETTLED, ANN_HOLD_UNTIL, ANN_SLURM, NONE, SLURM, MoveRecord, NodeView, iso
+from .view import (
+    ANN_CORDON_KEPT, ANN_DRAIN, ANN_HOLD_UNTIL, ANN_MOVE, ANN_MOVE_NOW, ANN_PLACEMENT, ANN_POOL, ANN_SETTLED, ANN_SLURM, NONE, SLURM,
+    SLURM_TAINT_KEY, MoveRecord, NodeView, iso, pool_of,
+)
 
 log = logging.getLogger("slurmpool.apply")
 PUBLISH_LAG = 10.0  # seconds: a value written this recently is not written again (the watch lags)
+CONFLICT_RETRIES = 5  # a node's write whose precondition failed is rebuilt on the Node read again, this often
 
 
 async def apply(
@@ -58,7 +62,8 @@ async def apply(
     patches = {name: node_patch(pool, old[name], step) for name, step in steps.items()}
     patches = {name: p for name, p in patches.items() if p}
     folded = _fold_published(patches, decision.publish, published)
-    written = await asyncio.gather(*(_guard(result, f"patch node {n}", kube.patch_node(n, p), ok=True) for n, p in patches.items()))
+    written = await asyncio.gather(*(
+        _guard(result, f"patch node {n}", _write_node(kube, old[n], steps[n], p), ok=True, node=n) for n, p in patches.items()))
     result.unwritten = {name for name, ok in zip(patches, written) if ok is None}
     now = time.monotonic()  # what a failed patch carried is left to _publish below
     published.update({name: (value, now) for name, value in folded.items() if name not in result.unwritten})
@@ -157,7 +162,7 @@ async def _pod_actions(pool, spec, name: str, step: Step, kube: Kube, result: Ap
                 result.errors.append(f"create slurmd pod on {name}: the Node has no Slurm NodeName (spec.slurm.nodeNameLabel)")
                 continue
             result.acted = True
-            await _guard(result, f"create slurmd pod on {name}", kube.create_slurmd_pod(pool, spec, name, slurm_name))
+            await _guard(result, f"create slurmd pod on {name}", kube.create_slurmd_pod(pool, spec, name, slurm_name), node=name)
         elif isinstance(action, DeleteSlurmdPod):
             pod = action.pod
             result.acted = True
@@ -201,14 +206,18 @@ def _written_lately(written: dict[str, tuple[str, float]], name: str, value: str
     return bool(last) and last[0] == value and time.monotonic() - last[1] < PUBLISH_LAG
 
 
-async def _guard(result: ApplyResult, what: str, coro, ok=None):
-    """Run one action; a failure is reported (Degraded, lastError) and retried next pass.
-    Returns the action's result (or `ok` when it has none), None on failure."""
+async def _guard(result: ApplyResult, what: str, coro, ok=None, node: str | None = None):
+    """Run one action; a failure is reported (Degraded, lastError) and retried next pass. A write
+    the API server refused is also the node's move message (`REFUSED ...`), which the next pass
+    reads: a bounded phase's rollback names it. Returns the action's result (or `ok` when it has
+    none), None on failure."""
     try:
         value = await coro
         return ok if value is None else value
     except Exception as err:  # noqa: BLE001 - any failure of one action must not stop the others
         log.warning("%s failed: %s", what, err)
+        if node is not None and isinstance(err, Refused):
+            result.refused[node] = f"{REFUSED} {what}: {err}"[:500]
         result.errors.append(f"{what}: {err}"[:500])
         metrics.ACTION_ERRORS.labels(action=what.split(" ")[0]).inc()
         return None
@@ -225,6 +234,83 @@ def _crash_point(phase: str | None, patch: dict, step: Step) -> None:
 
 def node_patch(pool: PoolRef, node: NodeView, step: Step) -> dict:
     """The node's record and shape for this step, as one merge patch (empty: nothing to write)."""
+    patch: dict = {}
+    annotations = _record(pool, node, step)
+    shape = _shape(step)
+    if shape is not None:
+        patch = shape_write(node, node, shape)
+    if annotations:
+        patch.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
+    return patch
+
+
+def _shape(step: Step) -> PatchNode | None:
+    shapes = [a for a in step.actions if isinstance(a, PatchNode)]
+    return shapes[-1] if shapes else None
+
+
+def shape_write(before: NodeView, current: NodeView, shape: PatchNode) -> dict:
+    """The node's labels, taints and cordon as a merge patch on `current` (the Node as last read),
+    changing only what the step changes against `before` (the Node the pass decided on): a taint
+    of someone else's, added since, is kept; one they removed is not put back. The taint list is
+    written whole (a merge patch has no other way), so `current`'s resourceVersion is its
+    precondition: on a conflict the Node is read again and this is rebuilt (_write_node).
+
+    The cordon: the operator lifts only its own. A cordon found on the node when a move takes it
+    to Slurm (`claims_cordon`, without our taint beside it) is someone else's: marked
+    ANN_CORDON_KEPT, it stays when the node returns to inference."""
+    wanted, had = _norm_set(shape.taints), _norm_set(before.taints)
+    taints = [t for t in current.taints if _norm(t) in wanted or _norm(t) not in had]
+    present = _norm_set(taints)
+    taints += [dict(t) for t in shape.taints if _norm(t) not in present and _norm(t) not in had]
+    spec: dict = {"taints": taints}
+    annotations: dict[str, str | None] = {}
+    if shape.unschedulable is True:
+        if not current.unschedulable:
+            spec["unschedulable"] = True
+            if current.cordon_kept:  # their cordon was lifted meanwhile: this one is ours
+                annotations[ANN_CORDON_KEPT] = None
+        elif shape.claims_cordon and not current.cordon_kept and not current.has_taint(SLURM_TAINT_KEY, "NoSchedule"):
+            annotations[ANN_CORDON_KEPT] = "true"
+    elif shape.unschedulable is False and current.unschedulable and not current.cordon_kept:
+        spec["unschedulable"] = False
+    metadata: dict = {"labels": dict(shape.labels)}
+    if current.version:
+        metadata["resourceVersion"] = current.version
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"metadata": metadata, "spec": spec}
+
+
+def _norm(taint: dict) -> tuple[str, str, str]:
+    return (taint.get("key", ""), taint.get("value") or "", taint.get("effect", ""))
+
+
+def _norm_set(taints) -> set[tuple[str, str, str]]:
+    return {_norm(t) for t in taints}
+
+
+async def _write_node(kube: Kube, before: NodeView, step: Step, patch: dict) -> None:
+    """Write a node's patch; one that carries the node's shape is rebuilt on the Node read again
+    while its precondition fails (someone else wrote the Node since the pass read it)."""
+    shape = _shape(step)
+    for attempt in range(CONFLICT_RETRIES + 1):
+        try:
+            return await kube.patch_node(before.name, patch)
+        except Conflict:
+            if shape is None or attempt == CONFLICT_RETRIES:
+                raise
+            log.info("node %s changed since the pass read it: its shape is written again on the Node as it is now", before.name)
+            current = await kube.read_node(before.name)
+            if current is None:
+                raise
+            record = patch.get("metadata", {}).get("annotations", {})
+            patch = shape_write(before, current, shape)
+            patch["metadata"].setdefault("annotations", {}).update(record)
+
+
+def _record(pool: PoolRef, node: NodeView, step: Step) -> dict[str, str | None]:
+    """The annotations of the node's record this step changes."""
     annotations: dict[str, str | None] = {}
     if _move_changed(node.annotations.get(ANN_MOVE), step.move):
         annotations[ANN_MOVE] = step.move.to_annotation() if step.move else None
@@ -239,15 +325,9 @@ def node_patch(pool: PoolRef, node: NodeView, step: Step) -> dict:
         annotations[ANN_DRAIN] = step.claim.to_annotation()
     elif step.drop_claim and ANN_DRAIN in node.annotations:
         annotations[ANN_DRAIN] = None
-    patch: dict = {}
-    if annotations:
-        patch["metadata"] = {"annotations": annotations}
-    shapes = [a for a in step.actions if isinstance(a, PatchNode)]
-    if shapes:
-        shape = shapes[-1]
-        patch.setdefault("metadata", {})["labels"] = shape.labels
-        patch["spec"] = {"taints": list(shape.taints), "unschedulable": shape.unschedulable}
-    return patch
+    if step.settled and pool_of(step.settled) and node.cordon_kept:
+        annotations[ANN_CORDON_KEPT] = None  # back in inference, their cordon kept: theirs as any other
+    return annotations
 
 
 def _move_changed(current: str | None, move: MoveRecord | None) -> bool:

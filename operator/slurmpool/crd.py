@@ -20,7 +20,13 @@ from .models import (
     NODE_SELECTOR_EMPTY,
     PATTERN_MESSAGES,
     PLURAL,
+    QUALIFIED_NAME_MESSAGE,
+    QUALIFIED_NAME_PATTERN,
     VERSION,
+    VOLUME_MOUNT_MESSAGE,
+    VOLUME_NAME_MESSAGE,
+    VOLUME_NAME_PATTERN,
+    VOLUME_UNIQUE_MESSAGE,
     SlurmNodePoolSpec,
     SlurmNodePoolStatus,
 )
@@ -76,7 +82,23 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
     "spec.demand.inference": [
         {"rule": "!has(self.maxNodes) || self.minNodes <= self.maxNodes", "message": "demand.inference.minNodes must not exceed maxNodes"}
     ],
+    "spec.slurm.slurmdPod": [
+        {"rule": f'!has(self.volumes) || self.volumes.all(v, has(v.name) && v.name.matches(r"{VOLUME_NAME_PATTERN}"))',
+         "message": VOLUME_NAME_MESSAGE, "fieldPath": ".volumes"},
+        {"rule": "!has(self.volumes) || self.volumes.all(v, self.volumes.exists_one(w, w.name == v.name))",
+         "message": VOLUME_UNIQUE_MESSAGE, "fieldPath": ".volumes"},
+        {"rule": "!has(self.volumeMounts) || self.volumeMounts.all(m, has(m.name) && has(self.volumes) && "
+                 "self.volumes.exists(v, v.name == m.name))",
+         "message": VOLUME_MOUNT_MESSAGE, "fieldPath": ".volumeMounts"},
+    ],
     "spec.inference.pools[]": [
+        {
+            # Map keys have no schema of their own: the label key rule is CEL (the prefix's 253 too).
+            "rule": f'!has(self.labels) || self.labels.all(k, k.matches(r"{QUALIFIED_NAME_PATTERN}") && '
+                    "(!k.contains('/') || k.split('/')[0].size() <= 253))",
+            "message": "label key " + QUALIFIED_NAME_MESSAGE,
+            "fieldPath": ".labels",
+        },
         {
             "rule": "!has(self.maxNodes) || self.minNodes <= self.maxNodes",
             "message": "an inference pool's minNodes must not exceed its maxNodes",
@@ -183,6 +205,10 @@ def openapi_schema() -> dict[str, Any]:
     conditions.update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
     schedule = _at(root, "spec.schedule")
     schedule.update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
+    # Volumes and their mounts are Kubernetes objects kept whole, but their names are typed, so
+    # the rules above can check them (CEL cannot read a field of an untyped object).
+    for field in ("volumes", "volumeMounts"):
+        _at(root, f"spec.slurm.slurmdPod.{field}")["items"]["properties"] = {"name": {"type": "string", "maxLength": 253}}
     moves = _at(root, "status.moves")
     moves.update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["node"]})
     return root

@@ -26,7 +26,7 @@ from .demand import signals
 from .health import HEALTHY, NodeHealth
 from .interfaces import PoolRef
 from .models import SlurmNodePoolSpec, seconds
-from .moves import Cancel, CreateSlurmdPod, Requeue, Resume, Step, advance, drain, first_phase, restore_cordon, reverse
+from .moves import REFUSED, Cancel, Requeue, Resume, Step, advance, drain, ensure_slurmd_pod, first_phase, restore_cordon, reverse
 from .planner import current_placement, desired_split, move_now_done, move_now_target, placements, plan
 from .snapshot import NodeEvent, PoolDecision, PoolSnapshot
 from .target import Decision, decide_target
@@ -60,12 +60,14 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     node_events = _record_events(snap, nodes)
     health = healthmod.assess_all(spec.health, nodes, slurm, now, snap.previous.unhealthy_nodes if snap.previous else ())
 
+    # A write the API server refused last pass, as the move's status said (apply.py puts it there).
+    refusals = {m.node: m.message for m in snap.previous.moves if m.message.startswith(REFUSED)} if snap.previous else {}
     steps: dict[str, Step] = {}
     for node in nodes:
         if node.problems:
             continue  # left alone: no step, never a victim (planner), reported above
         if node.move is not None:
-            steps[node.name] = advance(node.move, node, slurm, spec, now, _unhealthy(node, health))
+            steps[node.name] = advance(node.move, node, slurm, spec, now, _unhealthy(node, health), refusals.get(node.name, ""))
         elif node.placement == SLURM:
             repair = _repair_slurm_node(node, slurm, health.get(node.name, HEALTHY), now, spec)
             restore_cordon(node, spec, repair, "while settled in Slurm")
@@ -196,8 +198,7 @@ def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now
     never resumed. A claim outlives nothing: once the node is seen undrained, or drained by
     someone else, the claim goes."""
     step = Step(move=None)
-    if node.slurmd_pod is None:
-        step.actions.append(CreateSlurmdPod(node.name))
+    ensure_slurmd_pod(node, step)
     sn = slurm.nodes.get(node.name) if slurm.available else None
     if sn is None:
         return step

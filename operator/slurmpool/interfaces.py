@@ -4,9 +4,21 @@ the models), so adapters never need the executor for a type."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .models import SlurmNodePoolSpec
+
+if TYPE_CHECKING:
+    from .view import NodeView
+
+
+class Refused(Exception):
+    """The API server refused a write and will refuse it again (a 4xx: admission, validation, a
+    missing PriorityClass, a quota); the text is its message."""
+
+
+class Conflict(Exception):
+    """A write's precondition (resourceVersion) failed: someone else changed the object first."""
 
 
 @dataclass(frozen=True)
@@ -24,7 +36,12 @@ class PoolRef:
 class Kube(Protocol):
     """The Kubernetes writes the executor makes (kube.KubeAdapter implements it)."""
 
-    async def patch_node(self, name: str, patch: dict) -> None: ...
+    async def patch_node(self, name: str, patch: dict) -> None:
+        """A merge patch; raises Conflict when the patch's metadata.resourceVersion is not the Node's."""
+
+    async def read_node(self, name: str) -> NodeView | None:
+        """The Node as it is now (None: it is gone); read only after a Conflict."""
+
     async def patch_node_later(self, name: str, patch: dict) -> None:
         """Queue a patch nothing waits for (Slurm's state published on the node) and return."""
 

@@ -23,7 +23,7 @@ from kubernetes.client.rest import ApiException
 from . import metrics
 from .fit import needs_of
 from .models import SlurmNodePoolSpec
-from .interfaces import PoolRef
+from .interfaces import Conflict, PoolRef, Refused
 from .view import parse_time
 from .view import LABEL_COMPONENT, LABEL_POOL, SLURM_TAINT_KEY, NodeCondition, NodeView, PodView
 
@@ -58,12 +58,14 @@ def node_view(body: dict) -> NodeView:
         labels=dict(meta.get("labels") or {}),
         annotations={k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("slurmpool.io/")},
         taints=tuple(
-            {k: t[k] for k in ("key", "value", "effect") if t.get(k) is not None} for t in spec.get("taints") or []
+            # timeAdded kept: a taint of someone else's is written back as it was (tolerationSeconds count from it)
+            {k: t[k] for k in ("key", "value", "effect", "timeAdded") if t.get(k) is not None} for t in spec.get("taints") or []
         ),
         unschedulable=bool(spec.get("unschedulable")),
         ready=ready,
         gpus=_gpus((status.get("allocatable") or {}).get("nvidia.com/gpu")),
         conditions=_conditions(status.get("conditions")),
+        version=meta.get("resourceVersion") or "",
     )
 
 
@@ -102,6 +104,8 @@ def pod_view(body: dict) -> PodView:
         uid=meta.get("uid", ""),
         owner_kinds=tuple(o.get("kind", "") for o in meta.get("ownerReferences") or []),
         phase=status.get("phase") or "Pending",
+        reason=str(status.get("reason") or "")[:64],  # the kubelet's: Evicted, UnexpectedAdmissionError ...
+        message=str(status.get("message") or "")[:256],
         deleting=bool(meta.get("deletionTimestamp")),
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []),
         slurmd=(meta.get("labels") or {}).get(LABEL_COMPONENT) == "slurmd",
@@ -313,7 +317,23 @@ class KubeAdapter:
         return await asyncio.get_running_loop().run_in_executor(pool, timed)
 
     async def patch_node(self, name: str, patch: dict) -> None:
-        await self._call(self.core.patch_node, name, patch, _content_type=MERGE_PATCH)
+        try:
+            await self._call(self.core.patch_node, name, patch, _content_type=MERGE_PATCH)
+        except ApiException as err:
+            if err.status == 409:  # the patch's resourceVersion precondition failed
+                raise Conflict(f"node {name} changed meanwhile") from err
+            if _refused(err):
+                raise Refused(f"({err.status}) {_message(err) or err.reason}") from err
+            raise
+
+    async def read_node(self, name: str) -> NodeView | None:
+        try:
+            body = await self._call(self.core.read_node, name, keep=True)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return node_view(self.api.sanitize_for_serialization(body))
 
     async def patch_node_later(self, name: str, patch: dict) -> None:
         """Queue a node patch nothing waits for and return: written soon by the later lane, merged
@@ -340,8 +360,11 @@ class KubeAdapter:
         try:
             await self._call(self.core.create_namespaced_pod, pool.namespace, slurmd_pod(pool, spec, node, slurm_name))
         except ApiException as err:
-            if err.status != 409:  # already there: level-triggered, that is success
-                raise
+            if err.status == 409:  # already there: level-triggered, that is success
+                return
+            if _refused(err):
+                raise Refused(f"({err.status}) {_message(err) or err.reason}") from err
+            raise
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)

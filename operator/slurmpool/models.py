@@ -35,6 +35,16 @@ SSH_HOST_PATTERN = r"^[A-Za-z0-9.:\[\]_-]+$"
 SSH_USER_PATTERN = r"^[a-z_][a-z0-9_-]*[$]?$"
 REST_URL_PATTERN = r"^https?://[A-Za-z0-9.:\[\]_-]+(:[0-9]+)?(/[A-Za-z0-9._~/-]*)?$"
 CONDITION_TYPE_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+# As Kubernetes validates them (apimachinery validation.IsQualifiedName, IsValidLabelValue,
+# IsDNS1123Label; env names as every version accepts: a C identifier with '-' and '.'), so a value
+# the API server would refuse on a Node or the slurmd pod is refused here, before any move.
+_DNS_PART = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+QUALIFIED_NAME_PATTERN = rf"^({_DNS_PART}(\.{_DNS_PART})*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?$"
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+VOLUME_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+QUALIFIED_NAME_MESSAGE = ("must be a qualified name: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, "
+                          "'-', '_' or '.', starting and ending with a letter or digit (e.g. example.com/gpu-pool)")
 CAPABILITY_PATTERN = r"^[A-Z_]{2,32}$"
 GRES_PATTERN = r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$"
 NODE_NAME_TEMPLATE_PATTERN = r"^([A-Za-z0-9._-]|\{name\}|\{shortName\}|\{hostname\})+$"
@@ -54,10 +64,22 @@ PATTERN_MESSAGES = {
     SSH_USER_PATTERN: "must be a Unix user name",
     REST_URL_PATTERN: "must be an http:// or https:// URL such as https://slurmrestd.slurm:6820 (no query or credentials)",
     CONDITION_TYPE_PATTERN: "must be a Node condition type such as GpuXidError (letters, digits, '-', '_', '.')",
+    QUALIFIED_NAME_PATTERN: QUALIFIED_NAME_MESSAGE,
+    LABEL_VALUE_PATTERN: "must be a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+    ENV_NAME_PATTERN: "must be an environment variable name: letters, digits, '_', '-' or '.', not starting with a digit",
     CAPABILITY_PATTERN: "must be a Linux capability such as SYS_ADMIN (capital letters and '_', no CAP_ prefix)",
 }
 
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
+LabelValue = Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=63)]
+QualifiedName = Annotated[str, Field(pattern=QUALIFIED_NAME_PATTERN, max_length=317)]
+
+
+def qualified_name_problem(key: str) -> str | None:
+    """Why Kubernetes would refuse `key` as a label or taint key (its prefix at most 253 too)."""
+    if not re.match(QUALIFIED_NAME_PATTERN, key) or len(key.split("/", 1)[0]) > 253:
+        return f"{key[:80]!r} {QUALIFIED_NAME_MESSAGE}"
+    return None
 SlurmName = Annotated[str, Field(pattern=SLURM_NAME_PATTERN, max_length=63)]
 # int-or-string, as Kubernetes quantities are written (`cpu: 2`, `memory: 4Gi`).
 Quantity = Annotated[int | str, WithJsonSchema({"x-kubernetes-int-or-string": True})]
@@ -107,8 +129,8 @@ class LabelSelector(Model):
 
 
 class Taint(Model):
-    key: str = Field(max_length=317)
-    value: str = Field(default="", max_length=63)
+    key: QualifiedName
+    value: LabelValue = ""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
@@ -121,7 +143,7 @@ class Toleration(Model):
 
 
 class EnvVar(Model):
-    name: str = Field(max_length=253)
+    name: str = Field(max_length=253, pattern=ENV_NAME_PATTERN)
     value: str = ""
 
 
@@ -204,6 +226,11 @@ ACCESS_KINDS = tuple(SlurmAccess.model_fields)  # ssh, local, rest: crd.py makes
 ACCESS_ONE = "set exactly one of " + ", ".join(f"slurm.access.{k}" for k in ACCESS_KINDS)
 
 
+VOLUME_NAME_MESSAGE = "every volume needs a name that is a DNS label (lowercase letters, digits and '-', at most 63)"
+VOLUME_UNIQUE_MESSAGE = "volume names must be unique"
+VOLUME_MOUNT_MESSAGE = "every volumeMount must name one of the volumes"
+
+
 class Capabilities(Model):
     add: list[Annotated[str, Field(pattern=CAPABILITY_PATTERN, max_length=32)]] = Field(
         default_factory=list, max_length=32, description="Capabilities to add, e.g. SYS_ADMIN (within the operator's pool policy).")
@@ -243,6 +270,18 @@ class SlurmdPodTemplate(Model):
         default_factory=list, max_length=32, description="Mounts of those volumes in the slurmd container (VolumeMount objects)."
     )
 
+    @model_validator(mode="after")
+    def _volumes(self) -> "SlurmdPodTemplate":
+        names = [v.get("name") for v in self.volumes]
+        for name in names:
+            if not isinstance(name, str) or not re.match(VOLUME_NAME_PATTERN, name):
+                raise ValueError(VOLUME_NAME_MESSAGE)
+        if len(set(names)) != len(names):
+            raise ValueError(VOLUME_UNIQUE_MESSAGE)
+        if any(m.get("name") not in names for m in self.volume_mounts):
+            raise ValueError(VOLUME_MOUNT_MESSAGE)
+        return self
+
 
 class SlurmSpec(Model):
     partition: SlurmName = Field(description="Slurm partition whose pending GPU jobs count as Slurm demand.")
@@ -270,7 +309,7 @@ class InferencePool(Model):
     """A named Kubernetes inference pool: the labels and taints that make a node serve it."""
 
     name: str = Field(max_length=40, pattern=DNS_LABEL_PATTERN)
-    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    labels: dict[str, LabelValue] = Field(default_factory=dict, max_length=64)
     taints: list[Taint] = Field(default_factory=list, max_length=16)
     priority: int = Field(default=0, ge=-1000, le=1000, description="Higher keeps its nodes longer when Slurm grows.")
     min_nodes: int = Field(default=0, ge=0, le=100000)
@@ -282,6 +321,13 @@ class InferencePool(Model):
         description="An explicit count for this pool: served (highest priority first) before pools without one get the rest. "
         "Unset: the pool gets what its priority and bounds give it. A schedule window or demand may set it for a while.",
     )
+
+    @model_validator(mode="after")
+    def _label_keys(self) -> "InferencePool":
+        for key in self.labels:
+            if why := qualified_name_problem(key):
+                raise ValueError(f"label key {why}")
+        return self
 
     @model_validator(mode="after")
     def _bounds(self) -> "InferencePool":

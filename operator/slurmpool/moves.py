@@ -39,6 +39,7 @@ from .view import (
 )
 
 SLURM_TAINT = {"key": SLURM_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
+REFUSED = "refused by the API server:"  # how a refused write is reported in a move's status message
 
 
 # ---------------------------------------------------------------- actions (data; the executor runs them)
@@ -84,8 +85,10 @@ class DeleteSlurmdPod:
 class PatchNode:
     node: str
     labels: dict[str, str | None]  # None removes the label
-    taints: tuple[dict, ...]
-    unschedulable: bool
+    taints: tuple[dict, ...]  # as wanted; written as an edit of the Node's own list (apply.shape_write)
+    unschedulable: bool | None  # None: the cordon is left as it is
+    # Cordoning: a cordon found on the node (not set with our taint) is someone else's, kept for them
+    claims_cordon: bool = False
 
 
 Action = Drain | Resume | Requeue | Cancel | Evict | CreateSlurmdPod | DeleteSlurmdPod | PatchNode
@@ -108,6 +111,7 @@ class Step:
     finished: MoveRecord | None = None  # the move that completed in this step (metrics)
     rolled_back: MoveRecord | None = None  # the move this step turned back (metrics)
     stopped: MoveRecord | None = None  # the move this step stopped: its node is unhealthy (metrics)
+    refusal: str = ""  # what the API server refused on this node last pass (the move's status message)
 
 
 def between_pools(source: str, target: str) -> bool:
@@ -157,22 +161,23 @@ def _pool_label_keys(spec: SlurmNodePoolSpec) -> set[str]:
 
 def inference_shape(spec: SlurmNodePoolSpec, node: NodeView, pool: InferencePool, keep_cordon: bool = False) -> PatchNode:
     """The pool's labels and taints. Coming from Slurm the node is uncordoned (the cordon was
-    ours); between pools the cordon stays as it is (on an inference node it is people's)."""
+    ours), unless someone else had cordoned it before it went (ANN_CORDON_KEPT); between pools
+    the cordon stays as it is (on an inference node it is people's)."""
     labels: dict[str, str | None] = {k: None for k in _pool_label_keys(spec) - set(pool.labels)}
     labels.update(pool.labels)
     labels[LABEL_SIDE] = "inference"
     taints = [t for t in node.taints if not _managed_taint(spec, t)]
     taints += [t.model_dump(exclude_defaults=False) for t in pool.taints]
-    return PatchNode(node.name, labels, tuple(taints), unschedulable=keep_cordon and node.unschedulable)
+    return PatchNode(node.name, labels, tuple(taints), unschedulable=None if keep_cordon or node.cordon_kept else False)
 
 
-def slurm_shape(spec: SlurmNodePoolSpec, node: NodeView, keep_pool_labels: bool = False) -> PatchNode:
+def slurm_shape(spec: SlurmNodePoolSpec, node: NodeView, keep_pool_labels: bool = False, claims_cordon: bool = False) -> PatchNode:
     labels: dict[str, str | None] = {} if keep_pool_labels else {k: None for k in _pool_label_keys(spec)}
     labels[LABEL_SIDE] = "slurm"
     kept = [t for t in node.taints if keep_pool_labels or not _managed_taint(spec, t)]
     if not any(t.get("key") == SLURM_TAINT_KEY for t in kept):
         kept.append(dict(SLURM_TAINT))
-    return PatchNode(node.name, labels, tuple(kept), unschedulable=True)
+    return PatchNode(node.name, labels, tuple(kept), unschedulable=True, claims_cordon=claims_cordon)
 
 
 def disturbed_pods(spec: SlurmNodePoolSpec, node: NodeView, target: str) -> list[PodView]:
@@ -211,7 +216,32 @@ def shaped(node: NodeView, patch: PatchNode) -> bool:
     for key, value in patch.labels.items():
         if node.labels.get(key) != value:
             return False
-    return node.unschedulable == patch.unschedulable and _norm_taints(node.taints) == _norm_taints(patch.taints)
+    if patch.unschedulable is not None and node.unschedulable != patch.unschedulable:
+        return False
+    return _norm_taints(node.taints) == _norm_taints(patch.taints)
+
+
+def ensure_slurmd_pod(node: NodeView, step: Step) -> bool:
+    """The node's slurmd pod is there and running (True), or is being made so. A pod that ended
+    (evicted under memory pressure, refused at admission after a reboot) is a bare pod nothing
+    else replaces: it is deleted, with a Warning naming the kubelet's reason, and created again
+    once it is gone (its name is the node's)."""
+    pod = node.slurmd_pod
+    if pod is None:
+        step.actions.append(CreateSlurmdPod(node.name))
+        return False
+    if pod.ended and not pod.deleting:
+        step.actions.append(DeleteSlurmdPod(pod))
+        why = f"{pod.phase}, reason {pod.reason or 'none given'}" + (f": {pod.message}" if pod.message else "")
+        step.events.append(("Warning", "SlurmdPodReplaced", f"{node.name}: slurmd pod {pod.key} ended ({why}); "
+                            "deleting it and starting a new one"))
+    return not (pod.ended or pod.deleting)
+
+
+def _bound_reached(move: MoveRecord, spec: SlurmNodePoolSpec, now: datetime) -> bool:
+    """A step whose writes the API server may refuse is bounded (registerTimeout), then rolled
+    back. A rollback is never rolled back again (it would go back and forth): it waits, reported."""
+    return not move.rollback and _elapsed(move, now) >= seconds(spec.slurm.register_timeout)
 
 
 # ---------------------------------------------------------------- the machine
@@ -224,10 +254,12 @@ def advance(
     spec: SlurmNodePoolSpec,
     now: datetime,
     unhealthy: str | None = None,
+    refusal: str = "",
 ) -> Step:
     """Take the move as far as the current observations allow. `unhealthy`: why the node is
-    broken (health.py); its move stops at the first phase where stopping is safe (stop_side)."""
-    step = Step(move=move)
+    broken (health.py); its move stops at the first phase where stopping is safe (stop_side).
+    `refusal`: a write of this node the API server refused last pass (named by a bound's rollback)."""
+    step = Step(move=move, refusal=refusal)
     for _ in range(len(TO_SLURM) + len(TO_INFERENCE) + len(BETWEEN_POOLS) + 2):
         if unhealthy and (side := stop_side(move)) is not None:
             return _stop(move, node, slurm, spec, now, step, side, unhealthy)
@@ -387,6 +419,11 @@ def _relabeling(move, node, slurm, spec, now, step: Step) -> Outcome:
     if shaped(node, patch):
         return Advance(Phase.EVICTING_MISFITS) if between_pools(move.source, move.target) else FINISH
     step.actions.append(patch)
+    if step.refusal:
+        step.message = step.refusal
+    if _bound_reached(move, spec, now):
+        return Rollback(f"its labels and taints for {move.target} were not written within {spec.slurm.register_timeout}"
+                        + (f" ({step.refusal})" if step.refusal else ""))
     return WAIT
 
 
@@ -411,7 +448,7 @@ def _evicting_misfits(move, node: NodeView, slurm, spec, now, step: Step) -> Out
 
 
 def _cordoning(move, node, slurm, spec, now, step: Step) -> Outcome:
-    patch = slurm_shape(spec, node, keep_pool_labels=True)
+    patch = slurm_shape(spec, node, keep_pool_labels=True, claims_cordon=True)
     if node.unschedulable and node.has_taint(SLURM_TAINT_KEY, "NoSchedule"):
         return Advance(Phase.EVICTING)
     step.actions.append(patch)
@@ -446,13 +483,16 @@ def _starting_slurmd(move, node: NodeView, slurm: SlurmView, spec, now, step: St
     if not shaped(node, patch):
         step.actions.append(patch)
     pod = node.slurmd_pod
-    if pod is None:
-        step.actions.append(CreateSlurmdPod(node.name))
-    elif pod.deleting:
-        step.message = "waiting for an old slurmd pod to go"
-        return WAIT
-    if pod is not None and (sn is None or sn.drain_set) and shaped(node, patch):
+    running = ensure_slurmd_pod(node, step)
+    if running and (sn is None or sn.drain_set) and shaped(node, patch):
         return Advance(Phase.REGISTERING)
+    if pod is not None and pod.deleting:
+        step.message = "waiting for an old slurmd pod to go"
+    if step.refusal:
+        step.message = step.refusal
+    if _bound_reached(move, spec, now):
+        return Rollback(f"its slurmd pod did not start within {spec.slurm.register_timeout}"
+                        + (f" ({step.refusal})" if step.refusal else f" ({step.message})" if step.message else ""))
     return WAIT
 
 
@@ -462,8 +502,7 @@ def _registering(move, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec
         step.message = f"waiting for Slurm: {slurm.error or 'unavailable'}"
         return WAIT
     restore_cordon(node, spec, step, f"during move {move.id} (Registering)")
-    if node.slurmd_pod is None:
-        step.actions.append(CreateSlurmdPod(node.name))
+    ensure_slurmd_pod(node, step)
     sn = slurm.nodes.get(node.name)
     problem = usable_problem(sn, spec) or stale_slurmd(sn, node.slurmd_pod)
     if problem is None:

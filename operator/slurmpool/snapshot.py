@@ -71,7 +71,7 @@ class PoolDecision:
 @dataclass
 class ApplyResult:
     errors: list[str] = field(default_factory=list)  # actions that failed (retried next pass)
-    refused: dict[str, str] = field(default_factory=dict)  # node -> an eviction refused (a PDB)
+    refused: dict[str, str] = field(default_factory=dict)  # node -> an eviction refused (a PDB), or a write (moves.REFUSED)
     unwritten: set[str] = field(default_factory=set)  # nodes whose record could not be written
     acted: bool = False  # something was done that the next observation may show done
     slurm_changed: bool = False  # a Slurm update was sent: the next pass polls Slurm afresh

@@ -17,6 +17,7 @@ from .models import (
 )
 from . import health as healthmod
 from .health import NodeHealth
+from .moves import REFUSED
 from .snapshot import ApplyResult, PoolDecision, PoolSnapshot
 from .view import LABEL_COMPONENT, LABEL_POOL, NONE, SLURM, MoveRecord, NodeView, inference, iso, side_of
 
@@ -36,6 +37,7 @@ class Observed:
     invalid: list[InvalidRecord] = field(default_factory=list)  # nodes left alone: unreadable records
     health: dict[str, NodeHealth] = field(default_factory=dict)  # nodes with findings (health.py)
     held: list[str] = field(default_factory=list)  # unhealthy nodes whose pin or move-now waits
+    refusals: dict[str, str] = field(default_factory=dict)  # node -> a write the API server refused
 
 
 def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult) -> SlurmNodePoolStatus:
@@ -50,6 +52,7 @@ def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult
                  for node, problems in sorted(decision.invalid.items()) for p in problems],
         health=decision.health,
         held=decision.held,
+        refusals={n: why for n, why in result.refused.items() if why.startswith(REFUSED)},
     )
     for name, step in decision.steps.items():
         message = result.refused.get(name) or step.message
@@ -181,6 +184,8 @@ def _conditions(spec, status: SlurmNodePoolStatus, seen: Observed, blocked, prev
         degraded.append(("SlurmUnavailable", seen.slurm_error))
     if seen.missing:
         degraded.append(("NodeMissing", f"deleted from Kubernetes: {', '.join(seen.missing[:10])}"))
+    if seen.refusals:
+        degraded.append(("WriteRefused", "; ".join(f"{node}: {why}" for node, why in sorted(seen.refusals.items())[:5])))
     if seen.errors:
         degraded.append(("ActionFailed", seen.errors[-1]))
     c = set_condition(

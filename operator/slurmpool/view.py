@@ -33,6 +33,9 @@ ANN_SLURM = f"{PREFIX}/slurm"  # published by the operator: the node's Slurm sta
 ANN_SETTLED = f"{PREFIX}/settled-at"  # when the node last settled at its placement
 ANN_DRAIN = f"{PREFIX}/drain"  # JSON DrainClaim: the Slurm drain the operator set (ownership.py)
 ANN_FORCE = f"{PREFIX}/force"  # on-call: "true" lets a pin or move-now move an unhealthy node
+# "true": the node was already cordoned by someone else when a move took it to Slurm; that cordon
+# is theirs, so it stays when the node returns to inference (apply.shape_write).
+ANN_CORDON_KEPT = f"{PREFIX}/cordon-kept"
 LABEL_SIDE = f"{PREFIX}/side"  # "slurm" or "inference": for selectors and humans
 LABEL_POOL = f"{PREFIX}/pool"  # on slurmd pods: the owning SlurmNodePool's name
 LABEL_COMPONENT = f"{PREFIX}/component"  # "slurmd" on slurmd pods (the lab agent's contract)
@@ -242,6 +245,8 @@ class PodView:
     uid: str
     owner_kinds: tuple[str, ...] = ()
     phase: str = "Running"
+    reason: str = ""  # status.reason: why the kubelet ended it (Evicted, UnexpectedAdmissionError ...)
+    message: str = ""  # status.message
     deleting: bool = False
     ready: bool = False
     slurmd: bool = False  # our slurmd pod (labelled slurmpool.io/component=slurmd)
@@ -254,6 +259,12 @@ class PodView:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def ended(self) -> bool:
+        """Failed or Succeeded: its containers will not run again (an evicted pod, one refused at
+        admission after a reboot). A bare pod has no controller to replace it: we must."""
+        return self.phase in ("Failed", "Succeeded")
 
     @property
     def evictable(self) -> bool:
@@ -285,6 +296,9 @@ class NodeView:
     gpus: int = 0  # allocatable nvidia.com/gpu (metrics only)
     conditions: tuple[NodeCondition, ...] = ()  # status.conditions (health.py)
     flagged: tuple[RecordProblem, ...] = ()  # problems only the pool's spec reveals (decide.py)
+    # metadata.resourceVersion: the precondition of a write of its taints (apply.shape_write).
+    # Not compared: a new version alone changes nothing the operator decides on.
+    version: str = field(default="", compare=False)
 
     # Computed once per view: the planner reads them for every node, several times per pass
     # (the JSON parse of the move record dominated the profile). Views are immutable.
@@ -345,6 +359,11 @@ class NodeView:
 
     def hold_until(self) -> datetime | None:
         return self.held_until
+
+    @property
+    def cordon_kept(self) -> bool:
+        """The cordon is someone else's, found when the node was taken to Slurm (ANN_CORDON_KEPT)."""
+        return self.annotations.get(ANN_CORDON_KEPT) == "true"
 
     def has_taint(self, key: str, effect: str) -> bool:
         return any(t.get("key") == key and t.get("effect") == effect for t in self.taints)
