@@ -47,6 +47,9 @@ rows=(
   # (--conf), so it cannot register with fewer GPUs than configured.
   "26.05-dynamic|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic|$core $image"
   "26.05-dynamic-rest|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic LAB_ACCESS=rest LAB_REAL_NODES=1|$core e2e/test_rest_operator.py $image"
+  # Slurm's NodeNames differ from the Node names (sgpu01 for gpu01): moves through spec.slurm.nodeName,
+  # and without it nothing drained or moved (SlurmUnlisted).
+  "22.05-names|LAB_SLURM=22.05 LAB_SLURM_NAME_PREFIX=s|e2e/test_node_names.py"
 )
 failed=0
 for row in "${rows[@]}"; do
@@ -58,7 +61,7 @@ for row in "${rows[@]}"; do
   "$here/lab/down.sh" > /dev/null 2>&1
   t0=$(date +%s)
   # shellcheck disable=SC2086
-  env -u LAB_SLURM -u LAB_SLURM_NODES -u LAB_SLURMDBD -u LAB_ACCESS -u LAB_REAL_NODES -u LAB_GRES_CORES -u LAB_PYXIS $settings \
+  env -u LAB_SLURM -u LAB_SLURM_NODES -u LAB_SLURMDBD -u LAB_ACCESS -u LAB_REAL_NODES -u LAB_GRES_CORES -u LAB_PYXIS -u LAB_SLURM_NAME_PREFIX $settings \
     "$repo/.venv/bin/pytest" -q -p no:cacheprovider $modules > "$logs/$name.log" 2>&1
   rc=$?
   # A failed row's log ends in pytest's failures and summary: shown here too (CI keeps no files).
