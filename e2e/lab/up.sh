@@ -15,7 +15,8 @@
 # LAB_SIM_NODES (default 0, max 999: extra nodes sim001.. for load tests; see README),
 # LAB_PROMETHEUS=1 (also start Prometheus on 127.0.0.1:19090+LAB_PORT_OFFSET: prometheus.sh),
 # LAB_SLURM (22.05 default, 24.11, 26.05), LAB_SLURM_NODES (static default, dynamic: 24.11 and 26.05),
-# LAB_PYXIS=1 (pyxis and enroot: srun --container-image, PlugStackConfig=; 22.05 and 26.05; README).
+# LAB_PYXIS=1 (pyxis and enroot: srun --container-image, PlugStackConfig=; 22.05 and 26.05; README),
+# LAB_SLURM_NAME_PREFIX (e.g. s: Slurm's names of the nodes are sgpu01.., the Nodes stay gpu01..).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
