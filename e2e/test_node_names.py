@@ -17,10 +17,12 @@ from harness import (
     Operator,
     apply,
     ensure_namespace_and_secret,
+    events,
     install_crd,
     job_state,
     node_json,
     node_placements,
+    now_rfc3339,
     pool_json,
     pool_manifest,
     pool_status,
@@ -183,6 +185,7 @@ def test_without_the_mapping_nothing_is_drained_or_moved_and_the_status_says_why
         return sorted(found) == sorted(lab.nodes) and s
     wait(unlisted, 120, what="every node SlurmUnlisted")
     # Scaled down, with two idle nodes that would be the first choice: nothing moves.
+    since = now_rfc3339()
     lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=6")
     wait(lambda: (s := pool_status(lab, POOL)).get("observedGeneration") == pool_json(lab, POOL)["metadata"]["generation"]
          and s.get("slurm", {}).get("desired") == 6 and s, 60, what="the scale to 6 seen")
@@ -206,6 +209,7 @@ def test_without_the_mapping_nothing_is_drained_or_moved_and_the_status_says_why
     for _ in range(12):  # over many passes of the operator (SLURMPOOL_INTERVAL 0.5 s)
         assert (what := unchanged()) is None, what
         time.sleep(1)
+    assert events(lab, "MoveStarted", since) == []  # not even a move stopped at once (moves.stop_side)
     s = pool_status(lab, POOL)
     assert s["slurm"]["unhealthy"] == 8 and s["unhealthy"] == 8, s
     for u in s["unhealthyNodes"]:
