@@ -90,7 +90,8 @@ slurm: deps
 # The Slurm matrix (issue 13, e2e/matrix.sh): the move core on each version, access path and node
 # model. CI runs MATRIX_CI (22.05 over SSH is all of `make e2e`); `e2e/matrix.sh` alone runs every row.
 # 24.11-dynamic-requeue: the Requeue policy on 24.11 over SSH (24.11's slurmrestd cannot requeue), and
-# the 24.11 slurmd image (munge, configless) on that lab's dynamic nodes.
+# the 24.11 slurmd image (munge, configless) on that lab's dynamic nodes. 22.05-names: Slurm NodeNames
+# that differ from the Node names (LAB_SLURM_NAME_PREFIX=s), moved through spec.slurm.nodeName.
 MATRIX_CI ?= $(MATRIX_A) $(MATRIX_B)
 e2e-matrix: deps venv slurm
 	e2e/matrix.sh $(MATRIX_CI)
@@ -117,7 +118,7 @@ load: deps venv
 # (test_lab_down_leaves_nothing_behind finds the main lab's processes by it).
 E2E_BESIDE ?= e2e/test_operator.py e2e/test_faults.py e2e/test_oncall.py e2e/test_isolation.py \
   e2e/test_health.py e2e/test_faults_nodes.py e2e/test_topology.py
-MATRIX_A ?= 24.11-rest 24.11-dynamic-requeue
+MATRIX_A ?= 24.11-rest 24.11-dynamic-requeue 22.05-names
 MATRIX_B ?= 26.05 26.05-dynamic-rest
 lane_offset = $$(( $${LAB_PORT_OFFSET:-0} + $(1) ))
 test: chart image-check images-all

@@ -76,7 +76,7 @@ class Lab:
     kubeconfig: Path
     slurm_conf: Path
     bin_dir: Path
-    nodes: list[str]  # gpu01..gpuNN: Kubernetes node names == Slurm node names
+    nodes: list[str]  # gpu01..gpuNN: Kubernetes node names (Slurm's too, unless LAB_SLURM_NAME_PREFIX: slurm_name)
     ssh_host: str
     ssh_port: int
     ssh_user: str
@@ -107,6 +107,10 @@ class Lab:
     def slurm_version(self) -> str:
         """The lab's Slurm version (LAB_SLURM: 22.05 or 26.05)."""
         return self.env.get("LAB_SLURM", "22.05")
+
+    def slurm_name(self, node: str) -> str:
+        """The Slurm NodeName of a lab node: LAB_SLURM_NAME_PREFIX + its Kubernetes name (sgpu01 for gpu01)."""
+        return self.env.get("LAB_SLURM_NAME_PREFIX", "") + node
 
     @property
     def slurm_env(self) -> dict[str, str]:
@@ -204,9 +208,10 @@ def _healthy(d: Path) -> bool:
         return False
     running = _read_env(d / "env")
     # e.g. `make load`: a lab with other counts is restarted by up.sh; so is one of another Slurm
-    # version, node model, real-node count or pyxis (LAB_SLURM, LAB_SLURM_NODES, LAB_REAL_NODES, LAB_PYXIS).
+    # version, node model, real-node count, pyxis or Slurm name prefix (LAB_SLURM, LAB_SLURM_NODES, LAB_REAL_NODES,
+    # LAB_PYXIS, LAB_SLURM_NAME_PREFIX).
     for key, default in (("LAB_SIM_NODES", "0"), ("LAB_SLURM", "22.05"), ("LAB_SLURM_NODES", "static"), ("LAB_SLURMDBD", "0"),
-                         ("LAB_GRES_CORES", "0"), ("LAB_REAL_NODES", "0"), ("LAB_PYXIS", "0")):
+                         ("LAB_GRES_CORES", "0"), ("LAB_REAL_NODES", "0"), ("LAB_PYXIS", "0"), ("LAB_SLURM_NAME_PREFIX", "")):
         wanted = os.environ.get(key)
         if wanted is not None and running.get(key, default) != wanted:
             return False

@@ -410,7 +410,7 @@ def reset_nodes(lab, names=None) -> int:
 def resume_our_drains(lab, names=None) -> list[str]:
     """Resume (one scontrol call) the lab nodes slurmpool left drained in Slurm (reason `slurmpool:`),
     so the next test finds them as the lab leaves them. An admin's drain (another reason) stays."""
-    names = set(names or lab.nodes)
+    names = set(names or map(lab.slurm_name, lab.nodes))
     ours = [f.split("=", 1)[1] for line in lab.slurm("scontrol", "-o", "show", "node").stdout.splitlines()
             for f in line.split()[:1]
             if f.startswith("NodeName=") and f.split("=", 1)[1] in names and "Reason=slurmpool:" in line]

@@ -50,6 +50,9 @@ rows=(
   # pyxis on a real kubelet node: the 22.05-pyxis slurmd image as the slurmd pod of a node the
   # operator moved in, a container job with mounts and GPUs in it (and on the lab's nodes as above).
   "22.05-pyxis-real|LAB_SLURM=22.05 LAB_PYXIS=1 LAB_REAL_NODES=1|$pyxis"
+  # Slurm's NodeNames differ from the Node names (sgpu01 for gpu01): moves through spec.slurm.nodeName,
+  # and without it nothing drained or moved (SlurmUnlisted).
+  "22.05-names|LAB_SLURM=22.05 LAB_SLURM_NAME_PREFIX=s|e2e/test_node_names.py"
 )
 failed=0
 for row in "${rows[@]}"; do
@@ -61,7 +64,7 @@ for row in "${rows[@]}"; do
   "$here/lab/down.sh" > /dev/null 2>&1
   t0=$(date +%s)
   # shellcheck disable=SC2086
-  env -u LAB_SLURM -u LAB_SLURM_NODES -u LAB_SLURMDBD -u LAB_ACCESS -u LAB_REAL_NODES -u LAB_GRES_CORES -u LAB_PYXIS $settings \
+  env -u LAB_SLURM -u LAB_SLURM_NODES -u LAB_SLURMDBD -u LAB_ACCESS -u LAB_REAL_NODES -u LAB_GRES_CORES -u LAB_PYXIS -u LAB_SLURM_NAME_PREFIX $settings \
     "$repo/.venv/bin/pytest" -q -p no:cacheprovider $modules > "$logs/$name.log" 2>&1
   rc=$?
   # A failed row's log ends in pytest's failures and summary: shown here too (CI keeps no files).

@@ -15,7 +15,8 @@
 # LAB_SIM_NODES (default 0, max 999: extra nodes sim001.. for load tests; see README),
 # LAB_PROMETHEUS=1 (also start Prometheus on 127.0.0.1:19090+LAB_PORT_OFFSET: prometheus.sh),
 # LAB_SLURM (22.05 default, 24.11, 26.05), LAB_SLURM_NODES (static default, dynamic: 24.11 and 26.05),
-# LAB_PYXIS=1 (pyxis and enroot: srun --container-image, PlugStackConfig=; 22.05 and 26.05; README).
+# LAB_PYXIS=1 (pyxis and enroot: srun --container-image, PlugStackConfig=; 22.05 and 26.05; README),
+# LAB_SLURM_NAME_PREFIX (e.g. s: Slurm's names of the nodes are sgpu01.., the Nodes stay gpu01..).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,6 +34,9 @@ LAB_SLURMDBD=${LAB_SLURMDBD:-0}
 # with socket affinity as on real hardware (Gres=gpu:h100:8(S:0-1)).
 LAB_GRES_CORES=${LAB_GRES_CORES:-0}
 LAB_PYXIS=${LAB_PYXIS:-0}
+# LAB_SLURM_NAME_PREFIX=s: Slurm names the lab's nodes s+gpuXX (sgpu01..) while the Kubernetes Nodes
+# stay gpu01..: a site whose NodeNames differ from its Node names (spec.slurm.nodeName; e2e/test_node_names.py).
+LAB_SLURM_NAME_PREFIX=${LAB_SLURM_NAME_PREFIX:-}
 
 # Ports (all on 127.0.0.1). slurmd of node gpuXX listens on SLURMD_BASE_PORT+XX.
 # LAB_PORT_OFFSET (e.g. 100) shifts them all, so two labs (two LAB_DIRs) can run side by side.
@@ -71,6 +75,7 @@ case $LAB_PYXIS in
   1) [ "$LAB_SLURM" != 24.11 ] || die "LAB_PYXIS=1 is built for LAB_SLURM=22.05 and 26.05 (24.11: the slurmd image)" ;;
   *) die "LAB_PYXIS must be 0 or 1" ;;
 esac
+[[ "$LAB_SLURM_NAME_PREFIX" =~ ^[a-z]{0,8}$ ]] || die "LAB_SLURM_NAME_PREFIX must be 0-8 lowercase letters"
 # 24.11's dynamic slurmd each run in a network namespace of their own (netns.sh): the 8 lab nodes only.
 NETNS=0
 if [ "$LAB_SLURM" = 24.11 ] && [ "$LAB_SLURM_NODES" = dynamic ]; then
@@ -105,13 +110,13 @@ healthy() {
   return 1
 }
 if healthy; then
-  running=$(. "$LAB_DIR/env" && echo "$LAB_NODES ${LAB_SIM_NODES:-0} ${LAB_SIM_GROUP:-25} ${LAB_SLURM:-22.05} ${LAB_SLURM_NODES:-static} ${LAB_SLURMDBD:-0} ${LAB_REAL_NODES:-0} ${LAB_PYXIS:-0}")
-  if [ "$running" = "$LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP $LAB_SLURM $LAB_SLURM_NODES $LAB_SLURMDBD ${LAB_REAL_NODES:-0} $LAB_PYXIS" ]; then
+  running=$(. "$LAB_DIR/env" && echo "$LAB_NODES ${LAB_SIM_NODES:-0} ${LAB_SIM_GROUP:-25} ${LAB_SLURM:-22.05} ${LAB_SLURM_NODES:-static} ${LAB_SLURMDBD:-0} ${LAB_REAL_NODES:-0} ${LAB_PYXIS:-0} ${LAB_SLURM_NAME_PREFIX:--}")
+  if [ "$running" = "$LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP $LAB_SLURM $LAB_SLURM_NODES $LAB_SLURMDBD ${LAB_REAL_NODES:-0} $LAB_PYXIS ${LAB_SLURM_NAME_PREFIX:--}" ]; then
     log "lab already up and healthy ($LAB_NODES nodes, $LAB_SIM_NODES simulated, ${LAB_REAL_NODES:-0} real, Slurm $LAB_SLURM $LAB_SLURM_NODES); use: . $LAB_DIR/env"
     [ "${LAB_PROMETHEUS:-0}" != 1 ] || "$here/prometheus.sh" start
     exit 0
   fi
-  log "lab is up with nodes/simulated/group/slurm/node model/slurmdbd/real/pyxis $running but wanted $LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP $LAB_SLURM $LAB_SLURM_NODES $LAB_SLURMDBD ${LAB_REAL_NODES:-0} $LAB_PYXIS: restarting it"
+  log "lab is up with nodes/simulated/group/slurm/node model/slurmdbd/real/pyxis/name prefix $running but wanted $LAB_NODES $LAB_SIM_NODES $LAB_SIM_GROUP $LAB_SLURM $LAB_SLURM_NODES $LAB_SLURMDBD ${LAB_REAL_NODES:-0} $LAB_PYXIS ${LAB_SLURM_NAME_PREFIX:--}: restarting it"
 fi
 # Anything left from a previous (partial) run is stopped first, by its PID files.
 if compgen -G "$LAB_DIR/run/*.pid" >/dev/null || [ -d "$LAB_DIR/run/pods" ]; then
@@ -203,7 +208,7 @@ rm -rf "$LAB_DIR"/{etcd,state,log,run,env}
 rm -f "$LAB_DIR/users/started-by-pytest"
 mkdir -p "$LAB_DIR"/{etc,pki,ssh,munge,fakedev,etcd,state/ctld,log/pods,run/pods}
 chmod 700 "$LAB_DIR/etcd"
-for i in $(seq 1 "$LAB_NODES"); do mkdir -p "$LAB_DIR/state/gpu$(printf %02d "$i")"; done
+for i in $(seq 1 "$LAB_NODES"); do mkdir -p "$LAB_DIR/state/${LAB_SLURM_NAME_PREFIX}gpu$(printf %02d "$i")"; done
 for i in $(seq 1 "$LAB_SIM_NODES"); do mkdir -p "$LAB_DIR/state/sim$(printf %03d "$i")"; done
 
 # ---------------------------------------------------------------- certificates (envtest style)
@@ -465,9 +470,9 @@ EOF
 # tree of topology.conf ("default" is topology.conf's name): spine:block-k:rack-r, as static nodes.
 : > "$LAB_DIR/etc/nodes.tsv"
 if [ "$LAB_GRES_CORES" = 1 ]; then CPU_CONF="Sockets=2 CoresPerSocket=8 ThreadsPerCore=1"; else CPU_CONF="CPUs=16"; fi
-node_line() {  # NAME PORT TOPOLOGY_PATH
+node_line() {  # NAME PORT TOPOLOGY_PATH [SLURM_NAME]: nodes.tsv is keyed by the Kubernetes Node (the agent's)
   if [ "$LAB_SLURM_NODES" = static ]; then
-    echo "NodeName=$1 NodeHostname=localhost NodeAddr=127.0.0.1 Port=$2 $CPU_CONF RealMemory=65536 Gres=gpu:h100:8 State=UNKNOWN" >> "$SLURM_CONF"
+    echo "NodeName=${4:-$1} NodeHostname=localhost NodeAddr=127.0.0.1 Port=$2 $CPU_CONF RealMemory=65536 Gres=gpu:h100:8 State=UNKNOWN" >> "$SLURM_CONF"
     printf '%s\t%s\t\n' "$1" "$2" >> "$LAB_DIR/etc/nodes.tsv"
   elif [ "$NETNS" = 1 ]; then  # 24.11: no Port= nor Topology= in --conf; the node's namespace has the port
     printf '%s\t%s\t%s\n' "$1" "$SLURMD_BASE_PORT" "$CPU_CONF RealMemory=65536 Gres=gpu:h100:8" >> "$LAB_DIR/etc/nodes.tsv"
@@ -476,7 +481,8 @@ node_line() {  # NAME PORT TOPOLOGY_PATH
   fi
 }
 for i in $(seq 1 "$LAB_NODES"); do
-  node_line "gpu$(printf %02d "$i")" $((SLURMD_BASE_PORT + i)) "spine:block-$(( (i + 3) / 4 )):rack-$(( (i + 1) / 2 ))"
+  node_line "gpu$(printf %02d "$i")" $((SLURMD_BASE_PORT + i)) "spine:block-$(( (i + 3) / 4 )):rack-$(( (i + 1) / 2 ))" \
+    "${LAB_SLURM_NAME_PREFIX}gpu$(printf %02d "$i")"
 done
 # Simulated nodes (load tests): Slurm lists them (static); a slurmd runs only while one serves Slurm.
 # Static ones are one line of ranges, as sites write slurm.conf: every scontrol and squeue parses
@@ -510,7 +516,8 @@ leaf() { [ "$LAB_SLURM_NODES" = dynamic ] || echo " Nodes=$1"; }
 {
   for r in $(seq 1 $(( (LAB_NODES + 1) / 2 ))); do
     lo=$(( 2 * r - 1 )); hi=$(( 2 * r < LAB_NODES ? 2 * r : LAB_NODES ))
-    echo "SwitchName=rack-$r$(leaf "gpu$(printf %02d $lo)$([ $hi -gt $lo ] && printf ',gpu%02d' $hi)")"
+    p=$LAB_SLURM_NAME_PREFIX
+    echo "SwitchName=rack-$r$(leaf "${p}gpu$(printf %02d $lo)$([ $hi -gt $lo ] && printf ",${p}gpu%02d" $hi)")"
   done
   blocks=$(( (LAB_NODES + 3) / 4 ))
   for b in $(seq 1 $blocks); do
@@ -783,6 +790,7 @@ export LAB_SLURMDBD=$LAB_SLURMDBD
 export LAB_GRES_CORES=$LAB_GRES_CORES
 export LAB_PYXIS=$LAB_PYXIS
 $([ -z "$PYXIS_IMAGE" ] || echo "export LAB_PYXIS_IMAGE=$PYXIS_IMAGE")
+export LAB_SLURM_NAME_PREFIX=$LAB_SLURM_NAME_PREFIX
 EOF
 if [ "$LAB_SLURM" != 22.05 ]; then
   cat >> "$LAB_DIR/env" <<EOF
