@@ -92,6 +92,7 @@ slurm: deps
 # 24.11-dynamic-requeue: the Requeue policy on 24.11 over SSH (24.11's slurmrestd cannot requeue), and
 # the 24.11 slurmd image (munge, configless) on that lab's dynamic nodes. 22.05-names: Slurm NodeNames
 # that differ from the Node names (LAB_SLURM_NAME_PREFIX=s), moved through spec.slurm.nodeName.
+# 22.05-pyxis-real: srun --container-image in the 22.05-pyxis slurmd image's pod on a real kubelet node.
 MATRIX_CI ?= $(MATRIX_A) $(MATRIX_B)
 e2e-matrix: deps venv slurm
 	e2e/matrix.sh $(MATRIX_CI)
@@ -118,7 +119,7 @@ load: deps venv
 # (test_lab_down_leaves_nothing_behind finds the main lab's processes by it).
 E2E_BESIDE ?= e2e/test_operator.py e2e/test_faults.py e2e/test_oncall.py e2e/test_isolation.py \
   e2e/test_health.py e2e/test_faults_nodes.py e2e/test_topology.py
-MATRIX_A ?= 24.11-rest 24.11-dynamic-requeue 22.05-names
+MATRIX_A ?= 24.11-rest 24.11-dynamic-requeue 22.05-names 22.05-pyxis-real
 MATRIX_B ?= 26.05 26.05-dynamic-rest
 lane_offset = $$(( $${LAB_PORT_OFFSET:-0} + $(1) ))
 test: chart image-check images-all

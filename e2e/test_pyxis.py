@@ -1,8 +1,9 @@
 """Training jobs in containers (issue 29): pyxis and enroot on nodes the operator moved into Slurm.
 
 Needs a lab brought up with LAB_PYXIS=1 (e2e/lab/up.sh: pyxis built for the lab's Slurm,
-PlugStackConfig=, a busybox squashfs image made offline, per-node enroot paths). The matrix row
-26.05 runs it (e2e/matrix.sh); on another lab it is skipped, saying so.
+PlugStackConfig=, a busybox squashfs image made offline, per-node enroot paths). The matrix rows
+26.05 and 22.05-pyxis-real (with a real kubelet node, for the slurmd pod of the 22.05-pyxis image)
+run it (e2e/matrix.sh, both in `make test`); on another lab it is skipped, saying so.
 
 Registry pulls (`--container-image=registry#image:tag`) need a registry, which the lab has not:
 pyxis hands a squashfs path and a registry reference to the same `enroot create` step, so the
@@ -48,7 +49,7 @@ FIGURES: dict[str, float] = {}
 @pytest.fixture(scope="module")
 def image(lab) -> str:
     if lab.env.get("LAB_PYXIS") != "1":
-        pytest.skip("needs a lab with pyxis (LAB_PYXIS=1; e2e/matrix.sh row 26.05 runs it)")
+        pytest.skip("needs a lab with pyxis (LAB_PYXIS=1; e2e/matrix.sh rows 26.05 and 22.05-pyxis-real run it)")
     path = lab.env["LAB_PYXIS_IMAGE"]
     assert Path(path).is_file(), path
     return path
