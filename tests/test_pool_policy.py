@@ -200,13 +200,18 @@ def test_default_rbac_is_namespaced(helm):
 
 def test_the_slurmd_pod_gets_no_token_and_only_the_security_context_asked():
     """No ServiceAccount token, host network (docs/rbac.md says why), and the container's
-    securityContext only as the pool sets it (within the policy, checked before any pod)."""
+    securityContext: the capabilities slurmd uses, all others dropped, unless the pool sets its own
+    (within the policy, checked before any pod)."""
     from slurmpool.interfaces import PoolRef
     from slurmpool.kube import slurmd_pod
 
     plain = slurmd_pod(PoolRef("hpc", "gpu"), SlurmNodePoolSpec.model_validate(pool()["spec"]), "n1")
     assert plain["spec"]["automountServiceAccountToken"] is False and plain["spec"]["hostNetwork"] is True
-    assert "serviceAccountName" not in plain["spec"] and "securityContext" not in plain["spec"]["containers"][0]
+    assert "serviceAccountName" not in plain["spec"]
+    default = plain["spec"]["containers"][0]["securityContext"]
+    assert default == {"capabilities": {"drop": ["ALL"], "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL",
+                                                                "SETGID", "SETUID", "SETPCAP"]}}
+    assert "privileged" not in default and "SYS_ADMIN" not in default["capabilities"]["add"]
     asked = {"privileged": False, "allowPrivilegeEscalation": False, "capabilities": {"add": ["SYS_ADMIN"], "drop": ["NET_RAW"]}}
     spec = SlurmNodePoolSpec.model_validate(pool(**{"slurm.slurmdPod.securityContext": asked})["spec"])
     assert violations(spec, POLICY) == []

@@ -221,6 +221,14 @@ class NodeWatch:
 # ---------------------------------------------------------------- writes
 
 
+# What slurmd and slurmstepd use of root, explicit instead of the runtime's default set: start each
+# step as the job's user (SETUID, SETGID), own its spool and the job's files (CHOWN, FOWNER,
+# DAC_OVERRIDE, FSETID), signal the job's processes (KILL), and drop what it holds itself (SETPCAP).
+# Not kept from the default set: MKNOD, NET_RAW, NET_BIND_SERVICE (slurmd's port is above 1024),
+# SYS_CHROOT, SETFCAP, AUDIT_WRITE. A pool's own slurmdPod.securityContext replaces this whole.
+SLURMD_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP")
+
+
 def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: str | None = None) -> dict[str, Any]:
     """The slurmd pod for one node: bound to it directly (the node is cordoned), host network,
     tolerating the cordon and our Slurm taint. See e2e/lab/README.md for the lab's contract."""
@@ -242,6 +250,8 @@ def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: st
     }
     if t.security_context is not None:  # checked against the pool policy (poolpolicy.py) before any pod
         container["securityContext"] = t.security_context.model_dump(by_alias=True, exclude_none=True)
+    else:
+        container["securityContext"] = {"capabilities": {"drop": ["ALL"], "add": list(SLURMD_CAPABILITIES)}}
     if t.volume_mounts:
         container["volumeMounts"] = [dict(m) for m in t.volume_mounts]
     pod_spec: dict[str, Any] = {
