@@ -541,6 +541,9 @@ fi
 # squashfs image made offline from busybox; every enroot and pyxis path is under /run/slurm, which is
 # per node (each slurmd in its own mount namespace, see the agent below): lab nodes share one host.
 PYXIS_IMAGE=""
+# Slurm reads <slurm.conf's dir>/plugstack.conf even without PlugStackConfig= (and serves it to
+# configless slurmd): one left by an earlier LAB_PYXIS=1 lab in this LAB_DIR would load pyxis here.
+rm -f "$LAB_DIR/etc/plugstack.conf"
 if [ "$LAB_PYXIS" = 1 ]; then
   case $LAB_SLURM in 22.05) spank_include=/usr/include ;; *) spank_include=$SLURM_PREFIX/include ;; esac
   pyxis_build=$("$here/build-pyxis.sh" "$spank_include") || die "e2e/lab/build-pyxis.sh failed"

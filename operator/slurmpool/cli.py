@@ -673,8 +673,11 @@ def main(argv: list[str] | None = None) -> int:
             _emit({"pool": args.pool, "namespace": namespace, "paused": paused},
                   f"slurmnodepool {namespace}/{args.pool} {'paused: no new moves start; moves in flight finish' if paused else 'resumed'}",
                   args.output)
-    except KeyboardInterrupt:  # the end of --watch
-        return 0
+    except KeyboardInterrupt:  # the end of --watch: at once, not after the reads still in flight end
+        try:
+            sys.stdout.flush()
+        finally:
+            os._exit(0)
     except Exception as err:  # noqa: BLE001 - one clear line for the on-call, not a traceback
         from kubernetes.client.rest import ApiException
 

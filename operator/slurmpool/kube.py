@@ -223,10 +223,13 @@ class NodeWatch:
 
 # What slurmd and slurmstepd use of root, explicit instead of the runtime's default set: start each
 # step as the job's user (SETUID, SETGID), own its spool and the job's files (CHOWN, FOWNER,
-# DAC_OVERRIDE, FSETID), signal the job's processes (KILL), and drop what it holds itself (SETPCAP).
+# DAC_OVERRIDE, FSETID), signal the job's processes (KILL), drop what it holds itself (SETPCAP); a
+# container job's enroot maps root in its user namespace (SETFCAP) and pivots into the image
+# (SYS_CHROOT): without them `srun --container-image` failed "failed to create user namespace".
 # Not kept from the default set: MKNOD, NET_RAW, NET_BIND_SERVICE (slurmd's port is above 1024),
-# SYS_CHROOT, SETFCAP, AUDIT_WRITE. A pool's own slurmdPod.securityContext replaces this whole.
-SLURMD_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP")
+# AUDIT_WRITE. A pool's own slurmdPod.securityContext replaces this whole.
+SLURMD_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP", "SETFCAP",
+                       "SYS_CHROOT")
 
 
 def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: str | None = None) -> dict[str, Any]:
