@@ -210,7 +210,7 @@ def test_the_slurmd_pod_gets_no_token_and_only_the_security_context_asked():
     assert "serviceAccountName" not in plain["spec"]
     default = plain["spec"]["containers"][0]["securityContext"]
     assert default == {"capabilities": {"drop": ["ALL"], "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL",
-                                                                "SETGID", "SETUID", "SETPCAP"]}}
+                                                                "SETGID", "SETUID", "SETPCAP", "SETFCAP", "SYS_CHROOT"]}}
     assert "privileged" not in default and "SYS_ADMIN" not in default["capabilities"]["add"]
     asked = {"privileged": False, "allowPrivilegeEscalation": False, "capabilities": {"add": ["SYS_ADMIN"], "drop": ["NET_RAW"]}}
     spec = SlurmNodePoolSpec.model_validate(pool(**{"slurm.slurmdPod.securityContext": asked})["spec"])
