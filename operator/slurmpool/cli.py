@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -651,6 +652,8 @@ def main(argv: list[str] | None = None) -> int:
         namespace = args.namespace or Api.default_namespace(args.kubeconfig, args.context)
         now = datetime.now(timezone.utc)
         if args.command == "status" and args.watch:
+            # Ctrl-C ends it even where SIGINT came ignored (a child of a background shell job: CI).
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             watch_status(api, namespace, args.pool, args.output, max(0.5, args.interval), width())
         elif args.command == "status":
             pool, spec, nodes = _load(api, namespace, args.pool)
