@@ -216,6 +216,21 @@ async def test_job_polls_read_running_jobs_everywhere_and_pending_ones_of_the_po
     assert sorted(j.job_id for j in view.jobs) == ["1", "2", "4", "5"] and view.has_pending("gpu") and not view.has_pending("other")
 
 
+async def test_a_partition_stops_being_polled_once_no_pool_with_demand_asked_for_it_lately(monkeypatch):
+    """A deleted pool (or one whose demand went off) asks no more: its partition's squeue goes after PENDING_FOR."""
+    clock = Clock()
+    pool = access.SlurmAccessPool(read_secret=None, clock=clock)
+    fake = FilteringBackend(JOBS)
+    backend_is(monkeypatch, pool, fake)
+    spec = SlurmAccess(local={})
+    await pool.observe("ns", spec, max_age=0.5, pool="b", pending="gpu")
+    assert ("gpu", ("PENDING",)) in fake.asked
+    fake.asked.clear()
+    clock.t += access.PENDING_FOR + 1
+    _, view = await pool.observe("ns", spec, max_age=0.5, pool="a")
+    assert fake.asked == [(None, tuple(sorted(access.ACTIVE_JOB_STATES)))] and not view.has_pending("gpu")
+
+
 async def test_slurmrestd_answers_every_job_once_and_the_poll_filters_it(monkeypatch):
     fake = FilteringBackend(JOBS, filters=False)
     view = await access.observe_slurm(fake, frozenset({"gpu"}))

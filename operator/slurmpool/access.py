@@ -23,6 +23,7 @@ from .view import ACTIVE_JOB_STATES, SlurmView
 ReadSecret = Callable[[str, str], Awaitable[dict[str, str]]]
 TOPOLOGY_MAX_AGE = 60.0  # seconds: slurm.conf's topology changes with a reconfigure, rarely
 SECRET_MAX_AGE = 30.0  # seconds: SSH keys are read again this often (the REST token too: restaccess.py)
+PENDING_FOR = 60.0  # seconds: a pool's partition is polled for pending jobs this long after it last looked
 RETIRE_AFTER = 60.0  # seconds: an SSH connection replaced by a new key is closed this much later
 STALE_WHILE_POLLING = 3  # x max_age: how much older a view may be, rather than wait for a poll in progress
 log = logging.getLogger("slurmpool.access")
@@ -121,7 +122,7 @@ class SlurmAccessPool:
         self._locks: dict[tuple, asyncio.Lock] = {}
         self._ssh_read: dict[tuple, float] = {}  # key -> when its SSH Secret was last read
         self._ssh_seen: dict[tuple, tuple] = {}  # key -> the key and known_hosts its connection uses
-        self._pending: dict[tuple, dict[str, str | None]] = {}  # key -> pool -> its partition, when its demand is on
+        self._pending: dict[tuple, dict[str, tuple[str | None, float]]] = {}  # key -> pool -> (partition if demand on, asked at)
         self.command_timeout = command_timeout
         self.retries = retries
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
@@ -175,9 +176,7 @@ class SlurmAccessPool:
         too, polled at most once per TOPOLOGY_MAX_AGE. The view's `polled_at` is when its poll began.
         `pool`: whose changes the view must show (pools own disjoint nodes: not another pool's)."""
         key = access_key(namespace, access)
-        wanted = self._pending.setdefault(key, {})
-        if wanted.get(pool) != pending:  # the union of the pools' partitions with demand on
-            wanted[pool] = pending
+        self._pending.setdefault(key, {})[pool] = (pending, self.clock())
         # What will do, fixed on arrival: a pool that waited for another pool's poll takes it
         # rather than polling again after it (pools sharing one Slurm queue on its lock).
         oldest = self.clock() - max_age
@@ -190,6 +189,14 @@ class SlurmAccessPool:
                 return self._backends.get(key), cached[1]
         async with lock:  # pools reconcile concurrently: one poll
             return await self._observe(key, namespace, access, oldest, topology, newer_than, pool, pending)
+
+    def _pending_partitions(self, key: tuple, now: float) -> frozenset[str]:
+        """The union of the partitions whose pools have demand on, as they asked lately: a deleted
+        pool (or one whose demand went off) stops costing a squeue after PENDING_FOR."""
+        asked = self._pending.get(key, {})
+        for pool in [p for p, (_, at) in asked.items() if now - at > PENDING_FOR]:
+            del asked[pool]
+        return frozenset(part for part, _ in asked.values() if part)
 
     def _usable(self, key: tuple, pool: str, began: float, oldest: float, newer_than: float | None) -> bool:
         """A poll that began after the pool's last change through this access shows it."""
@@ -217,7 +224,7 @@ class SlurmAccessPool:
         except Exception as err:  # noqa: BLE001 - a missing Secret is reported, not raised
             backend, view = None, SlurmView(available=False, error=f"cannot reach Slurm: {err}")
         else:
-            view = await observe_slurm(backend, frozenset(p for p in self._pending.get(key, {}).values() if p))
+            view = await observe_slurm(backend, self._pending_partitions(key, now))
             if topology and view.available:
                 view = replace(view, topology=await self._groups(key, backend))
         if view.available:
