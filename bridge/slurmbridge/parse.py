@@ -228,7 +228,7 @@ def parse_reservations(text: str, tz: tzinfo = timezone.utc) -> list[SlurmReserv
     for line in text.splitlines():
         if not line.startswith("ReservationName="):
             continue
-        f = dict(m.groups() for m in re.finditer(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_]*)=(\S*)", line))
+        f = node_fields(line)  # the same key=value split as a node line
         out.append(
             SlurmReservation(
                 name=f.get("ReservationName", ""),

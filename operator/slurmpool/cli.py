@@ -442,6 +442,8 @@ def _free(move: dict, now: str | None) -> str:
     if move["freeAt"] is None:
         return "no limit"
     return "now" if move["freeAt"] == now else move["freeAt"]
+
+
 # ---------------------------------------------------------------- pure: shell completion
 
 COMMANDS = ("status", "plan", "move", "pause", "resume")
