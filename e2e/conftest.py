@@ -270,6 +270,7 @@ def lab() -> Iterator[Lab]:
         with _lab_lock(d):
             stop_demo(lab)  # `make demo` then `make test`: the demo's pool would hold the lab's nodes
         apply_admission_policies(lab)  # every test runs with the chart's admission policies (e2e/identity.py)
+        _SESSION_LAB.append(lab)
         yield lab
     finally:
         with _lab_lock(d):
@@ -282,6 +283,33 @@ def lab() -> Iterator[Lab]:
             if started_marker.exists() and not _other_users(users):
                 subprocess.run([str(LAB_SCRIPTS / "down.sh")], env=env, capture_output=True)
                 started_marker.unlink(missing_ok=True)
+
+
+_SESSION_LAB: list[Lab] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_leaves_no_operator_or_pool():
+    """After each module: an operator its fixtures started and never stopped (a fixture that
+    failed before its yield skips its own teardown) is stopped, and a pool left in the test
+    namespace is cleared with reset_lab, so one module's failure is not every later module's."""
+    yield
+    if not _SESSION_LAB:
+        return
+    from harness import NAMESPACE, Operator, pools_left, reset_lab
+
+    lab = _SESSION_LAB[0]
+    for operator in list(Operator.running):
+        print(f"\n[lab] the module left an operator running ({operator.log_path.name}): stopped")
+        operator.stop()
+    try:
+        left = pools_left(lab, NAMESPACE)
+    except Exception as err:  # noqa: BLE001 - a module that took the lab down (marker lab_down)
+        print(f"\n[lab] could not list pools after the module: {err}")
+        return
+    if left:
+        print(f"\n[lab] the module left pools {left} in {NAMESPACE}: reset_lab")
+        reset_lab(lab)
 
 
 # ---------------------------------------------------------------- wall time per module

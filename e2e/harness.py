@@ -34,6 +34,10 @@ class Operator:
     that account's token (e2e/identity.py), so a permission the chart lacks fails the test.
     identity="admin" (or SLURMPOOL_E2E_IDENTITY=admin) uses the lab's admin kubeconfig instead."""
 
+    # Started and not yet stopped: a module fixture that fails before its yield never stops its
+    # operator, and conftest's module teardown does (with the module's pools).
+    running: set["Operator"] = set()
+
     def __init__(self, lab, log_name: str = "operator.log", extra_env: dict | None = None, identity: str | None = None,
                  args: list[str] | None = None):
         self.lab = lab
@@ -61,15 +65,18 @@ class Operator:
             cwd=REPO,
             start_new_session=True,
         )
+        Operator.running.add(self)
         return self
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, no last status write. What a crash looks like."""
+        Operator.running.discard(self)
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
     def stop(self) -> None:
+        Operator.running.discard(self)
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -321,6 +328,16 @@ RESET_LABELS = ("slurmpool.io/side", "slurmpool.io/inference-pool")
 RESET_TAINTS = ("slurmpool.io/slurm", "slurmpool.io/inference")
 
 
+def pools_left(lab, namespace: str = NAMESPACE) -> list[str]:
+    """Names of the SlurmNodePools in a namespace ([] without the namespace or the CRD)."""
+    try:
+        return [p["metadata"]["name"] for p in custom(lab).list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]]
+    except ApiException as err:
+        if err.status != 404:
+            raise
+        return []
+
+
 def clear_namespace(lab, namespace: str = NAMESPACE, timeout: float = 60) -> None:
     """Everything the tests make in a namespace gone, the namespace itself (and its SSH Secret)
     kept: pools, Deployments and ReplicaSets, PDBs, pods (slurmd pods too: the agent stops their
@@ -428,6 +445,13 @@ def reset_lab(lab, namespace: str = NAMESPACE) -> None:
     jobs = lab.slurm("squeue", "-h", "-o", "%i").stdout.split()
     if jobs:
         lab.slurm("scancel", *jobs)
+        # Their slurmd pods go next: a slurmd stopped while a job's epilog runs (pyxis's takes a
+        # moment) leaves the node drained "Epilog error", which nothing resumes and every later
+        # module would trip over. So the jobs leave Slurm (COMPLETING included) first.
+        # A job whose node is already gone stays COMPLETING: after 60 s the reset goes on anyway.
+        deadline = time.monotonic() + 60
+        while lab.slurm("squeue", "-h", "-o", "%i", check=False).stdout.split() and time.monotonic() < deadline:
+            time.sleep(0.5)
     clear_namespace(lab, namespace)
     reset_nodes(lab)
     resume_our_drains(lab)

@@ -4,7 +4,8 @@
 # LAB_SLURM / LAB_SLURM_NODES / LAB_SLURMDBD by the pytest session, which stops it at the end.
 # Prints one line per row: name | settings | modules | exit code | pytest's summary | seconds, and
 # exits 1 when a row failed;
-# each row's output is in $MATRIX_LOGS/<name>.log (default $LAB_DIR/matrix or <repo>/.lab/matrix).
+# each row's output is in $MATRIX_LOGS/<name>.log (default $LAB_DIR/matrix or <repo>/.lab/matrix),
+# and a failed row's daemon and operator logs in <name>.lab-log/.
 #
 #   e2e/matrix.sh                  # every row below
 #   e2e/matrix.sh 26.05-dynamic    # only the rows named
@@ -69,6 +70,8 @@ for row in "${rows[@]}"; do
   rc=$?
   # A failed row's log ends in pytest's failures and summary: shown here too (CI keeps no files).
   [ $rc = 0 ] || { failed=1; echo "--- $name: the end of $logs/$name.log"; tail -n 80 "$logs/$name.log"; echo "---"; }
+  # The next row's lab starts with fresh daemon logs: a failed row's are kept beside its log.
+  [ $rc = 0 ] || { rm -rf "$logs/$name.lab-log"; cp -r "${LAB_DIR:-$repo/.lab}/log" "$logs/$name.lab-log" 2>/dev/null; }
   summary=$(grep -E '(passed|failed|error|skipped)( |,|$)' "$logs/$name.log" | grep -E ' in [0-9.]+s' | tail -1)
   echo "$name | $settings | $modules | rc=$rc | $summary | $(( $(date +%s) - t0 )) s"
 done
