@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -505,8 +506,13 @@ def events(lab, reason: str, since: str = "") -> list[str]:
 
 
 def now_rfc3339() -> str:
-    # Event timestamps have 1 s resolution: back off one second so nothing at the edge is missed.
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
+    """A `since` for events(): the start of the next whole second, once it has come. Event
+    timestamps have 1 s resolution, so an Event created before this call is stamped earlier and one
+    created after it is not: a `since` one second back counted the Events of a move the test
+    before made a moment earlier (the lab moves a node in about a second)."""
+    now = time.time()
+    time.sleep(math.floor(now) + 1 - now)
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(math.floor(now) + 1))
 
 
 def daemon(lab, action: str, name: str) -> None:

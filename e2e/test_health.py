@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -98,7 +99,7 @@ def started_for(lab, node: str, since: str, to: str) -> list[str]:
 
 def set_condition(lab, node: str, type_: str, status: str, reason: str = "E2E") -> None:
     """A Node condition as node-problem-detector would set it (strategic merge: by type)."""
-    cond = {"type": type_, "status": status, "reason": reason, "message": "e2e/test_health.py", "lastTransitionTime": now_rfc3339()}
+    cond = {"type": type_, "status": status, "reason": reason, "message": "e2e/test_health.py", "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     lab.kubectl("patch", "node", node, "--subresource=status", "--type=strategic", "-p", json.dumps({"status": {"conditions": [cond]}}))
 
 

@@ -7,7 +7,6 @@ says why (`SlurmUnlisted`). No job is cancelled: each job waits for a gate file 
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -110,13 +109,6 @@ def slurmd_names(lab) -> dict[str, str]:
     return out
 
 
-def every_move_posted_ended(lab) -> bool:
-    """Every move a MoveStarted Event names has its MoveCompleted (or MoveStopped) Event too."""
-    def ids(reason: str) -> set[str]:
-        return {m.group(1) for msg in events(lab, reason) if (m := re.search(r"move ([0-9a-f]+(?:-rb)*)", msg))}
-    return ids("MoveStarted") <= ids("MoveCompleted") | ids("MoveStopped")
-
-
 def ensure_at_eight(lab, prefix: str) -> None:
     """The pool with the mapping, all 8 nodes serving Slurm under their Slurm names (the first test
     leaves it so; a test run alone (-k) makes it)."""
@@ -192,8 +184,6 @@ def test_without_the_mapping_nothing_is_drained_or_moved_and_the_status_says_why
         found = {u["node"]: u for u in s.get("unhealthyNodes", []) if u["kind"] == "SlurmUnlisted"}
         return sorted(found) == sorted(lab.nodes) and s
     wait(unlisted, 120, what="every node SlurmUnlisted")
-    # The Events of the test before posted (the operator queues them), so none is counted below.
-    wait(lambda: every_move_posted_ended(lab), 60, what="a MoveCompleted Event for every MoveStarted")
     # Scaled down, with two idle nodes that would be the first choice: nothing moves.
     since = now_rfc3339()
     lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=6")

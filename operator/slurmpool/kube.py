@@ -299,7 +299,7 @@ class PodWatch(ListWatch):
         for uid in [u for u in self._pods if u not in entries]:
             self._set(uid, None)
         for uid, entry in entries.items():
-            if self._pods.get(uid) != entry:
+            if (entry.view is not None or entry.pending is not None) and self._pods.get(uid) != entry:
                 self._set(uid, entry)
         self.listed.set()
 
