@@ -4,8 +4,8 @@ Writes bench-results.json: {"name": {"value", "unit", "target", "ok"}} (the idle
 1-minute load average when they ended: 2 shared cores make them noisy). Figures:
   planner time for 1k/10k/50k nodes; Slurm commands and Kubernetes API requests per
   reconcile cycle at 50 and 500 nodes; operator RSS with 5,000 Nodes in the lab's
-  apiserver; `kubectl slurmpool status` wall time and peak RSS on a pool of 5,000 Nodes with 50,000
-  pods in the lab's apiserver; wall time to move one idle node each way and eight at once on the lab;
+  apiserver; `kubectl slurmpool status` (and `plan`) wall time and peak RSS on a pool of 5,000 Nodes
+  with 50,000 pods in the lab's apiserver; wall time to move one idle node each way and eight at once on the lab;
   whole free Slurm blocks after the planner's moves vs exhaustive search; under load (500
   simulated nodes, 20 pools, every split changed at once): loop pass p50/p99, spec change to
   observedGeneration and to settled (e2e/load.py; the lab is restarted with LAB_SIM_NODES=500
@@ -522,7 +522,7 @@ def _create_all(create, bodies: list[dict], threads: int = 16) -> float:
 def bench_plugin(lab=None, node_count: int = 5000, pods_per_node: int = 10, runs: int = 3) -> None:
     """`kubectl slurmpool status` (the lab's kubectl, the plugin on PATH) on a pool of 5,000 Nodes
     carrying 50,000 pods, all in the lab's apiserver: wall time and peak RSS of the process
-    (kubectl execs the plugin in place), the median and the largest of `runs` runs."""
+    (kubectl execs the plugin in place), the median and the largest of `runs` runs; then `plan` once."""
     lab = lab or lab_env()
     from harness import apply, install_crd, pool_manifest
 
@@ -571,6 +571,17 @@ def bench_plugin(lab=None, node_count: int = 5000, pods_per_node: int = 10, runs
         wall, peak = statistics.median(walls), max(peaks)
         record("plugin_status_5000_nodes_50000_pods_seconds", wall, "s", "< 2 s", wall < 2)
         record("plugin_status_5000_nodes_50000_pods_rss", peak, "MiB", "< 150 MiB", peak < 150)
+        # `plan` on the same pool: whole pods (what each needs of a node) and a planner pass; paused, so
+        # nothing starts: the figure is the read. Once, as the on-call runs it before a change.
+        t0 = time.monotonic()
+        out = subprocess.run(["/usr/bin/time", "-f", "%M", str(lab.bin_dir / "kubectl"), "slurmpool", "plan", "bench-plugin", "-n", namespace,
+                              "--slurm-nodes", str(node_count // 4)], env=env, capture_output=True, text=True, timeout=600)
+        wall = time.monotonic() - t0
+        if out.returncode != 0 or "Plan for" not in out.stdout:
+            raise RuntimeError(f"kubectl slurmpool plan failed: {out.stdout[-500:]} {out.stderr[-2000:]}")
+        peak = int(out.stderr.strip().splitlines()[-1]) / 1024
+        record("plugin_plan_5000_nodes_50000_pods_seconds", wall, "s", "< 5 s", wall < 5)
+        record("plugin_plan_5000_nodes_50000_pods_rss", peak, "MiB", "< 150 MiB", peak < 150)
     finally:
         lab.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
         lab.kubectl("delete", "nodes", "-l", f"{label}=true", "--wait=false", timeout=300, check=False)

@@ -272,3 +272,178 @@ def test_completion_prints_kubectls_directive_last(capsys, monkeypatch):
     monkeypatch.setattr(cli, "Api", None)  # no cluster needed for a subcommand
     assert cli.complete_main(["pl"]) == 0
     assert capsys.readouterr().out.splitlines() == ["plan", ":4"]
+
+
+# ---------------------------------------------------------------- reads: Table rows, raw requests, pages ahead
+
+COLUMNS = [{"name": n, "type": "string"} for n in ("Name", "Ready", "Status", "Restarts", "Age", "IP", "Node", "Nominated Node",
+                                                     "Readiness Gates")]
+
+
+def table_row(namespace, name, node, kind="ReplicaSet", labels=None):
+    """A row of the apiserver's Table of pods (includeObject=Metadata, its default), as the lab sends it."""
+    meta = {"name": name, "namespace": namespace, "uid": f"uid-{name}", "creationTimestamp": "2026-11-29T11:00:00Z",
+            "labels": labels or {"app": "llm"}, "ownerReferences": [{"apiVersion": "apps/v1", "kind": kind, "name": "x", "uid": "u"}],
+            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]}
+    return {"cells": [name, "1/1", "Running", "0", "3h", "10.0.0.1", node, "<none>", "<none>"],
+            "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}}
+
+
+def test_table_rows_are_read_as_the_pods_on_each_node():
+    page = {"kind": "Table", "columnDefinitions": COLUMNS, "rows": [
+        table_row("serve", "llm-1", "n4"), table_row("serve", "llm-2", "n4"), table_row("kube-system", "agent", "n4", kind="DaemonSet"),
+        table_row("slurm", "slurmd-n1", "n1", labels={"slurmpool.io/component": "slurmd"}), table_row("serve", "pending", "<none>"),
+        table_row("serve", "elsewhere", "cpu01")]}
+    nodes = cli.with_pods(cli.pool_node_views(SPEC, [node_body("n1", SLURM), node_body("n4", "inference:default")]), cli.table_pods(page))
+    n1, n4 = nodes
+    assert [p.key for p in n4.pods] == ["serve/llm-1", "serve/llm-2", "kube-system/agent"]
+    assert [p.evictable for p in n4.pods] == [True, True, False]  # the DaemonSet's pod stays, as by kubectl drain
+    assert [(p.key, p.slurmd) for p in n1.pods] == [("slurm/slurmd-n1", True)]
+    rows = cli.node_rows(nodes, NOW)
+    assert rows[0]["pods"] == [] and rows[1]["pods"] == ["serve/llm-1", "serve/llm-2", "kube-system/agent"]
+    assert list(cli.table_pods({"columnDefinitions": COLUMNS, "rows": []})) == []
+    with pytest.raises(ValueError, match="no Node column"):
+        list(cli.table_pods({"columnDefinitions": COLUMNS[:5], "rows": [table_row("serve", "x", "n1")]}))
+
+
+class PagedCalls:
+    """A list call answering in pages linked by `continue`, recording each call's arguments."""
+
+    def __init__(self, pages):
+        self.pages, self.calls = pages, []
+
+    def __call__(self, **kwargs):
+        from types import SimpleNamespace
+
+        self.calls.append(kwargs)
+        index = int(kwargs["_continue"] or 0)
+        page = dict(self.pages[index], metadata={"continue": str(index + 1)} if index + 1 < len(self.pages) else {})
+        return SimpleNamespace(data=json.dumps(page).encode())
+
+
+def test_large_pools_read_the_pods_not_ended_as_table_pages_and_keep_those_on_their_nodes():
+    from types import SimpleNamespace
+
+    rows = [table_row("serve", f"llm-{i}", f"n{i % 100}") for i in range(300)]
+    pods = PagedCalls([{"columnDefinitions": COLUMNS, "rows": rows[i:i + 120]} for i in range(0, 300, 120)])
+    api = object.__new__(cli.Api)
+    api.core = SimpleNamespace(list_pod_for_all_namespaces=pods)
+    names = {f"n{i}" for i in range(70)}  # more than PODS_BY_NODE_UP_TO: one list of the whole cluster's pods
+    got = list(api.pods_on(names))
+    assert sorted(b["metadata"]["name"] for b in got) == sorted(r["cells"][0] for r in rows if r["cells"][6] in names)
+    assert [c["_continue"] for c in pods.calls] == [None, "1", "2"]  # every page, in order
+    assert {c["field_selector"] for c in pods.calls} == {cli.Api.RUNNING}
+    assert {c["_headers"]["Accept"] for c in pods.calls} == {cli.Api.TABLE}
+
+
+def test_ahead_keeps_order_raises_the_threads_error_and_stops_with_its_consumer():
+    import threading
+
+    assert list(cli.ahead(iter(range(50)))) == list(range(50))
+
+    def failing():
+        yield 1
+        raise RuntimeError("apiserver went away")
+
+    with pytest.raises(RuntimeError, match="went away"):
+        list(cli.ahead(failing()))
+    made = []
+
+    def endless():
+        while True:
+            made.append(len(made))
+            yield made[-1]
+
+    items = cli.ahead(endless())
+    assert next(items) == 0
+    items.close()  # the consumer stops: the thread ends rather than making items for good
+    for thread in [t for t in threading.enumerate() if t.name == "slurmpool-pages"]:
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+    assert len(made) <= 3  # at most the one handed over, the one waiting and the one being made
+
+
+class Answer:
+    """As kubernetes.client.rest.RESTResponse: `data` is set by `read()`."""
+
+    def __init__(self, status, body):
+        self.status, self.reason, self.headers, self._body, self.data = status, "Forbidden" if status == 403 else "OK", {}, body, None
+
+    def read(self):
+        self.data = self._body
+        return self.data
+
+    def getheaders(self):
+        return self.headers
+
+
+def core_calls(status=200, answer=None):
+    """CoreCalls on a real ApiClient (token auth) whose HTTP call is recorded and answered."""
+    from types import SimpleNamespace
+
+    from kubernetes import client
+
+    config = client.Configuration(host="https://apiserver.test:6443", api_key={"authorization": "Bearer t0ken"})
+    api = client.ApiClient(config)
+    sent = []
+
+    def call_api(method, url, headers, body, post_params, _request_timeout=None):
+        sent.append(SimpleNamespace(method=method, url=url, headers=headers, body=body, timeout=_request_timeout))
+        return Answer(status, json.dumps(answer or {"kind": "List", "items": []}).encode())
+
+    api.call_api = call_api
+    return cli.CoreCalls(api), sent
+
+
+def test_core_calls_send_what_the_client_methods_would():
+    from urllib.parse import parse_qsl, urlsplit
+
+    core, sent = core_calls()
+    core.list_pod_for_all_namespaces(limit=2000, _continue="tok", field_selector=cli.Api.RUNNING, _preload_content=False,
+                                     _request_timeout=(30, 120), _headers={"Accept": cli.Api.TABLE})
+    core.list_node(limit=500, _continue=None, label_selector="gpu=true,zone in (a,b)", _preload_content=False)
+    core.patch_node("gpu 01", {"metadata": {"annotations": {"slurmpool.io/move-now": "slurm"}}})
+    pods, nodes, patch = sent
+    url = urlsplit(pods.url)
+    assert (pods.method, url.netloc, url.path) == ("GET", "apiserver.test:6443", "/api/v1/pods")
+    assert dict(parse_qsl(url.query)) == {"limit": "2000", "continue": "tok", "fieldSelector": cli.Api.RUNNING}
+    assert pods.headers["Accept"] == cli.Api.TABLE and pods.headers["authorization"] == "Bearer t0ken"
+    assert pods.timeout == (30, 120)
+    assert dict(parse_qsl(urlsplit(nodes.url).query)) == {"limit": "500", "labelSelector": "gpu=true,zone in (a,b)"}
+    assert nodes.headers["Accept"] == "application/json"
+    assert (patch.method, urlsplit(patch.url).path) == ("PATCH", "/api/v1/nodes/gpu%2001")
+    assert patch.headers["Content-Type"] == "application/merge-patch+json"
+    assert patch.body == {"metadata": {"annotations": {"slurmpool.io/move-now": "slurm"}}}
+
+
+def test_core_calls_answer_as_the_client_does_and_raise_its_exception_on_refusal():
+    from kubernetes.client.rest import ApiException
+
+    core, _ = core_calls(answer={"metadata": {"name": "n1", "annotations": {"slurmpool.io/pool": "gpu"}}})
+    assert core.patch_node("n1", {"metadata": {}})["metadata"]["annotations"] == {"slurmpool.io/pool": "gpu"}
+    assert json.loads(core.list_node(_preload_content=False).data)["metadata"]["name"] == "n1"
+    refused = {"kind": "Status", "message": 'nodes is forbidden: User "oncall" cannot list resource "nodes"', "code": 403}
+    core, _ = core_calls(status=403, answer=refused)
+    with pytest.raises(ApiException) as caught:
+        core.list_node(limit=1, _preload_content=False)
+    assert caught.value.status == 403 and json.loads(caught.value.body)["message"] == refused["message"]
+
+
+def test_the_plugin_imports_neither_kopf_nor_asyncssh_nor_the_clients_core_models(tmp_path):
+    """What makes `kubectl slurmpool` start fast and small (make bench's plugin figures)."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "lab",
+        "clusters": [{"name": "lab", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "me", "user": {"token": "t0ken"}}],
+        "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "me"}}]}))
+    code = (f"import sys; from slurmpool import cli; cli.Api({str(kubeconfig)!r}, None); "
+            "print(sorted(m for m in ('kopf', 'asyncssh', 'kubernetes.client.api.core_v1_api', 'kubernetes.client.models.v1_pod') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.strip() == "[]"

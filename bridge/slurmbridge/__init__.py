@@ -6,7 +6,17 @@ from .models import SlurmJob, SlurmNode, TopologyGroup
 from .parse import parse_scontrol_nodes, parse_squeue
 from .rest import CachedToken, RestAuth, RestBackend, SlurmAuthError, StaticToken
 from .runner import CommandRunner, LocalRunner
-from .ssh import SshRunner
+
+
+def __getattr__(name: str):
+    """SshRunner on first use: asyncssh and cryptography cost 28 MiB and 0.1 s to import, which
+    `kubectl slurmpool` (models only) should not pay."""
+    if name == "SshRunner":
+        from .ssh import SshRunner
+
+        return SshRunner
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CachedToken",
