@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError, model_validator
 
-from slurmbridge import SlurmJob, SlurmNode, TopologyGroup
+from slurmbridge import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
 
 from .fit import PodNeeds
 from .phases import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, Phase
@@ -380,6 +380,11 @@ class SlurmView:
     topology: tuple[TopologyGroup, ...] = ()  # polled only for pools with topology.fromSlurm
     polled_at: float = field(default=0.0, compare=False)  # when its poll began (monotonic): access.py
     pending_partitions: frozenset[str] | None = None  # whose pending jobs were read (None: every partition's)
+    # The operator's reservations (`slurmpool-` names only); None: not read (an access that cannot
+    # list them, slurmrestd, or the read failed: then `reservations_error`).
+    reservations: tuple[SlurmReservation, ...] | None = None
+    reservations_error: str | None = None
+    reservations_api: bool = True  # False: this access cannot list or create reservations (slurmrestd)
     _blocks: dict = field(default_factory=dict, compare=False, repr=False)  # level -> {node: block}
 
     def has_pending(self, partition: str | None) -> bool:
