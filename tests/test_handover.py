@@ -216,3 +216,10 @@ def test_reservations_that_could_not_be_read_change_nothing():
     view = SlurmView(True, nodes=slurm.nodes, jobs=slurm.jobs, reservations=None, reservations_error="cannot list reservations: boom")
     plan = decide_at(windowed(), nodes, view)
     assert plan.outcome == "unknown" and plan.create is None and plan.delete == ()
+
+
+def test_at_the_edge_the_planner_takes_the_reserved_nodes_first_among_idle_ones():
+    nodes, slurm = lab()  # all idle: by name, gpu01.. would go first
+    view = with_reservations(slurm, ours(["gpu03", "gpu04", "gpu05"], start=NOW))
+    assert sorted(leaving_nodes(make_spec(slurm_nodes=5, max_moves=8), nodes, view, NOW, 2)) == ["gpu03", "gpu04", "gpu05"]
+    assert sorted(leaving_nodes(make_spec(slurm_nodes=5, max_moves=8), nodes, slurm, NOW, 2)) != ["gpu03", "gpu04", "gpu05"]

@@ -408,6 +408,12 @@ class SlurmView:
                     index.setdefault(node, []).append(job)
         return index
 
+    @cached_property
+    def reserved(self) -> frozenset[str]:
+        """Nodes in a planned handover's reservation (ours, `slurmpool-`): no job that outlasts its
+        edge starts there, so at the edge the planner takes them first among idle nodes."""
+        return frozenset(n for r in self.reservations or () for n in r.nodes)
+
     def jobs_on(self, node: str) -> list[SlurmJob]:
         """Jobs holding the node (running, completing, suspended...)."""
         return self._jobs_by_node.get(node, [])
