@@ -154,3 +154,31 @@ def _inference_nodes(lab) -> list[dict]:
     return [n for n in nodes_json(lab, "slurmpool.io/lab=true")
             if (n["metadata"].get("annotations") or {}).get("slurmpool.io/placement", "").startswith("inference:")]
 
+
+
+def test_the_reservation_goes_with_its_pool_and_others_are_never_touched(lab):
+    install_crd(lab)
+    ensure_namespace_and_secret(lab)
+    total = len(lab.nodes)
+    foreign = "maint-by-hand"  # an admin's reservation beside ours: the operator never touches it
+    op = Operator(lab, "operator-handover-delete.log").start()
+    try:
+        apply(lab, pool_manifest(lab, POOL, total))
+        wait(lambda: split_reached(lab, POOL, total, total), 240, what=f"all {total} nodes in Slurm")
+        edge = (datetime.now(timezone.utc) + timedelta(minutes=20)).replace(second=0, microsecond=0)
+        lab.slurm("scontrol", "create", "reservation", f"ReservationName={foreign}", "StartTime=now+1hour", "Duration=10",
+                  f"Nodes={lab.nodes[0]}", "Users=root", "Flags=MAINT,IGNORE_JOBS")
+        window = {"name": "later", "cron": f"{edge.minute} {edge.hour} * * *", "duration": "10m", "slurmNodes": total - 1}
+        lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p",
+                    json.dumps({"spec": {"schedule": [window], "handover": {"leadTime": "30m"}}}))
+        res = wait(lambda: reservation(lab), 90, what=f"reservation {RESERVATION}")
+        assert len(expand(lab, res["Nodes"])) == 1, res
+        lab.kubectl("delete", "snp", POOL, "-n", NAMESPACE, "--wait=true")
+        wait(lambda: reservation(lab) is None, 60, what="the reservation deleted with its pool")
+        out = lab.slurm("scontrol", "-o", "show", "reservation", foreign).stdout
+        assert f"ReservationName={foreign} " in out, out
+    finally:
+        op.stop()
+        lab.slurm("scontrol", "delete", f"ReservationName={foreign}", check=False)
+        lab.slurm("scontrol", "delete", f"ReservationName={RESERVATION}", check=False)
+        reset_lab(lab)
