@@ -3,6 +3,7 @@ the reservation wanted ahead of an edge."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from slurmbridge import SlurmJob
@@ -77,7 +78,7 @@ def windowed(lead="4h", enabled=True, windows=True):
     spec = make_spec(slurm_nodes=5, max_moves=8).model_dump(by_alias=True)
     if windows:
         spec["schedule"] = [{"name": "day", "cron": "30 12 * * *", "duration": "1h", "slurmNodes": 2}]
-    spec["handover"] = {"leadTime": lead, "enabled": enabled}
+    spec["handover"] = {"enabled": enabled, **({"leadTime": lead} if lead else {})}
     return SlurmNodePoolSpec.model_validate(spec)
 
 
@@ -223,3 +224,35 @@ def test_at_the_edge_the_planner_takes_the_reserved_nodes_first_among_idle_ones(
     view = with_reservations(slurm, ours(["gpu03", "gpu04", "gpu05"], start=NOW))
     assert sorted(leaving_nodes(make_spec(slurm_nodes=5, max_moves=8), nodes, view, NOW, 2)) == ["gpu03", "gpu04", "gpu05"]
     assert sorted(leaving_nodes(make_spec(slurm_nodes=5, max_moves=8), nodes, slurm, NOW, 2)) != ["gpu03", "gpu04", "gpu05"]
+
+
+def test_slurm_time_limits_parse_as_scontrol_prints_them():
+    from slurmbridge.parse import parse_duration, parse_partition_max_times
+
+    assert parse_duration("04:00:00") == timedelta(hours=4)
+    assert parse_duration("1-12:00:00") == timedelta(days=1, hours=12)
+    assert parse_duration("30") == timedelta(minutes=30) and parse_duration("30:15") == timedelta(minutes=30, seconds=15)
+    assert parse_duration("UNLIMITED") is None and parse_duration("NONE") is None and parse_duration("") is None
+    text = ("PartitionName=gpu AllowGroups=ALL MaxNodes=UNLIMITED MaxTime=2-00:00:00 MinNodes=0 Nodes=gpu[01-08]\n"
+            "PartitionName=debug MaxTime=UNLIMITED Nodes=gpu01\n")
+    assert parse_partition_max_times(text) == {"gpu": timedelta(days=2), "debug": None}
+
+
+def test_the_lead_time_is_the_specs_else_the_partitions_max_time_else_4h_at_most_max_lead_time():
+    from slurmpool.handover import lead_time
+
+    _, slurm = busy()
+    spec = windowed(lead=None)
+    assert lead_time(spec, slurm)[0] == timedelta(hours=4)
+    assert lead_time(spec, replace(slurm, max_times={"gpu": None}))[0] == timedelta(hours=4)  # UNLIMITED
+    assert lead_time(spec, replace(slurm, max_times={"gpu": timedelta(hours=6)})) == (timedelta(hours=6), "partition gpu MaxTime")
+    assert lead_time(spec, replace(slurm, max_times={"gpu": timedelta(days=3)}))[0] == timedelta(hours=24)  # maxLeadTime
+    assert lead_time(windowed(lead="90m"), replace(slurm, max_times={"gpu": timedelta(hours=6)}))[0] == timedelta(minutes=90)
+
+
+def test_an_edge_beyond_the_partitions_max_time_waits_for_it():
+    nodes, slurm = busy()
+    short = replace(with_reservations(slurm), max_times={"gpu": timedelta(minutes=20)})  # the edge is 30 min away
+    assert decide_at(windowed(lead=None), nodes, short).outcome == "none"
+    plan = decide_at(windowed(lead=None), nodes, replace(short, max_times={"gpu": timedelta(hours=1)}))
+    assert plan.outcome == "create" and plan.status.lead_time == "1h00m (partition gpu MaxTime)"

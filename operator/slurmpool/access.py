@@ -55,7 +55,7 @@ async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = 
     listed = results.pop()
     if isinstance(listed, BaseException):
         raise listed
-    found, error = listed
+    found, max_times, error = listed
     api = lists_reservations(backend)
     for result in results:
         if isinstance(result, SlurmError):
@@ -66,19 +66,21 @@ async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = 
     if pending is not None:
         jobs = [j for j in jobs if j.state in ACTIVE_JOB_STATES or (j.state == "PENDING" and pending & set(j.partition.split(",")))]
     return SlurmView(available=True, nodes=nodes, jobs=tuple(dict((j.job_id, j) for j in jobs).values()), pending_partitions=pending,
-                     reservations=found, reservations_error=error, reservations_api=api)
+                     reservations=found, reservations_error=error, reservations_api=api,
+                     max_times=max_times)
 
 
-async def _reservations(backend: SlurmBackend, wanted: bool) -> tuple[tuple | None, str | None]:
-    """The operator's reservations (planned handovers), beside the node poll: one more scontrol.
-    None without a reservation API (slurmrestd here); a failure is the handover's error only
-    (moves never wait on it)."""
+async def _reservations(backend: SlurmBackend, wanted: bool) -> tuple[tuple | None, dict, str | None]:
+    """The operator's reservations (planned handovers) and the partitions' MaxTime (the default
+    lead time), beside the node poll: two more scontrol calls, made side by side. None without a
+    reservation API (slurmrestd here); a failure is the handover's error only (moves never wait on it)."""
     if not wanted or not lists_reservations(backend):
-        return None, None
+        return None, {}, None
     try:
-        return tuple(await backend.reservations()), None
+        found, max_times = await asyncio.gather(backend.reservations(), backend.partition_max_times())
+        return tuple(found), max_times, None
     except SlurmError as err:
-        return None, f"cannot list reservations: {err}"[:500]
+        return None, {}, f"cannot list reservations: {err}"[:500]
 
 
 def lists_reservations(backend: SlurmBackend) -> bool:
@@ -120,8 +122,8 @@ class Instrumented:
 
     def __getattr__(self, name):
         attr = getattr(self.inner, name)
-        if name not in ("nodes", "jobs", "drain", "resume", "requeue", "cancel", "ping", "reservations", "create_reservation",
-                        "delete_reservation"):
+        if name not in ("nodes", "jobs", "drain", "resume", "requeue", "cancel", "ping", "reservations", "partition_max_times",
+                        "create_reservation", "delete_reservation"):
             return attr
 
         async def timed(*args, **kwargs):

@@ -38,6 +38,7 @@ MAX_WAVES = 100
 # A reservation whose edge opens no window (a window closing lowers the count) ends this long after
 # the edge at the latest; it is deleted as soon as the moves are done anyway.
 HOLD_PAST_EDGE = timedelta(hours=1)
+DEFAULT_LEAD = timedelta(hours=4)  # without spec.handover.leadTime or a partition MaxTime
 UNAVAILABLE = "slurmrestd access cannot create reservations; the edge drains as before"
 
 
@@ -130,6 +131,26 @@ def planned(
 # ---------------------------------------------------------------- the decision of a pass
 
 
+def lead_time(spec: SlurmNodePoolSpec, slurm: SlurmView) -> tuple[timedelta, str]:
+    """spec.handover.leadTime, else the partition's MaxTime (no job there runs longer), else 4h;
+    at most maxLeadTime. With where it came from, for the status."""
+    cap = timedelta(seconds=seconds(spec.handover.max_lead_time))
+    if spec.handover.lead_time:
+        lead, why = timedelta(seconds=seconds(spec.handover.lead_time)), "spec.handover.leadTime"
+    elif (max_time := slurm.max_times.get(spec.slurm.partition)) is not None:
+        lead, why = max_time, f"partition {spec.slurm.partition} MaxTime"
+    else:
+        lead, why = DEFAULT_LEAD, "default (partition MaxTime UNLIMITED or unknown)"
+    if lead > cap:
+        return cap, f"maxLeadTime (below {why} {_hours(lead)})"
+    return lead, why
+
+
+def _hours(d: timedelta) -> str:
+    total = int(d.total_seconds())
+    return f"{total // 3600}h{total % 3600 // 60:02d}m"
+
+
 @dataclass(frozen=True)
 class Edge:
     """The next schedule edge, the Slurm count it sets, and when a reservation for it must end."""
@@ -198,7 +219,7 @@ def reconcile(
         return HandoverPlan("unknown", status=previous)
     edge = next_edge(spec, len(nodes), now) if spec.handover.enabled else None
     lowers = edge is not None and edge.slurm_nodes < slurm_count
-    lead = timedelta(seconds=seconds(spec.handover.lead_time))
+    lead, lead_why = lead_time(spec, slurm)
     wanted = planned(namespace, pool, spec, nodes, slurm, now, edge.at, edge.slurm_nodes, lead, health) if lowers else None
     if not slurm.reservations_api:
         if wanted is None:
@@ -215,6 +236,8 @@ def reconcile(
     plan_ = _against(name, wanted, edge, _ours(slurm.reservations, namespace, pool), nodes, health or {}, slurm, now)
     plan_.delete = tuple(dict.fromkeys((*plan_.delete, *orphans)))
     plan_.reported = previous.message if previous is not None else ""
+    if plan_.status is not None:
+        plan_.status.lead_time = f"{_hours(lead)} ({lead_why})"
     plan_.events += [("Normal", "HandoverOrphanDeleted", f"deleting reservation {o}: no SlurmNodePool owns it any more") for o in orphans]
     return plan_
 

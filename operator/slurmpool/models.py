@@ -456,12 +456,13 @@ class HandoverSpec(Model):
         "(reservation slurmpool-<namespace>-<pool>, flags MAINT,IGNORE_JOBS, starting at the edge) so that only jobs that "
         "end by the edge start there. Only pools with schedule windows have edges.",
     )
-    lead_time: Duration = Field(
-        default="4h",
-        description="How long before the edge the reservation is made. Set it to the partition's longest time limit "
-        "(MaxTime) or more: a job longer than the lead time that starts just before the reservation exists still runs at "
-        "the edge (drain.onTimeout decides for it). Default 4h.",
+    lead_time: Duration | None = Field(
+        default=None,
+        description="How long before the edge the reservation is made. Unset: the partition's MaxTime when Slurm reports one "
+        "(not UNLIMITED), else 4h. A job longer than the lead time that starts just before the reservation exists still runs "
+        "at the edge (drain.onTimeout decides for it).",
     )
+    max_lead_time: Duration = Field(default="24h", description="The most the lead time may be, whatever the partition's MaxTime.")
 
 
 class DemandBounds(Model):
@@ -675,6 +676,7 @@ class HandoverStatus(Model):
     nodes: list[str] = Field(default_factory=list, description="The nodes leaving Slurm at the edge (Node names).")
     start: str = Field(description="The edge: the reservation starts then.")
     end: str | None = Field(default=None, description="When the reservation ends at the latest (it goes once the moves are done).")
+    lead_time: str = Field(default="", description="The lead time in force, and where it comes from (spec, partition MaxTime, default).")
     state: Literal["Planned", "Reserved", "Handing", "Unavailable"] = Field(
         description="Planned: wanted, not in Slurm yet; Reserved: in Slurm before the edge; Handing: past the edge, moves "
         "going; Unavailable: this access cannot create reservations (the edge drains as without a handover).",

@@ -385,6 +385,7 @@ class SlurmView:
     reservations: tuple[SlurmReservation, ...] | None = None
     reservations_error: str | None = None
     reservations_api: bool = True  # False: this access cannot list or create reservations (slurmrestd)
+    max_times: dict = field(default_factory=dict, compare=False)  # partition -> MaxTime (None: UNLIMITED), read with the reservations
     _blocks: dict = field(default_factory=dict, compare=False, repr=False)  # level -> {node: block}
 
     def has_pending(self, partition: str | None) -> bool:
