@@ -24,6 +24,7 @@ from harness import (
     events,
     install_crd,
     job_state,
+    now_rfc3339,
     pool_manifest,
     pool_status,
     reset_lab,
@@ -72,6 +73,7 @@ def test_a_planned_handover_reserves_the_leaving_nodes_and_moves_them_at_the_edg
     install_crd(lab)
     ensure_namespace_and_secret(lab)
     total = len(lab.nodes)
+    since = now_rfc3339()
     op = Operator(lab, "operator-handover.log").start()
     jobs: list[str] = []
     try:
@@ -98,7 +100,7 @@ def test_a_planned_handover_reserves_the_leaving_nodes_and_moves_them_at_the_edg
         assert len(reserved) == LEAVING, res
         status = wait(lambda: handover(lab) if handover(lab).get("state") == "Reserved" else None, 30, what="status.handover Reserved")
         assert status["reservation"] == RESERVATION and sorted(status["nodes"]) == sorted(reserved), status
-        assert events(lab, "HandoverReserved"), "no HandoverReserved Event"
+        assert events(lab, "HandoverReserved", since), "no HandoverReserved Event"
         assert pool_status(lab, POOL)["slurm"]["ready"] == total, "a node moved before the edge"
 
         # A crash between the reservation and the edge: a fresh operator finds the reservation by its name.
@@ -132,8 +134,10 @@ def test_a_planned_handover_reserves_the_leaving_nodes_and_moves_them_at_the_edg
         assert moved == sorted(reserved), (moved, reserved)
         wait(lambda: reservation(lab) is None, 60, what="the reservation deleted after the moves")
         wait(lambda: not handover(lab), 30, what="status.handover cleared")
-        assert events(lab, "HandoverDone"), "no HandoverDone Event"
-        assert not events(lab, "JobsRequeued") and not events(lab, "JobsCancelled"), "the handover requeued or cancelled jobs"
+        assert events(lab, "HandoverDone", since), "no HandoverDone Event"
+        assert not events(lab, "HandoverReplanned", since), events(lab, "HandoverReplanned", since)  # the reservation held still
+        assert len(events(lab, "HandoverReserved", since)) == 1, events(lab, "HandoverReserved", since)  # the fresh operator found it
+        assert not events(lab, "JobsRequeued", since) and not events(lab, "JobsCancelled", since), "the handover requeued or cancelled jobs"
         assert all(job_state(lab, j) in ("COMPLETED", "GONE") for j in jobs), {j: job_state(lab, j) for j in jobs}
     finally:
         op.stop()
