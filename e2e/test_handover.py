@@ -24,6 +24,7 @@ from harness import (
     events,
     install_crd,
     job_state,
+    lab_access,
     now_rfc3339,
     pool_manifest,
     pool_status,
@@ -33,6 +34,7 @@ from harness import (
 )
 
 pytestmark = pytest.mark.e2e
+over_scontrol = pytest.mark.skipif(lab_access() == "rest", reason="slurmrestd access cannot create reservations: see the REST test")
 POOL = "handover"
 RESERVATION = f"slurmpool-{NAMESPACE}-{POOL}"
 LEAVING = 3
@@ -69,6 +71,7 @@ def handover(lab) -> dict:
     return pool_status(lab, POOL).get("handover") or {}
 
 
+@over_scontrol
 def test_a_planned_handover_reserves_the_leaving_nodes_and_moves_them_at_the_edge_without_a_drain_wait(lab):
     install_crd(lab)
     ensure_namespace_and_secret(lab)
@@ -160,6 +163,7 @@ def _inference_nodes(lab) -> list[dict]:
 
 
 
+@over_scontrol
 def test_the_reservation_goes_with_its_pool_and_others_are_never_touched(lab):
     install_crd(lab)
     ensure_namespace_and_secret(lab)
@@ -185,4 +189,30 @@ def test_the_reservation_goes_with_its_pool_and_others_are_never_touched(lab):
         op.stop()
         lab.slurm("scontrol", "delete", f"ReservationName={foreign}", check=False)
         lab.slurm("scontrol", "delete", f"ReservationName={RESERVATION}", check=False)
+        reset_lab(lab)
+
+
+@pytest.mark.skipif(lab_access() != "rest", reason="LAB_ACCESS=rest only (a lab with slurmrestd)")
+def test_over_slurmrestd_the_pool_says_once_why_there_is_no_handover_and_the_edge_drains_as_before(lab):
+    install_crd(lab)
+    ensure_namespace_and_secret(lab)
+    total = len(lab.nodes)
+    since = now_rfc3339()
+    op = Operator(lab, "operator-handover-rest.log").start()
+    try:
+        apply(lab, pool_manifest(lab, POOL, total))
+        wait(lambda: split_reached(lab, POOL, total, total), 240, what=f"all {total} nodes in Slurm")
+        edge = (datetime.now(timezone.utc) + timedelta(minutes=3)).replace(second=0, microsecond=0)
+        window = {"name": "serve", "cron": f"{edge.minute} {edge.hour} * * *", "duration": "10m", "slurmNodes": total - 1}
+        lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p",
+                    json.dumps({"spec": {"schedule": [window], "handover": {"leadTime": "15m"}}}))
+        status = wait(lambda: handover(lab) if handover(lab).get("state") == "Unavailable" else None, 90, what="status.handover Unavailable")
+        assert "slurmrestd access cannot create reservations" in status["message"], status
+        assert reservation(lab) is None
+        until_edge = max(0.0, (edge - datetime.now(timezone.utc)).total_seconds())
+        wait(lambda: split_reached(lab, POOL, total - 1, total), until_edge + 180, what="the edge moved one node as before")
+        assert len(events(lab, "HandoverUnavailable", since)) == 1, events(lab, "HandoverUnavailable", since)
+        assert reservation(lab) is None
+    finally:
+        op.stop()
         reset_lab(lab)
