@@ -284,12 +284,20 @@ def held_server(node: str) -> dict:
                      "containers": [{"name": "server", "image": "vllm:latest"}]}}
 
 
-def release_held_servers(lab) -> None:
-    for pod in pods_json(lab, NAMESPACE, "app=held-server"):
-        name = pod["metadata"]["name"]
-        lab.kubectl("patch", "pod", name, "-n", NAMESPACE, "--type=json", "-p", '[{"op":"remove","path":"/metadata/finalizers"}]',
-                    check=False)
-        lab.kubectl("delete", "pod", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=false", check=False)
+def release_held_servers(lab, timeout: float = 60) -> bool:
+    """The held servers gone: finalizer removed, then force-deleted (after an apiserver restart the
+    lab's agent may not confirm a graceful deletion for a while). Retried until none is left."""
+    deadline = time.monotonic() + timeout
+    while (held := pods_json(lab, NAMESPACE, "app=held-server")) and time.monotonic() < deadline:
+        for pod in held:
+            name = pod["metadata"]["name"]
+            if pod["metadata"].get("finalizers"):
+                lab.kubectl("patch", "pod", name, "-n", NAMESPACE, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
+                            check=False)
+            lab.kubectl("delete", "pod", name, "-n", NAMESPACE, "--ignore-not-found", "--grace-period=0", "--force",
+                        "--wait=false", check=False)
+        time.sleep(0.5)
+    return not pods_json(lab, NAMESPACE, "app=held-server")
 
 
 def test_apiserver_restart_mid_move(lab, pool):
@@ -321,7 +329,7 @@ def test_apiserver_restart_mid_move(lab, pool):
         wait(lambda: readyz(lab), 60, what="apiserver ready")
         print(f"apiserver down {t0 - down:.1f} s, ready {time.monotonic() - t0:.1f} s later")
         assert pool_status(lab, POOL).get("moving") == 2, pool_status(lab, POOL)
-        release_held_servers(lab)
+        assert release_held_servers(lab), "the held servers are still there"
         wait(lambda: settled(lab, 8), 120, what="the moves finished after the restart")
         recovered = time.monotonic() - t0
         wait(lambda: len(moves_of(lab, "MoveCompleted", before)) >= 2, 60, what="MoveCompleted Events posted")

@@ -56,3 +56,50 @@ def test_a_list_replaces_the_nodes_and_wakes_only_what_changed():
         assert "a" not in watch.nodes and changed[-1] == "a"
 
     asyncio.run(scenario())
+
+
+def pod(name: str, node: str = "", gpus: int = 0, unschedulable: bool = False) -> dict:
+    status = {"phase": "Running" if node else "Pending"}
+    if unschedulable:
+        status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"limits": limits}}]}, "status": status}
+
+
+class PodCore:
+    def __init__(self, pods):
+        self.pods = list(pods)
+
+    def list_pod_for_all_namespaces(self, limit, _continue=None, **_):
+        return Response({"metadata": {"resourceVersion": "7", "continue": None}, "items": self.pods})
+
+
+def test_a_pod_deleted_while_the_watch_was_away_is_gone_after_the_next_list():
+    """kopf's index kept such a pod for good after an API server restart (its relist adds, never
+    drops), and a move waited for it to leave its node forever (CI, test_apiserver_restart_mid_move)."""
+    from slurmpool.kube import PodWatch
+
+    async def scenario():
+        woken: list[str] = []
+        watch = PodWatch(None, woken.append)
+        watch._loop = asyncio.get_running_loop()
+        watch.core = PodCore([pod("server", "gpu01"), pod("other", "gpu02"), pod("waiting", gpus=8, unschedulable=True),
+                              pod("cpu-only", unschedulable=True)])
+        await asyncio.to_thread(watch._list)
+        await asyncio.sleep(0)
+        assert watch.listed.is_set() and [p.name for p in watch.on("gpu01")] == ["server"]
+        assert [p.name for p in watch.pending.values()] == ["waiting"]  # a pod that asks for no GPU is no demand
+        assert sorted(woken) == ["gpu01", "gpu02"] and watch.on("gpu03") == ()
+        # The watch was lost; meanwhile "server" was deleted and "waiting" was scheduled on gpu03.
+        woken.clear()
+        watch.core = PodCore([pod("other", "gpu02"), pod("waiting", "gpu03", gpus=8)])
+        await asyncio.to_thread(watch._list)
+        await asyncio.sleep(0)
+        assert watch.on("gpu01") == () and "gpu01" not in watch.by_node
+        assert [p.name for p in watch.on("gpu03")] == ["waiting"] and watch.pending == {}
+        assert sorted(woken) == ["gpu01", "gpu03"]  # "other" did not change: its node is not woken
+        watch._set("uid-other", None)  # a DELETED event
+        assert watch.on("gpu02") == () and woken[-1] == "gpu02"
+
+    asyncio.run(scenario())

@@ -47,6 +47,8 @@ class Rule:
 CLIENT_CALLS = {
     # The Nodes are listed and watched by our own watch (kube.NodeWatch: watch.Watch calls list_node).
     "list_node": (Rule("", "nodes", "list", "kube.NodeWatch"), Rule("", "nodes", "watch", "kube.NodeWatch")),
+    # The pods likewise (kube.PodWatch: list_pod_for_all_namespaces, cluster-wide).
+    "list_pod_for_all_namespaces": (Rule("", "pods", "list", "kube.PodWatch"), Rule("", "pods", "watch", "kube.PodWatch")),
     "patch_node": Rule("", "nodes", "patch", "kube.KubeAdapter.patch_node"),
     "read_node": Rule("", "nodes", "get", "kube.KubeAdapter.read_node"),
     "create_namespaced_pod": Rule("", "pods", "create", "kube.KubeAdapter.create_slurmd_pod", "pools"),

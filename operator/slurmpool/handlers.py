@@ -1,4 +1,4 @@
-"""The kopf layer: watch indexes for Nodes, Pods and SlurmNodePools, and a work queue of pools.
+"""The kopf layer: watches of Nodes and Pods (ours) and SlurmNodePools (kopf's), and a work queue of pools.
 
 Each pool is reconciled on its own (workqueue.py): after a watch event that can make progress
 possible (a Node or a pod of its nodes changed, its spec changed), at once after a pass that
@@ -28,10 +28,9 @@ from . import metrics, poolmetrics
 from .access import SlurmAccessPool, lists_reservations
 from .apply import apply
 from .decide import decide
-from .demand import is_pending_gpu_pod, pending_pod
 from .interfaces import PoolRef, pool_object
 from .handover import reservation_name
-from .kube import KubeAdapter, NodeWatch, pod_view
+from .kube import KubeAdapter, NodeWatch, PodWatch
 from .leader import LeaderElector
 from .membership import Membership
 from .models import GROUP, PLURAL, VERSION, SlurmNodePoolSpec, SlurmNodePoolStatus
@@ -76,23 +75,12 @@ class _NoSlurm:
 
 # ---------------------------------------------------------------- indexes (kopf keeps them from watches)
 
-# Nodes are not a kopf index but a watch of our own (kube.NodeWatch: kopf's first listing of an
-# index is quadratic in its objects, minutes for 5,000 Nodes); _node_changed is its callback. The
-# index functions are async only so kopf calls them on the event loop: sync handlers go through a
-# thread pool shared with the API calls, and 500 nodes changing at once queued there. Each also
-# wakes the pools the change concerns.
-
-
-@kopf.index("pods", when=lambda spec, **_: bool(spec.get("nodeName")))
-async def pods_index(body, spec, memo: kopf.Memo, **_):
-    _kick_node(memo, spec["nodeName"])
-    return {spec["nodeName"]: pod_view(body)}
-
-
-@kopf.index("pods", when=lambda spec, status, **_: is_pending_gpu_pod(spec, status))
-async def pending_gpu_pods_index(body, **_):
-    # Demand's inference signal: unschedulable pods asking for nvidia.com/gpu (compact views).
-    return {"pending": pending_pod(body)}
+# Nodes and pods are not kopf indexes but watches of our own (kube.NodeWatch and kube.PodWatch:
+# kopf's first listing of an index is quadratic in its objects, minutes for 5,000 Nodes; and after
+# a watch that could not resume, kopf lists again without dropping what is gone, so a pod deleted
+# while the API server restarted blocked its node's move for good). _node_changed is the Nodes'
+# callback, _kick_node the pods'. The pools stay a kopf index (a few objects; a pool deleted in
+# such a gap would linger in it: a known limit, docs/faults.md).
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -176,7 +164,7 @@ def _kick_node(memo: kopf.Memo, node: str) -> None:
 
 
 @kopf.on.startup()
-async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, pods_index, pools_index, pending_gpu_pods_index, **_):
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, pools_index, **_):
     # Watches can stall silently; bound them so kopf re-lists (nolar/kopf#585).
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300
@@ -200,10 +188,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, pods_index, 
     memo.leader = LeaderElector(memo.kube.api, namespace=config.lease_namespace, identity=config.identity,
                                 duration=config.lease_duration, renew_every=config.lease_renew)
     memo.access = SlurmAccessPool(memo.kube.read_secret)
-    memo.pending_pods = pending_gpu_pods_index
     memo.nodes = NodeWatch(memo.kube.api, lambda name: _node_changed(memo, name))
+    memo.pods = PodWatch(memo.kube.api, lambda node: _kick_node(memo, node))
     memo.nodes.start()
-    memo.tasks = [asyncio.create_task(run(memo, memo.nodes.nodes, pods_index, pools_index))]
+    memo.pods.start()
+    memo.tasks = [asyncio.create_task(run(memo, memo.nodes.nodes, memo.pods, pools_index))]
 
 
 class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
@@ -236,14 +225,15 @@ def _api_client():
     return client.ApiClient()
 
 
-async def run(memo, nodes_index, pods_index, pools_index) -> None:
+async def run(memo, nodes_index, pod_watch, pools_index) -> None:
     await memo.indexed.wait()
     await memo.nodes.listed.wait()
+    await memo.pods.listed.wait()
     config: Settings = memo.settings
     log.info("indexes ready; reconciling pools every %.1fs and on events, %d at once", config.interval, config.pool_concurrency)
 
     async def work(key) -> None:
-        await reconcile_key(memo, key, nodes_index, pods_index, pools_index)
+        await reconcile_key(memo, key, nodes_index, pod_watch, pools_index)
 
     await asyncio.gather(run_workers(memo.queue, work, config.pool_concurrency), lead(memo, pools_index), loop_lag())
 
@@ -278,7 +268,7 @@ def _first(store):
     return next(iter(store), None)
 
 
-async def reconcile_key(memo, key, nodes_index, pods_index, pools_index) -> None:
+async def reconcile_key(memo, key, nodes_index, pod_watch, pools_index) -> None:
     """One pass of one pool; schedules its next pass. Never raises."""
     config: Settings = memo.settings
     if not memo.leader.leading:
@@ -291,7 +281,7 @@ async def reconcile_key(memo, key, nodes_index, pods_index, pools_index) -> None
     started = time.monotonic()
     after = config.interval
     try:
-        after = await _reconcile(memo, pool, raw, nodes_index, pods_index, pools_index)
+        after = await _reconcile(memo, pool, raw, nodes_index, pod_watch, pools_index)
         metrics.RECONCILE_TOTAL.labels(result="ok").inc()
         memo.reconcile_errors.pop(pool.key, None)
     except Exception as err:  # noqa: BLE001 - one pool's failure must not stop the others
@@ -349,7 +339,7 @@ def _parse(raw) -> tuple[SlurmNodePoolSpec | None, str]:
     return spec, why
 
 
-async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_index) -> float | None:
+async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pod_watch, pools_index) -> float | None:
     """Snapshot, decide, apply, report. Returns when to look again (None: back off)."""
     config: Settings = memo.settings
     spec, why = _parse(raw)
@@ -361,7 +351,7 @@ async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_in
         await _report_invalid(memo, pool, raw, "; ".join(refused), policy=True)
         return config.interval
     t0 = time.monotonic()
-    snap, backend = await _snapshot(memo, pool, spec, raw, nodes_index, pods_index, pools_index)
+    snap, backend = await _snapshot(memo, pool, spec, raw, nodes_index, pod_watch, pools_index)
     if _index_lags(memo, snap.nodes):
         return INDEX_LAG_RETRY  # our last writes have not come back through the watch yet
     t1 = time.monotonic()
@@ -371,7 +361,7 @@ async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pods_index, pools_in
         # Which node to move, and whether a drain is still ours to resume, are read from a poll
         # begun after this pass did (an admin's drain just before a scale must count).
         again = time.monotonic()
-        snap, backend = await _snapshot(memo, pool, spec, raw, nodes_index, pods_index, pools_index, newer_than=t0)
+        snap, backend = await _snapshot(memo, pool, spec, raw, nodes_index, pod_watch, pools_index, newer_than=t0)
         decided = time.monotonic()
         decision = decide(snap)
         snapshot_s, decide_s = snapshot_s + decided - again, decide_s + time.monotonic() - decided
@@ -443,7 +433,7 @@ def _needs_fresh_slurm(decision) -> bool:
     return bool(decision.starts) or any(isinstance(a, (Resume, Requeue, Cancel)) for s in decision.steps.values() for a in s.actions)
 
 
-async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_index, pods_index, pools_index, newer_than=None):
+async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_index, pod_watch, pools_index, newer_than=None):
     key = (pool.namespace, pool.name)
     membership = _membership(memo, pools_index)
     mine: list[NodeView] = []
@@ -455,11 +445,11 @@ async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_ind
         if len(membership.owners(name) or ()) > 1:
             overlaps.append(node.name)
             continue
-        pods = tuple(pods_index.get(node.name, ()))
+        pods = pod_watch.on(node.name)
         mine.append(node if pods == node.pods else replace(node, pods=pods))  # a new view costs a parse of its records
     await _report_overlaps(memo, pool, overlaps, membership)
     # Pods bound to a node that is no Node (deleted): this pool's slurmd pods are reported and cleaned up.
-    orphans = tuple(p for node in list(pods_index) if node not in nodes_index for p in pods_index.get(node, ())
+    orphans = tuple(p for node in list(pod_watch.by_node) if node not in nodes_index for p in pod_watch.on(node)
                     if p.slurmd and p.pool == pool.name and p.namespace == pool.namespace)
     # Pools on one Slurm share a poll made within SLURM_MAX_AGE; a pool whose move waits on Slurm
     # asks for one begun after the poll it last saw (shared by every pool asking meanwhile).
@@ -471,7 +461,7 @@ async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_ind
                                                topology=spec.topology.from_slurm, newer_than=newer_than, pool=pool.key,
                                                reservations=_handover_wanted(spec, raw))
     memo.last_poll[key] = slurm.polled_at
-    pending = tuple(p for store in (memo.pending_pods or {}).values() for p in store) if spec.demand and spec.demand.enabled else ()
+    pending = tuple(pod_watch.pending.values()) if spec.demand and spec.demand.enabled else ()
     snap = PoolSnapshot(
         pool=pool, spec=spec, nodes=tuple(mine), slurm=slurm, now=datetime.now(timezone.utc), previous=_previous_status(memo, pool, raw),
         overlaps=tuple(overlaps), orphans=orphans, pending=pending, author=raw.get("author"),

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
@@ -21,6 +22,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from . import metrics
+from .demand import is_pending_gpu_pod, pending_pod
 from .fit import needs_of
 from .models import SlurmNodePoolSpec
 from .interfaces import Conflict, PoolRef, Refused
@@ -120,28 +122,45 @@ def pod_view(body: dict) -> PodView:
 # ---------------------------------------------------------------- the Nodes, by a watch of our own
 
 
-class NodeWatch:
-    """Every Node as a compact NodeView, kept by a list and watch of our own in one thread.
+class ListWatch:
+    """Objects of one kind as compact views, kept by a list and watch of our own in one thread.
 
-    Not a kopf index: in kopf's first listing of an index, each object's worker waits for every
-    other (a toggle per object, all woken at every drop): with 5,000 Nodes indexing took minutes,
-    with each Node's whole body held meanwhile, and kopf keeps state for each object after.
-    Here a Node is reduced to its view as it is read. `nodes` has the shape of a kopf index
-    (name -> a store of one view); it is changed only on the event loop, and `listed` is set
-    once the first full list is in. `on_change(name)` is called on the loop for each change."""
+    Not a kopf index, for two reasons. kopf's first listing of an index is quadratic in its
+    objects (each object's worker waits for every other: minutes for 5,000 Nodes, with each
+    whole body held meanwhile). And after a watch that could not resume (410 Gone, as after an
+    API server restart) kopf lists again but never drops what the new list lacks: a pod deleted
+    in that gap stayed in its index for good, and a move waited on it forever. Here every list
+    replaces the whole store. A body is reduced to its view as it is read; the store is changed
+    only on the event loop, and `listed` is set once the first full list is in."""
 
-    PAGE = 100  # Nodes per list request: the bodies of a page are held at once (500 cost 8 MiB of RSS at 5,000 Nodes)
+    PAGE = 100  # objects per list request: the bodies of a page are held at once (500 Nodes cost 8 MiB of RSS at 5,000)
     WATCH_SECONDS = 270  # the server ends a watch after this; kopf's setting, see handlers.startup
+    KIND = "objects"
 
-    def __init__(self, api: client.ApiClient, on_change: Callable[[str], None]):
+    def __init__(self, api: client.ApiClient):
         self.core = client.CoreV1Api(api)
-        self.on_change = on_change
-        self.nodes: dict[str, tuple[NodeView]] = {}
         self.listed = asyncio.Event()
         self.list_began = 0.0  # monotonic time the last full list that is in began (a consistent read)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._relist = threading.Event()
         self._stream: watch.Watch | None = None
+
+    # What a kind defines: its list call, and how a list or an event changes the store.
+    def _list_call(self) -> Callable:
+        raise NotImplementedError
+
+    def _replace(self, bodies: dict[str, Any], began: float = 0.0) -> None:
+        """The store is exactly what a full list read (views keyed as _key keys them)."""
+        raise NotImplementedError
+
+    def _key(self, body: dict) -> str:
+        raise NotImplementedError
+
+    def _reduce(self, body: dict) -> Any:
+        raise NotImplementedError
+
+    def _set(self, key: str, view: Any) -> None:
+        raise NotImplementedError
 
     def request_relist(self) -> None:
         """List again (the watch lags): the stream stops at its next event or bookmark."""
@@ -151,7 +170,7 @@ class NodeWatch:
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        threading.Thread(target=self._run, name="node-watch", daemon=True).start()
+        threading.Thread(target=self._run, name=f"{self.KIND.lower()}-watch", daemon=True).start()
 
     def _run(self) -> None:
         delay = 0.5
@@ -165,21 +184,20 @@ class NodeWatch:
                 gone = isinstance(err, ApiException) and err.status == 410  # too old a version: relist now
                 if not gone:
                     # Short waits: while the API server is away the views are stale (as kopf's would be).
-                    log.warning("watch of Nodes failed (%s); listing again in %.1f s", err, delay)
+                    log.warning("watch of %s failed (%s); listing again in %.1f s", self.KIND, err, delay)
                     threading.Event().wait(delay)
                     delay = min(delay * 2, 5.0)
 
     def _list(self) -> str:
         self._relist.clear()
         began = time.monotonic()
-        views: dict[str, NodeView] = {}
+        views: dict[str, Any] = {}
         token = None
         while True:
-            response = self.core.list_node(limit=self.PAGE, _continue=token, _preload_content=False, _request_timeout=(30, 120))
+            response = self._list_call()(limit=self.PAGE, _continue=token, _preload_content=False, _request_timeout=(30, 120))
             page = json.loads(response.data)
             for item in page.get("items") or ():
-                view = node_view(item)
-                views[view.name] = view
+                views[self._key(item)] = self._reduce(item)
             token = page["metadata"].get("continue")
             if not token:
                 break
@@ -189,17 +207,38 @@ class NodeWatch:
     def _watch(self, version: str) -> str:
         self._stream = watch.Watch()
         stream = self._stream.stream(
-            self.core.list_node, resource_version=version, allow_watch_bookmarks=True, timeout_seconds=self.WATCH_SECONDS,
+            self._list_call(), resource_version=version, allow_watch_bookmarks=True, timeout_seconds=self.WATCH_SECONDS,
             _request_timeout=(30, self.WATCH_SECONDS + 30), deserialize=False,
         )
         for event in stream:  # an ERROR event (410: too old) raises ApiException: relist
             body = event["object"]
             version = body["metadata"].get("resourceVersion") or version
             if event["type"] in ("ADDED", "MODIFIED"):
-                self._loop.call_soon_threadsafe(self._set, body["metadata"]["name"], node_view(body))
+                self._loop.call_soon_threadsafe(self._set, self._key(body), self._reduce(body))
             elif event["type"] == "DELETED":
-                self._loop.call_soon_threadsafe(self._set, body["metadata"]["name"], None)
+                self._loop.call_soon_threadsafe(self._set, self._key(body), None)
         return version
+
+
+class NodeWatch(ListWatch):
+    """Every Node as a compact NodeView. `nodes` has the shape of a kopf index (name -> a store
+    of one view). `on_change(name)` is called on the loop for each change."""
+
+    KIND = "Nodes"
+
+    def __init__(self, api: client.ApiClient, on_change: Callable[[str], None]):
+        super().__init__(api)
+        self.on_change = on_change
+        self.nodes: dict[str, tuple[NodeView]] = {}
+
+    def _list_call(self) -> Callable:
+        return self.core.list_node
+
+    def _key(self, body: dict) -> str:
+        return body["metadata"]["name"]
+
+    def _reduce(self, body: dict) -> NodeView:
+        return node_view(body)
 
     def _replace(self, views: dict[str, NodeView], began: float = 0.0) -> None:
         self.list_began = began
@@ -216,6 +255,70 @@ class NodeWatch:
         else:
             self.nodes[name] = (view,)
         self.on_change(name)
+
+
+@dataclass(frozen=True, slots=True)
+class _PodEntry:
+    node: str  # spec.nodeName ("" while unscheduled)
+    view: PodView | None  # a pod on a node
+    pending: Any = None  # demand.PendingPod: an unschedulable pod asking for GPUs
+
+
+class PodWatch(ListWatch):
+    """Every pod that matters, compactly: the pods on each node (`on(node)`), and the pending,
+    unschedulable pods asking for GPUs (`pending`, demand's inference signal); no other pod is
+    kept. `on_change(node)` is called on the loop when a pod on that node comes, changes or goes."""
+
+    KIND = "Pods"
+    PAGE = 500
+
+    def __init__(self, api: client.ApiClient, on_change: Callable[[str], None]):
+        super().__init__(api)
+        self.on_change = on_change
+        self._pods: dict[str, _PodEntry] = {}  # uid -> entry
+        self.by_node: dict[str, dict[str, PodView]] = {}  # node -> uid -> view
+        self.pending: dict[str, Any] = {}  # uid -> PendingPod
+
+    def on(self, node: str) -> tuple[PodView, ...]:
+        return tuple(self.by_node.get(node, {}).values())
+
+    def _list_call(self) -> Callable:
+        return self.core.list_pod_for_all_namespaces
+
+    def _key(self, body: dict) -> str:
+        return body["metadata"].get("uid") or f"{body['metadata'].get('namespace')}/{body['metadata']['name']}"
+
+    def _reduce(self, body: dict) -> _PodEntry:
+        spec, status = body.get("spec") or {}, body.get("status") or {}
+        node = spec.get("nodeName") or ""
+        pending = pending_pod(body) if is_pending_gpu_pod(spec, status) else None
+        return _PodEntry(node, pod_view(body) if node else None, pending)
+
+    def _replace(self, entries: dict[str, _PodEntry], began: float = 0.0) -> None:
+        self.list_began = began
+        for uid in [u for u in self._pods if u not in entries]:
+            self._set(uid, None)
+        for uid, entry in entries.items():
+            if self._pods.get(uid) != entry:
+                self._set(uid, entry)
+        self.listed.set()
+
+    def _set(self, uid: str, entry: _PodEntry | None) -> None:
+        old = self._pods.pop(uid, None)
+        if entry is not None and (entry.view is not None or entry.pending is not None):
+            self._pods[uid] = entry
+        if old is not None and old.view is not None:
+            on_node = self.by_node.get(old.node, {})
+            on_node.pop(uid, None)
+            if not on_node:
+                self.by_node.pop(old.node, None)
+        self.pending.pop(uid, None)
+        if entry is not None and entry.view is not None:
+            self.by_node.setdefault(entry.node, {})[uid] = entry.view
+        if entry is not None and entry.pending is not None:
+            self.pending[uid] = entry.pending
+        for node in {e.node for e in (old, entry) if e is not None and e.view is not None}:
+            self.on_change(node)
 
 
 # ---------------------------------------------------------------- writes
