@@ -3,8 +3,8 @@ takes nodes out of Slurm, the operator reserves the leaving nodes in Slurm from 
 (`slurmpool-<namespace>-<pool>`, MAINT,IGNORE_JOBS), so that only jobs that end by the edge
 start there; at the edge the nodes move without a drain wait, no job is requeued or cancelled,
 and the reservation is deleted once the moves are done. A SIGKILL of the operator between the
-reservation and the edge leaves nothing behind: a fresh operator finds the reservation by its
-name and finishes. On the default lab: Slurm 22.05 over SSH.
+reservation and the edge, and another right after the first move at the edge is recorded, leave
+nothing behind: a fresh operator finds the reservation by its name and finishes. On the default lab: Slurm 22.05 over SSH.
 
 Robust on a loaded machine: every wait polls with a generous deadline; no elapsed time is asserted.
 The edge is 3-4 minutes ahead (a whole minute, as cron has it), so the test takes about 6 minutes."""
@@ -107,8 +107,10 @@ def test_a_planned_handover_reserves_the_leaving_nodes_and_moves_them_at_the_edg
         assert pool_status(lab, POOL)["slurm"]["ready"] == total, "a node moved before the edge"
 
         # A crash between the reservation and the edge: a fresh operator finds the reservation by its name.
+        # The fresh one kills itself in turn right after recording the first move at the edge
+        # (SLURMPOOL_CRASH_AFTER_PHASE: record written, nothing done), while the reservation is in force.
         op.kill()
-        op = Operator(lab, "operator-handover-2.log").start()
+        op = Operator(lab, "operator-handover-2.log", {"SLURMPOOL_CRASH_AFTER_PHASE": "Draining"}).start()
 
         # A job whose time limit passes the edge never starts on a reserved node; one that ends before it may.
         late = submit(lab, 5, limit_minutes=30, node=reserved[0])
@@ -131,7 +133,10 @@ def test_a_planned_handover_reserves_the_leaving_nodes_and_moves_them_at_the_edg
 
         # At the edge: the reserved nodes move (found idle), and the reservation goes once they serve inference.
         until_edge = max(0.0, (edge - datetime.now(timezone.utc)).total_seconds())
-        wait(lambda: pool_status(lab, POOL).get("target", {}).get("source") == "Schedule", until_edge + 60, what="the window opened")
+        wait(lambda: op.proc.poll() is not None, until_edge + 120, what="the operator killed itself at the edge's first move")
+        assert reservation(lab) is not None, "the reservation went with the crash"
+        op = Operator(lab, "operator-handover-3.log").start()  # a third, fresh one finishes the handover
+        wait(lambda: pool_status(lab, POOL).get("target", {}).get("source") == "Schedule", 60, what="the window opened")
         wait(lambda: split_reached(lab, POOL, total - LEAVING, total), 180, what=f"{LEAVING} nodes in inference")
         moved = sorted(n["metadata"]["name"] for n in _inference_nodes(lab))
         assert moved == sorted(reserved), (moved, reserved)
