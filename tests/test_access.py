@@ -294,3 +294,40 @@ async def test_a_rotated_ssh_key_or_host_key_is_read_again_without_a_restart(mon
     pool._ssh_read.pop(access.access_key("ns", spec))
     third = await pool.backend("ns", spec)
     assert third is not second and runners[-1].kw["known_hosts"] == "hosts-2"
+
+
+class ReservingBackend(CountingBackend):
+    def __init__(self, fail=False):
+        super().__init__()
+        self.fail = fail
+
+    async def reservations(self):
+        self.calls.append("reservations")
+        if self.fail:
+            raise SlurmUnavailable("scontrol: error: slurm_load_reservations: timed out")
+        return []
+
+    async def partition_max_times(self):
+        self.calls.append("partition_max_times")
+        return {"gpu": None}
+
+    async def create_reservation(self, *args):
+        raise AssertionError("not called by a poll")
+
+
+async def test_reservations_are_read_only_for_pools_that_may_plan_a_handover_and_only_where_scontrol_is(monkeypatch):
+    pool = access.SlurmAccessPool(read_secret=None)
+    fake = ReservingBackend()
+    backend_is(monkeypatch, pool, fake)
+    spec = SlurmAccess(local={})
+    _, view = await pool.observe("ns", spec, max_age=0.5, pool="a")
+    assert "reservations" not in fake.calls and view.reservations is None
+    _, view = await pool.observe("ns", spec, max_age=0.5, pool="b", reservations=True)  # the cached view lacks them: polled again
+    assert fake.calls.count("reservations") == 1 and view.reservations == () and view.max_times == {"gpu": None}
+    rest = await access.observe_slurm(CountingBackend(), None, reservations=True)  # no reservation API (slurmrestd)
+    assert rest.available and rest.reservations is None and not rest.reservations_api
+
+
+async def test_a_failed_read_of_reservations_is_the_handovers_error_only():
+    view = await access.observe_slurm(ReservingBackend(fail=True), None, reservations=True)
+    assert view.available and view.nodes and view.reservations is None and "timed out" in view.reservations_error

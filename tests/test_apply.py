@@ -249,3 +249,50 @@ async def test_slurms_state_rides_in_a_patch_the_node_gets_anyway_and_is_not_wri
     assert sorted(writes) == sorted([(moved, sorted([ANN_DRAIN, ANN_MOVE, ANN_POOL, ANN_SLURM]))] +
                                     [(n, [ANN_SLURM]) for n in decision.publish if n != moved]), writes
     assert {n: v for n, (v, _) in published.items()} == decision.publish
+
+
+# ---------------------------------------------------------------- the planned handover's reservation
+
+
+class ReservingSlurm(FakeSlurm):
+    def __init__(self, fail: str | None = None):
+        super().__init__()
+        self.fail = fail
+
+    async def create_reservation(self, name, nodes, start, minutes, flags):
+        if self.fail:
+            raise RuntimeError(self.fail)
+        self.calls.append(("create_reservation", name, tuple(nodes), start, minutes, tuple(flags)))
+
+    async def delete_reservation(self, name):
+        self.calls.append(("delete_reservation", name))
+
+
+def _windowed(spec):
+    body = spec.model_dump(by_alias=True)
+    body["schedule"] = [{"name": "day", "cron": "30 12 * * *", "duration": "1h", "slurmNodes": 2}]
+    return type(spec).model_validate(body)
+
+
+async def test_a_pass_before_an_edge_reserves_the_leaving_nodes_and_shows_it_in_status():
+    from datetime import timedelta
+    nodes, view = slurm_nodes(5)
+    view = replace(view, reservations=())
+    status, kube, slurm = await run(_windowed(make_spec(slurm_nodes=5, max_moves=5)), nodes, view, slurm=ReservingSlurm())
+    created = [c for c in slurm.calls if c[0] == "create_reservation"]
+    assert len(created) == 1 and created[0][1] == "slurmpool-ns-gpu" and len(created[0][2]) == 3
+    assert created[0][3] == NOW + timedelta(minutes=30) and created[0][4] == 60 and created[0][5] == ("MAINT", "IGNORE_JOBS")
+    assert not any(c[0] == "drain" for c in slurm.calls)  # nothing moves before the edge
+    assert status.handover.state == "Reserved" and status.handover.reservation == "slurmpool-ns-gpu"
+    assert ("event", "SlurmNodePool", "HandoverReserved") in kube.calls
+
+
+async def test_a_reservation_that_cannot_be_made_is_reported_and_holds_no_move_back():
+    nodes, view = slurm_nodes(6)
+    view = replace(view, reservations=())
+    spec = _windowed(make_spec(slurm_nodes=5, max_moves=5))  # 6 nodes, 5 wanted in Slurm: one moves now
+    status, kube, slurm = await run(spec, nodes, view, slurm=ReservingSlurm(fail="scontrol: error: Duplicate reservation name"))
+    assert [c[0] for c in slurm.calls] == ["drain"]
+    assert status.handover.state == "Planned" and "Duplicate reservation name" in status.handover.message
+    assert status.last_error is None
+    assert ("event", "SlurmNodePool", "HandoverFailed") in kube.calls

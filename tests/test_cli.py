@@ -125,6 +125,17 @@ def test_plan_forecasts_when_each_leaving_node_is_free_by_its_jobs_time_limits()
     assert any(line.startswith("WAVE") and "FREE" in line for line in text.splitlines()) and " now " in text and "2026-11-29T12:07:00Z" in text
 
 
+def test_plan_shows_the_planned_handover_from_the_status():
+    pool, nodes = world()
+    pool = {**pool, "status": {**(pool.get("status") or {}), "handover": {
+        "reservation": "slurmpool-ns-gpu", "flags": ["MAINT", "IGNORE_JOBS"], "nodes": ["n2", "n3"], "start": "2026-11-29T12:30:00Z",
+        "end": "2026-11-29T13:30:00Z", "state": "Reserved", "late": ["n2"], "message": ""}}}
+    text = cli.render_plan(cli.plan_view(SPEC, pool, nodes, NOW, 1), 200)
+    assert "planned handover (Reserved): reservation slurmpool-ns-gpu (MAINT,IGNORE_JOBS) from 2026-11-29T12:30:00Z" in text
+    assert "jobs on n2 have no time limit or end after the edge: drain.onTimeout decides" in text
+    assert "planned handover" not in cli.render_plan(cli.plan_view(SPEC, world()[0], nodes, NOW, 1), 200)
+
+
 def test_plan_in_waves_when_the_budget_is_small():
     spec = make_spec(slurm_nodes=3, max_moves=1)
     pool, nodes = world()

@@ -131,3 +131,40 @@ def test_a_slurmd_registering_is_looked_at_again_soon_a_move_blocked_by_jobs_is_
     assert not handlers.waiting_on_slurm(decision(Phase.REGISTERING, ["slurm-unavailable"]))  # polls back off
     assert not handlers.waiting_on_slurm(decision(Phase.EVICTING, []))  # a watch event wakes it
     assert not handlers.waiting_on_slurm(SimpleNamespace(steps={"gpu01": Step(move=None, settled="slurm")}))
+
+
+class ReservationBackend:
+    def __init__(self):
+        self.deleted: list[str] = []
+
+    async def reservations(self):
+        return []
+
+    async def delete_reservation(self, name):
+        self.deleted.append(name)
+
+
+class RestLike:
+    """slurmrestd: no reservation calls."""
+
+
+class Access:
+    def __init__(self, backend):
+        self._backend = backend
+
+    async def backend(self, namespace, access):
+        return self._backend
+
+
+def test_a_deleted_pool_takes_its_reservation_with_it_and_only_its_own():
+    memo = memo_for()
+    body = {"spec": make_spec().model_dump(by_alias=True)}
+    memo.access = Access(backend := ReservationBackend())
+    asyncio.run(handlers._release_reservation(memo, "ns", "gpu", body))
+    assert backend.deleted == ["slurmpool-ns-gpu"]
+    memo.access = Access(RestLike())  # nothing to delete over slurmrestd, and no error
+    asyncio.run(handlers._release_reservation(memo, "ns", "gpu", body))
+    memo.leader = type("NotLeading", (), {"leading": False})()
+    memo.access = Access(backend := ReservationBackend())
+    asyncio.run(handlers._release_reservation(memo, "ns", "gpu", body))
+    assert backend.deleted == []  # only the leader acts

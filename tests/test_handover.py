@@ -3,6 +3,7 @@ the reservation wanted ahead of an edge."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from slurmbridge import SlurmJob
@@ -59,3 +60,199 @@ def test_only_the_pools_own_reservation_is_ours():
     assert reservation_name("ns", "gpu") == "slurmpool-ns-gpu"
     assert is_ours("slurmpool-ns-gpu", "ns", "gpu")
     assert not is_ours("slurmpool-ns-gpu2", "ns", "gpu") and not is_ours("maint-friday", "ns", "gpu")
+
+
+# ---------------------------------------------------------------- the pass's decision (reconcile)
+
+from slurmbridge import SlurmReservation  # noqa: E402
+from slurmpool.handover import UNAVAILABLE, next_edge, reconcile  # noqa: E402
+from slurmpool.health import Finding, NodeHealth  # noqa: E402
+from slurmpool.models import SlurmNodePoolSpec  # noqa: E402
+from slurmpool.phases import Phase  # noqa: E402
+from slurmpool.view import ANN_MOVE, MoveRecord  # noqa: E402
+
+EDGE = NOW + timedelta(minutes=30)  # the window "30 12 * * *" opens at 12:30 UTC, for 1h, with 2 Slurm nodes
+
+
+def windowed(lead="4h", enabled=True, windows=True):
+    spec = make_spec(slurm_nodes=5, max_moves=8).model_dump(by_alias=True)
+    if windows:
+        spec["schedule"] = [{"name": "day", "cron": "30 12 * * *", "duration": "1h", "slurmNodes": 2}]
+    spec["handover"] = {"enabled": enabled, **({"leadTime": lead} if lead else {})}
+    return SlurmNodePoolSpec.model_validate(spec)
+
+
+def with_reservations(slurm, *reservations, api=True):
+    return SlurmView(True, nodes=slurm.nodes, jobs=slurm.jobs, reservations=tuple(reservations) if api else None, reservations_api=api)
+
+
+def ours(nodes, start=EDGE, name="slurmpool-ns-gpu"):
+    return SlurmReservation(name=name, nodes=tuple(nodes), start=start, end=start + timedelta(hours=1),
+                            flags=frozenset({"MAINT", "IGNORE_JOBS", "SPEC_NODES"}), state="INACTIVE")
+
+
+def busy():
+    return lab([running("1", "gpu01", 50), running("2", "gpu02", 5), running("3", "gpu03", None)])
+
+
+def decide_at(spec, nodes, slurm, now=NOW, count=5, **kw):
+    return reconcile("ns", "gpu", spec, nodes, slurm, now, count, **kw)
+
+
+def test_the_next_edge_sets_the_windows_count_until_its_end():
+    edge = next_edge(windowed(), 8, NOW)
+    assert (edge.at, edge.slurm_nodes, edge.until) == (EDGE, 2, EDGE + timedelta(hours=1))
+    assert next_edge(windowed(windows=False), 8, NOW) is None
+
+
+def test_an_edge_beyond_the_lead_time_plans_nothing():
+    nodes, slurm = busy()
+    plan = decide_at(windowed(lead="10m"), nodes, with_reservations(slurm))
+    assert plan.outcome == "none" and plan.create is None and plan.delete == () and plan.status is None
+
+
+def test_an_edge_within_the_lead_time_creates_the_reservation_on_the_leaving_nodes_until_the_windows_end():
+    nodes, slurm = busy()
+    plan = decide_at(windowed(), nodes, with_reservations(slurm))
+    assert plan.outcome == "create" and plan.delete == ()
+    assert plan.create.reservation == "slurmpool-ns-gpu" and plan.create.nodes == ("gpu04", "gpu05", "gpu02")
+    assert plan.create.start == EDGE and plan.minutes == 60 and plan.create.flags == ("MAINT", "IGNORE_JOBS")
+    assert plan.status.state == "Planned" and plan.status.late == []
+    assert [e[1] for e in plan.events] == ["HandoverReserved"]
+
+
+def test_jobs_without_a_limit_or_past_the_edge_are_named_late():
+    nodes, slurm = busy()
+    spec = windowed().model_copy(update={"schedule": [windowed().schedule[0].model_copy(update={"slurm_nodes": 0})]})
+    plan = decide_at(spec, nodes, with_reservations(slurm))
+    assert set(plan.status.late) == {"gpu01", "gpu03"} and "drain.onTimeout" in plan.events[0][2]
+
+
+def test_an_edge_that_does_not_lower_the_slurm_count_plans_nothing():
+    nodes, slurm = busy()
+    assert decide_at(windowed(), nodes, with_reservations(slurm), count=2).outcome == "none"
+
+
+def test_the_reservation_as_wanted_is_kept():
+    nodes, slurm = busy()
+    plan = decide_at(windowed(), nodes, with_reservations(slurm, ours(["gpu02", "gpu04", "gpu05"])))
+    assert plan.outcome == "keep" and plan.create is None and plan.delete == () and plan.status.state == "Reserved"
+
+
+def test_reserved_nodes_that_still_fit_are_kept_though_the_planner_would_choose_others_now():
+    nodes, slurm = busy()  # the planner now prefers gpu02 (ends in 5 min) to gpu01 (50 min)
+    plan = decide_at(windowed(), nodes, with_reservations(slurm, ours(["gpu01", "gpu04", "gpu05"])))
+    assert plan.outcome == "keep" and plan.status.nodes == ["gpu01", "gpu04", "gpu05"] and plan.status.late == ["gpu01"]
+
+
+def test_a_reserved_node_that_became_unhealthy_replaces_the_reservation():
+    nodes, slurm = busy()
+    health = {"gpu04": NodeHealth((Finding("SlurmDown", "down", NOW),))}
+    plan = decide_at(windowed(), nodes, with_reservations(slurm, ours(["gpu02", "gpu04", "gpu05"])), health=health)
+    assert plan.outcome == "replace" and plan.delete == ("slurmpool-ns-gpu",)
+    assert "gpu04" not in plan.create.nodes and len(plan.create.nodes) == 3
+    assert [e[1] for e in plan.events] == ["HandoverReplanned"]
+
+
+def test_a_reservation_for_another_start_is_replaced():
+    nodes, slurm = busy()
+    plan = decide_at(windowed(), nodes, with_reservations(slurm, ours(["gpu02", "gpu04", "gpu05"], start=EDGE + timedelta(minutes=5))))
+    assert plan.outcome == "replace" and plan.create.start == EDGE
+
+
+def test_the_window_removed_deletes_the_reservation():
+    nodes, slurm = busy()
+    plan = decide_at(windowed(windows=False), nodes, with_reservations(slurm, ours(["gpu02", "gpu04", "gpu05"])))
+    assert plan.outcome == "delete" and plan.delete == ("slurmpool-ns-gpu",) and plan.create is None
+    assert [e[1] for e in plan.events] == ["HandoverCancelled"]
+    off = decide_at(windowed(enabled=False), nodes, with_reservations(slurm, ours(["gpu02", "gpu04", "gpu05"])))
+    assert off.outcome == "delete"
+
+
+def _moving_out(node: NodeView) -> NodeView:
+    move = MoveRecord(id="m1", source=SLURM, target="inference:default", phase=Phase.DRAINING, since=EDGE, started=EDGE)
+    return NodeView(node.name, annotations={**node.annotations, ANN_MOVE: move.to_annotation()})
+
+
+def test_past_the_edge_the_reservation_is_kept_while_a_move_out_of_slurm_goes_on_one_of_its_nodes():
+    nodes, slurm = busy()
+    nodes = [_moving_out(n) if n.name == "gpu04" else n for n in nodes]
+    later = EDGE + timedelta(minutes=1)
+    plan = decide_at(windowed(), nodes, with_reservations(slurm, ours(["gpu02", "gpu04", "gpu05"])), now=later, count=2)
+    assert plan.outcome == "keep" and plan.delete == () and plan.status.state == "Handing" and "gpu04" in plan.status.message
+
+
+def test_past_the_edge_with_the_moves_done_the_reservation_is_deleted():
+    nodes, slurm = busy()
+    nodes = [NodeView(n.name, annotations={ANN_PLACEMENT: "inference:default"}) if n.name in ("gpu02", "gpu04", "gpu05") else n
+             for n in nodes]
+    later = EDGE + timedelta(minutes=3)
+    plan = decide_at(windowed(), nodes, with_reservations(slurm, ours(["gpu02", "gpu04", "gpu05"])), now=later, count=2)
+    assert plan.outcome == "delete" and plan.delete == ("slurmpool-ns-gpu",) and plan.status is None
+    assert [e[1] for e in plan.events] == ["HandoverDone"]
+
+
+def test_reservations_of_others_are_never_touched_and_orphans_only_of_this_namespace_with_pools_known():
+    nodes, slurm = busy()
+    foreign = [ours(["gpu01"], name=n) for n in ("maint-friday", "slurmpool-other-gpu", "slurmpool-ns-gpu2", "slurmpool-ns-old")]
+    view = with_reservations(slurm, *foreign)
+    plan = decide_at(windowed(windows=False), nodes, view)
+    assert plan.outcome == "none" and plan.delete == ()  # which pools exist is unknown: nothing is swept
+    plan = decide_at(windowed(windows=False), nodes, view, owned={"slurmpool-ns-gpu", "slurmpool-ns-gpu2", "slurmpool-other-gpu"})
+    assert plan.delete == ("slurmpool-ns-old",) and [e[1] for e in plan.events] == ["HandoverOrphanDeleted"]
+
+
+def test_an_access_without_reservations_reports_it_once_and_plans_nothing():
+    nodes, slurm = busy()
+    plan = decide_at(windowed(), nodes, with_reservations(slurm, api=False))
+    assert plan.outcome == "unavailable" and plan.create is None and plan.delete == ()
+    assert plan.status.state == "Unavailable" and plan.status.message == UNAVAILABLE
+    assert [e[1] for e in plan.events] == ["HandoverUnavailable"]
+    again = decide_at(windowed(), nodes, with_reservations(slurm, api=False), previous=plan.status)
+    assert again.outcome == "unavailable" and again.events == []
+
+
+def test_reservations_that_could_not_be_read_change_nothing():
+    nodes, slurm = busy()
+    view = SlurmView(True, nodes=slurm.nodes, jobs=slurm.jobs, reservations=None, reservations_error="cannot list reservations: boom")
+    plan = decide_at(windowed(), nodes, view)
+    assert plan.outcome == "unknown" and plan.create is None and plan.delete == ()
+
+
+def test_at_the_edge_the_planner_takes_the_reserved_nodes_first_among_idle_ones():
+    nodes, slurm = lab()  # all idle: by name, gpu01.. would go first
+    view = with_reservations(slurm, ours(["gpu03", "gpu04", "gpu05"], start=NOW))
+    assert sorted(leaving_nodes(make_spec(slurm_nodes=5, max_moves=8), nodes, view, NOW, 2)) == ["gpu03", "gpu04", "gpu05"]
+    assert sorted(leaving_nodes(make_spec(slurm_nodes=5, max_moves=8), nodes, slurm, NOW, 2)) != ["gpu03", "gpu04", "gpu05"]
+
+
+def test_slurm_time_limits_parse_as_scontrol_prints_them():
+    from slurmbridge.parse import parse_duration, parse_partition_max_times
+
+    assert parse_duration("04:00:00") == timedelta(hours=4)
+    assert parse_duration("1-12:00:00") == timedelta(days=1, hours=12)
+    assert parse_duration("30") == timedelta(minutes=30) and parse_duration("30:15") == timedelta(minutes=30, seconds=15)
+    assert parse_duration("UNLIMITED") is None and parse_duration("NONE") is None and parse_duration("") is None
+    text = ("PartitionName=gpu AllowGroups=ALL MaxNodes=UNLIMITED MaxTime=2-00:00:00 MinNodes=0 Nodes=gpu[01-08]\n"
+            "PartitionName=debug MaxTime=UNLIMITED Nodes=gpu01\n")
+    assert parse_partition_max_times(text) == {"gpu": timedelta(days=2), "debug": None}
+
+
+def test_the_lead_time_is_the_specs_else_the_partitions_max_time_else_4h_at_most_max_lead_time():
+    from slurmpool.handover import lead_time
+
+    _, slurm = busy()
+    spec = windowed(lead=None)
+    assert lead_time(spec, slurm)[0] == timedelta(hours=4)
+    assert lead_time(spec, replace(slurm, max_times={"gpu": None}))[0] == timedelta(hours=4)  # UNLIMITED
+    assert lead_time(spec, replace(slurm, max_times={"gpu": timedelta(hours=6)})) == (timedelta(hours=6), "partition gpu MaxTime")
+    assert lead_time(spec, replace(slurm, max_times={"gpu": timedelta(days=3)}))[0] == timedelta(hours=24)  # maxLeadTime
+    assert lead_time(windowed(lead="90m"), replace(slurm, max_times={"gpu": timedelta(hours=6)}))[0] == timedelta(minutes=90)
+
+
+def test_an_edge_beyond_the_partitions_max_time_waits_for_it():
+    nodes, slurm = busy()
+    short = replace(with_reservations(slurm), max_times={"gpu": timedelta(minutes=20)})  # the edge is 30 min away
+    assert decide_at(windowed(lead=None), nodes, short).outcome == "none"
+    plan = decide_at(windowed(lead=None), nodes, replace(short, max_times={"gpu": timedelta(hours=1)}))
+    assert plan.outcome == "create" and plan.status.lead_time == "1h00m (partition gpu MaxTime)"

@@ -2,7 +2,7 @@
 
 from .backend import ScontrolBackend, SlurmBackend
 from .errors import SlurmError, SlurmUnavailable
-from .models import SlurmJob, SlurmNode, TopologyGroup
+from .models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
 from .parse import parse_scontrol_nodes, parse_squeue
 from .rest import CachedToken, RestAuth, RestBackend, SlurmAuthError, StaticToken
 from .runner import CommandRunner, LocalRunner
@@ -30,6 +30,7 @@ __all__ = [
     "SlurmError",
     "SlurmJob",
     "SlurmNode",
+    "SlurmReservation",
     "SlurmUnavailable",
     "SshRunner",
     "StaticToken",

@@ -6,13 +6,13 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Sequence
-from datetime import datetime, timezone, tzinfo
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Protocol, runtime_checkable
 
 from . import validate
 from .errors import SlurmError, SlurmUnavailable
 from .models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
-from .parse import parse_reservations, parse_scontrol_nodes, parse_squeue, parse_topology, squeue_format
+from .parse import parse_partition_max_times, parse_reservations, parse_scontrol_nodes, parse_squeue, parse_topology, squeue_format
 from .runner import CommandRunner
 
 log = logging.getLogger(__name__)
@@ -170,6 +170,10 @@ class ScontrolBackend:
         """The operator's reservations (name prefix `slurmpool-`); others are not even returned."""
         out = await self._run(["scontrol", "-o", "show", "reservation"])
         return [r for r in parse_reservations(out, self.tz) if r.name.startswith(validate.RESERVATION_PREFIX)]
+
+    async def partition_max_times(self) -> dict[str, timedelta | None]:
+        """Each partition's MaxTime (None: UNLIMITED): the planned handover's default lead time."""
+        return parse_partition_max_times(await self._run(["scontrol", "-o", "show", "partition"]))
 
     async def create_reservation(self, name: str, nodes: Sequence[str], start: datetime, minutes: int, flags: Sequence[str]) -> None:
         """Create an operator reservation (root's, on exactly these nodes) from `start` for `minutes`."""

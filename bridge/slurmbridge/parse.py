@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone, tzinfo
+from datetime import datetime, timedelta, timezone, tzinfo
 
 from .models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup, gpu_count
 from .validate import expand
@@ -239,4 +239,30 @@ def parse_reservations(text: str, tz: tzinfo = timezone.utc) -> list[SlurmReserv
                 state=f.get("State", "").upper(),
             )
         )
+    return out
+
+
+def parse_duration(text: str) -> timedelta | None:
+    """A Slurm time limit as scontrol prints it: [days-]hours:minutes:seconds, minutes:seconds,
+    or minutes; None for UNLIMITED, INFINITE, NONE or anything else."""
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", (text or "").strip())
+    if not m:
+        return None
+    days, a, b, c = (int(x) if x else None for x in m.groups())
+    if c is not None:
+        h, mi, sec = a, b, c
+    elif b is not None:
+        h, mi, sec = (a, b, 0) if days is not None else (0, a, b)
+    else:
+        h, mi, sec = (a, 0, 0) if days is not None else (0, a, 0)
+    return timedelta(days=days or 0, hours=h, minutes=mi, seconds=sec)
+
+
+def parse_partition_max_times(text: str) -> dict[str, timedelta | None]:
+    """Each partition's MaxTime from `scontrol -o show partition` (None: UNLIMITED)."""
+    out: dict[str, timedelta | None] = {}
+    for line in text.splitlines():
+        if line.startswith("PartitionName="):
+            f = node_fields(line)
+            out[f.get("PartitionName", "")] = parse_duration(f.get("MaxTime", ""))
     return out

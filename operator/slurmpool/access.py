@@ -38,19 +38,25 @@ def access_key(namespace: str, access: SlurmAccess) -> tuple:
     return ("local", access.local.slurm_conf if access.local else None)
 
 
-async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = None) -> SlurmView:
+async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = None, reservations: bool = False) -> SlurmView:
     """`scontrol show node` and `squeue` for the whole pool, side by side (each is a round trip
     over SSH). Fails closed. `pending`: the partitions whose pending jobs are read (the pools with
     demand on); running jobs are read from every partition (a node may run any). None: every job.
     100k pending jobs were 17 MB per poll: squeue filters (`-t`, `-p`); slurmrestd cannot, so its
-    one answer is filtered here."""
+    one answer is filtered here. `reservations`: the operator's reservations too (a pool with a
+    planned handover asked lately)."""
     if pending is None:
         calls = [backend.jobs()]
     elif getattr(backend, "filters_jobs", True):
         calls = [backend.jobs(states=sorted(ACTIVE_JOB_STATES))] + [backend.jobs(partition=p, states=["PENDING"]) for p in sorted(pending)]
     else:
         calls = [backend.jobs()]
-    results = await asyncio.gather(backend.nodes(), *calls, return_exceptions=True)
+    results = await asyncio.gather(backend.nodes(), *calls, _reservations(backend, reservations), return_exceptions=True)
+    listed = results.pop()
+    if isinstance(listed, BaseException):
+        raise listed
+    found, max_times, error = listed
+    api = lists_reservations(backend)
     for result in results:
         if isinstance(result, SlurmError):
             return SlurmView(available=False, error=str(result)[:500])
@@ -59,7 +65,33 @@ async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = 
     nodes, jobs = results[0], [j for found in results[1:] for j in found]
     if pending is not None:
         jobs = [j for j in jobs if j.state in ACTIVE_JOB_STATES or (j.state == "PENDING" and pending & set(j.partition.split(",")))]
-    return SlurmView(available=True, nodes=nodes, jobs=tuple(dict((j.job_id, j) for j in jobs).values()), pending_partitions=pending)
+    return SlurmView(available=True, nodes=nodes, jobs=tuple(dict((j.job_id, j) for j in jobs).values()), pending_partitions=pending,
+                     reservations=found, reservations_error=error, reservations_api=api,
+                     max_times=max_times)
+
+
+async def _reservations(backend: SlurmBackend, wanted: bool) -> tuple[tuple | None, dict, str | None]:
+    """The operator's reservations (planned handovers) and the partitions' MaxTime (the default
+    lead time), beside the node poll: two more scontrol calls, made side by side. None without a
+    reservation API (slurmrestd here); a failure is the handover's error only (moves never wait on it)."""
+    if not wanted or not lists_reservations(backend):
+        return None, {}, None
+    try:
+        found, max_times = await asyncio.gather(backend.reservations(), backend.partition_max_times())
+        return tuple(found), max_times, None
+    except SlurmError as err:
+        return None, {}, f"cannot list reservations: {err}"[:500]
+
+
+def lists_reservations(backend: SlurmBackend) -> bool:
+    """Can this access list and create reservations (scontrol over SSH or locally; not slurmrestd)?"""
+    return hasattr(getattr(backend, "inner", backend), "reservations")
+
+
+def _has_reservations(view: SlurmView, wanted: bool) -> bool:
+    """Does the view answer a pool that wants reservations (read, or their read failed)?"""
+    return not wanted or not view.available or view.reservations is not None or view.reservations_error is not None \
+        or not view.reservations_api
 
 
 def _ssh_material(secret: dict[str, str], ssh) -> tuple:
@@ -90,7 +122,8 @@ class Instrumented:
 
     def __getattr__(self, name):
         attr = getattr(self.inner, name)
-        if name not in ("nodes", "jobs", "drain", "resume", "requeue", "cancel", "ping"):
+        if name not in ("nodes", "jobs", "drain", "resume", "requeue", "cancel", "ping", "reservations", "partition_max_times",
+                        "create_reservation", "delete_reservation"):
             return attr
 
         async def timed(*args, **kwargs):
@@ -123,6 +156,7 @@ class SlurmAccessPool:
         self._ssh_read: dict[tuple, float] = {}  # key -> when its SSH Secret was last read
         self._ssh_seen: dict[tuple, tuple] = {}  # key -> the key and known_hosts its connection uses
         self._pending: dict[tuple, dict[str, tuple[str | None, float]]] = {}  # key -> pool -> (partition if demand on, asked at)
+        self._reserving: dict[tuple, dict[str, float]] = {}  # key -> pool -> when it last asked for reservations
         self.command_timeout = command_timeout
         self.retries = retries
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
@@ -169,7 +203,7 @@ class SlurmAccessPool:
 
     async def observe(
         self, namespace: str, access: SlurmAccess, max_age: float, topology: bool = False, newer_than: float | None = None,
-        pool: str = "", pending: str | None = None,
+        pool: str = "", pending: str | None = None, reservations: bool = False,
     ) -> tuple[SlurmBackend | None, SlurmView]:
         """Slurm's state for this access, polled at most once per `max_age` seconds (and, with
         `newer_than`, by a poll begun after that time); with `topology`, its switches or blocks
@@ -177,6 +211,8 @@ class SlurmAccessPool:
         `pool`: whose changes the view must show (pools own disjoint nodes: not another pool's)."""
         key = access_key(namespace, access)
         self._pending.setdefault(key, {})[pool] = (pending, self.clock())
+        if reservations:
+            self._reserving.setdefault(key, {})[pool] = self.clock()
         # What will do, fixed on arrival: a pool that waited for another pool's poll takes it
         # rather than polling again after it (pools sharing one Slurm queue on its lock).
         oldest = self.clock() - max_age
@@ -184,11 +220,11 @@ class SlurmAccessPool:
         if lock.locked():  # another pool is polling: a view a little older does rather than queue behind it
             cached = self._views.get(key)
             if cached and self._usable(key, pool, cached[0], oldest - STALE_WHILE_POLLING * max_age, newer_than) and \
-                    cached[1].has_pending(pending) and \
+                    cached[1].has_pending(pending) and _has_reservations(cached[1], reservations) and \
                     (not topology or cached[1].topology or not cached[1].available):
                 return self._backends.get(key), cached[1]
         async with lock:  # pools reconcile concurrently: one poll
-            return await self._observe(key, namespace, access, oldest, topology, newer_than, pool, pending)
+            return await self._observe(key, namespace, access, oldest, topology, newer_than, pool, pending, reservations)
 
     def _pending_partitions(self, key: tuple, now: float) -> frozenset[str]:
         """The union of the partitions whose pools have demand on, as they asked lately: a deleted
@@ -198,18 +234,26 @@ class SlurmAccessPool:
             del asked[pool]
         return frozenset(part for part, _ in asked.values() if part)
 
+    def _reserving_lately(self, key: tuple, now: float) -> bool:
+        """A pool on this access asked for reservations within PENDING_FOR (a deleted pool stops it)."""
+        asked = self._reserving.get(key, {})
+        for pool in [p for p, at in asked.items() if now - at > PENDING_FOR]:
+            del asked[pool]
+        return bool(asked)
+
     def _usable(self, key: tuple, pool: str, began: float, oldest: float, newer_than: float | None) -> bool:
         """A poll that began after the pool's last change through this access shows it."""
         written = self._written.get((key, pool), float("-inf"))
         return began >= oldest and began >= written and (newer_than is None or began > newer_than)
 
     async def _observe(self, key: tuple, namespace: str, access: SlurmAccess, oldest: float, topology: bool,
-                       newer_than: float | None = None, pool: str = "", pool_pending: str | None = None):
+                       newer_than: float | None = None, pool: str = "", pool_pending: str | None = None,
+                       pool_reservations: bool = False):
         now = self.clock()
         cached = self._views.get(key)
         # Pools that changed Slurm while a poll ran, or want a newer look than their last, share
         # the next poll instead of polling one after another.
-        if cached and self._usable(key, pool, cached[0], oldest, newer_than) and (not cached[1].available or cached[1].has_pending(pool_pending)):
+        if cached and self._usable(key, pool, cached[0], oldest, newer_than) and (not cached[1].available or (cached[1].has_pending(pool_pending) and _has_reservations(cached[1], pool_reservations))):
             backend, view = self._backends.get(key), cached[1]
             if topology and view.available and not view.topology and backend is not None:
                 view = replace(view, topology=await self._groups(key, backend))  # another pool polled without it
@@ -224,7 +268,7 @@ class SlurmAccessPool:
         except Exception as err:  # noqa: BLE001 - a missing Secret is reported, not raised
             backend, view = None, SlurmView(available=False, error=f"cannot reach Slurm: {err}")
         else:
-            view = await observe_slurm(backend, self._pending_partitions(key, now))
+            view = await observe_slurm(backend, self._pending_partitions(key, now), self._reserving_lately(key, now))
             if topology and view.available:
                 view = replace(view, topology=await self._groups(key, backend))
         if view.available:

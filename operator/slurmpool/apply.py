@@ -107,6 +107,7 @@ async def apply(
 
     await asyncio.gather(*(_pod_actions(pool, spec, name, step, kube, result, _in_slurm(decision, name))
                            for name, step in steps.items() if name not in result.unwritten))
+    await _handover(pool, decision, kube, backend, result)
     await _publish(kube, decision.publish, published)
     for ev in decision.clear_move_now:
         try:
@@ -116,6 +117,31 @@ async def apply(
             continue
         await _both(kube, pool, ev)
     return result
+
+
+async def _handover(pool: PoolRef, decision: PoolDecision, kube: Kube, backend: SlurmBackend, result: ApplyResult) -> None:
+    """The planned handover's reservation: deleted (ours when no longer wanted or done, orphans of
+    deleted pools), then created. After the moves' own Slurm actions, and a failure is only the
+    handover's (`result.handover_error`, retried next pass): it never holds a move back."""
+    plan = decision.handover
+    if plan is None or not (plan.delete or plan.create or plan.events):
+        return
+    try:
+        for name in plan.delete:
+            await backend.delete_reservation(name)
+        if plan.create is not None:
+            nodes = [s for n in plan.create.nodes if (s := _in_slurm(decision, n)) is not None]
+            await backend.create_reservation(plan.create.reservation, nodes, plan.create.start, plan.minutes, plan.create.flags)
+    except Exception as err:  # noqa: BLE001 - reported on the pool, retried next pass
+        log.warning("%s: reservation %s failed: %s", pool.key, plan.outcome, err)
+        result.handover_error = f"{plan.outcome} reservation: {err}"[:500]
+        metrics.ACTION_ERRORS.labels(action="scontrol").inc()
+        if result.handover_error != plan.reported:
+            await kube.event(pool_object(pool), "Warning", "HandoverFailed", f"{result.handover_error}; retried next pass, moves go on")
+        return
+    result.slurm_changed = result.slurm_changed or bool(plan.delete or plan.create)
+    for type_, reason, message in plan.events:
+        await kube.event(pool_object(pool), type_, reason, message)
 
 
 # Events of a node's move that only its Node shows: a phase step is detail for `kubectl describe

@@ -293,6 +293,7 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
         "problems": problems,
         "unhealthy": sorted(sick),
         "inFlight": in_flight,
+        "handover": status.get("handover"),  # the operator's planned handover (status.handover), if any
         "moves": moves,
         "waves": max([m["wave"] for m in moves] or [0]),
         "now": iso(now),
@@ -447,6 +448,7 @@ def render_plan(view: dict[str, Any], total: int = 100) -> str:
         lines.append("  the pool is paused: no move starts until `kubectl slurmpool resume`")
     for m in view["inFlight"]:
         lines.append(f"  in flight: {m['node']} {m['from']} -> {m['to']} {m['cause']}"[:total])
+    lines += [line[:total] for line in handover_lines(view.get("handover"))]
     if not view["moves"]:
         lines.append("No move needed." if not view["problems"] else "Nothing would move.")
         return "\n".join(lines)
@@ -468,6 +470,20 @@ def render_plan(view: dict[str, Any], total: int = 100) -> str:
     if view["waves"] > 1:
         lines.append("Waves after the first are a forecast: they depend on how Slurm looks then.")
     return "\n".join(line[:total] for line in lines)
+
+
+def handover_lines(h: dict | None) -> list[str]:
+    """The planned handover ahead of the next edge: its reservation (as in `scontrol show res`),
+    nodes, and the nodes whose jobs will still run at the edge."""
+    if not h:
+        return []
+    lines = [f"  planned handover ({h.get('state')}): reservation {h.get('reservation')} ({','.join(h.get('flags') or [])}) "
+             f"from {h.get('start')} until {h.get('end') or '?'} on {', '.join(h.get('nodes') or [])}"]
+    if h.get("late"):
+        lines.append(f"    jobs on {', '.join(h['late'])} have no time limit or end after the edge: drain.onTimeout decides")
+    if h.get("message"):
+        lines.append(f"    {h['message']}")
+    return lines
 
 
 def _free(move: dict, now: str | None) -> str:

@@ -10,7 +10,8 @@ In order:
    Slurm node (its slurmd pod; a health drain for a listed condition, resumed once it clears);
 4. nodes deleted from Kubernetes: reported, their orphan slurmd pods deleted once idle;
 5. the plan (planner.py) on the nodes as the steps leave them: moves to turn back, moves
-   to start (each advanced at once on the same observations);
+   to start (each advanced at once on the same observations); then the planned handover's
+   reservation ahead of the next schedule edge (handover.py) on the nodes as they leave them;
 6. what to publish on nodes (Slurm's state) and the move-now requests now fulfilled.
 """
 
@@ -23,6 +24,7 @@ from dataclasses import replace
 from . import health as healthmod
 from . import slurmnames
 from .demand import signals
+from .handover import reconcile as reconcile_handover
 from .health import HEALTHY, NodeHealth
 from .interfaces import PoolRef
 from .models import SlurmNodePoolSpec, seconds
@@ -119,6 +121,8 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
         by_name[node.name] = _after(node, step)
         decision.starts.append((start, move))
     decision.nodes_after = list(by_name.values())
+    decision.handover = reconcile_handover(snap.pool.namespace, snap.pool.name, spec, decision.nodes_after, slurm, now, target.slurm_nodes,
+                                           health, snap.owned_reservations, snap.previous.handover if snap.previous else None)
     decision.invalid = {n.name: n.problems for n in nodes if n.problems}
     decision.publish = _published(nodes, slurm)
     decision.clear_move_now = _fulfilled_move_now(spec, nodes, target)

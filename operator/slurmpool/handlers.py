@@ -25,10 +25,11 @@ from pydantic import ValidationError
 from slurmbridge import SlurmUnavailable
 
 from . import metrics, poolmetrics
-from .access import SlurmAccessPool
+from .access import SlurmAccessPool, lists_reservations
 from .apply import apply
 from .decide import decide
 from .interfaces import PoolRef, pool_object
+from .handover import reservation_name
 from .kube import KubeAdapter, NodeWatch, PodWatch
 from .leader import LeaderElector
 from .membership import Membership
@@ -105,6 +106,7 @@ async def pool_changed(memo: kopf.Memo, type, namespace, name, body, **_):
         memo.status.forget(namespace, name)
         memo.generations.pop(key, None)
         memo.membership.selectors_stale = True
+        await _release_reservation(memo, namespace, name, body)
         return
     # Wake the pool for spec changes (and the first sight of it), not for our own status writes.
     generation = body.get("metadata", {}).get("generation")
@@ -112,6 +114,23 @@ async def pool_changed(memo: kopf.Memo, type, namespace, name, body, **_):
         memo.generations[key] = generation
         memo.membership.selectors_stale = True  # maybe: compared at the next pass
         memo.queue.add(key, urgent=True)  # a person's change goes before the passes of moves going
+
+
+async def _release_reservation(memo: kopf.Memo, namespace: str, name: str, body) -> None:
+    """A deleted pool's planned-handover reservation goes with it (best effort: while the operator
+    was down, the next pass of a pool of the same namespace deletes it as an orphan: handover.py)."""
+    try:
+        spec = SlurmNodePoolSpec.model_validate(body.get("spec") or {})
+    except ValidationError:
+        return
+    if not memo.leader.leading:
+        return
+    try:
+        backend = await memo.access.backend(namespace, spec.slurm.access)
+        if lists_reservations(backend):
+            await backend.delete_reservation(reservation_name(namespace, name))
+    except Exception as err:  # noqa: BLE001 - the orphan sweep retries it
+        log.warning("could not delete the reservation of deleted pool %s/%s: %s", namespace, name, err)
 
 
 def _node_changed(memo: kopf.Memo, name: str) -> None:
@@ -439,14 +458,22 @@ async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_ind
     memo.fresh.discard(key)
     pending = spec.slurm.partition if spec.demand is not None and spec.demand.enabled else None
     backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=SLURM_MAX_AGE, pending=pending,
-                                               topology=spec.topology.from_slurm, newer_than=newer_than, pool=pool.key)
+                                               topology=spec.topology.from_slurm, newer_than=newer_than, pool=pool.key,
+                                               reservations=_handover_wanted(spec, raw))
     memo.last_poll[key] = slurm.polled_at
     pending = tuple(pod_watch.pending.values()) if spec.demand and spec.demand.enabled else ()
     snap = PoolSnapshot(
         pool=pool, spec=spec, nodes=tuple(mine), slurm=slurm, now=datetime.now(timezone.utc), previous=_previous_status(memo, pool, raw),
         overlaps=tuple(overlaps), orphans=orphans, pending=pending, author=raw.get("author"),
+        owned_reservations=frozenset(reservation_name(ns, name) for ns, name in list(pools_index)),
     )
     return snap, backend
+
+
+def _handover_wanted(spec: SlurmNodePoolSpec, raw) -> bool:
+    """The pool's reservations are read while it may plan a handover, and while its last status
+    shows one (a schedule removed, or the handover turned off: ours is deleted)."""
+    return (spec.handover.enabled and bool(spec.schedule)) or bool((raw.get("status") or {}).get("handover"))
 
 
 async def _report_overlaps(memo, pool: PoolRef, overlaps: list[str], membership: Membership) -> None:

@@ -85,7 +85,8 @@ HEALTH_KINDS = ("SlurmDown", "DrainedByOthers", "SlurmUnlisted", "NotReady", "Co
 DIRECTIONS = ("to_slurm", "to_inference", "between_pools")  # apply.direction
 FAILURE_REASONS = ("rollback", "unhealthy")  # apply: MOVES_FAILED reasons
 ACTIONS = ("patch", "create", "delete", "evict", "scontrol", "scancel")  # apply._guard: first word
-SLURM_COMMANDS = ("nodes", "jobs", "drain", "resume", "requeue", "cancel", "ping")  # access.Instrumented
+SLURM_COMMANDS = ("nodes", "jobs", "drain", "resume", "requeue", "cancel", "ping", "reservations", "partition_max_times",
+                  "create_reservation", "delete_reservation")  # access.Instrumented
 for _direction in DIRECTIONS:
     MOVES_COMPLETED.labels(direction=_direction)
     MOVE_SECONDS.labels(direction=_direction)  # its buckets too: the dashboard's Move duration

@@ -447,6 +447,24 @@ def schedule_problem(cron: str, time_zone: str) -> str | None:
     return None
 
 
+class HandoverSpec(Model):
+    """The planned handover ahead of a schedule edge that takes nodes out of Slurm (README: Schedules)."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Before a schedule window's edge that lowers the Slurm count, reserve the leaving nodes in Slurm "
+        "(reservation slurmpool-<namespace>-<pool>, flags MAINT,IGNORE_JOBS, starting at the edge) so that only jobs that "
+        "end by the edge start there. Only pools with schedule windows have edges.",
+    )
+    lead_time: Duration | None = Field(
+        default=None,
+        description="How long before the edge the reservation is made. Unset: the partition's MaxTime when Slurm reports one "
+        "(not UNLIMITED), else 4h. A job longer than the lead time that starts just before the reservation exists still runs "
+        "at the edge (drain.onTimeout decides for it).",
+    )
+    max_lead_time: Duration = Field(default="24h", description="The most the lead time may be, whatever the partition's MaxTime.")
+
+
 class DemandBounds(Model):
     min_nodes: int = Field(default=0, ge=0, le=100000, description="Demand never takes this side below this many nodes.")
     max_nodes: int | None = Field(default=None, ge=0, le=100000, description="Demand never grows this side above this many nodes.")
@@ -527,6 +545,7 @@ class SlurmNodePoolSpec(Model):
     )
     demand: DemandSpec | None = Field(default=None, description="Follow demand within bounds (opt-in).")
     health: HealthSpec = Field(default_factory=HealthSpec, json_schema_extra={"default": {}})
+    handover: HandoverSpec = Field(default_factory=HandoverSpec, json_schema_extra={"default": {}})
 
     @model_validator(mode="after")
     def _check(self) -> "SlurmNodePoolSpec":
@@ -649,6 +668,26 @@ class TargetStatus(Model):
     demand: DemandStatus | None = None
 
 
+class HandoverStatus(Model):
+    """The planned handover ahead of the next edge, or one whose moves are still going (README: Schedules)."""
+
+    reservation: str = Field(description="The Slurm reservation (scontrol show reservation <name>).")
+    flags: list[str] = Field(default_factory=list)
+    nodes: list[str] = Field(default_factory=list, description="The nodes leaving Slurm at the edge (Node names).")
+    start: str = Field(description="The edge: the reservation starts then.")
+    end: str | None = Field(default=None, description="When the reservation ends at the latest (it goes once the moves are done).")
+    lead_time: str = Field(default="", description="The lead time in force, and where it comes from (spec, partition MaxTime, default).")
+    state: Literal["Planned", "Reserved", "Handing", "Unavailable"] = Field(
+        description="Planned: wanted, not in Slurm yet; Reserved: in Slurm before the edge; Handing: past the edge, moves "
+        "going; Unavailable: this access cannot create reservations (the edge drains as without a handover).",
+    )
+    late: list[str] = Field(
+        default_factory=list,
+        description="Leaving nodes whose jobs have no time limit or end after the edge: drain.onTimeout decides for them.",
+    )
+    message: str = ""
+
+
 class SlurmNodePoolStatus(Model):
     observed_generation: int | None = None
     selected_nodes: int = 0
@@ -669,6 +708,7 @@ class SlurmNodePoolStatus(Model):
     conditions: list[Condition] = Field(default_factory=list)
     last_error: str | None = None
     target: TargetStatus | None = Field(default=None, description="The current target and its source (an audit).")
+    handover: HandoverStatus | None = Field(default=None, description="The planned handover ahead of the next schedule edge, if any.")
 
 
 class SlurmNodePool(Model):

@@ -148,7 +148,8 @@ def counted_placement(node: NodeView, valid: set[str]) -> str:
 
 def _cost(node: NodeView, slurm: SlurmView, topology_rank: tuple = topology.NO_BLOCK, suspect: bool = False) -> tuple:
     """Lower is cheaper to take away from where the node is now: unadopted nodes first, then
-    the topology rank (see topology.py), then drained, idle, suspect (health.py: down or
+    the topology rank (see topology.py), then drained or reserved for the planned handover
+    (handover.py), idle, suspect (health.py: down or
     failing within its grace: it may be broken), soonest free (Slurm side) or cordoned, fewest
     pods, suspect (inference side). Ends with the node's name: costs are unique."""
     placement = node.placement
@@ -163,8 +164,8 @@ def _cost(node: NodeView, slurm: SlurmView, topology_rank: tuple = topology.NO_B
             # that may be broken (a slurmctld restart shows every node not responding for a while).
             if suspect or name in slurm.not_responding:
                 idle = 2
-            elif name in slurm.drain_flagged or name not in slurm.nodes:
-                idle = 0
+            elif name in slurm.drain_flagged or name not in slurm.nodes or name in slurm.reserved:
+                idle = 0  # a node of our handover's reservation: kept free for this edge
             else:
                 idle = 1
             return (1, tier, order, block, idle, 0.0, name)

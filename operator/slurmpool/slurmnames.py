@@ -57,4 +57,6 @@ def by_node(view: SlurmView, names: Mapping[str, str | None]) -> SlurmView:
     nodes = {node_of[s]: sn for s, sn in view.nodes.items() if s in node_of}
     jobs = tuple(replace(j, nodes=tuple(node_of[n] for n in j.nodes if n in node_of)) for j in view.jobs)
     topology = tuple(replace(g, nodes=tuple(node_of[n] for n in g.nodes if n in node_of)) for g in view.topology)
-    return replace(view, nodes=nodes, jobs=jobs, topology=topology, _blocks={})
+    reservations = view.reservations if view.reservations is None else \
+        tuple(replace(r, nodes=tuple(node_of.get(n, n) for n in r.nodes)) for r in view.reservations)
+    return replace(view, nodes=nodes, jobs=jobs, topology=topology, reservations=reservations, _blocks={})

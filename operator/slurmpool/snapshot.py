@@ -13,6 +13,7 @@ from .interfaces import PoolRef
 from .models import SlurmNodePoolSpec, SlurmNodePoolStatus
 from .moves import Step
 from .planner import Start
+from .handover import HandoverPlan
 from .target import Decision
 from .view import MoveRecord, NodeView, PodView, RecordProblem, SlurmView
 
@@ -34,6 +35,7 @@ class PoolSnapshot:
     orphans: tuple[PodView, ...] = ()  # this pool's slurmd pods bound to a Node that is gone
     pending: tuple[PendingPod, ...] = ()  # unschedulable GPU pods (demand's inference signal)
     author: str | None = None  # who last wrote spec.slurmNodes (managedFields)
+    owned_reservations: frozenset[str] | None = None  # every existing pool's reservation name (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class PoolDecision:
     health: dict[str, NodeHealth] = field(default_factory=dict)  # nodes with findings (health.py)
     held: list[str] = field(default_factory=list)  # unhealthy nodes whose pin or move-now waits (planner.Plan.refused)
     slurm_names: dict[str, str | None] = field(default_factory=dict)  # node -> its Slurm name, where not its own (slurmnames.py)
+    handover: HandoverPlan | None = None  # the planned handover's reservation (handover.py)
 
 
 @dataclass
@@ -76,3 +79,4 @@ class ApplyResult:
     acted: bool = False  # something was done that the next observation may show done
     slurm_changed: bool = False  # a Slurm update was sent: the next pass polls Slurm afresh
     records: dict[str, dict[str, str | None]] = field(default_factory=dict)  # node -> record annotations written
+    handover_error: str | None = None  # the reservation could not be created or deleted (retried next pass; moves go on)

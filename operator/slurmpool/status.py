@@ -61,6 +61,20 @@ def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult
     previous = snap.previous.conditions if snap.previous else []
     status = status_from(snap.pool.name, snap.spec, snap.pool.generation, decision.nodes_after, seen, previous, snap.now)
     status.target = decision.target.status
+    status.handover = _handover(decision, result)
+    return status
+
+
+def _handover(decision: PoolDecision, result: ApplyResult) -> HandoverStatus | None:
+    """The planned handover as this pass left it; a failure to create or delete it is its message."""
+    plan = decision.handover
+    if plan is None or plan.status is None:
+        return None
+    status = plan.status
+    if result.handover_error:
+        return status.model_copy(update={"message": result.handover_error})
+    if plan.create is not None:  # made this pass
+        return status.model_copy(update={"state": "Reserved"})
     return status
 
 

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError, model_validator
 
-from slurmbridge import SlurmJob, SlurmNode, TopologyGroup
+from slurmbridge import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
 
 from .fit import PodNeeds
 from .phases import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, Phase
@@ -380,6 +380,12 @@ class SlurmView:
     topology: tuple[TopologyGroup, ...] = ()  # polled only for pools with topology.fromSlurm
     polled_at: float = field(default=0.0, compare=False)  # when its poll began (monotonic): access.py
     pending_partitions: frozenset[str] | None = None  # whose pending jobs were read (None: every partition's)
+    # The operator's reservations (`slurmpool-` names only); None: not read (an access that cannot
+    # list them, slurmrestd, or the read failed: then `reservations_error`).
+    reservations: tuple[SlurmReservation, ...] | None = None
+    reservations_error: str | None = None
+    reservations_api: bool = True  # False: this access cannot list or create reservations (slurmrestd)
+    max_times: dict = field(default_factory=dict, compare=False)  # partition -> MaxTime (None: UNLIMITED), read with the reservations
     _blocks: dict = field(default_factory=dict, compare=False, repr=False)  # level -> {node: block}
 
     def has_pending(self, partition: str | None) -> bool:
@@ -402,6 +408,12 @@ class SlurmView:
                 for node in job.nodes:
                     index.setdefault(node, []).append(job)
         return index
+
+    @cached_property
+    def reserved(self) -> frozenset[str]:
+        """Nodes in a planned handover's reservation (ours, `slurmpool-`): no job that outlasts its
+        edge starts there, so at the edge the planner takes them first among idle nodes."""
+        return frozenset(n for r in self.reservations or () for n in r.nodes)
 
     def jobs_on(self, node: str) -> list[SlurmJob]:
         """Jobs holding the node (running, completing, suspended...)."""
