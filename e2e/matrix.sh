@@ -35,11 +35,11 @@ rows=(
   # slurmrestd before 26.05 has no requeue (the REST rows skip that policy): CI runs it on 24.11 over
   # SSH, on dynamic nodes, with the 24.11 slurmd image (24.11-dynamic-requeue).
   "24.11-requeue|LAB_SLURM=24.11|$requeue"
-  "24.11-rest|LAB_SLURM=24.11 LAB_ACCESS=rest|$core e2e/test_bridge_real.py e2e/test_rest_operator.py e2e/test_demand_gang.py $short"
+  "24.11-rest|LAB_SLURM=24.11 LAB_ACCESS=rest|$core e2e/test_bridge_real.py e2e/test_rest_operator.py e2e/test_demand_gang.py e2e/test_handover.py $short"
   # 26.05 with GPUs bound to sockets (gres.conf Cores=: Slurm reports gpu:h100:8(S:0-1), as real GPUs
   # do), and pyxis and enroot (LAB_PYXIS=1): every job of the row's tests runs with the SPANK plugin
   # loaded (its epilog too), and e2e/test_pyxis.py runs container jobs on nodes the operator moved in.
-  "26.05|LAB_SLURM=26.05 LAB_GRES_CORES=1 LAB_PYXIS=1|$core e2e/test_bridge_real.py e2e/test_demand_gang.py $short $pyxis"
+  "26.05|LAB_SLURM=26.05 LAB_GRES_CORES=1 LAB_PYXIS=1|$core e2e/test_bridge_real.py e2e/test_demand_gang.py e2e/test_handover.py $short $pyxis"
   # 24.11's dynamic slurmd run one network namespace each (e2e/lab/netns.sh: 24.11 takes no Port= in --conf).
   "24.11-dynamic|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$core $image"
   "24.11-dynamic-requeue|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$requeue $image"
