@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 export LAB_DIR ?= $(CURDIR)/.lab
 
-.PHONY: slurm e2e-matrix e2e-main e2e-beside matrix-a matrix-b images-all venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check images bench bench-matrix alerts-idle release
+.PHONY: slurm e2e-matrix e2e-main e2e-beside matrix-a matrix-b images-all venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check images bench bench-matrix alerts-idle release dashboard-picture
 CHART := deploy/helm/slurmpool
 
 venv: deps $(VENV)/.stamp
@@ -100,6 +100,14 @@ e2e-matrix: deps venv slurm
 # No alert pending or firing on a healthy lab: make demo's moves, then 5 idle minutes (~7 min).
 alerts-idle: deps venv tools
 	LAB_PROMETHEUS=1 SLURMPOOL_IDLE_SECONDS=300 $(BIN)/pytest -q -s e2e/test_dashboard_lab.py
+
+# docs/dashboard.png: the chart's Grafana dashboard drawn from the lab's Prometheus over make demo's
+# moves (e2e/render_dashboard.py, with matplotlib: the `docs` extra); fails naming any panel without
+# data. The demo's operator and pool stay, as after make demo.
+dashboard-picture: deps venv tools
+	$(BIN)/pip install -q -e '.[docs]'
+	LAB_PROMETHEUS=1 e2e/lab/up.sh
+	$(BIN)/python e2e/render_dashboard.py docs/dashboard.png
 
 # 20 pools on 500 simulated nodes (e2e/test_load.py): the lab is restarted with LAB_SIM_NODES=500.
 load: deps venv
