@@ -127,7 +127,12 @@ def real(lab) -> list[str]:
     n = int(lab.env.get("LAB_REAL_NODES", "0"))
     if n == 0:
         pytest.skip("LAB_REAL_NODES=0: this lab has no real kubelet nodes (bring it up with LAB_REAL_NODES=2 make lab-up)")
-    return [f"real{i:02d}" for i in range(1, n + 1)]
+    names = [f"real{i:02d}" for i in range(1, n + 1)]
+
+    def ready(name):  # e2e/test_real_nodes_cleanup.py, before this module, restarts them
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in node_json(lab, name)["status"]["conditions"])
+    wait(lambda: all(ready(x) for x in names), 120, interval=1, what="real nodes Ready")
+    return names
 
 
 @pytest.fixture(scope="module")
@@ -237,6 +242,12 @@ def long_job(lab, node: str) -> str:
                      "--wrap", "sleep 3600").stdout.strip().split(";")[0]
 
 
+def restarts(lab, job_id: str) -> int:
+    """Times Slurm requeued the job (scontrol's Restarts=); a requeue by a drain would show here."""
+    out = lab.slurm("scontrol", "-o", "show", "job", job_id).stdout
+    return int(next(w.split("=", 1)[1] for w in out.split() if w.startswith("Restarts=")))
+
+
 def records(lab) -> dict[str, dict]:
     """node -> its move record (phase, id ...) for nodes with a move in flight."""
     out = {}
@@ -295,7 +306,7 @@ def finish_and_check(lab, held: dict[str, dict], since: str, slurm: int, running
     assert started == in_flight, (started, in_flight)  # each started once, before the upgrade/rollback
     assert completed == in_flight, (completed, in_flight)  # each completed once, with the same id
     assert job_state(lab, gated) == "COMPLETED", job_state(lab, gated)
-    lost = [j for j in running if job_state(lab, j) != "RUNNING"]
+    lost = [j for j in running if job_state(lab, j) != "RUNNING"] + [j for j in [*running, gated] if restarts(lab, j)]
     left = settle_sides(lab, POOL)
     assert not lost and not left, (lost, left)
     return completed
