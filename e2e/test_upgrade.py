@@ -290,7 +290,7 @@ def hold_three_moves(lab, staying: list[str]) -> tuple[dict[str, str], str]:
     lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=7")
     want = {leaving: "Draining", **{n: "Evicting" for n in inference}}
     wait(lambda: phases(lab) == want and all(p["metadata"].get("deletionTimestamp") for p in pods_json(lab, NAMESPACE, "app=held-server")),
-         120, what=f"moves held in flight: {want}")
+         180, what=f"moves held in flight: {want}")
     return want, job
 
 
@@ -352,7 +352,7 @@ def test_upgrade_then_rollback_with_moves_in_flight(lab, real, installed):
     wait(lambda: job_state(lab, gated) == "RUNNING", 60, what="the gated job running")
     lab.kubectl("annotate", "node", leaving, "slurmpool.io/move-now=inference", "--overwrite")
     want = {leaving: "Draining", **{n: "Evicting" for n in inference}}
-    wait(lambda: phases(lab) == want, 120, what=f"moves held in flight: {want}")
+    wait(lambda: phases(lab) == want, 180, what=f"moves held in flight: {want}")
     held = records(lab)
     helm(lab, "rollback", RELEASE, "1", "--wait", "--timeout", HELM_TIMEOUT)
     old_pod = running_image(lab, r["old_image"])
