@@ -97,6 +97,18 @@ def operator_values(lab, image: str, *, pool_policy: bool) -> dict:
     return values
 
 
+def crd_fields(crd: dict) -> set[str]:
+    """The CRD's spec and status fields, two levels deep ("spec.handover.leadTime"): what tells one
+    release's CRD from another's."""
+    props = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    out = set()
+    for top in ("spec", "status"):
+        for name, sub in props[top].get("properties", {}).items():
+            out.add(f"{top}.{name}")
+            out |= {f"{top}.{name}.{k}" for k in (sub.get("properties") or {})}
+    return out
+
+
 def helm(lab, *args: str, values: dict | None = None) -> str:
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
         yaml.safe_dump(values or {}, f)
@@ -152,7 +164,11 @@ def releases(lab, real) -> dict:
     assert imp.returncode == 0, imp.stderr[-3000:]
     assert old_image != new_image, (old_image, new_image)
     chart = Path(previous["CHART"])
-    return {"commit": previous["COMMIT"], "old_chart": chart, "old_crd": chart / "crds" / "slurmpool.io_slurmnodepools.yaml",
+    old_crd = chart / "crds" / "slurmpool.io_slurmnodepools.yaml"
+    new_fields = crd_fields(yaml.safe_load((REPO / "crds" / "slurmpool.io_slurmnodepools.yaml").read_text()))
+    # the CRD checks below can tell the two apart
+    assert crd_fields(yaml.safe_load(old_crd.read_text())) != new_fields, "the previous release has this CRD"
+    return {"commit": previous["COMMIT"], "old_chart": chart, "old_crd": old_crd, "new_fields": new_fields,
             "old_image": old_image, "new_image": new_image}
 
 
@@ -274,9 +290,10 @@ def moves(lab, reason: str, since: str) -> list[tuple[str, str]]:
     return sorted((m.split(" ", 1)[0].rstrip(":"), m.rsplit("move ", 1)[-1].rstrip(")")) for m in events(lab, reason, since))
 
 
-def hold_three_moves(lab, staying: list[str]) -> tuple[dict[str, str], str]:
-    """From 6/2: a move to inference held in Draining (a gated job; move-now) and both inference nodes
-    rebalanced to Slurm (slurmNodes 7), held in Evicting (their servers). Returns the phases and the job."""
+def hold_moves(lab, staying: list[str], gate_name: str) -> tuple[dict[str, str], str]:
+    """With slurmNodes 7: the first Slurm node not in `staying` moved to inference (move-now), held in
+    Draining by a gated job; every inference node rebalanced to Slurm in its place, held in Evicting
+    by its server. From 6/2 that is three moves, from 7/1 two. Returns the phases and the job."""
     placements = node_placements(lab)
     inference = sorted(n for n, p in placements.items() if p.startswith("inference:"))
     leaving = next(n for n, p in sorted(placements.items()) if p == "slurm" and n not in staying)
@@ -284,7 +301,7 @@ def hold_three_moves(lab, staying: list[str]) -> tuple[dict[str, str], str]:
         apply(lab, held_server(node))
     wait(lambda: [p["status"].get("phase") for p in pods_json(lab, NAMESPACE, "app=held-server")] == ["Running"] * len(inference),
          60, what="a server running on each inference node")
-    job = gated_job(lab, leaving, "upgrade")
+    job = gated_job(lab, leaving, gate_name)
     wait(lambda: job_state(lab, job) == "RUNNING", 60, what="the gated job running")
     lab.kubectl("annotate", "node", leaving, "slurmpool.io/move-now=inference", "--overwrite")
     lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=7")
@@ -327,7 +344,7 @@ def test_upgrade_then_rollback_with_moves_in_flight(lab, real, installed):
 
     # --- upgrade with three moves in flight
     since = now_rfc3339()
-    want, gated = hold_three_moves(lab, staying)
+    want, gated = hold_moves(lab, staying, "upgrade")
     held = records(lab)
     helm(lab, "upgrade", RELEASE, str(CHART), "--reset-then-reuse-values", "--take-ownership", "--force-conflicts",
          "--wait", "--timeout", HELM_TIMEOUT, values=operator_values(lab, r["new_image"], pool_policy=True))
@@ -335,29 +352,19 @@ def test_upgrade_then_rollback_with_moves_in_flight(lab, real, installed):
     crd = lab.kubectl_json("get", "crd", CRD)
     assert crd["metadata"]["annotations"].get("helm.sh/resource-policy") == "keep", crd["metadata"]
     assert crd["metadata"]["annotations"].get("meta.helm.sh/release-name") == RELEASE, crd["metadata"]
-    assert "handover" in crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert crd_fields(crd) == r["new_fields"]  # upgraded with the chart
     assert {n: rec["id"] for n, rec in records(lab).items()} == {n: rec["id"] for n, rec in held.items()}, records(lab)
     done = finish_and_check(lab, held, since, 7, running, gated, "upgrade")
     print(f"upgraded {r['commit'][:12]} -> this tree ({new_pod}) with moves in flight {want}; each completed once: {done}")
 
     # --- rollback with two new moves in flight, started by the new operator
     since = now_rfc3339()
-    inference = sorted(n for n, p in node_placements(lab).items() if p.startswith("inference:"))
-    leaving = next(n for n, p in sorted(node_placements(lab).items()) if p == "slurm" and n not in staying)
-    for node in inference:
-        apply(lab, held_server(node))
-    wait(lambda: [p["status"].get("phase") for p in pods_json(lab, NAMESPACE, "app=held-server")] == ["Running"] * len(inference),
-         60, what="a server running on the inference node")
-    gated = gated_job(lab, leaving, "rollback")
-    wait(lambda: job_state(lab, gated) == "RUNNING", 60, what="the gated job running")
-    lab.kubectl("annotate", "node", leaving, "slurmpool.io/move-now=inference", "--overwrite")
-    want = {leaving: "Draining", **{n: "Evicting" for n in inference}}
-    wait(lambda: phases(lab) == want, 180, what=f"moves held in flight: {want}")
+    want, gated = hold_moves(lab, staying, "rollback")
     held = records(lab)
     helm(lab, "rollback", RELEASE, "1", "--wait", "--timeout", HELM_TIMEOUT)
     old_pod = running_image(lab, r["old_image"])
-    crd = lab.kubectl_json("get", "crd", CRD)  # kept, and still the newer one
-    assert "handover" in crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    crd = lab.kubectl_json("get", "crd", CRD)  # kept by Helm, and still the newer one
+    assert crd_fields(crd) == r["new_fields"] and crd["metadata"]["annotations"].get("helm.sh/resource-policy") == "keep"
     assert {n: rec["id"] for n, rec in records(lab).items()} == {n: rec["id"] for n, rec in held.items()}, records(lab)
     done = finish_and_check(lab, held, since, 7, running, gated, "rollback")
     print(f"rolled back to {r['commit'][:12]} ({old_pod}) with moves in flight {want}; each completed once: {done}")
