@@ -59,6 +59,7 @@ RELEASE = "slurmpool"
 POOL = "upgrade"
 TOLERATE_REAL = {"key": "slurmpool.io/real-node", "operator": "Exists", "effect": "NoSchedule"}
 HOLD = "e2e.slurmpool.io/hold"  # a finalizer: an evicted server stays Terminating until the test lets it go
+GATES = ("upgrade", "rollback")  # the gated jobs' files in the lab directory, one per phase
 HELM_TIMEOUT = "300s"  # --wait for the operator's pod, on a loaded machine
 
 
@@ -194,6 +195,8 @@ def installed(lab, releases):
         open_gates(lab)
         uninstall(lab)
         reset_lab(lab)
+        for name in GATES:
+            gate(lab, name).unlink(missing_ok=True)
         lab.kubectl("annotate", "crd", CRD, "helm.sh/resource-policy-", "meta.helm.sh/release-name-",
                     "meta.helm.sh/release-namespace-", check=False)
         lab.kubectl("label", "crd", CRD, "app.kubernetes.io/managed-by-", "app.kubernetes.io/instance-",
@@ -249,7 +252,7 @@ def gated_job(lab, node: str, name: str) -> str:
 
 
 def open_gates(lab) -> None:
-    for name in ("upgrade", "rollback"):
+    for name in GATES:
         gate(lab, name).touch()
 
 
