@@ -143,11 +143,26 @@ def test_image_by_digest(helm):
     ["operator.interval=-1", "bogus=1", "image.digest=latest", "rbac.poolNamespaces={Bad_NS}",
      "metrics.prometheusRule.drainBlockedFor=soon", "image.pullPolicy=Sometimes", "replicas=0",
      "admission.enabled=yes", "admission.breakGlassGroups=system:masters", "admission.validationActions={Deny,Warn}",
-     "admission.validationActions={Block}"],
+     "admission.validationActions={Block}", "crds.install=maybe"],
 )
 def test_values_schema_refuses_bad_values(helm, setting):
     out = template(helm, "--set", setting, check=False)
     assert out.returncode != 0 and "schema" in out.stderr.lower(), (setting, out.stderr)
+
+
+def test_crd_is_a_template_kept_by_helm(helm):
+    """The CRD is upgraded with the release (a template, not crds/) and never deleted by Helm:
+    the generated CRD, plus the keep policy and the chart's labels."""
+    assert not (CHART / "crds").exists(), "a crds/ directory is installed once and never upgraded by Helm"
+    (crd,) = [d for d in objects(template(helm).stdout) if d["kind"] == "CustomResourceDefinition"]
+    generated = yaml.safe_load((REPO / "crds" / "slurmpool.io_slurmnodepools.yaml").read_text())
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert crd["metadata"]["labels"]["app.kubernetes.io/part-of"] == "slurmpool"
+    assert {**crd, "metadata": generated["metadata"]} == generated
+
+
+def test_crd_left_out_with_crds_install_false(helm):
+    assert not [d for d in objects(template(helm, "--set", "crds.install=false").stdout) if d["kind"] == "CustomResourceDefinition"]
 
 
 def test_standby_replicas_roll_one_at_a_time(helm):

@@ -189,7 +189,7 @@ def test_docs_list_every_rule_with_its_code_path():
 
 def test_chart_crd_is_the_generated_crd():
     generated = (REPO / "crds" / "slurmpool.io_slurmnodepools.yaml").read_text()
-    assert (REPO / "deploy" / "helm" / "slurmpool" / "crds" / "slurmpool.io_slurmnodepools.yaml").read_text() == generated, (
+    assert (REPO / "deploy" / "helm" / "slurmpool" / "files" / "crds" / "slurmpool.io_slurmnodepools.yaml").read_text() == generated, (
         "the chart's CRD differs from crds/: run `make crds`"
     )
     assert generated in (REPO / "deploy" / "manifests" / "crds.yaml").read_text(), "deploy/manifests/crds.yaml: run `make manifests`"
