@@ -151,6 +151,8 @@ matrix-b: deps venv slurm
 # LAB_PYXIS=1 on 22.05, which no lane has); `make images` builds them.
 images-all: deps venv slurm lab-build
 	SLURMD_VERSIONS="22.05 24.11 26.05" SLURMD_PYXIS=0 deploy/docker/build-images.sh >/dev/null
+	# the previous release e2e/test_upgrade.py upgrades from (exit 3: not in a shallow clone, the test skips)
+	e2e/lab/previous-release.sh >/dev/null || [ $$? = 3 ]
 
 # LAB_PROMETHEUS=1 make demo: the lab's Prometheus scrapes the demo's operator and runs the alerts.
 # The demo's operator and pool stay until `make lab-down`; make test, bench and load stop them first
