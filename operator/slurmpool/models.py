@@ -8,6 +8,7 @@ the schema's descriptions, so `kubectl explain snp.spec` shows them).
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
@@ -388,15 +389,23 @@ class TopologySpec(Model):
 
 
 class ScheduleWindow(Model):
-    """A recurring window that sets the split while it is open (see README: Schedules)."""
+    """A window that sets the split while it is open, recurring (`cron`) or once (`at`) (see README: Schedules)."""
 
     name: str = Field(max_length=63, pattern=DNS_LABEL_PATTERN, description="Names the window in status and Events.")
-    cron: str = Field(
+    cron: str | None = Field(
+        default=None,
         max_length=128,
         pattern=CRON_PATTERN,
         description="When the window opens: 5 cron fields (minute hour day-of-month month day-of-week) or @daily etc., "
         "in timeZone's wall-clock time. A start in the hour skipped by a daylight-saving change opens the window at the "
-        "change; a start in a repeated hour opens it once, at the first occurrence.",
+        "change; a start in a repeated hour opens it once, at the first occurrence. Set exactly one of cron and at.",
+    )
+    at: str | None = Field(
+        default=None,
+        max_length=64,
+        json_schema_extra={"format": "date-time"},
+        description="Or: a one-off window opening once at this RFC 3339 time with its offset (e.g. 2026-12-24T18:00:00+01:00); "
+        "timeZone is not used. It gets the same planned handover as a recurring window.",
     )
     duration: Duration = Field(description="How long the window stays open, in elapsed time (e.g. 8h).")
     time_zone: str = Field(default="UTC", max_length=64, pattern=TIME_ZONE_PATTERN, description="IANA time zone of cron, e.g. Europe/Berlin.")
@@ -419,10 +428,34 @@ class ScheduleWindow(Model):
             raise ValueError("set exactly one of slurmNodes and slurmPercent")
         if seconds(self.duration) <= 0:
             raise ValueError("duration must be positive")
-        problem = schedule_problem(self.cron, self.time_zone)
+        if (self.cron is None) == (self.at is None):
+            raise ValueError("set exactly one of cron and at")
+        problem = schedule_problem(self.cron, self.time_zone) if self.cron is not None else at_problem(self.at)
         if problem:
             raise ValueError(problem)
         return self
+
+    @property
+    def opens_at(self) -> datetime | None:
+        """A one-off window's start (aware), or None for a recurring one."""
+        return parse_at(self.at) if self.at is not None else None
+
+
+def parse_at(text: str) -> datetime:
+    """An RFC 3339 time with its offset (Z or +HH:MM), as an aware datetime; ValueError otherwise."""
+    value = datetime.fromisoformat(text.strip().replace("z", "Z").replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        raise ValueError(f"{text!r} has no offset: write it as RFC 3339, e.g. 2026-12-24T18:00:00Z")
+    return value
+
+
+def at_problem(text: str) -> str | None:
+    """Why a one-off window's `at` cannot be used, or None."""
+    try:
+        parse_at(text)
+    except ValueError as err:
+        return f"at: {err}" if "offset" in str(err) else f"at: {text!r} is not an RFC 3339 time (e.g. 2026-12-24T18:00:00Z)"
+    return None
 
 
 def schedule_problem(cron: str, time_zone: str) -> str | None:
