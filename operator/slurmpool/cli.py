@@ -514,8 +514,8 @@ def _short(placement: str) -> str:
 
 def render_plan(view: dict[str, Any], total: int = 100) -> str:
     before, desired = view["before"], view["desired"]
-    when = f" at {view['at']}" if view.get("at") else ""
-    lines = [f"Plan for {view['namespace']}/{view['pool']}{when}: {view['slurmNodes']} Slurm node(s) (dry run: nothing changes)"]
+    count = f"at {view['at']}: {view['slurmNodes']}" if view.get("at") else f"at {view['slurmNodes']}"
+    lines = [f"Plan for {view['namespace']}/{view['pool']} {count} Slurm node(s) (dry run: nothing changes)"]
     lines.append("  now:     " + ", ".join(f"{k} {v}" for k, v in before.items()))
     lines.append("  desired: " + ", ".join(f"{k} {v}" for k, v in desired.items()))
     for p in view["problems"]:
