@@ -48,6 +48,7 @@ from .handover import edge_at, free_at, planned
 from .models import GROUP, PLURAL, VERSION, LabelSelector, SlurmNodePoolSpec
 from .models import parse_at as parse_rfc3339
 from .moves import disturbed_pods
+from .phases import Phase
 from .planner import current_placement, desired_split, plan
 from .view import (
     ANN_MOVE,
@@ -250,7 +251,7 @@ def draining_forecast(nodes: list[NodeView], now: datetime) -> dict[str, str | N
     slurm = slurm_view(nodes)
     out: dict[str, str | None] = {}
     for node in nodes:
-        if node.move and node.move.source == SLURM and node.move.phase == "Draining":
+        if node.move and node.move.source == SLURM and node.move.phase == Phase.DRAINING:
             free = free_at(node.name, slurm, now)
             out[node.name] = iso(free) if free else None
     return out
@@ -293,7 +294,7 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
     if edge is not None:
         target = edge.slurm_nodes if slurm_nodes is None else slurm_nodes
         window = sched.active_at(spec.schedule, len(nodes), at) if spec.schedule else None
-        pool_counts = dict(spec.schedule[window.index].inference or {}) or None if window else None
+        pool_counts = (spec.schedule[window.index].inference or None) if window else None  # the window's, else the spec's
     slurm = slurm_view(nodes)
     sick = health.from_status(status.get("unhealthyNodes") or [])  # never chosen, as by the operator
     jobs_by_node = {n.name: [j for j in published(n).get("jobs") or []] for n in nodes}
