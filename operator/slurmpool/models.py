@@ -636,6 +636,11 @@ class MoveStatus(Model):
     since: str
     blocked_by: list[str] = Field(default_factory=list)
     message: str = ""
+    free_at: str | None = Field(
+        default=None,
+        description="A move out of Slurm while Draining: when the node's jobs end by their time limits (RFC 3339), or "
+        "'unlimited' when one has none (drain.onTimeout decides for it); unset when no job runs there.",
+    )
 
 
 class InvalidRecord(Model):
