@@ -15,8 +15,11 @@ With --matrix (or BENCH_MATRIX=1), the idle moves again on each Slurm version, a
 node model (MATRIX_ROWS; names end in the row, e.g. move_1_idle_node_to_slurm_24.11-rest); the lab
 is restarted per row and stopped at the end. --matrix-only [ROW...] (`make bench-matrix`) runs just
 those and merges them into bench-results.json.
+Issue 24 on the lab: a gang job with demand on, submit to nodes resumed and to RUNNING (`gang`); the
+planned handover across a window edge on a busy partition: edge to inference, jobs lost, idle
+node-seconds beside the job mix's bound (`handover`, about 4 minutes: the edge is a whole minute).
 BENCH_ONLY=planner,memory (or --only): run only these parts, of planner, calls, fragmentation,
-health, moves, memory, plugin, load.
+health, moves, gang, handover, memory, plugin, load.
 Usage: python e2e/bench.py [--no-lab] [--no-load] [--only PARTS] [--matrix | --matrix-only [ROW...]]
 (the lab parts need `make lab-up` or start it)
 Every figure is printed with the machine's 1-minute load average when it was taken.
