@@ -39,6 +39,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -451,7 +452,6 @@ def bench_handover() -> None:
       (at most bf_interval, 5 s on the lab), so the target is bound + bf_interval x the jobs
       started on them."""
     import threading
-    from datetime import datetime, timedelta, timezone
 
     from harness import (NAMESPACE, Operator, apply, ensure_namespace_and_secret, events, install_crd, now_rfc3339,
                          pool_manifest, pool_status, reset_lab, split_reached, wait)
@@ -537,8 +537,6 @@ def _reservation(lab, name: str) -> dict[str, str] | None:
 
 def _slurm_time(text: str):
     """scontrol's local time (the lab runs on this machine) as an aware UTC time; None if unknown."""
-    from datetime import datetime, timezone
-
     try:
         return datetime.fromisoformat(text).astimezone(timezone.utc)
     except ValueError:
@@ -581,16 +579,10 @@ def _idle_and_bound(jobs, reserved: list[str], created, edge) -> tuple[float, fl
         for n, s, e, limit, submitted in runs:
             if node in n and s <= created < e:  # running there when the reservation came
                 latest = max(latest, e)
-            elif limit is not None and submitted is not None and submitted + timedelta_s(limit) <= edge:
-                latest = max(latest, edge - timedelta_s(limit) + (e - s))  # its latest start there, plus its run time
+            elif limit is not None and submitted is not None and submitted + timedelta(seconds=limit) <= edge:
+                latest = max(latest, edge - timedelta(seconds=limit) + (e - s))  # its latest start there, plus its run time
         bound += max(0.0, (edge - min(latest, edge)).total_seconds())
     return idle, bound, starts
-
-
-def timedelta_s(seconds: float):
-    from datetime import timedelta
-
-    return timedelta(seconds=seconds)
 
 
 def _hostnames(hostlist: str) -> set[str]:
