@@ -16,11 +16,12 @@ from .models import (
     SlurmNodePoolStatus,
 )
 from . import health as healthmod
+from . import slurmnames
 from .health import NodeHealth
 from .moves import REFUSED
 from .phases import Phase
 from .snapshot import ApplyResult, PoolDecision, PoolSnapshot
-from .view import LABEL_COMPONENT, LABEL_POOL, NONE, SLURM, MoveRecord, NodeView, SlurmView, inference, iso, side_of
+from .view import LABEL_COMPONENT, LABEL_POOL, NONE, SLURM, MoveRecord, NodeView, inference, iso, side_of
 
 
 @dataclass
@@ -55,7 +56,7 @@ def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult
         health=decision.health,
         held=decision.held,
         refusals={n: why for n, why in result.refused.items() if why.startswith(REFUSED)},
-        free_at=draining_forecast(decision.nodes_after, snap.slurm),
+        free_at=draining_forecast(decision.nodes_after, snap),
     )
     for name, step in decision.steps.items():
         message = result.refused.get(name) or step.message
@@ -68,17 +69,17 @@ def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult
     return status
 
 
-def draining_forecast(nodes: list[NodeView], slurm: SlurmView) -> dict[str, str]:
+def draining_forecast(nodes: list[NodeView], snap: PoolSnapshot) -> dict[str, str]:
     """node -> when it will be free, for each node draining out of Slurm with jobs on it: the latest
     end of its jobs by their time limits (RFC 3339), or 'unlimited' when one has none. Not `now`
     for an idle node (it is about to leave): the status changes only when the jobs do."""
-    if not slurm.available:
+    draining = [n for n in nodes if n.move is not None and n.move.source == SLURM and n.move.phase == Phase.DRAINING]
+    if not draining or not snap.slurm.available:
         return {}
+    # Slurm read by Node name, as decide reads it (a pool's Slurm names may differ: slurmnames.py).
+    slurm = slurmnames.by_node(snap.slurm, slurmnames.names_of(snap.spec.slurm, snap.nodes))
     out = {}
-    for node in nodes:
-        move = node.move
-        if move is None or move.source != SLURM or move.phase != Phase.DRAINING:
-            continue
+    for node in draining:
         ends = [j.end_time for j in slurm.jobs_on(node.name)]
         if ends:
             out[node.name] = "unlimited" if any(end is None for end in ends) else iso(max(ends))
