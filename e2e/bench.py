@@ -446,8 +446,8 @@ def bench_handover() -> None:
       creation (first seen by a 0.25 s poll) and the edge with no job running. The lower bound
       the job mix allows: a node idles at least from the last end a job could have had there
       until the edge. A job running on it at the reservation's creation ends when it ends; a job
-      of limit L and run time R that could start there (submitted, L ending by the edge) ends at
-      the latest at edge - L + R. Bound = sum over reserved nodes of edge - max(creation, those
+      of limit L and run time R that could start there (the bench's own, still there after the
+      creation, L from its submit ending by the edge) ends at the latest at edge - L + R. Bound = sum over reserved nodes of edge - max(creation, those
       ends). Slack: each job start on a reserved node may wait for Slurm's next scheduling pass
       (at most bf_interval, 5 s on the lab), so the target is bound + bf_interval x the jobs
       started on them."""
@@ -464,6 +464,7 @@ def bench_handover() -> None:
     since = now_rfc3339()
     op = Operator(lab, "operator-bench-handover.log").start()
     records: dict[str, dict[str, str]] = {}
+    ours: set[str] = set()  # the bench's own jobs (scontrol still lists a previous run's for MinJobAge)
     stop = threading.Event()
 
     def watch_jobs() -> None:  # every job's last record, kept past MinJobAge
@@ -475,8 +476,10 @@ def bench_handover() -> None:
             stop.wait(1)
 
     def submit(seconds: int, minutes: int, name: str) -> str:
-        return lab.slurm("sbatch", "--parsable", "-p", "gpu", "-N1", "--exclusive", "--gres=gpu:8", f"--time={minutes}", "-J", name,
-                         "-o", "/dev/null", "--wrap", f"sleep {seconds}").stdout.strip().split(";")[0]
+        job = lab.slurm("sbatch", "--parsable", "-p", "gpu", "-N1", "--exclusive", "--gres=gpu:8", f"--time={minutes}", "-J", name,
+                        "-o", "/dev/null", "--wrap", f"sleep {seconds}").stdout.strip().split(";")[0]
+        ours.add(job)
+        return job
 
     watcher = threading.Thread(target=watch_jobs, daemon=True)
     try:
@@ -509,7 +512,10 @@ def bench_handover() -> None:
         time.sleep(2)  # one more look of the watcher at the last jobs' records
         stop.set()
         watcher.join(10)
-        jobs = dict(records)
+        jobs = {j: r for j, r in records.items() if j in ours}
+        missing = ours - set(jobs)
+        if missing:
+            raise RuntimeError(f"no record of jobs {sorted(missing)}")
         lost = [j for j, r in jobs.items() if int(r.get("Restarts", "0")) > 0 or r.get("JobState") != "COMPLETED"]
         lost_events = len(events(lab, "JobsRequeued", since)) + len(events(lab, "JobsCancelled", since))
         record("handover_jobs_lost", len(lost) + lost_events, "jobs", f"== 0 (of {len(jobs)} jobs)", not lost and not lost_events)
@@ -579,7 +585,7 @@ def _idle_and_bound(jobs, reserved: list[str], created, edge) -> tuple[float, fl
         for n, s, e, limit, submitted in runs:
             if node in n and s <= created < e:  # running there when the reservation came
                 latest = max(latest, e)
-            elif limit is not None and submitted is not None and submitted + timedelta(seconds=limit) <= edge:
+            elif limit is not None and submitted is not None and e > created and submitted + timedelta(seconds=limit) <= edge:
                 latest = max(latest, edge - timedelta(seconds=limit) + (e - s))  # its latest start there, plus its run time
         bound += max(0.0, (edge - min(latest, edge)).total_seconds())
     return idle, bound, starts
