@@ -50,6 +50,7 @@ CAPABILITY_PATTERN = r"^[A-Z_]{2,32}$"
 GRES_PATTERN = r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$"
 NODE_NAME_TEMPLATE_PATTERN = r"^([A-Za-z0-9._-]|\{name\}|\{shortName\}|\{hostname\})+$"
 LABEL_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+RFC3339_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
 # What the API server says when a pattern does not match: crd.py turns these patterns into CEL
 # rules with these messages (a bare pattern error shows the regular expression instead).
 PATTERN_MESSAGES = {
@@ -61,6 +62,7 @@ PATTERN_MESSAGES = {
     DNS_LABEL_PATTERN: "must be a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit",
     CRON_PATTERN: "must be 5 cron fields (minute hour day-of-month month day-of-week, e.g. '0 22 * * *') or a macro such as @daily",
     TIME_ZONE_PATTERN: "must be an IANA time zone name such as Europe/Berlin",
+    RFC3339_PATTERN: "must be an RFC 3339 time with its offset, such as 2026-12-24T18:00:00+01:00 or 2026-12-24T17:00:00Z",
     SSH_HOST_PATTERN: "must be a host name or IP address",
     SSH_USER_PATTERN: "must be a Unix user name",
     REST_URL_PATTERN: "must be an http:// or https:// URL such as https://slurmrestd.slurm:6820 (no query or credentials)",
@@ -403,7 +405,7 @@ class ScheduleWindow(Model):
     at: str | None = Field(
         default=None,
         max_length=64,
-        json_schema_extra={"format": "date-time"},
+        pattern=RFC3339_PATTERN,
         description="Or: a one-off window opening once at this RFC 3339 time with its offset (e.g. 2026-12-24T18:00:00+01:00); "
         "timeZone is not used. It gets the same planned handover as a recurring window.",
     )
