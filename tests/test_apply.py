@@ -296,3 +296,41 @@ async def test_a_reservation_that_cannot_be_made_is_reported_and_holds_no_move_b
     assert status.handover.state == "Planned" and "Duplicate reservation name" in status.handover.message
     assert status.last_error is None
     assert ("event", "SlurmNodePool", "HandoverFailed") in kube.calls
+
+
+async def test_moves_draining_out_of_slurm_show_when_their_jobs_end_by_their_limits():
+    from datetime import timedelta
+
+    from slurmbridge import SlurmJob
+
+    def job(job_id, node, minutes):
+        return SlurmJob(job_id=job_id, name="train", user="u", state="RUNNING", partition="gpu", nodes=(node,), gpus_per_node=8,
+                        num_nodes=1, start_time=NOW, end_time=None if minutes is None else NOW + timedelta(minutes=minutes),
+                        reason="None")
+
+    nodes, _ = slurm_nodes(3)
+    jobs = (job("1", "gpu00", 10), job("2", "gpu00", 20), job("3", "gpu01", None))
+    view = SlurmView(True, nodes={n.name: slurm_node(n.name, "ALLOCATED" if n.name != "gpu02" else "IDLE") for n in nodes}, jobs=jobs)
+    status, _, _ = await run(make_spec(slurm_nodes=0, max_moves=3), nodes, view)
+    moves = {m.node: m for m in status.moves}
+    assert {m.phase for m in moves.values()} == {"Draining"}
+    assert moves["gpu00"].free_at == "2026-11-29T12:20:00Z"  # the latest end of its jobs
+    assert moves["gpu01"].free_at == "unlimited"  # drain.onTimeout decides for it
+    assert moves["gpu02"].free_at is None  # idle: nothing to wait for (and no status change every pass)
+    dumped = status.model_dump(by_alias=True, exclude_none=True)["moves"]
+    assert {m["node"]: m.get("freeAt") for m in dumped} == {"gpu00": "2026-11-29T12:20:00Z", "gpu01": "unlimited", "gpu02": None}
+
+
+async def test_the_draining_forecast_reads_slurm_by_the_nodes_slurm_names():
+    from datetime import timedelta
+
+    from slurmbridge import SlurmJob
+
+    nodes, _ = slurm_nodes(2)
+    spec = make_spec(slurm_nodes=0, max_moves=2)
+    spec = spec.model_copy(update={"slurm": spec.slurm.model_copy(update={"node_name": "s{name}"})})
+    jobs = (SlurmJob(job_id="1", name="t", user="u", state="RUNNING", partition="gpu", nodes=("sgpu00",), gpus_per_node=8, num_nodes=1,
+                     start_time=NOW, end_time=NOW + timedelta(minutes=15), reason="None"),)
+    view = SlurmView(True, nodes={"sgpu00": slurm_node("sgpu00", "ALLOCATED"), "sgpu01": slurm_node("sgpu01", "IDLE")}, jobs=jobs)
+    status, _, _ = await run(spec, nodes, view)
+    assert {m.node: m.free_at for m in status.moves} == {"gpu00": "2026-11-29T12:15:00Z", "gpu01": None}

@@ -458,3 +458,104 @@ def test_the_plugin_imports_neither_kopf_nor_asyncssh_nor_the_clients_core_model
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.strip() == "[]"
+
+
+# ---------------------------------------------------------------- plan --at, forecasts of moves in flight
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("+2h", NOW + timedelta(hours=2)),
+    ("+1h30m", NOW + timedelta(minutes=90)),
+    ("+1d", NOW + timedelta(days=1)),
+    ("+45s", NOW + timedelta(seconds=45)),
+    ("2026-11-29T13:00:00Z", NOW + timedelta(hours=1)),
+    ("2026-11-29T14:00:00+01:00", NOW + timedelta(hours=1)),
+])
+def test_plan_at_takes_an_rfc3339_time_or_an_offset_from_now(text, expected):
+    assert cli.parse_at(text, NOW) == expected
+
+
+@pytest.mark.parametrize("text, why", [
+    ("+2x", "an offset is"),
+    ("+", "an offset is"),
+    ("tomorrow", "RFC 3339"),
+    ("2026-11-29T13:00:00", "RFC 3339"),  # no offset: which time zone is meant is not guessed
+    ("2026-11-29T11:00:00Z", "not in the future"),
+    ("+0h", "not in the future"),
+])
+def test_plan_at_refuses_what_is_not_a_future_time_with_the_reason(text, why):
+    with pytest.raises(ValueError, match=why):
+        cli.parse_at(text, NOW)
+
+
+def test_a_bad_plan_at_is_a_usage_error_before_anything_is_read(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["plan", "gpu", "--at", "yesterday"])
+    assert exit_.value.code == 2 and "--at 'yesterday'" in capsys.readouterr().err
+
+
+def scheduled(window: dict):
+    """world()'s pool with one schedule window (n1 busy 50 min, n2 until +7 min, n3 idle: 3 in Slurm)."""
+    body = SPEC.model_dump(by_alias=True, exclude_none=True)
+    body["schedule"] = [{"duration": "1h", **window}]
+    spec = type(SPEC).model_validate(body)
+    pool, nodes = world()
+    pool["spec"] = body
+    return spec, pool, nodes
+
+
+def test_plan_at_an_edge_plans_the_schedules_count_then_and_the_handover_it_gets():
+    spec, pool, nodes = scheduled({"name": "day", "cron": "30 12 * * *", "slurmNodes": 1})
+    plan = cli.plan_view(spec, pool, nodes, NOW, None, NOW + timedelta(minutes=30))
+    assert plan["slurmNodes"] == 1 and plan["at"] == "2026-11-29T12:30:00Z"
+    h = plan["handover"]
+    assert h["reservation"] == "slurmpool-ns-gpu" and h["flags"] == ["MAINT", "IGNORE_JOBS"] and h["state"] == "Forecast"
+    assert h["nodes"] == ["n3", "n2"] and h["start"] == "2026-11-29T12:30:00Z" and h["end"] == "2026-11-29T13:30:00Z"
+    assert h["forecast"] == {"n3": "2026-11-29T12:00:00Z", "n2": "2026-11-29T12:07:00Z"} and h["late"] == []
+    assert [m["node"] for m in plan["moves"] if m["cause"] != "abort"] == ["n3", "n2"]  # n5, moving into Slurm, is turned back
+    text = cli.render_plan(plan, 300)
+    assert "Plan for ns/gpu at 2026-11-29T12:30:00Z: 1 Slurm node(s)" in text
+    assert "reservation slurmpool-ns-gpu (MAINT,IGNORE_JOBS) from 2026-11-29T12:30:00Z" in text
+    assert "free by their jobs' time limits: n3 now, n2 2026-11-29T12:07:00Z" in text
+    # before the window, the spec's count holds: nothing leaves, no handover
+    quiet = cli.plan_view(spec, pool, nodes, NOW, None, NOW + timedelta(minutes=10))
+    assert quiet["slurmNodes"] == 3 and quiet["handover"] is None and not [m for m in quiet["moves"] if m["cause"] != "abort"]
+
+
+def test_plan_at_names_the_nodes_whose_jobs_outlast_the_edge():
+    spec, pool, nodes = scheduled({"name": "day", "cron": "30 12 * * *", "slurmNodes": 0})
+    h = cli.plan_view(spec, pool, nodes, NOW, None, NOW + timedelta(minutes=30))["handover"]
+    assert h["late"] == ["n1"] and h["forecast"]["n1"] == "2026-11-29T12:50:00Z"
+    assert "jobs on n1 have no time limit or end after the edge" in "\n".join(cli.handover_lines(h))
+
+
+def test_a_one_off_window_plans_the_same_handover_as_a_recurring_one():
+    at = NOW + timedelta(minutes=30)
+    recurring = cli.plan_view(*scheduled({"name": "day", "cron": "30 12 * * *", "slurmNodes": 1}), NOW, None, at)
+    one_off = cli.plan_view(*scheduled({"name": "once", "at": "2026-11-29T13:30:00+01:00", "slurmNodes": 1}), NOW, None, at)
+    assert one_off["handover"] == recurring["handover"] and one_off["slurmNodes"] == 1
+
+
+def test_status_forecasts_when_each_node_draining_out_of_slurm_will_be_free():
+    pool, nodes = world()
+    draining = MoveRecord(id="d1", source=SLURM, target="inference:default", phase="Draining", since=NOW, started=NOW)
+    nodes = [cli.pool_node_views(SPEC, [node_body(n.name, SLURM, n.annotations.get(ANN_SLURM), move=draining)])[0]
+             if n.name in ("n2", "n3") else n for n in nodes]
+    view = cli.status_view(pool, nodes, NOW)
+    rows = {r["node"]: r for r in view["nodes"]}
+    assert rows["n2"]["freeAt"] == "2026-11-29T12:07:00Z" and rows["n3"]["freeAt"] == "2026-11-29T12:00:00Z"
+    assert "freeAt" not in rows["n1"] and "freeAt" not in rows["n5"]  # settled, or moving into Slurm
+    text = cli.render_status(view, 200)
+    assert "Draining out of Slurm, free by their jobs' time limits:" in text
+    assert "  n2: free at 2026-11-29T12:07:00Z" in text and "  n3: free now" in text
+
+
+def test_a_draining_node_with_a_job_without_a_time_limit_has_no_forecast():
+    unlimited = SlurmJob(job_id="7", name="x", user="u", state="RUNNING", partition="gpu", nodes=("n1",), gpus_per_node=8,
+                         num_nodes=1, start_time=NOW, end_time=None, reason="None")
+    published = slurm_annotation("n1", SlurmView(True, nodes={"n1": slurm_node("n1", "MIXED")}, jobs=(unlimited,)))
+    draining = MoveRecord(id="d1", source=SLURM, target="inference:default", phase="Draining", since=NOW, started=NOW)
+    nodes = cli.pool_node_views(SPEC, [node_body("n1", SLURM, published, move=draining)])
+    assert cli.draining_forecast(nodes, NOW) == {"n1": None}
+    view = cli.status_view(world()[0], nodes, NOW)
+    assert "n1: a job has no time limit: drain.onTimeout decides" in cli.render_status(view, 200)

@@ -168,3 +168,15 @@ def test_a_deleted_pool_takes_its_reservation_with_it_and_only_its_own():
     memo.access = Access(backend := ReservationBackend())
     asyncio.run(handlers._release_reservation(memo, "ns", "gpu", body))
     assert backend.deleted == []  # only the leader acts
+
+
+def test_a_pool_with_demand_on_sees_slurm_no_older_than_its_pass_interval():
+    from slurmpool.handlers import SLURM_MAX_AGE, slurm_max_age
+    from tests.factories import make_spec
+
+    off = make_spec()
+    on = off.model_copy(update={"demand": type(off).model_validate({**off.model_dump(by_alias=True), "demand": {}}).demand})
+    assert on.demand is not None and on.demand.enabled
+    assert slurm_max_age(off, 1.0) == SLURM_MAX_AGE  # shared polls, as before
+    assert slurm_max_age(on, 1.0) == 1.0  # a pending job is seen at the next pass's poll, not up to 2 s later
+    assert slurm_max_age(on, 5.0) == SLURM_MAX_AGE

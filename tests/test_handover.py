@@ -256,3 +256,13 @@ def test_an_edge_beyond_the_partitions_max_time_waits_for_it():
     assert decide_at(windowed(lead=None), nodes, short).outcome == "none"
     plan = decide_at(windowed(lead=None), nodes, replace(short, max_times={"gpu": timedelta(hours=1)}))
     assert plan.outcome == "create" and plan.status.lead_time == "1h00m (partition gpu MaxTime)"
+
+
+def test_a_one_off_window_gets_the_same_planned_handover_as_a_recurring_one():
+    nodes, slurm = busy()
+    recurring = decide_at(windowed(), nodes, with_reservations(slurm))
+    spec = windowed().model_dump(by_alias=True)
+    spec["schedule"] = [{"name": "once", "at": EDGE.isoformat(), "duration": "1h", "slurmNodes": 2}]
+    one_off = decide_at(SlurmNodePoolSpec.model_validate(spec), nodes, with_reservations(slurm))
+    assert one_off.outcome == "create" and one_off.create == recurring.create and one_off.until == recurring.until
+    assert one_off.status == recurring.status

@@ -162,3 +162,38 @@ def test_edges_are_consistent(zone_name, minute, hour, minutes, offset):
     start = last_start(win[0], now)
     local = start.astimezone(zone(zone_name))
     assert local.minute == minute or local.utcoffset() != (start - timedelta(hours=3)).astimezone(zone(zone_name)).utcoffset()
+
+
+def once(name="maint", when="2026-12-24T18:00:00+01:00", duration="2h", nodes=2, priority=0) -> ScheduleWindow:
+    return ScheduleWindow.model_validate({"name": name, "at": when, "duration": duration, "slurmNodes": nodes, "priority": priority})
+
+
+def test_a_one_off_window_opens_once_at_its_time_and_closes_after_its_duration():
+    window = [once()]  # 18:00 +01:00 = 17:00 UTC, for 2h
+    before = evaluate(window, 8, at(2026, 12, 24, 16, 59, 59))
+    assert before.active is None and before.next_change == at(2026, 12, 24, 17, 0)
+    open_ = evaluate(window, 8, at(2026, 12, 24, 17, 0))
+    assert open_.active and open_.active.slurm_nodes == 2 and open_.next_change == at(2026, 12, 24, 19, 0)
+    after = evaluate(window, 8, at(2026, 12, 24, 19, 0))
+    assert after.active is None and after.next_change is None  # never again
+    assert last_start(window[0], at(2027, 6, 1)) == at(2026, 12, 24, 17, 0) and next_start(window[0], at(2027, 6, 1)) is None
+
+
+def test_a_one_off_window_overlaps_recurring_ones_by_the_same_rules():
+    daily = w(cron="0 12 * * *", tz="UTC", duration="12h", nodes=6)
+    holiday = once(when="2026-12-24T15:00:00Z", duration="1h", nodes=1, priority=10)
+    assert evaluate([daily, holiday], 8, at(2026, 12, 24, 15, 30)).active.name == "maint"
+    s = evaluate([daily, holiday], 8, at(2026, 12, 24, 16, 0))
+    assert s.active.name == "night" and s.next_change == at(2026, 12, 25, 0, 0)
+
+
+@pytest.mark.parametrize("body, why", [
+    ({"duration": "1h", "slurmNodes": 2}, "exactly one of cron and at"),
+    ({"cron": "0 1 * * *", "at": "2026-12-24T18:00:00Z", "duration": "1h", "slurmNodes": 2}, "exactly one of cron and at"),
+    ({"at": "2026-12-24T18:00:00", "duration": "1h", "slurmNodes": 2}, "should match pattern"),  # no offset: not guessed
+    ({"at": "next tuesday", "duration": "1h", "slurmNodes": 2}, "should match pattern"),
+    ({"at": "2026-13-45T18:00:00Z", "duration": "1h", "slurmNodes": 2}, "not an RFC 3339 time"),  # the form, not a date
+])
+def test_a_window_needs_exactly_one_of_cron_and_an_at_with_its_offset(body, why):
+    with pytest.raises(ValidationError, match=why):
+        ScheduleWindow.model_validate({"name": "x", **body})

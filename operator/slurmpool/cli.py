@@ -1,7 +1,7 @@
 """`kubectl slurmpool`: the on-call's view of a SlurmNodePool, a dry-run planner, and the knobs.
 
     kubectl slurmpool status POOL [-n NS] [-o wide|json|yaml] [--watch]   every node: side, phase, time in it, jobs, pods
-    kubectl slurmpool plan POOL [--slurm-nodes N] [-o json|yaml]          which nodes would move, what they would disturb
+    kubectl slurmpool plan POOL [--slurm-nodes N] [--at TIME] [-o json|yaml] which nodes would move, what they would disturb
     kubectl slurmpool move NODE --to slurm|inference[:POOL] ask for one node to move now (move-now annotation)
     kubectl slurmpool pause POOL / resume POOL             spec.paused
 
@@ -28,6 +28,7 @@ import gc
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import sys
@@ -36,15 +37,18 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 from slurmbridge import SlurmJob, SlurmNode
 
 from . import health
-from .handover import free_at
+from . import schedule as sched
+from .handover import edge_at, free_at, planned
 from .models import GROUP, PLURAL, VERSION, LabelSelector, SlurmNodePoolSpec
+from .models import parse_at as parse_rfc3339
 from .moves import disturbed_pods
+from .phases import Phase
 from .planner import current_placement, desired_split, plan
 from .view import (
     ANN_MOVE,
@@ -72,6 +76,30 @@ def parse_time(value: str | None) -> datetime | None:
         return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
     except (ValueError, AttributeError):
         return None
+
+
+AT_OFFSET = re.compile(r"\+(?=\d)(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+def parse_at(text: str, now: datetime) -> datetime:
+    """`plan --at`: an RFC 3339 time with its offset, or an offset from now (+2h, +1h30m, +45m, +1d);
+    in the future. ValueError with the reason otherwise."""
+    text = text.strip()
+    if text.startswith("+"):
+        match = AT_OFFSET.fullmatch(text)
+        if not match:
+            raise ValueError(f"--at {text!r}: an offset is + and numbers with d, h, m or s, e.g. +2h or +1h30m")
+        days, hours, minutes, secs = (int(x or 0) for x in match.groups())
+        at = now + timedelta(days=days, hours=hours, minutes=minutes, seconds=secs)
+    else:
+        try:
+            at = parse_rfc3339(text)
+        except ValueError:
+            raise ValueError(f"--at {text!r}: give an RFC 3339 time with its offset (e.g. 2026-12-24T18:00:00Z) "
+                             "or an offset from now (e.g. +2h)") from None
+    if at <= now:
+        raise ValueError(f"--at {text}: not in the future (now is {iso(now)})")
+    return at.astimezone(timezone.utc)
 
 
 def published(node: NodeView) -> dict:
@@ -216,8 +244,26 @@ def unhealthy_reasons(status: dict) -> dict[str, str]:
     return {node: "; ".join(texts) for node, texts in out.items()}
 
 
+def draining_forecast(nodes: list[NodeView], now: datetime) -> dict[str, str | None]:
+    """node -> when it will be free (RFC 3339; None: a job has no time limit), for each node with a
+    move out of Slurm in flight that still drains: the latest end of its jobs by their time
+    limits, as the operator published them (the same forecast as `plan`'s FREE)."""
+    slurm = slurm_view(nodes)
+    out: dict[str, str | None] = {}
+    for node in nodes:
+        if node.move and node.move.source == SLURM and node.move.phase == Phase.DRAINING:
+            free = free_at(node.name, slurm, now)
+            out[node.name] = iso(free) if free else None
+    return out
+
+
 def status_view(pool: dict, nodes: list[NodeView], now: datetime) -> dict[str, Any]:
     meta, spec, status = pool.get("metadata", {}), pool.get("spec", {}), pool.get("status") or {}
+    forecast = draining_forecast(nodes, now)
+    rows = node_rows(nodes, now, unhealthy_reasons(status))
+    for row in rows:
+        if row["node"] in forecast:
+            row["freeAt"] = forecast[row["node"]]
     return {
         "pool": meta.get("name"),
         "namespace": meta.get("namespace"),
@@ -229,17 +275,26 @@ def status_view(pool: dict, nodes: list[NodeView], now: datetime) -> dict[str, A
         "moving": status.get("moving", 0),
         "unhealthy": status.get("unhealthy", 0),
         "conditions": {c["type"]: f"{c['status']} {c.get('reason', '')}".strip() for c in status.get("conditions") or []},
-        "nodes": node_rows(nodes, now, unhealthy_reasons(status)),
+        "nodes": rows,
+        "now": iso(now),
     }
 
 
-def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: datetime, slurm_nodes: int | None) -> dict[str, Any]:
-    """Run the planner wave after wave (each wave's moves assumed done) until the split is reached."""
+def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: datetime, slurm_nodes: int | None,
+              at: datetime | None = None) -> dict[str, Any]:
+    """Run the planner wave after wave (each wave's moves assumed done) until the split is reached.
+    `at`: the plan for that time instead: the count the schedule sets then (unless `slurm_nodes`),
+    and the planned handover an edge then gets (`at_handover`)."""
     status = pool.get("status") or {}
     target = slurm_nodes
     if target is None:
         target = (status.get("target") or {}).get("slurmNodes", spec.slurm_nodes)
     pool_counts = (status.get("target") or {}).get("inference")  # None: the spec's own counts
+    edge = edge_at(spec, len(nodes), at) if at is not None else None
+    if edge is not None:
+        target = edge.slurm_nodes if slurm_nodes is None else slurm_nodes
+        window = sched.active_at(spec.schedule, len(nodes), at) if spec.schedule else None
+        pool_counts = (spec.schedule[window.index].inference or None) if window else None  # the window's, else the spec's
     slurm = slurm_view(nodes)
     sick = health.from_status(status.get("unhealthyNodes") or [])  # never chosen, as by the operator
     jobs_by_node = {n.name: [j for j in published(n).get("jobs") or []] for n in nodes}
@@ -293,11 +348,28 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
         "problems": problems,
         "unhealthy": sorted(sick),
         "inFlight": in_flight,
-        "handover": status.get("handover"),  # the operator's planned handover (status.handover), if any
+        # the operator's planned handover (status.handover), if any; with --at, the one an edge then gets
+        "handover": status.get("handover") if at is None else at_handover(spec, pool, nodes, slurm, now, edge, target, sick),
+        "at": iso(at) if at is not None else None,
         "moves": moves,
         "waves": max([m["wave"] for m in moves] or [0]),
         "now": iso(now),
     }
+
+
+def at_handover(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], slurm: SlurmView, now: datetime, edge,
+                target: int, sick) -> dict[str, Any] | None:
+    """The planned handover an edge at `edge.at` to `target` Slurm nodes gets, as the operator would
+    plan it (handover.planned: same leaving nodes, reservation, forecasts), in status.handover's shape
+    plus each node's forecast; None when the edge takes no node out of Slurm."""
+    meta = pool.get("metadata", {})
+    h = planned(meta.get("namespace", ""), meta.get("name", ""), spec, nodes, slurm, now, edge.at, target, edge.at - now, sick)
+    if h is None:
+        return None
+    off = "" if spec.handover.enabled else "spec.handover.enabled is false: no reservation, the edge drains as before"
+    return {"reservation": h.reservation, "flags": list(h.flags), "nodes": list(h.nodes), "start": iso(h.start),
+            "end": iso(edge.until), "state": "Forecast", "late": sorted(h.late), "message": off,
+            "forecast": {n: (iso(t) if t else None) for n, t in h.forecast.items()}}
 
 
 def _counts(nodes: list[NodeView]) -> dict[str, int]:
@@ -407,6 +479,12 @@ def render_status(view: dict[str, Any], total: int = 100, wide: bool = False) ->
         out.append((line.ljust(start) + work)[:total])
     lines.append("")
     lines.extend(out)
+    free = [f"  {r['node']}: " + (f"free at {r['freeAt']}" if r["freeAt"] and r["freeAt"] != view.get("now") else
+                                   "free now" if r["freeAt"] else "a job has no time limit: drain.onTimeout decides")
+            for r in view["nodes"] if "freeAt" in r]
+    if free:
+        lines.append("Draining out of Slurm, free by their jobs' time limits:")
+        lines.extend(free)
     sick = [f"  {r['node']}: {r['unhealthy']}" for r in view["nodes"] if r.get("unhealthy")]
     if sick:
         lines.append("Unhealthy (never moved, never counted as ready):")
@@ -437,7 +515,8 @@ def _short(placement: str) -> str:
 
 def render_plan(view: dict[str, Any], total: int = 100) -> str:
     before, desired = view["before"], view["desired"]
-    lines = [f"Plan for {view['namespace']}/{view['pool']} at {view['slurmNodes']} Slurm node(s) (dry run: nothing changes)"]
+    count = f"at {view['at']}: {view['slurmNodes']}" if view.get("at") else f"at {view['slurmNodes']}"
+    lines = [f"Plan for {view['namespace']}/{view['pool']} {count} Slurm node(s) (dry run: nothing changes)"]
     lines.append("  now:     " + ", ".join(f"{k} {v}" for k, v in before.items()))
     lines.append("  desired: " + ", ".join(f"{k} {v}" for k, v in desired.items()))
     for p in view["problems"]:
@@ -448,7 +527,7 @@ def render_plan(view: dict[str, Any], total: int = 100) -> str:
         lines.append("  the pool is paused: no move starts until `kubectl slurmpool resume`")
     for m in view["inFlight"]:
         lines.append(f"  in flight: {m['node']} {m['from']} -> {m['to']} {m['cause']}"[:total])
-    lines += [line[:total] for line in handover_lines(view.get("handover"))]
+    lines += [line[:total] for line in handover_lines(view.get("handover"), view.get("now"))]
     if not view["moves"]:
         lines.append("No move needed." if not view["problems"] else "Nothing would move.")
         return "\n".join(lines)
@@ -472,13 +551,16 @@ def render_plan(view: dict[str, Any], total: int = 100) -> str:
     return "\n".join(line[:total] for line in lines)
 
 
-def handover_lines(h: dict | None) -> list[str]:
+def handover_lines(h: dict | None, now: str | None = None) -> list[str]:
     """The planned handover ahead of the next edge: its reservation (as in `scontrol show res`),
     nodes, and the nodes whose jobs will still run at the edge."""
     if not h:
         return []
     lines = [f"  planned handover ({h.get('state')}): reservation {h.get('reservation')} ({','.join(h.get('flags') or [])}) "
              f"from {h.get('start')} until {h.get('end') or '?'} on {', '.join(h.get('nodes') or [])}"]
+    if h.get("forecast"):
+        lines.append("    free by their jobs' time limits: " + ", ".join(
+            f"{n} {'no limit' if t is None else 'now' if t == now else t}" for n, t in h["forecast"].items()))
     if h.get("late"):
         lines.append(f"    jobs on {', '.join(h['late'])} have no time limit or end after the edge: drain.onTimeout decides")
     if h.get("message"):
@@ -500,12 +582,12 @@ def _free(move: dict, now: str | None) -> str:
 COMMANDS = ("status", "plan", "move", "pause", "resume")
 FLAGS = {
     "status": ("--namespace", "--output", "--watch", "--interval"),
-    "plan": ("--namespace", "--output", "--slurm-nodes"),
+    "plan": ("--namespace", "--output", "--slurm-nodes", "--at"),
     "move": ("--to", "--output"),
     "pause": ("--namespace", "--output"),
     "resume": ("--namespace", "--output"),
 }
-VALUE_FLAGS = ("-n", "--namespace", "-o", "--output", "--to", "--slurm-nodes", "--interval", "--kubeconfig", "--context")
+VALUE_FLAGS = ("-n", "--namespace", "-o", "--output", "--to", "--slurm-nodes", "--at", "--interval", "--kubeconfig", "--context")
 NO_FILES = ":4"  # cobra's ShellCompDirectiveNoFileComp, what kubectl reads from the last line
 
 
@@ -793,6 +875,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("plan", parents=[common], help="dry run: which nodes would move and which jobs and pods they disturb")
     p.add_argument("pool")
     p.add_argument("--slurm-nodes", type=int, default=None, help="plan for this Slurm count (default: the current target)")
+    p.add_argument("--at", default=None, metavar="TIME",
+                   help="plan as at TIME (RFC 3339, e.g. 2026-12-24T18:00:00Z, or +2h): the schedule's count then and the "
+                        "planned handover an edge then gets")
     p = sub.add_parser("move", parents=[common], help="ask the operator to move one node now (slurmpool.io/move-now)")
     p.add_argument("node")
     p.add_argument("--to", required=True, help="slurm, inference or inference:POOL")
@@ -800,6 +885,12 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(verb, parents=[common], help=f"{verb} a pool (spec.paused)")
         p.add_argument("pool")
     args = parser.parse_args(argv)
+    at = None
+    if args.command == "plan" and args.at is not None:
+        try:
+            at = parse_at(args.at, datetime.now(timezone.utc))
+        except ValueError as err:
+            parser.error(str(err))
     if args.command == "move" and not (args.to in ("slurm", "inference") or args.to.startswith("inference:")):
         parser.error("--to must be slurm, inference or inference:POOL")
 
@@ -817,7 +908,7 @@ def main(argv: list[str] | None = None) -> int:
             _emit(view, render_status(view, width(), wide=args.output == "wide"), args.output)
         elif args.command == "plan":
             pool, spec, nodes = _load(api, namespace, args.pool, whole_pods=True)
-            view = plan_view(spec, pool, nodes, now, args.slurm_nodes)
+            view = plan_view(spec, pool, nodes, now, args.slurm_nodes, at)
             _emit(view, render_plan(view, 10**6 if args.output == "wide" else width()), args.output)
         elif args.command == "move":
             body = api.patch_node(args.node, {"metadata": {"annotations": {ANN_MOVE_NOW: args.to}}})

@@ -62,6 +62,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
     ],
     "spec.schedule[]": [
         {"rule": "has(self.slurmNodes) != has(self.slurmPercent)", "message": "set exactly one of slurmNodes and slurmPercent"},
+        {"rule": "has(self.cron) != has(self.at)", "message": "set exactly one of cron and at"},
         {"rule": "self.duration.matches('[1-9]')", "message": "duration must be positive", "fieldPath": ".duration"},
         {
             "rule": "timestamp('2000-01-01T00:00:00Z').getHours(self.timeZone) >= 0",

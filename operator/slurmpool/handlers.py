@@ -457,7 +457,8 @@ async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_ind
         newer_than = memo.last_poll.get(key)
     memo.fresh.discard(key)
     pending = spec.slurm.partition if spec.demand is not None and spec.demand.enabled else None
-    backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=SLURM_MAX_AGE, pending=pending,
+    max_age = slurm_max_age(spec, memo.settings.interval)
+    backend, slurm = await memo.access.observe(pool.namespace, spec.slurm.access, max_age=max_age, pending=pending,
                                                topology=spec.topology.from_slurm, newer_than=newer_than, pool=pool.key,
                                                reservations=_handover_wanted(spec, raw))
     memo.last_poll[key] = slurm.polled_at
@@ -468,6 +469,15 @@ async def _snapshot(memo, pool: PoolRef, spec: SlurmNodePoolSpec, raw, nodes_ind
         owned_reservations=frozenset(reservation_name(ns, name) for ns, name in list(pools_index)),
     )
     return snap, backend
+
+
+def slurm_max_age(spec: SlurmNodePoolSpec, interval: float) -> float:
+    """How old a shared Slurm poll may be for this pool's pass. With demand on, no older than the
+    pass interval: a job submitted just after a poll waited for the next one SLURM_MAX_AGE later,
+    up to 2 s of a gang job's submit-to-running (bench: gang_job_submit_to_nodes_resumed)."""
+    if spec.demand is not None and spec.demand.enabled:
+        return min(SLURM_MAX_AGE, interval)
+    return SLURM_MAX_AGE
 
 
 def _handover_wanted(spec: SlurmNodePoolSpec, raw) -> bool:

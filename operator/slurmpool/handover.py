@@ -161,14 +161,18 @@ class Edge:
 
 
 def next_edge(spec: SlurmNodePoolSpec, total: int, now: datetime) -> Edge | None:
-    """The next edge of the schedule and the count it sets: the window open then (clamped to the
-    floors, as target.py does), else spec.slurmNodes (a manual hold ends at an edge too)."""
+    """The next edge of the schedule and the count it sets (`edge_at`)."""
     if not spec.schedule:
         return None
     at = sched.evaluate(spec.schedule, total, now).next_change
-    if at is None:
-        return None
-    window = sched.active_at(spec.schedule, total, at)
+    return None if at is None else edge_at(spec, total, at)
+
+
+def edge_at(spec: SlurmNodePoolSpec, total: int, at: datetime) -> Edge:
+    """The count the schedule sets at `at`: the window open then (clamped to the floors, as
+    target.py does), else spec.slurmNodes (a manual hold ends at an edge too); and when a
+    reservation for it ends: the window's end, else HOLD_PAST_EDGE after it."""
+    window = sched.active_at(spec.schedule, total, at) if spec.schedule else None
     count = spec.slurm_nodes if window is None else window.slurm_nodes
     lo, hi = spec.min_slurm_nodes, total - spec.min_inference_nodes
     if lo <= hi:

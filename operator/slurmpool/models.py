@@ -8,6 +8,7 @@ the schema's descriptions, so `kubectl explain snp.spec` shows them).
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
@@ -49,6 +50,7 @@ CAPABILITY_PATTERN = r"^[A-Z_]{2,32}$"
 GRES_PATTERN = r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$"
 NODE_NAME_TEMPLATE_PATTERN = r"^([A-Za-z0-9._-]|\{name\}|\{shortName\}|\{hostname\})+$"
 LABEL_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+RFC3339_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
 # What the API server says when a pattern does not match: crd.py turns these patterns into CEL
 # rules with these messages (a bare pattern error shows the regular expression instead).
 PATTERN_MESSAGES = {
@@ -60,6 +62,7 @@ PATTERN_MESSAGES = {
     DNS_LABEL_PATTERN: "must be a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit",
     CRON_PATTERN: "must be 5 cron fields (minute hour day-of-month month day-of-week, e.g. '0 22 * * *') or a macro such as @daily",
     TIME_ZONE_PATTERN: "must be an IANA time zone name such as Europe/Berlin",
+    RFC3339_PATTERN: "must be an RFC 3339 time with its offset, such as 2026-12-24T18:00:00+01:00 or 2026-12-24T17:00:00Z",
     SSH_HOST_PATTERN: "must be a host name or IP address",
     SSH_USER_PATTERN: "must be a Unix user name",
     REST_URL_PATTERN: "must be an http:// or https:// URL such as https://slurmrestd.slurm:6820 (no query or credentials)",
@@ -388,15 +391,23 @@ class TopologySpec(Model):
 
 
 class ScheduleWindow(Model):
-    """A recurring window that sets the split while it is open (see README: Schedules)."""
+    """A window that sets the split while it is open, recurring (`cron`) or once (`at`) (see README: Schedules)."""
 
     name: str = Field(max_length=63, pattern=DNS_LABEL_PATTERN, description="Names the window in status and Events.")
-    cron: str = Field(
+    cron: str | None = Field(
+        default=None,
         max_length=128,
         pattern=CRON_PATTERN,
         description="When the window opens: 5 cron fields (minute hour day-of-month month day-of-week) or @daily etc., "
         "in timeZone's wall-clock time. A start in the hour skipped by a daylight-saving change opens the window at the "
-        "change; a start in a repeated hour opens it once, at the first occurrence.",
+        "change; a start in a repeated hour opens it once, at the first occurrence. Set exactly one of cron and at.",
+    )
+    at: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=RFC3339_PATTERN,
+        description="Or: a one-off window opening once at this RFC 3339 time with its offset (e.g. 2026-12-24T18:00:00+01:00); "
+        "timeZone is not used. It gets the same planned handover as a recurring window.",
     )
     duration: Duration = Field(description="How long the window stays open, in elapsed time (e.g. 8h).")
     time_zone: str = Field(default="UTC", max_length=64, pattern=TIME_ZONE_PATTERN, description="IANA time zone of cron, e.g. Europe/Berlin.")
@@ -419,10 +430,34 @@ class ScheduleWindow(Model):
             raise ValueError("set exactly one of slurmNodes and slurmPercent")
         if seconds(self.duration) <= 0:
             raise ValueError("duration must be positive")
-        problem = schedule_problem(self.cron, self.time_zone)
+        if (self.cron is None) == (self.at is None):
+            raise ValueError("set exactly one of cron and at")
+        problem = schedule_problem(self.cron, self.time_zone) if self.cron is not None else at_problem(self.at)
         if problem:
             raise ValueError(problem)
         return self
+
+    @property
+    def opens_at(self) -> datetime | None:
+        """A one-off window's start (aware), or None for a recurring one."""
+        return parse_at(self.at) if self.at is not None else None
+
+
+def parse_at(text: str) -> datetime:
+    """An RFC 3339 time with its offset (Z or +HH:MM), as an aware datetime; ValueError otherwise."""
+    value = datetime.fromisoformat(text.strip().replace("z", "Z").replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        raise ValueError(f"{text!r} has no offset: write it as RFC 3339, e.g. 2026-12-24T18:00:00Z")
+    return value
+
+
+def at_problem(text: str) -> str | None:
+    """Why a one-off window's `at` cannot be used, or None."""
+    try:
+        parse_at(text)
+    except ValueError as err:
+        return f"at: {err}" if "offset" in str(err) else f"at: {text!r} is not an RFC 3339 time (e.g. 2026-12-24T18:00:00Z)"
+    return None
 
 
 def schedule_problem(cron: str, time_zone: str) -> str | None:
@@ -603,6 +638,11 @@ class MoveStatus(Model):
     since: str
     blocked_by: list[str] = Field(default_factory=list)
     message: str = ""
+    free_at: str | None = Field(
+        default=None,
+        description="A move out of Slurm while Draining: when the node's jobs end by their time limits (RFC 3339), or "
+        "'unlimited' when one has none (drain.onTimeout decides for it); unset when no job runs there.",
+    )
 
 
 class InvalidRecord(Model):

@@ -1,7 +1,8 @@
 """Schedule windows: which window is active now, the split it sets, and when that changes. Pure.
 
 A window starts at each time its 5-field cron expression matches, read as wall-clock time in
-the window's time zone, and lasts `duration` of real (elapsed) time.
+the window's time zone, and lasts `duration` of real (elapsed) time. A one-off window (`at`, an
+RFC 3339 time with its offset) starts once, then; everything below treats it as any other window.
 
 Daylight-saving time, the rules of Vixie cron:
 - a start that falls in the hour skipped when clocks spring forward (02:30 on a day the
@@ -73,6 +74,9 @@ def _wall(instant: datetime, tz: ZoneInfo) -> tuple[datetime, int]:
 
 def last_start(window: ScheduleWindow, now: datetime) -> datetime | None:
     """The latest start of the window at or before `now` (UTC), or None if none in 50 years."""
+    if window.at is not None:  # one-off
+        start = window.opens_at
+        return start.astimezone(UTC) if start <= now else None
     tz = zone(window.time_zone)
     wall, fold = _wall(now, tz)
     try:
@@ -94,6 +98,9 @@ def last_start(window: ScheduleWindow, now: datetime) -> datetime | None:
 
 def next_start(window: ScheduleWindow, now: datetime) -> datetime | None:
     """The first start of the window strictly after `now`, or None."""
+    if window.at is not None:  # one-off
+        start = window.opens_at
+        return start.astimezone(UTC) if start > now else None
     tz = zone(window.time_zone)
     wall, _ = _wall(now, tz)
     try:

@@ -16,8 +16,10 @@ from .models import (
     SlurmNodePoolStatus,
 )
 from . import health as healthmod
+from . import slurmnames
 from .health import NodeHealth
 from .moves import REFUSED
+from .phases import Phase
 from .snapshot import ApplyResult, PoolDecision, PoolSnapshot
 from .view import LABEL_COMPONENT, LABEL_POOL, NONE, SLURM, MoveRecord, NodeView, inference, iso, side_of
 
@@ -38,6 +40,7 @@ class Observed:
     health: dict[str, NodeHealth] = field(default_factory=dict)  # nodes with findings (health.py)
     held: list[str] = field(default_factory=list)  # unhealthy nodes whose pin or move-now waits
     refusals: dict[str, str] = field(default_factory=dict)  # node -> a write the API server refused
+    free_at: dict[str, str] = field(default_factory=dict)  # node draining out of Slurm -> its jobs' latest end (draining_forecast)
 
 
 def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult) -> SlurmNodePoolStatus:
@@ -53,6 +56,7 @@ def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult
         health=decision.health,
         held=decision.held,
         refusals={n: why for n, why in result.refused.items() if why.startswith(REFUSED)},
+        free_at=draining_forecast(decision.nodes_after, snap),
     )
     for name, step in decision.steps.items():
         message = result.refused.get(name) or step.message
@@ -63,6 +67,23 @@ def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult
     status.target = decision.target.status
     status.handover = _handover(decision, result)
     return status
+
+
+def draining_forecast(nodes: list[NodeView], snap: PoolSnapshot) -> dict[str, str]:
+    """node -> when it will be free, for each node draining out of Slurm with jobs on it: the latest
+    end of its jobs by their time limits (RFC 3339), or 'unlimited' when one has none. Not `now`
+    for an idle node (it is about to leave): the status changes only when the jobs do."""
+    draining = [n for n in nodes if n.move is not None and n.move.source == SLURM and n.move.phase == Phase.DRAINING]
+    if not draining or not snap.slurm.available:
+        return {}
+    # Slurm read by Node name, as decide reads it (a pool's Slurm names may differ: slurmnames.py).
+    slurm = slurmnames.by_node(snap.slurm, slurmnames.names_of(snap.spec.slurm, snap.nodes))
+    out = {}
+    for node in draining:
+        ends = [j.end_time for j in slurm.jobs_on(node.name)]
+        if ends:
+            out[node.name] = "unlimited" if any(end is None for end in ends) else iso(max(ends))
+    return out
 
 
 def _handover(decision: PoolDecision, result: ApplyResult) -> HandoverStatus | None:
@@ -127,6 +148,7 @@ def status_from(
                 since=iso(move.since),
                 blocked_by=blocked_by[:20],
                 message=message[:512],
+                free_at=seen.free_at.get(node.name),
             )
         )
     moves.sort(key=lambda m: m.node)

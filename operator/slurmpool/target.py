@@ -114,7 +114,7 @@ def decide_target(
         base = count
         source, since, who = "Schedule", active.start, None
         base_key = f"schedule:{state.key}"
-        reason = f"window {w.name} ({w.cron!r} {w.time_zone}, {w.duration}) open until {iso(active.end)}{note}"
+        reason = f"window {w.name} ({f'{w.cron!r} {w.time_zone}' if w.cron else f'once at {w.at}'}, {w.duration}) open until {iso(active.end)}{note}"
     else:
         base = spec.slurm_nodes
         source, since, who = "Manual", manual_since, by
