@@ -136,6 +136,17 @@ def test_plan_shows_the_planned_handover_from_the_status():
     assert "planned handover" not in cli.render_plan(cli.plan_view(SPEC, world()[0], nodes, NOW, 1), 200)
 
 
+def test_a_paused_pool_is_planned_as_on_resume_every_wave():
+    spec = make_spec(slurm_nodes=3, max_moves=1)
+    paused = spec.model_copy(update={"paused": True})
+    pool, nodes = world()
+    nodes = [n for n in nodes if n.name != "n5"]
+    plan = cli.plan_view(paused, pool, nodes, NOW, 0)
+    assert plan["paused"] and plan["moves"] == cli.plan_view(spec, pool, nodes, NOW, 0)["moves"]
+    assert [m["node"] for m in plan["moves"]] == ["n3", "n2", "n1"]
+    assert "these moves start on `kubectl slurmpool resume`" in cli.render_plan(plan, 120)
+
+
 def test_plan_in_waves_when_the_budget_is_small():
     spec = make_spec(slurm_nodes=3, max_moves=1)
     pool, nodes = world()

@@ -307,8 +307,10 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
         if n.move
     ]
     current = list(nodes)
+    # A paused pool is planned as on resume: the planner itself starts nothing while paused.
+    unpaused = spec.model_copy(update={"paused": False})
     for wave in range(1, MAX_WAVES + 1):
-        result = plan(spec, current, slurm, now, target, pool_counts, sick)
+        result = plan(unpaused, current, slurm, now, target, pool_counts, sick)
         problems = result.problems
         if not result.starts and not result.aborts:
             break
@@ -336,8 +338,6 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
             moves.append({"wave": wave, "node": name, "from": by_name[name].move.target, "to": by_name[name].move.source,
                           "cause": "abort", "jobs": [], "jobDetails": [], "pods": []})
         current = [_settle(n, result) for n in current]
-        if spec.paused:
-            break
     return {
         "pool": pool.get("metadata", {}).get("name"),
         "namespace": pool.get("metadata", {}).get("namespace"),
@@ -524,7 +524,7 @@ def render_plan(view: dict[str, Any], total: int = 100) -> str:
     if view.get("unhealthy"):
         lines.append(("  never moved (unhealthy, see `kubectl slurmpool status`): " + ", ".join(view["unhealthy"]))[:total])
     if view["paused"]:
-        lines.append("  the pool is paused: no move starts until `kubectl slurmpool resume`")
+        lines.append("  the pool is paused: these moves start on `kubectl slurmpool resume`")
     for m in view["inFlight"]:
         lines.append(f"  in flight: {m['node']} {m['from']} -> {m['to']} {m['cause']}"[:total])
     lines += [line[:total] for line in handover_lines(view.get("handover"), view.get("now"))]
