@@ -149,9 +149,9 @@ matrix-b: deps venv slurm
 # so that no two lanes build them at once on a cold machine (the build scripts also take a lock).
 # No -pyxis variant: no lane runs one (e2e/test_pyxis.py's real-kubelet test needs LAB_REAL_NODES with
 # LAB_PYXIS=1 on 22.05, which no lane has); `make images` builds them.
+# Also the previous release e2e/test_upgrade.py upgrades from (exit 3: not in a shallow clone; the test skips).
 images-all: deps venv slurm lab-build
 	SLURMD_VERSIONS="22.05 24.11 26.05" SLURMD_PYXIS=0 deploy/docker/build-images.sh >/dev/null
-	# the previous release e2e/test_upgrade.py upgrades from (exit 3: not in a shallow clone, the test skips)
 	e2e/lab/previous-release.sh >/dev/null || [ $$? = 3 ]
 
 # LAB_PROMETHEUS=1 make demo: the lab's Prometheus scrapes the demo's operator and runs the alerts.
