@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -217,8 +218,10 @@ class RecordingApi:
         return [n for n in self._nodes if n["metadata"]["labels"].get("gpu") == "true"]
 
     def pods_on(self, names):
+        from slurmpool.kube import pod_view
+
         self.asked.append(("pods", sorted(names)))
-        return iter([p for p in self._pods if p["spec"]["nodeName"] in names])
+        return iter([pod_view(p) for p in self._pods if p["spec"]["nodeName"] in names])
 
 
 def test_status_asks_only_for_the_pools_nodes_and_their_pods():
@@ -317,6 +320,39 @@ def test_table_rows_are_read_as_the_pods_on_each_node():
         list(cli.table_pods({"columnDefinitions": COLUMNS[:5], "rows": [table_row("serve", "x", "n1")]}))
 
 
+def test_table_rows_read_as_pod_view_reads_their_metadata():
+    """A Table row's view is what pod_view makes of a pod with that metadata and node, but for what
+    the row does not carry: phase (not ended, by the field selector), needs, creation time."""
+    from slurmpool.kube import pod_view
+
+    labels = {"slurmpool.io/component": "slurmd", "slurmpool.io/pool": "gpu"}
+    rows = [table_row("slurm", "slurmd-n1", "n1", labels=labels), table_row("serve", "llm", "n2", kind="DaemonSet")]
+    rows[1]["object"]["metadata"].update(deletionTimestamp="2026-11-29T12:00:00Z", annotations={"kubernetes.io/config.mirror": "x"})
+    for row, got in zip(rows, cli.table_pods({"columnDefinitions": COLUMNS, "rows": rows})):
+        body = {"metadata": row["object"]["metadata"], "spec": {"nodeName": row["cells"][6]}}
+        assert got == replace(pod_view(body), created=None)
+        assert got.ended is False
+    slurmd, llm = cli.table_pods({"columnDefinitions": COLUMNS, "rows": rows})
+    assert (slurmd.slurmd, slurmd.pool, llm.deleting, llm.mirror, llm.evictable) == (True, "gpu", True, True, False)
+
+
+def test_a_tables_managed_fields_are_left_unparsed_and_nothing_else():
+    rows = [table_row("serve", f"llm-{i}", "n1") for i in range(4)]
+    # What a manager's name or a field's key may hold: brackets, braces and quotes within strings.
+    rows[1]["object"]["metadata"]["managedFields"] = [
+        {"manager": 'odd]}}}]} "cells" ]}}},{', "operation": "Update", "fieldsV1": {'k:{"name":"a]}}}"}': {".": {}}}}]
+    del rows[2]["object"]["metadata"]["managedFields"]  # none at all: the row is kept as it is; the last one has some
+    table = {"kind": "Table", "metadata": {"continue": "x"}, "columnDefinitions": COLUMNS, "rows": rows}
+    data = json.dumps(table, separators=(",", ":")).encode() + b"\n"  # as the apiserver writes it
+    stripped = json.loads(cli.without_managed_fields(data))
+    for row in table["rows"]:
+        row["object"]["metadata"].pop("managedFields", None)
+    assert stripped == table
+    pretty = json.dumps(table, indent=1).encode()  # not the shape it reads: returned as it came
+    assert cli.without_managed_fields(pretty) == pretty
+    assert cli.without_managed_fields(b'{"rows":[]}') == b'{"rows":[]}'
+
+
 class PagedCalls:
     """A list call answering in pages linked by `continue`, recording each call's arguments."""
 
@@ -341,7 +377,8 @@ def test_large_pools_read_the_pods_not_ended_as_table_pages_and_keep_those_on_th
     api.core = SimpleNamespace(list_pod_for_all_namespaces=pods)
     names = {f"n{i}" for i in range(70)}  # more than PODS_BY_NODE_UP_TO: one list of the whole cluster's pods
     got = list(api.pods_on(names))
-    assert sorted(b["metadata"]["name"] for b in got) == sorted(r["cells"][0] for r in rows if r["cells"][6] in names)
+    assert sorted(p.name for p in got) == sorted(r["cells"][0] for r in rows if r["cells"][6] in names)
+    assert {(p.namespace, p.node in names) for p in got} == {("serve", True)}
     assert [c["_continue"] for c in pods.calls] == [None, "1", "2"]  # every page, in order
     assert {c["field_selector"] for c in pods.calls} == {cli.Api.RUNNING}
     assert {c["_headers"]["Accept"] for c in pods.calls} == {cli.Api.TABLE}

@@ -52,6 +52,8 @@ from .view import (
     ANN_PLACEMENT,
     ANN_SETTLED,
     ANN_SLURM,
+    LABEL_COMPONENT,
+    LABEL_POOL,
     SLURM,
     NodeView,
     PodView,
@@ -123,7 +125,9 @@ def label_selector_query(selector: LabelSelector) -> str:
 
 
 def pool_nodes(spec: SlurmNodePoolSpec, node_bodies: Iterable[dict], pod_bodies: Iterable[dict]) -> list[NodeView]:
-    return with_pods(pool_node_views(spec, node_bodies), pod_bodies)
+    from .kube import pod_view
+
+    return with_pods(pool_node_views(spec, node_bodies), (pod_view(body) for body in pod_bodies))
 
 
 def pool_node_views(spec: SlurmNodePoolSpec, node_bodies: Iterable[dict]) -> list[NodeView]:
@@ -136,33 +140,66 @@ def pool_node_views(spec: SlurmNodePoolSpec, node_bodies: Iterable[dict]) -> lis
     return sorted((v for v in views if spec.node_selector.matches(v.labels)), key=lambda n: n.name)
 
 
-def with_pods(nodes: list[NodeView], pod_bodies: Iterable[dict]) -> list[NodeView]:
-    from .kube import pod_view
-
+def with_pods(nodes: list[NodeView], pod_views: Iterable[PodView]) -> list[NodeView]:
     pods: dict[str, list[PodView]] = {n.name: [] for n in nodes}
-    for body in pod_bodies:
-        on = pods.get((body.get("spec") or {}).get("nodeName") or "")
+    for pod in pod_views:
+        on = pods.get(pod.node)
         if on is not None:
-            on.append(pod_view(body))
+            on.append(pod)
     return [replace(n, pods=tuple(pods[n.name])) for n in nodes]
 
 
-def table_pods(page: dict) -> Iterator[dict]:
+def table_pods(page: dict) -> Iterator[PodView]:
     """Pods from a page of the apiserver's Table of pods (`Accept: ...;as=Table`): each row's
-    metadata and its Node column as the pod's body, the shape `pod_view` reads. No spec and no
-    status: `phase` is not read (the field selector asked only for pods not ended), nor what a pod
-    needs of a node (`plan` reads whole pods). A row is 60% of the bytes of a bare pod, less than
-    that of a real one (no spec, no container statuses). Strings repeated from pod to pod are held once."""
+    metadata and its Node column, as views. No spec and no status: `phase` is not read (the field
+    selector asked only for pods not ended), nor what a pod needs of a node, nor its creation time
+    (`plan` reads whole pods). Strings repeated from pod to pod are held once."""
     rows = page.get("rows") or ()
     columns = [c.get("name") for c in page.get("columnDefinitions") or ()]
     if rows and "Node" not in columns:
         raise ValueError("the apiserver's Table of pods has no Node column")
     node_at = columns.index("Node") if rows else 0
+    intern = sys.intern
     for row in rows:
         meta = (row.get("object") or {}).get("metadata") or {}
-        meta["namespace"] = sys.intern(meta.get("namespace") or "")
-        meta["ownerReferences"] = [{"kind": sys.intern(o.get("kind") or "")} for o in meta.get("ownerReferences") or ()]
-        yield {"metadata": meta, "spec": {"nodeName": sys.intern(row["cells"][node_at] or "")}}
+        labels = meta.get("labels") or {}
+        yield PodView(
+            namespace=intern(meta.get("namespace") or ""),
+            name=meta["name"],
+            uid=meta.get("uid", ""),
+            owner_kinds=tuple(intern(o.get("kind") or "") for o in meta.get("ownerReferences") or ()),
+            phase="Pending",  # as pod_view reads a pod without status: not ended, by the field selector
+            deleting=bool(meta.get("deletionTimestamp")),
+            slurmd=labels.get(LABEL_COMPONENT) == "slurmd",
+            mirror="kubernetes.io/config.mirror" in (meta.get("annotations") or {}),
+            node=intern(row["cells"][node_at] or ""),
+            pool=labels.get(LABEL_POOL, ""),
+        )
+
+
+MANAGED_FIELDS = b',"managedFields":['
+ROW_END = b']}}},{"cells":'  # managedFields, metadata, object and row end; the next row begins
+LAST_ROW_END = b']}}}]}'  # ... and the rows and the Table end
+
+
+def without_managed_fields(data: bytes) -> bytes:
+    """A Table of pods as the apiserver wrote it, less each row's `metadata.managedFields`: most
+    of a row's bytes (every field each manager set), and most of the parse, for nothing the plugin
+    shows. ObjectMeta ends with managedFields, a row with its object and the object with its
+    metadata, so each runs up to the first ROW_END after it: that text, with its unescaped quotes,
+    cannot be inside a string, nor is it inside managedFields (no "cells" key, no arrays). A
+    Table not written that way (pretty-printed, say) is returned as it came, parsed whole."""
+    pieces, at = [], 0
+    while (start := data.find(MANAGED_FIELDS, at)) >= 0:
+        end = data.find(ROW_END, start)
+        if end < 0:
+            end = data.rfind(LAST_ROW_END)
+            if end < start:
+                return data
+        pieces.append(data[at:start])
+        at = end + 1  # from the "}}}" that closes metadata, object and row
+    pieces.append(data[at:])
+    return b"".join(pieces)
 
 
 def age(since: datetime | None, now: datetime) -> str:
@@ -673,14 +710,18 @@ class Api:
     RUNNING = "status.phase!=Succeeded,status.phase!=Failed"
     TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"  # rows: the printer's columns and each object's metadata
 
-    def _pages(self, list_call: Callable, limit: int, **kwargs) -> Iterator[dict]:
-        """Every page of a list, each parsed once (no client models). The next page is asked for
-        while this one is used: the apiserver prepares it meanwhile."""
+    def _pages(self, list_call: Callable, limit: int, table: bool = False, **kwargs) -> Iterator[dict]:
+        """Every page of a list, each parsed once (no client models); `table`: the apiserver's Table
+        of it, less managedFields. The next page is asked for while this one is used: the apiserver
+        prepares it meanwhile."""
+        if table:
+            kwargs["_headers"] = {"Accept": self.TABLE}
+
         def pages() -> Iterator[dict]:
             token = None
             while True:
                 answer = list_call(limit=limit, _continue=token, _preload_content=False, _request_timeout=(30, 120), **kwargs)
-                page = json.loads(answer.data)
+                page = json.loads(without_managed_fields(answer.data) if table else answer.data)
                 yield page
                 token = (page.get("metadata") or {}).get("continue")
                 if not token:
@@ -695,27 +736,29 @@ class Api:
     def nodes(self, label_selector: str) -> Iterator[dict]:
         return self._items(self.core.list_node, label_selector=label_selector)
 
-    def pods_on(self, node_names: set[str], whole: bool = False) -> Iterator[dict]:
-        """The pods not ended on these nodes only. `whole`: whole pods (what each needs of a node,
-        for `plan`); else as the Table's rows give them: metadata and node (status)."""
+    def pods_on(self, node_names: set[str], whole: bool = False) -> Iterator[PodView]:
+        """The pods not ended on these nodes only. `whole`: from whole pods (what each needs of a
+        node, for `plan`); else from the Table's rows: metadata and node."""
         if len(node_names) <= self.PODS_BY_NODE_UP_TO:
-            def on(name: str) -> list[dict]:
+            def on(name: str) -> list[PodView]:
                 return list(self._pods(f"spec.nodeName={name},{self.RUNNING}", whole))
 
             with ThreadPoolExecutor(8) as threads:
                 for items in threads.map(on, sorted(node_names)):
                     yield from items
             return
-        for item in self._pods(self.RUNNING, whole):
-            if item["spec"].get("nodeName") in node_names:
-                yield item
+        for pod in self._pods(self.RUNNING, whole):
+            if pod.node in node_names:
+                yield pod
 
-    def _pods(self, field_selector: str, whole: bool) -> Iterator[dict]:
+    def _pods(self, field_selector: str, whole: bool) -> Iterator[PodView]:
         if whole:
-            yield from self._items(self.core.list_pod_for_all_namespaces, field_selector=field_selector)
+            from .kube import pod_view
+
+            for body in self._items(self.core.list_pod_for_all_namespaces, field_selector=field_selector):
+                yield pod_view(body)
             return
-        for page in self._pages(self.core.list_pod_for_all_namespaces, self.POD_PAGE, field_selector=field_selector,
-                                _headers={"Accept": self.TABLE}):
+        for page in self._pages(self.core.list_pod_for_all_namespaces, self.POD_PAGE, table=True, field_selector=field_selector):
             yield from table_pods(page)
 
     def pool_names(self, namespace: str) -> list[str]:
