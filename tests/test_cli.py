@@ -213,6 +213,9 @@ class RecordingApi:
     def pool(self, namespace, name):
         return self._pool
 
+    def start_pods(self, whole=False):
+        self.asked.append(("start pods", whole))
+
     def nodes(self, label_selector):
         self.asked.append(("nodes", label_selector))
         return [n for n in self._nodes if n["metadata"]["labels"].get("gpu") == "true"]
@@ -230,7 +233,7 @@ def test_status_asks_only_for_the_pools_nodes_and_their_pods():
     pods = [pod_body("llm-1", "n1"), pod_body("elsewhere", "other")]
     api = RecordingApi(pool, nodes, pods)
     _, _, views = cli._load(api, "ns", "gpu")
-    assert api.asked == [("nodes", cli.label_selector_query(SPEC.node_selector)), ("pods", ["n1", "n2"])]
+    assert api.asked == [("start pods", False), ("nodes", cli.label_selector_query(SPEC.node_selector)), ("pods", ["n1", "n2"])]
     assert [v.name for v in views] == ["n1", "n2"] and [p.name for p in views[0].pods] == ["llm-1"]
 
 
@@ -364,8 +367,9 @@ class PagedCalls:
 
         self.calls.append(kwargs)
         index = int(kwargs["_continue"] or 0)
-        page = dict(self.pages[index], metadata={"continue": str(index + 1)} if index + 1 < len(self.pages) else {})
-        return SimpleNamespace(data=json.dumps(page).encode())
+        # As the apiserver writes a list: its metadata (and `continue`) ahead of its items or rows.
+        page = {"kind": "Table", "metadata": {"continue": str(index + 1)} if index + 1 < len(self.pages) else {}, **self.pages[index]}
+        return SimpleNamespace(data=json.dumps(page, separators=(",", ":")).encode())
 
 
 def test_large_pools_read_the_pods_not_ended_as_table_pages_and_keep_those_on_their_nodes():
@@ -382,6 +386,32 @@ def test_large_pools_read_the_pods_not_ended_as_table_pages_and_keep_those_on_th
     assert [c["_continue"] for c in pods.calls] == [None, "1", "2"]  # every page, in order
     assert {c["field_selector"] for c in pods.calls} == {cli.Api.RUNNING}
     assert {c["_headers"]["Accept"] for c in pods.calls} == {cli.Api.TABLE}
+
+
+def test_the_next_page_is_asked_for_by_the_continue_read_from_the_answers_head():
+    assert cli.list_continue(b'{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"7","continue":"eyJ2"},'
+                             b'"rows":[{"object":{"metadata":{"continue":"no"}}}]}') == "eyJ2"
+    assert cli.list_continue(b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[]}') is None
+    for head in (b'{"kind":"Table","rows":[' + b" " * 300 + b'],"metadata":{"continue":"x"}}', b'{"kind":"Table","metadata":{"continue":"x'):
+        with pytest.raises(ValueError):
+            cli.list_continue(head)
+    # An answer written otherwise (metadata last) is parsed before the next page is asked for: same pages.
+    rows = [table_row("serve", f"llm-{i}", "n1") for i in range(5)]
+    pages = [{"columnDefinitions": COLUMNS, "rows": rows[i:i + 2]} for i in range(0, 5, 2)]
+
+    direct, reordered = PagedCalls(pages), PagedCalls(pages)
+
+    def metadata_last(**kwargs):
+        from types import SimpleNamespace
+
+        answer = json.loads(reordered(**kwargs).data)
+        return SimpleNamespace(data=json.dumps({**{k: v for k, v in answer.items() if k != "metadata"}, "metadata": answer["metadata"]}).encode())
+
+    api = object.__new__(cli.Api)
+    for call in (direct, metadata_last):
+        got = list(api._pages(call, 2, table=True, convert=lambda page: [r["cells"][0] for r in page["rows"]]))
+        assert got == [["llm-0", "llm-1"], ["llm-2", "llm-3"], ["llm-4"]]
+    assert [c["_continue"] for c in direct.calls] == [c["_continue"] for c in reordered.calls] == [None, "1", "2"]
 
 
 def test_ahead_keeps_order_raises_the_threads_error_and_stops_with_its_consumer():

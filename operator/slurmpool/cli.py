@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from slurmbridge import SlurmJob, SlurmNode
 
@@ -175,6 +175,18 @@ def table_pods(page: dict) -> Iterator[PodView]:
             node=intern(row["cells"][node_at] or ""),
             pool=labels.get(LABEL_POOL, ""),
         )
+
+
+def list_continue(data: bytes) -> str | None:
+    """The `continue` token of a list's answer, read from its head: the list's metadata comes
+    before its items or rows (Go's field order), so the next page can be asked for before this one
+    is parsed. ValueError if the head is not that."""
+    at = data.find(b'"metadata":', 0, 256)
+    if at < 0:
+        raise ValueError("a list's answer without its metadata ahead of its items")
+    meta, _ = json.JSONDecoder().raw_decode(data[at + 11:at + 11 + 8192].decode("utf-8", "replace"))
+    token = meta.get("continue") if isinstance(meta, dict) else None
+    return token or None
 
 
 MANAGED_FIELDS = b',"managedFields":['
@@ -597,42 +609,62 @@ def complete_main(argv: list[str] | None = None) -> int:
 # ---------------------------------------------------------------- I/O: the Kubernetes API
 
 
-def ahead(items: Iterator[T]) -> Iterator[T]:
+class Ahead(Generic[T]):
     """`items`, each made in a thread while the consumer uses the one before: one waits, at most.
-    An error in the thread is raised here; the consumer stopping early stops the thread."""
-    done = object()
-    handoff: queue.Queue = queue.Queue(maxsize=1)
-    stop = threading.Event()
+    The thread starts at once (the first item is made before it is asked for). An error in the
+    thread is raised here; `close()`, or the consumer stopping early, stops the thread."""
 
-    def put(item) -> bool:
-        while not stop.is_set():
+    _DONE = object()
+
+    def __init__(self, items: Iterator[T]):
+        self._handoff: queue.Queue = queue.Queue(maxsize=1)
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, args=(items,), daemon=True, name="slurmpool-pages").start()
+        self._items = self._consume()
+
+    def __iter__(self) -> Ahead[T]:
+        return self
+
+    def __next__(self) -> T:
+        return next(self._items)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._items.close()
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
             try:
-                handoff.put(item, timeout=0.1)
+                self._handoff.put(item, timeout=0.1)
                 return True
             except queue.Full:
                 continue
         return False
 
-    def run() -> None:
+    def _run(self, items: Iterator[T]) -> None:
         try:
             for item in items:
-                if not put((item, None)):
+                if not self._put((item, None)):
                     return
-            put((done, None))
+            self._put((self._DONE, None))
         except BaseException as err:  # noqa: BLE001 - handed to the consumer, raised there
-            put((done, err))
+            self._put((self._DONE, err))
 
-    threading.Thread(target=run, daemon=True, name="slurmpool-pages").start()
-    try:
-        while True:
-            item, err = handoff.get()
-            if err is not None:
-                raise err
-            if item is done:
-                return
-            yield item
-    finally:
-        stop.set()
+    def _consume(self) -> Iterator[T]:
+        try:
+            while True:
+                item, err = self._handoff.get()
+                if err is not None:
+                    raise err
+                if item is self._DONE:
+                    return
+                yield item
+        finally:
+            self._stop.set()
+
+
+def ahead(items: Iterator[T]) -> Ahead[T]:
+    return Ahead(items)
 
 
 class CoreCalls:
@@ -710,24 +742,41 @@ class Api:
     RUNNING = "status.phase!=Succeeded,status.phase!=Failed"
     TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"  # rows: the printer's columns and each object's metadata
 
-    def _pages(self, list_call: Callable, limit: int, table: bool = False, **kwargs) -> Iterator[dict]:
+    def _pages(self, list_call: Callable, limit: int, table: bool = False, convert: Callable[[dict], T] | None = None,
+               **kwargs) -> Ahead[T]:
         """Every page of a list, each parsed once (no client models); `table`: the apiserver's Table
-        of it, less managedFields. The next page is asked for while this one is used: the apiserver
-        prepares it meanwhile."""
+        of it, less managedFields; `convert`: what each page is reduced to (a parsed page is let go
+        before the next one comes). Two threads: one asks for the next page as soon as this one
+        has come (its `continue` read from its head), one parses: the apiserver prepares a page
+        while the one before is parsed and the one before that is used."""
         if table:
             kwargs["_headers"] = {"Accept": self.TABLE}
 
-        def pages() -> Iterator[dict]:
+        def read(data: bytes) -> dict:
+            return json.loads(without_managed_fields(data) if table else data)
+
+        def answers() -> Iterator[tuple[bytes | dict, str | None]]:
             token = None
             while True:
-                answer = list_call(limit=limit, _continue=token, _preload_content=False, _request_timeout=(30, 120), **kwargs)
-                page = json.loads(without_managed_fields(answer.data) if table else answer.data)
-                yield page
-                token = (page.get("metadata") or {}).get("continue")
+                data = list_call(limit=limit, _continue=token, _preload_content=False, _request_timeout=(30, 120), **kwargs).data
+                try:
+                    token = list_continue(data)
+                    yield data, token
+                except ValueError:  # not written as expected: parsed here, before the next page is asked for
+                    page = read(data)
+                    token = (page.get("metadata") or {}).get("continue")
+                    yield page, token
                 if not token:
                     return
 
-        return ahead(pages())
+        def parse(answer: tuple[bytes | dict, str | None]):
+            data, token = answer
+            page = data if isinstance(data, dict) else read(data)
+            if (page.get("metadata") or {}).get("continue") != token:
+                raise ValueError("the list's continue token read from its head is not the one parsed")
+            return convert(page) if convert else page
+
+        return ahead(map(parse, ahead(answers())))
 
     def _items(self, list_call: Callable, **kwargs) -> Iterator[dict]:
         for page in self._pages(list_call, self.PAGE, **kwargs):
@@ -736,10 +785,25 @@ class Api:
     def nodes(self, label_selector: str) -> Iterator[dict]:
         return self._items(self.core.list_node, label_selector=label_selector)
 
+    _cluster_pods: tuple[bool, Ahead[list[PodView]]] | None = None
+
+    def start_pods(self, whole: bool = False) -> None:
+        """Start reading the cluster's pods not ended now, while the pool's Nodes are read (the
+        apiserver is asked for both at once). `pods_on` keeps those on a large pool's nodes; for a
+        small pool it drops this read after its first page, and asks node by node."""
+        self._cluster_pods = (whole, self._pod_pages(self.RUNNING, whole))
+
     def pods_on(self, node_names: set[str], whole: bool = False) -> Iterator[PodView]:
         """The pods not ended on these nodes only. `whole`: from whole pods (what each needs of a
         node, for `plan`); else from the Table's rows: metadata and node."""
+        started, self._cluster_pods = self._cluster_pods, None
+        pages = started[1] if started and started[0] == whole else None
+        if started and pages is None:
+            started[1].close()
         if len(node_names) <= self.PODS_BY_NODE_UP_TO:
+            if pages:
+                pages.close()
+
             def on(name: str) -> list[PodView]:
                 return list(self._pods(f"spec.nodeName={name},{self.RUNNING}", whole))
 
@@ -747,19 +811,25 @@ class Api:
                 for items in threads.map(on, sorted(node_names)):
                     yield from items
             return
-        for pod in self._pods(self.RUNNING, whole):
-            if pod.node in node_names:
-                yield pod
+        pages = pages or self._pod_pages(self.RUNNING, whole)
+        try:
+            for pods in pages:
+                yield from (pod for pod in pods if pod.node in node_names)
+        finally:
+            pages.close()
 
     def _pods(self, field_selector: str, whole: bool) -> Iterator[PodView]:
+        for pods in self._pod_pages(field_selector, whole):
+            yield from pods
+
+    def _pod_pages(self, field_selector: str, whole: bool) -> Ahead[list[PodView]]:
         if whole:
             from .kube import pod_view
 
-            for body in self._items(self.core.list_pod_for_all_namespaces, field_selector=field_selector):
-                yield pod_view(body)
-            return
-        for page in self._pages(self.core.list_pod_for_all_namespaces, self.POD_PAGE, table=True, field_selector=field_selector):
-            yield from table_pods(page)
+            return self._pages(self.core.list_pod_for_all_namespaces, self.PAGE, field_selector=field_selector,
+                               convert=lambda page: [pod_view(body) for body in page.get("items") or ()])
+        return self._pages(self.core.list_pod_for_all_namespaces, self.POD_PAGE, table=True, field_selector=field_selector,
+                           convert=lambda page: list(table_pods(page)))
 
     def pool_names(self, namespace: str) -> list[str]:
         answer = self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, _preload_content=False)
@@ -781,6 +851,7 @@ def _load(api: Api, namespace: str, name: str, whole_pods: bool = False) -> tupl
     try:
         pool = api.pool(namespace, name)
         spec = SlurmNodePoolSpec.model_validate(pool.get("spec") or {})
+        api.start_pods(whole=whole_pods)  # while the Nodes are read
         nodes = pool_node_views(spec, api.nodes(label_selector_query(spec.node_selector)))
         names = {n.name for n in nodes}
         pods = api.pods_on(names, whole=True) if whole_pods else api.pods_on(names)
