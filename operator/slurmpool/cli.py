@@ -964,8 +964,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {err}", file=sys.stderr)
         if os.environ.get("SLURMPOOL_DEBUG"):
             raise
-        return 1
-    return 0
+        return _done(1, argv)
+    return _done(0, argv)
+
+
+def _done(code: int, argv: list[str] | None) -> int:
+    """Run as the command (`argv` None), it ends here, without the interpreter's teardown: freeing
+    the views of a large pool one by one (0.1-0.2 s of 5,000 Nodes and 50,000 pods) for nothing."""
+    if argv is None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except OSError:  # a reader gone (`| head`): what it did not take is lost either way
+                pass
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":
