@@ -439,6 +439,22 @@ def test_ahead_keeps_order_raises_the_threads_error_and_stops_with_its_consumer(
         thread.join(timeout=30)
         assert not thread.is_alive()
     assert len(made) <= 3  # at most the one handed over, the one waiting and the one being made
+    # Pages read in one thread and parsed in another: closing the pages stops both threads.
+    made.clear()
+
+    def endless_list(**kwargs):
+        from types import SimpleNamespace
+
+        made.append(kwargs["_continue"])
+        return SimpleNamespace(data=json.dumps({"kind": "PodList", "metadata": {"continue": str(len(made))}, "items": []}).encode())
+
+    pages = object.__new__(cli.Api)._pages(endless_list, 10)
+    assert next(pages)["metadata"]["continue"] == "1"
+    pages.close()
+    for thread in [t for t in threading.enumerate() if t.name == "slurmpool-pages"]:
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+    assert len(made) <= 6
 
 
 class Answer:

@@ -612,7 +612,8 @@ def complete_main(argv: list[str] | None = None) -> int:
 class Ahead(Generic[T]):
     """`items`, each made in a thread while the consumer uses the one before: one waits, at most.
     The thread starts at once (the first item is made before it is asked for). An error in the
-    thread is raised here; `close()`, or the consumer stopping early, stops the thread."""
+    thread is raised here; `close()`, or the consumer stopping early, stops the thread, and the
+    thread closes `items` (a chain of them stops from its end)."""
 
     _DONE = object()
 
@@ -649,6 +650,9 @@ class Ahead(Generic[T]):
             self._put((self._DONE, None))
         except BaseException as err:  # noqa: BLE001 - handed to the consumer, raised there
             self._put((self._DONE, err))
+        finally:
+            if hasattr(items, "close"):
+                items.close()
 
     def _consume(self) -> Iterator[T]:
         try:
@@ -769,14 +773,17 @@ class Api:
                 if not token:
                     return
 
-        def parse(answer: tuple[bytes | dict, str | None]):
-            data, token = answer
-            page = data if isinstance(data, dict) else read(data)
-            if (page.get("metadata") or {}).get("continue") != token:
-                raise ValueError("the list's continue token read from its head is not the one parsed")
-            return convert(page) if convert else page
+        def parsed(answers: Ahead[tuple[bytes | dict, str | None]]) -> Iterator:
+            try:
+                for data, token in answers:
+                    page = data if isinstance(data, dict) else read(data)
+                    if (page.get("metadata") or {}).get("continue") != token:
+                        raise ValueError("the list's continue token read from its head is not the one parsed")
+                    yield convert(page) if convert else page
+            finally:
+                answers.close()
 
-        return ahead(map(parse, ahead(answers())))
+        return ahead(parsed(ahead(answers())))
 
     def _items(self, list_call: Callable, **kwargs) -> Iterator[dict]:
         for page in self._pages(list_call, self.PAGE, **kwargs):
@@ -790,7 +797,8 @@ class Api:
     def start_pods(self, whole: bool = False) -> None:
         """Start reading the cluster's pods not ended now, while the pool's Nodes are read (the
         apiserver is asked for both at once). `pods_on` keeps those on a large pool's nodes; for a
-        small pool it drops this read after its first page, and asks node by node."""
+        small pool it drops this read, of which a few pages may have been asked for (the cost of not
+        waiting for the Nodes on a large cluster), and asks node by node."""
         self._cluster_pods = (whole, self._pod_pages(self.RUNNING, whole))
 
     def pods_on(self, node_names: set[str], whole: bool = False) -> Iterator[PodView]:
