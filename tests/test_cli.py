@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -223,13 +224,18 @@ class RecordingApi:
     def pool(self, namespace, name):
         return self._pool
 
+    def start_pods(self, whole=False):
+        self.asked.append(("start pods", whole))
+
     def nodes(self, label_selector):
         self.asked.append(("nodes", label_selector))
         return [n for n in self._nodes if n["metadata"]["labels"].get("gpu") == "true"]
 
     def pods_on(self, names):
+        from slurmpool.kube import pod_view
+
         self.asked.append(("pods", sorted(names)))
-        return iter([p for p in self._pods if p["spec"]["nodeName"] in names])
+        return iter([pod_view(p) for p in self._pods if p["spec"]["nodeName"] in names])
 
 
 def test_status_asks_only_for_the_pools_nodes_and_their_pods():
@@ -238,7 +244,7 @@ def test_status_asks_only_for_the_pools_nodes_and_their_pods():
     pods = [pod_body("llm-1", "n1"), pod_body("elsewhere", "other")]
     api = RecordingApi(pool, nodes, pods)
     _, _, views = cli._load(api, "ns", "gpu")
-    assert api.asked == [("nodes", cli.label_selector_query(SPEC.node_selector)), ("pods", ["n1", "n2"])]
+    assert api.asked == [("start pods", False), ("nodes", cli.label_selector_query(SPEC.node_selector)), ("pods", ["n1", "n2"])]
     assert [v.name for v in views] == ["n1", "n2"] and [p.name for p in views[0].pods] == ["llm-1"]
 
 
@@ -328,6 +334,39 @@ def test_table_rows_are_read_as_the_pods_on_each_node():
         list(cli.table_pods({"columnDefinitions": COLUMNS[:5], "rows": [table_row("serve", "x", "n1")]}))
 
 
+def test_table_rows_read_as_pod_view_reads_their_metadata():
+    """A Table row's view is what pod_view makes of a pod with that metadata and node, but for what
+    the row does not carry: phase (not ended, by the field selector), needs, creation time."""
+    from slurmpool.kube import pod_view
+
+    labels = {"slurmpool.io/component": "slurmd", "slurmpool.io/pool": "gpu"}
+    rows = [table_row("slurm", "slurmd-n1", "n1", labels=labels), table_row("serve", "llm", "n2", kind="DaemonSet")]
+    rows[1]["object"]["metadata"].update(deletionTimestamp="2026-11-29T12:00:00Z", annotations={"kubernetes.io/config.mirror": "x"})
+    for row, got in zip(rows, cli.table_pods({"columnDefinitions": COLUMNS, "rows": rows})):
+        body = {"metadata": row["object"]["metadata"], "spec": {"nodeName": row["cells"][6]}}
+        assert got == replace(pod_view(body), created=None)
+        assert got.ended is False
+    slurmd, llm = cli.table_pods({"columnDefinitions": COLUMNS, "rows": rows})
+    assert (slurmd.slurmd, slurmd.pool, llm.deleting, llm.mirror, llm.evictable) == (True, "gpu", True, True, False)
+
+
+def test_a_tables_managed_fields_are_left_unparsed_and_nothing_else():
+    rows = [table_row("serve", f"llm-{i}", "n1") for i in range(4)]
+    # What a manager's name or a field's key may hold: brackets, braces and quotes within strings.
+    rows[1]["object"]["metadata"]["managedFields"] = [
+        {"manager": 'odd]}}}]} "cells" ]}}},{', "operation": "Update", "fieldsV1": {'k:{"name":"a]}}}"}': {".": {}}}}]
+    del rows[2]["object"]["metadata"]["managedFields"]  # none at all: the row is kept as it is; the last one has some
+    table = {"kind": "Table", "metadata": {"continue": "x"}, "columnDefinitions": COLUMNS, "rows": rows}
+    data = json.dumps(table, separators=(",", ":")).encode() + b"\n"  # as the apiserver writes it
+    stripped = json.loads(cli.without_managed_fields(data))
+    for row in table["rows"]:
+        row["object"]["metadata"].pop("managedFields", None)
+    assert stripped == table
+    pretty = json.dumps(table, indent=1).encode()  # not the shape it reads: returned as it came
+    assert cli.without_managed_fields(pretty) == pretty
+    assert cli.without_managed_fields(b'{"rows":[]}') == b'{"rows":[]}'
+
+
 class PagedCalls:
     """A list call answering in pages linked by `continue`, recording each call's arguments."""
 
@@ -339,8 +378,9 @@ class PagedCalls:
 
         self.calls.append(kwargs)
         index = int(kwargs["_continue"] or 0)
-        page = dict(self.pages[index], metadata={"continue": str(index + 1)} if index + 1 < len(self.pages) else {})
-        return SimpleNamespace(data=json.dumps(page).encode())
+        # As the apiserver writes a list: its metadata (and `continue`) ahead of its items or rows.
+        page = {"kind": "Table", "metadata": {"continue": str(index + 1)} if index + 1 < len(self.pages) else {}, **self.pages[index]}
+        return SimpleNamespace(data=json.dumps(page, separators=(",", ":")).encode())
 
 
 def test_large_pools_read_the_pods_not_ended_as_table_pages_and_keep_those_on_their_nodes():
@@ -352,10 +392,37 @@ def test_large_pools_read_the_pods_not_ended_as_table_pages_and_keep_those_on_th
     api.core = SimpleNamespace(list_pod_for_all_namespaces=pods)
     names = {f"n{i}" for i in range(70)}  # more than PODS_BY_NODE_UP_TO: one list of the whole cluster's pods
     got = list(api.pods_on(names))
-    assert sorted(b["metadata"]["name"] for b in got) == sorted(r["cells"][0] for r in rows if r["cells"][6] in names)
+    assert sorted(p.name for p in got) == sorted(r["cells"][0] for r in rows if r["cells"][6] in names)
+    assert {(p.namespace, p.node in names) for p in got} == {("serve", True)}
     assert [c["_continue"] for c in pods.calls] == [None, "1", "2"]  # every page, in order
     assert {c["field_selector"] for c in pods.calls} == {cli.Api.RUNNING}
     assert {c["_headers"]["Accept"] for c in pods.calls} == {cli.Api.TABLE}
+
+
+def test_the_next_page_is_asked_for_by_the_continue_read_from_the_answers_head():
+    assert cli.list_continue(b'{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"7","continue":"eyJ2"},'
+                             b'"rows":[{"object":{"metadata":{"continue":"no"}}}]}') == "eyJ2"
+    assert cli.list_continue(b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[]}') is None
+    for head in (b'{"kind":"Table","rows":[' + b" " * 300 + b'],"metadata":{"continue":"x"}}', b'{"kind":"Table","metadata":{"continue":"x'):
+        with pytest.raises(ValueError):
+            cli.list_continue(head)
+    # An answer written otherwise (metadata last) is parsed before the next page is asked for: same pages.
+    rows = [table_row("serve", f"llm-{i}", "n1") for i in range(5)]
+    pages = [{"columnDefinitions": COLUMNS, "rows": rows[i:i + 2]} for i in range(0, 5, 2)]
+
+    direct, reordered = PagedCalls(pages), PagedCalls(pages)
+
+    def metadata_last(**kwargs):
+        from types import SimpleNamespace
+
+        answer = json.loads(reordered(**kwargs).data)
+        return SimpleNamespace(data=json.dumps({**{k: v for k, v in answer.items() if k != "metadata"}, "metadata": answer["metadata"]}).encode())
+
+    api = object.__new__(cli.Api)
+    for call in (direct, metadata_last):
+        got = list(api._pages(call, 2, table=True, convert=lambda page: [r["cells"][0] for r in page["rows"]]))
+        assert got == [["llm-0", "llm-1"], ["llm-2", "llm-3"], ["llm-4"]]
+    assert [c["_continue"] for c in direct.calls] == [c["_continue"] for c in reordered.calls] == [None, "1", "2"]
 
 
 def test_ahead_keeps_order_raises_the_threads_error_and_stops_with_its_consumer():
@@ -383,6 +450,22 @@ def test_ahead_keeps_order_raises_the_threads_error_and_stops_with_its_consumer(
         thread.join(timeout=30)
         assert not thread.is_alive()
     assert len(made) <= 3  # at most the one handed over, the one waiting and the one being made
+    # Pages read in one thread and parsed in another: closing the pages stops both threads.
+    made.clear()
+
+    def endless_list(**kwargs):
+        from types import SimpleNamespace
+
+        made.append(kwargs["_continue"])
+        return SimpleNamespace(data=json.dumps({"kind": "PodList", "metadata": {"continue": str(len(made))}, "items": []}).encode())
+
+    pages = object.__new__(cli.Api)._pages(endless_list, 10)
+    assert next(pages)["metadata"]["continue"] == "1"
+    pages.close()
+    for thread in [t for t in threading.enumerate() if t.name == "slurmpool-pages"]:
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+    assert len(made) <= 6
 
 
 class Answer:
