@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 from datetime import timedelta
 
@@ -653,3 +654,30 @@ def test_a_draining_node_with_a_job_without_a_time_limit_has_no_forecast():
     assert cli.draining_forecast(nodes, NOW) == {"n1": None}
     view = cli.status_view(world()[0], nodes, NOW)
     assert "n1: a job has no time limit: drain.onTimeout decides" in cli.render_status(view, 200)
+
+
+def test_a_reader_gone_is_no_error(monkeypatch, capsys):
+    """`kubectl slurmpool ... | head`: the pipe closes before the output is written."""
+
+    class FakeApi:
+        def __init__(self, *_):
+            pass
+
+        @staticmethod
+        def default_namespace(*_):
+            return "ns"
+
+        def patch_node(self, name, body):
+            return {"metadata": {"annotations": {"slurmpool.io/pool": "gpu"}}}
+
+    class ClosedPipe:
+        def write(self, _):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "Api", FakeApi)
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert cli.main(["move", "n1", "--to", "slurm"]) == 0
+    assert capsys.readouterr().err == ""

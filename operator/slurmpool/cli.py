@@ -1050,6 +1050,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()
         finally:
             os._exit(0)
+    except BrokenPipeError:  # `| head`: the reader took what it wanted; no error for that
+        return _done(0, argv)
     except Exception as err:  # noqa: BLE001 - one clear line for the on-call, not a traceback
         from kubernetes.client.rest import ApiException
 
