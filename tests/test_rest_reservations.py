@@ -45,8 +45,8 @@ class ReservingSlurmrestd(FakeSlurmrestd):
         elif version < "v0.0.43":
             answer = None  # measured: v0.0.42's POST /reservations/ is an unknown URL
         elif request.method == "POST" and what == "reservations":
-            names = [r.get("name") for r in (json.loads(text) or {}).get("reservations", [])]
-            answer = "post-200" if names == [OURS] else "post-bad-node-422"
+            hosts = [r.get("node_list", "") for r in (json.loads(text) or {}).get("reservations", [])]
+            answer = "post-bad-node-422" if any("gpu99" in h for h in hosts) else "post-200"  # the node the lab lacks
         elif request.method == "DELETE" and what == "reservation":
             answer = "delete-200" if parts[4] == OURS else "delete-gone-422"
         else:
@@ -174,3 +174,29 @@ async def test_the_poll_reads_reservations_only_where_slurmrestd_can_make_them(r
         else:
             assert view.reservations is None and view.reservations_error is None
             assert not any("/reservations/" in path for _, path, _, _ in fake.requests)
+
+
+async def test_the_handover_over_slurmrestd_is_planned_where_it_can_reserve_and_unavailable_where_not(rest):
+    """The pass's decision on the view a REST poll gives: 26.05 (v0.0.45) creates the reservation
+    through slurmrestd, as scontrol would; 24.11 (v0.0.42) says HandoverUnavailable and sends nothing."""
+    from slurmpool.handover import UNAVAILABLE, reconcile
+
+    from .factories import NOW
+    from .test_handover import busy, windowed
+
+    nodes, _ = busy()
+    for versions, outcome in ((("v0.0.41", "v0.0.42"), "unavailable"), (("v0.0.42", "v0.0.45"), "create")):
+        fake, backend = await rest(versions)
+        fake.nodes = [rest_node(n.name, ["IDLE"]) for n in nodes[:5]]
+        view = await access.observe_slurm(backend, None, reservations=True)
+        plan = reconcile("ns", "gpu", windowed(), nodes, view, NOW, 5)
+        assert plan.outcome == outcome, plan
+        if outcome == "unavailable":
+            assert plan.status.message == UNAVAILABLE and [e[1] for e in plan.events] == ["HandoverUnavailable"]
+            continue
+        assert plan.create.reservation == "slurmpool-ns-gpu" and len(plan.create.nodes) == 3
+        await backend.create_reservation(plan.create.reservation, list(plan.create.nodes), plan.create.start, plan.minutes,
+                                         plan.create.flags)
+        body = fake.requests[-1][3]["reservations"][0]
+        assert body["name"] == "slurmpool-ns-gpu" and body["flags"] == ["MAINT", "IGNORE_JOBS"]
+        assert body["start_time"]["number"] == int(plan.create.start.timestamp()) and body["duration"]["number"] == plan.minutes
