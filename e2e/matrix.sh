@@ -43,7 +43,7 @@ rows=(
   # 24.11's dynamic slurmd run one network namespace each (e2e/lab/netns.sh: 24.11 takes no Port= in --conf).
   "24.11-dynamic|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$core $image"
   "24.11-dynamic-requeue|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$requeue $image"
-  "26.05-rest|LAB_SLURM=26.05 LAB_ACCESS=rest|$core e2e/test_rest_operator.py e2e/test_demand_gang.py $short"
+  "26.05-rest|LAB_SLURM=26.05 LAB_ACCESS=rest|$core e2e/test_rest_operator.py e2e/test_demand_gang.py e2e/test_handover.py $short"
   # No $short on dynamic nodes: a dynamic node's configuration is what its slurmd reports
   # (--conf), so it cannot register with fewer GPUs than configured.
   "26.05-dynamic|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic|$core $image"
