@@ -81,7 +81,7 @@ async def _reservations(backend: SlurmBackend, wanted: bool) -> tuple[tuple | No
         found, max_times = await asyncio.gather(backend.reservations(), backend.partition_max_times())
         return tuple(found), max_times, None, api
     except SlurmError as err:
-        return None, {}, f"cannot list reservations: {err}"[:500], True
+        return None, {}, f"cannot list reservations: {err}"[:500] if wanted else None, True
 
 
 async def lists_reservations(backend: SlurmBackend) -> bool:
