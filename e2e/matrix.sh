@@ -47,7 +47,7 @@ rows=(
   # No $short on dynamic nodes: a dynamic node's configuration is what its slurmd reports
   # (--conf), so it cannot register with fewer GPUs than configured.
   "26.05-dynamic|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic|$core $image"
-  "26.05-dynamic-rest|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic LAB_ACCESS=rest LAB_REAL_NODES=1|$core e2e/test_rest_operator.py $image"
+  "26.05-dynamic-rest|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic LAB_ACCESS=rest LAB_REAL_NODES=1|$core e2e/test_rest_operator.py e2e/test_handover.py $image"
   # pyxis on a real kubelet node: the 22.05-pyxis slurmd image as the slurmd pod of a node the
   # operator moved in, a container job with mounts and GPUs in it (and on the lab's nodes as above).
   "22.05-pyxis-real|LAB_SLURM=22.05 LAB_PYXIS=1 LAB_REAL_NODES=1|$pyxis"
