@@ -43,11 +43,11 @@ rows=(
   # 24.11's dynamic slurmd run one network namespace each (e2e/lab/netns.sh: 24.11 takes no Port= in --conf).
   "24.11-dynamic|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$core $image"
   "24.11-dynamic-requeue|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$requeue $image"
-  "26.05-rest|LAB_SLURM=26.05 LAB_ACCESS=rest|$core e2e/test_rest_operator.py e2e/test_demand_gang.py $short"
+  "26.05-rest|LAB_SLURM=26.05 LAB_ACCESS=rest|$core e2e/test_rest_operator.py e2e/test_demand_gang.py e2e/test_handover.py $short"
   # No $short on dynamic nodes: a dynamic node's configuration is what its slurmd reports
   # (--conf), so it cannot register with fewer GPUs than configured.
   "26.05-dynamic|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic|$core $image"
-  "26.05-dynamic-rest|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic LAB_ACCESS=rest LAB_REAL_NODES=1|$core e2e/test_rest_operator.py $image"
+  "26.05-dynamic-rest|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic LAB_ACCESS=rest LAB_REAL_NODES=1|$core e2e/test_rest_operator.py e2e/test_handover.py $image"
   # pyxis on a real kubelet node: the 22.05-pyxis slurmd image as the slurmd pod of a node the
   # operator moved in, a container job with mounts and GPUs in it (and on the lab's nodes as above).
   "22.05-pyxis-real|LAB_SLURM=22.05 LAB_PYXIS=1 LAB_REAL_NODES=1|$pyxis"

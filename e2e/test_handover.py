@@ -4,7 +4,8 @@ takes nodes out of Slurm, the operator reserves the leaving nodes in Slurm from 
 start there; at the edge the nodes move without a drain wait, no job is requeued or cancelled,
 and the reservation is deleted once the moves are done. A SIGKILL of the operator between the
 reservation and the edge, and another right after the first move at the edge is recorded, leave
-nothing behind: a fresh operator finds the reservation by its name and finishes. On the default lab: Slurm 22.05 over SSH.
+nothing behind: a fresh operator finds the reservation by its name and finishes. On the default lab: Slurm 22.05 over SSH;
+in the matrix also over slurmrestd on 26.05 (v0.0.43+ creates reservations) and, for the fallback, on 24.11.
 
 Robust on a loaded machine: every wait polls with a generous deadline; no elapsed time is asserted.
 The edge is 3-4 minutes ahead (a whole minute, as cron has it), so the test takes about 6 minutes."""
@@ -12,6 +13,7 @@ The edge is 3-4 minutes ahead (a whole minute, as cron has it), so the test take
 from __future__ import annotations
 
 import json
+import os
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -34,7 +36,18 @@ from harness import (
 )
 
 pytestmark = pytest.mark.e2e
-over_scontrol = pytest.mark.skipif(lab_access() == "rest", reason="slurmrestd access cannot create reservations: see the REST test")
+
+
+def access_reserves() -> bool:
+    """scontrol (SSH) can create reservations; slurmrestd from v0.0.43 (Slurm 25.05) on: the lab's
+    26.05 can, its 24.11 (up to v0.0.42) cannot."""
+    if lab_access() != "rest":
+        return True
+    major, minor = (int(p) for p in os.environ.get("LAB_SLURM", "22.05").split(".")[:2])
+    return (major, minor) >= (25, 5)
+
+
+reserving = pytest.mark.skipif(not access_reserves(), reason="slurmrestd before v0.0.43 cannot create reservations: see the fallback test")
 POOL = "handover"
 RESERVATION = f"slurmpool-{NAMESPACE}-{POOL}"
 LEAVING = 3
@@ -71,7 +84,7 @@ def handover(lab) -> dict:
     return pool_status(lab, POOL).get("handover") or {}
 
 
-@over_scontrol
+@reserving
 def test_a_planned_handover_reserves_the_leaving_nodes_and_moves_them_at_the_edge_without_a_drain_wait(lab):
     install_crd(lab)
     ensure_namespace_and_secret(lab)
@@ -168,7 +181,7 @@ def _inference_nodes(lab) -> list[dict]:
 
 
 
-@over_scontrol
+@reserving
 def test_the_reservation_goes_with_its_pool_and_others_are_never_touched(lab):
     install_crd(lab)
     ensure_namespace_and_secret(lab)
@@ -197,7 +210,7 @@ def test_the_reservation_goes_with_its_pool_and_others_are_never_touched(lab):
         reset_lab(lab)
 
 
-@pytest.mark.skipif(lab_access() != "rest", reason="LAB_ACCESS=rest only (a lab with slurmrestd)")
+@pytest.mark.skipif(access_reserves(), reason="only where the access cannot create reservations (LAB_ACCESS=rest on 24.11)")
 def test_over_slurmrestd_the_pool_says_once_why_there_is_no_handover_and_the_edge_drains_as_before(lab):
     install_crd(lab)
     ensure_namespace_and_secret(lab)

@@ -28,6 +28,12 @@ Calls:
   versions there is no way to requeue over REST: `requeue` raises a SlurmError saying so (the
   operator reports the failed action; use drain.onTimeout Cancel, Wait or Rollback there). As with
   scontrol, a requeued job is then released (POST /slurm/V/job/ID {"begin_time":"now"}) once PENDING.
+- reservations (the planned handover's, named `slurmpool-...`; others are never returned, changed
+  or deleted): GET /slurm/V/reservations/, POST /slurm/V/reservations/ {"reservations":[desc]}
+  (create; slurmrestd updates one of that name instead), DELETE /slurm/V/reservation/NAME. Only
+  v0.0.43+ (Slurm 25.05+) can create and delete (measured on 26.05.3: v0.0.42's POST is a 404), so
+  `can_reserve()` says from the negotiated version whether to use them at all. partition_max_times:
+  GET /slurm/V/partitions/ (maximums.time, minutes; infinite: UNLIMITED).
 - ping: GET /slurm/V/ping/; a controller that is not responding is SlurmUnavailable, unless its
   status says the token was refused (26.05 answers 200 then): SlurmAuthError.
 
@@ -48,20 +54,22 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote
 
 from . import validate
-from .backend import _RELEASE_ALREADY, _REQUEUE_ALREADY, _RESUME_ALREADY, _SETTLING
+from .backend import _RELEASE_ALREADY, _REQUEUE_ALREADY, _RESERVATION_GONE, _RESUME_ALREADY, _SETTLING
 from .errors import UNAVAILABLE_MARKERS, SlurmError, SlurmUnavailable
 from .http import HttpClient, HttpProtocolError
-from .models import SlurmJob, SlurmNode, TopologyGroup, gpu_count
+from .models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup, gpu_count
 
 log = logging.getLogger(__name__)
 
 KNOWN_VERSIONS = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
 REQUEUE_VERSIONS = frozenset({"v0.0.45"})  # the first data parser with GET /job/{id}/requeue
+# The first data parser that creates and deletes reservations (Slurm 25.05); 24.11 serves up to v0.0.42.
+RESERVATION_VERSIONS = frozenset({"v0.0.43", "v0.0.44", "v0.0.45"})
 _VERSION_PATH = re.compile(r"^/slurm/(v0\.0\.\d+)/")
 
 NODE_BASE_STATES = ("UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "INVALID")
@@ -385,6 +393,55 @@ class RestBackend:
         raise SlurmAuthError(f"slurmctld did not accept the token (ping: {status}): expired, or not signed with "
                              "slurmctld's jwt key", argv=("GET", "/ping/"))
 
+    # ------------------------------------------------------------------ reservations
+
+    async def can_reserve(self) -> bool:
+        """Can this slurmrestd create and delete reservations? Decided by the negotiated version
+        (v0.0.43+), never by trying: the operator asks every pass."""
+        return await self._version() in RESERVATION_VERSIONS
+
+    async def reservations(self) -> list[SlurmReservation]:
+        """The operator's reservations (name prefix `slurmpool-`); others are not even returned."""
+        data = await self._call("GET", "/reservations/")
+        if not isinstance(data.get("reservations"), list):
+            raise SlurmError("slurmrestd answered GET /reservations/ without a reservation list", argv=("GET", "/reservations/"))
+        found = (parse_rest_reservation(raw) for raw in data["reservations"])
+        return [r for r in found if r is not None and r.name.startswith(validate.RESERVATION_PREFIX)]
+
+    async def partition_max_times(self) -> dict[str, timedelta | None]:
+        """Each partition's MaxTime (None: UNLIMITED): the planned handover's default lead time."""
+        data = await self._call("GET", "/partitions/")
+        out: dict[str, timedelta | None] = {}
+        for raw in _list(data, "partitions"):
+            if isinstance(raw, dict) and isinstance(raw.get("name"), str):
+                minutes = _number((raw.get("maximums") or {}).get("time"))
+                out[raw["name"]] = None if minutes is None else timedelta(minutes=minutes)
+        return out
+
+    async def create_reservation(self, name: str, nodes: Sequence[str], start: datetime, minutes: int, flags: Sequence[str]) -> None:
+        """Create an operator reservation (root's, on exactly these nodes) from `start` for `minutes`,
+        as ScontrolBackend does."""
+        checked = validate.node_names(nodes)
+        if not checked:
+            raise ValueError("a reservation needs nodes")
+        desc = {"name": validate.reservation_name(name), "node_list": validate.compress(checked),
+                "start_time": {"set": True, "number": int(start.timestamp())},
+                "duration": {"set": True, "number": max(1, int(minutes))}, "users": ["root"],
+                "flags": validate.reservation_flags(flags)}
+        await self._reserving()
+        await self._call("POST", "/reservations/", {"reservations": [desc]})
+
+    async def delete_reservation(self, name: str) -> None:
+        """Delete an operator reservation; one already gone is done."""
+        checked = validate.reservation_name(name)
+        await self._reserving()
+        await self._call("DELETE", f"/reservation/{quote(checked, safe='')}", benign=_RESERVATION_GONE)
+
+    async def _reserving(self) -> None:
+        if not await self.can_reserve():
+            raise SlurmError(f"slurmrestd {self.version} cannot create or delete reservations (v0.0.43, Slurm 25.05, "
+                             "and later can)", argv=("POST", "/reservations/"))
+
     # ------------------------------------------------------------------ writes
 
     async def drain(self, nodes: Sequence[str], reason: str) -> None:
@@ -610,6 +667,24 @@ def parse_rest_node(raw: Any) -> SlurmNode | None:
         slurmd_start=_time(raw.get("slurmd_start_time")),
         reason_user=(_text(raw.get("reason_set_by_user")) or None) if reason else None,
         reason_time=_time(raw.get("reason_changed_at")) if reason else None,
+    )
+
+
+def parse_rest_reservation(raw: Any) -> SlurmReservation | None:
+    """A reservation as GET /reservations/ dumps it (RESERVATION_INFO): node_list is a hostlist
+    string ("gpu[02-03]"), flags a list, times {"set","infinite","number"}."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or not raw["name"]:
+        return None
+    nodes = raw.get("node_list")
+    hosts = ",".join(str(n) for n in nodes) if isinstance(nodes, list) else _text(nodes)
+    return SlurmReservation(
+        name=raw["name"],
+        nodes=validate.expand(hosts),
+        start=_time(raw.get("start_time")),
+        end=_time(raw.get("end_time")),
+        flags=frozenset(_tokens(raw.get("flags"))),
+        # As scontrol's State: ACTIVE from its start until its end.
+        state="ACTIVE" if (s := _time(raw.get("start_time"))) and s <= datetime.now(timezone.utc) else "INACTIVE",
     )
 
 

@@ -55,8 +55,7 @@ async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = 
     listed = results.pop()
     if isinstance(listed, BaseException):
         raise listed
-    found, max_times, error = listed
-    api = lists_reservations(backend)
+    found, max_times, error, api = listed
     for result in results:
         if isinstance(result, SlurmError):
             return SlurmView(available=False, error=str(result)[:500])
@@ -70,22 +69,29 @@ async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = 
                      max_times=max_times)
 
 
-async def _reservations(backend: SlurmBackend, wanted: bool) -> tuple[tuple | None, dict, str | None]:
+async def _reservations(backend: SlurmBackend, wanted: bool) -> tuple[tuple | None, dict, str | None, bool]:
     """The operator's reservations (planned handovers) and the partitions' MaxTime (the default
-    lead time), beside the node poll: two more scontrol calls, made side by side. None without a
-    reservation API (slurmrestd here); a failure is the handover's error only (moves never wait on it)."""
-    if not wanted or not lists_reservations(backend):
-        return None, {}, None
+    lead time), beside the node poll: two more calls, made side by side; and whether the access
+    can reserve at all. None without a reservation API (slurmrestd before v0.0.43); a failure is
+    the handover's error only (moves never wait on it)."""
     try:
+        api = await lists_reservations(backend)
+        if not wanted or not api:
+            return None, {}, None, api
         found, max_times = await asyncio.gather(backend.reservations(), backend.partition_max_times())
-        return tuple(found), max_times, None
+        return tuple(found), max_times, None, api
     except SlurmError as err:
-        return None, {}, f"cannot list reservations: {err}"[:500]
+        return None, {}, f"cannot list reservations: {err}"[:500] if wanted else None, True
 
 
-def lists_reservations(backend: SlurmBackend) -> bool:
-    """Can this access list and create reservations (scontrol over SSH or locally; not slurmrestd)?"""
-    return hasattr(getattr(backend, "inner", backend), "reservations")
+async def lists_reservations(backend: SlurmBackend) -> bool:
+    """Can this access list, create and delete reservations? scontrol (SSH, local) can; slurmrestd
+    says from its API version (v0.0.43+, Slurm 25.05+), known once negotiated (no call per pass)."""
+    inner = getattr(backend, "inner", backend)
+    if not hasattr(inner, "reservations"):
+        return False
+    can = getattr(inner, "can_reserve", None)
+    return True if can is None else bool(await can())
 
 
 def _has_reservations(view: SlurmView, wanted: bool) -> bool:

@@ -127,7 +127,7 @@ async def _release_reservation(memo: kopf.Memo, namespace: str, name: str, body)
         return
     try:
         backend = await memo.access.backend(namespace, spec.slurm.access)
-        if lists_reservations(backend):
+        if await lists_reservations(backend):
             await backend.delete_reservation(reservation_name(namespace, name))
     except Exception as err:  # noqa: BLE001 - the orphan sweep retries it
         log.warning("could not delete the reservation of deleted pool %s/%s: %s", namespace, name, err)

@@ -3,9 +3,9 @@ out of Slurm, when each will be free, and the Slurm reservation that keeps new j
 outlast the edge off them. Pure: the caller gives the clock and the edge.
 
 Wired into the pass: `decide` calls `reconcile` after the plan; apply.py creates and deletes the
-reservation through the pool's Slurm access (scontrol over SSH or locally; slurmrestd cannot, the
-pool says so once and its edges drain as before); access.py polls our reservations with the
-nodes; `status.handover` and the plugin's `plan` show it.
+reservation through the pool's Slurm access (scontrol over SSH or locally, or slurmrestd v0.0.43+,
+i.e. Slurm 25.05+; an older slurmrestd cannot: the pool says so once and its edges drain as
+before); access.py polls our reservations with the nodes; `status.handover` and the plugin's `plan` show it.
 
 - The leaving nodes are chosen by the same planner (planner.plan, wave after wave, as the
   plugin's `plan` does) with the count the edge sets, so health, pins and topology rules hold.
@@ -39,7 +39,8 @@ MAX_WAVES = 100
 # the edge at the latest; it is deleted as soon as the moves are done anyway.
 HOLD_PAST_EDGE = timedelta(hours=1)
 DEFAULT_LEAD = timedelta(hours=4)  # without spec.handover.leadTime or a partition MaxTime
-UNAVAILABLE = "slurmrestd access cannot create reservations; the edge drains as before"
+UNAVAILABLE = ("slurmrestd access cannot create reservations (its API is older than v0.0.43, Slurm 25.05); "
+               "the edge drains as before")
 
 
 def reservation_name(namespace: str, pool: str) -> str:

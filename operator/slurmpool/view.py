@@ -384,7 +384,7 @@ class SlurmView:
     # list them, slurmrestd, or the read failed: then `reservations_error`).
     reservations: tuple[SlurmReservation, ...] | None = None
     reservations_error: str | None = None
-    reservations_api: bool = True  # False: this access cannot list or create reservations (slurmrestd)
+    reservations_api: bool = True  # False: this access cannot list or create reservations (slurmrestd < v0.0.43)
     max_times: dict = field(default_factory=dict, compare=False)  # partition -> MaxTime (None: UNLIMITED), read with the reservations
     _blocks: dict = field(default_factory=dict, compare=False, repr=False)  # level -> {node: block}
 
