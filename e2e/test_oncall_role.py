@@ -1,7 +1,7 @@
 """The optional on-call ClusterRole (deploy/manifests/oncall-role.yaml, rendered from the chart's
 templates/oncall-rbac.yaml) on the real lab: a ServiceAccount bound to it and to nothing else runs
 `kubectl slurmpool status/plan/move/pause/resume` (the plugin found on PATH, through the lab's
-kubectl) and the README's runbook commands against a running operator and pool, and all of it
+kubectl) and the runbook's commands (docs/runbook.md) against a running operator and pool, and all of it
 works; each rule of the role is needed (the role without it makes a named command fail with the
 apiserver's Forbidden for exactly that verb and resource); and what the on-call must not do is
 refused. Every request is made with a kubeconfig holding only the account's token.

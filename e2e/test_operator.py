@@ -235,7 +235,7 @@ def test_a_running_job_holds_the_node_until_it_ends(lab, op):
 
 def test_drain_timeout_requeue_keeps_the_job(lab, op):
     if lab_access() == "rest" and lab.env.get("LAB_SLURM") != "26.05":
-        pytest.skip("slurmrestd before 26.05 (API v0.0.45) has no requeue: README, slurm.access.rest")
+        pytest.skip("slurmrestd before 26.05 (API v0.0.45) has no requeue: docs/pools.md, slurm.access.rest")
     ensure_pool(lab)
     nodes = _slurm_nodes(lab)
     lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"drain":{"timeout":"3s","onTimeout":"Requeue"}}}')

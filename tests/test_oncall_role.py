@@ -1,12 +1,12 @@
 """The optional on-call ClusterRole (templates/oncall-rbac.yaml, rendered into
-deploy/manifests/oncall-role.yaml) is exactly what `kubectl slurmpool` calls plus what the README's
-on-call runbook runs with kubectl, derived from the code rather than written down twice:
+deploy/manifests/oncall-role.yaml) is exactly what `kubectl slurmpool` calls plus what the
+on-call runbook (docs/runbook.md) runs with kubectl, derived from the code rather than written down twice:
 
   * every Kubernetes client method that cli.py names (read from its source) must be in PLUGIN_CALLS,
     which says the rule it needs; an entry the code no longer calls fails too;
   * each plugin command is run against a recording fake of the client, so the rules are tied to
     the command that needs them (status and plan read, move patches a node, pause/resume a pool);
-  * RUNBOOK lists the kubectl commands of README "On-call runbook" and the requests each makes
+  * RUNBOOK lists the kubectl commands of the on-call runbook (docs/runbook.md) and the requests each makes
     (as `kubectl -v=6` shows them on the lab; e2e/test_oncall_role.py runs them with the role);
   * the rendered role must grant the union of both, and nothing more; docs/rbac.md must list each.
 """
@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 CLI = REPO / "operator" / "slurmpool" / "cli.py"
 ROLE = REPO / "deploy" / "manifests" / "oncall-role.yaml"
 DOCS = REPO / "docs" / "rbac.md"
-README = REPO / "README.md"
+RUNBOOK_DOC = REPO / "docs" / "runbook.md"
 
 api_method_names = functools.cache(_api_method_names)
 
@@ -189,6 +189,6 @@ def test_docs_list_each_rule(rule):
     assert row in section, f"docs/rbac.md's on-call section has no row starting {row!r}"
 
 
-def test_readme_points_to_the_role():
-    text = README.read_text()
-    assert "oncall.createRole" in text and "docs/rbac.md#the-optional-on-call-role" in text
+def test_runbook_points_to_the_role():
+    text = RUNBOOK_DOC.read_text()
+    assert "oncall.createRole" in text and "(rbac.md#the-optional-on-call-role)" in text

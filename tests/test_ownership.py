@@ -53,7 +53,7 @@ def test_anything_else_is_someone_elses(sn, why):
 @pytest.mark.parametrize("behind, ours", [(0, True), (4, True), (10, True), (45, True), (60, True), (61, False), (600, False)])
 def test_slurmctlds_clock_behind_ours_within_the_documented_skew_keeps_our_drain_ours(behind, ours):
     """Issue 25: slurmctld's `[user@time]` stamp is its clock; a few seconds behind made our own
-    drain read as foreign (5 s slack). CLOCK_SKEW (60 s) is documented in ownership.py and README."""
+    drain read as foreign (5 s slack). CLOCK_SKEW (60 s) is documented in ownership.py and docs/runbook.md."""
     assert our_drain(claimed(), drained(PARKED, when=NOW - timedelta(seconds=behind))) is ours
 
 

@@ -72,7 +72,7 @@ GPU_SECONDS = Counter(
 POOL_CONDITION = Gauge("slurmpool_pool_condition", "A pool's status condition: 1 when True, 0 otherwise", ["pool", "type"])
 MOVES_BLOCKED = Gauge("slurmpool_moves_blocked", "Moves in flight that are blocked (jobs, PDBs)", ["pool"])
 UNHEALTHY_NODES = Gauge(
-    "slurmpool_unhealthy_nodes", "Unhealthy nodes per pool, side and kind of finding (README: Node health)", ["pool", "side", "kind"]
+    "slurmpool_unhealthy_nodes", "Unhealthy nodes per pool, side and kind of finding (docs/pools.md: Node health)", ["pool", "side", "kind"]
 )
 HEALTH_SIDES = ("slurm", "inference", "none")
 HEALTH_KINDS = ("SlurmDown", "DrainedByOthers", "SlurmUnlisted", "NotReady", "Condition")  # models.UnhealthyNode.kind

@@ -391,7 +391,7 @@ class TopologySpec(Model):
 
 
 class ScheduleWindow(Model):
-    """A window that sets the split while it is open, recurring (`cron`) or once (`at`) (see README: Schedules)."""
+    """A window that sets the split while it is open, recurring (`cron`) or once (`at`) (see docs/cadence.md: Schedules)."""
 
     name: str = Field(max_length=63, pattern=DNS_LABEL_PATTERN, description="Names the window in status and Events.")
     cron: str | None = Field(
@@ -483,7 +483,7 @@ def schedule_problem(cron: str, time_zone: str) -> str | None:
 
 
 class HandoverSpec(Model):
-    """The planned handover ahead of a schedule edge that takes nodes out of Slurm (README: Schedules)."""
+    """The planned handover ahead of a schedule edge that takes nodes out of Slurm (docs/cadence.md: Planned handover ahead of an edge)."""
 
     enabled: bool = Field(
         default=True,
@@ -513,7 +513,7 @@ class DemandBounds(Model):
 
 class DemandSpec(Model):
     """Follow demand (opt-in): pending GPU jobs in slurm.partition grow Slurm, pending unschedulable
-    GPU pods that fit an inference pool grow inference (see README: Demand)."""
+    GPU pods that fit an inference pool grow inference (see docs/cadence.md: Demand)."""
 
     enabled: bool = Field(default=True, description="Set false to stop demand changes and keep the settings.")
     slurm: DemandBounds = Field(default_factory=DemandBounds, json_schema_extra={"default": {}})
@@ -545,7 +545,7 @@ class HealthCondition(Model):
 
 
 class HealthSpec(Model):
-    """When a node is unhealthy: never chosen for a move, never resumed (README: Node health)."""
+    """When a node is unhealthy: never chosen for a move, never resumed (docs/pools.md: Node health)."""
 
     not_responding_grace: Duration = Field(
         default="5m",
@@ -709,7 +709,7 @@ class TargetStatus(Model):
 
 
 class HandoverStatus(Model):
-    """The planned handover ahead of the next edge, or one whose moves are still going (README: Schedules)."""
+    """The planned handover ahead of the next edge, or one whose moves are still going (docs/cadence.md: Planned handover ahead of an edge)."""
 
     reservation: str = Field(description="The Slurm reservation (scontrol show reservation <name>).")
     flags: list[str] = Field(default_factory=list)
@@ -743,7 +743,7 @@ class SlurmNodePoolStatus(Model):
     )
     unhealthy: int = Field(default=0, description="Unhealthy nodes of the pool (both sides).")
     unhealthy_nodes: list[UnhealthyNode] = Field(
-        default_factory=list, description="Why each unhealthy node is unhealthy (README: Node health); never chosen for a move."
+        default_factory=list, description="Why each unhealthy node is unhealthy (docs/pools.md: Node health); never chosen for a move."
     )
     conditions: list[Condition] = Field(default_factory=list)
     last_error: str | None = None

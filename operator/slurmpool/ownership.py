@@ -30,7 +30,7 @@ from .view import REASON_PREFIX, DrainClaim, NodeView, pool_of
 NOT_RESPONDING = " : Not responding"  # what Slurm appends when a drained node stops answering
 VERDICT_FLAGS = frozenset({"INVALID_REG", "INVALID"})  # Slurm's own judgement of the node
 # How far slurmctld's clock may be behind the operator's: a stamp up to this much older than the
-# claim is still this drain (README: clocks). The exact reason text must match as well, so a drain
+# claim is still this drain (docs/runbook.md: clocks). The exact reason text must match as well, so a drain
 # someone set in this window under our text is the only one misread (and only within it).
 CLOCK_SKEW = timedelta(seconds=60)
 
