@@ -599,3 +599,35 @@ def slurmd_timeout(lab, seconds: int):
     finally:
         conf.write_text(original)
         wait(lambda: lab.slurm("scontrol", "reconfigure", check=False).returncode == 0, 60, interval=1, what="scontrol reconfigure")
+
+
+# ---------------------------------------------------------------- holding a move in Evicting
+
+
+HOLD = "e2e.slurmpool.io/hold"  # a finalizer: an evicted pod stays Terminating until the test lets it go
+
+
+def held_server(node: str) -> dict:
+    """An inference server bound to the node, kept Terminating after its eviction by a finalizer.
+    A bare pod: nothing of kube-controller-manager (whose caches lag an apiserver restart) in the way."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"server-{node}", "namespace": NAMESPACE, "labels": {"app": "held-server"},
+                         "finalizers": [HOLD]},
+            "spec": {"nodeName": node, "tolerations": [{"key": "slurmpool.io/inference", "operator": "Exists"}],
+                     "containers": [{"name": "server", "image": "vllm:latest"}]}}
+
+
+def release_held_servers(lab, timeout: float = 60) -> bool:
+    """The held servers gone: finalizer removed, then force-deleted (after an apiserver restart the
+    lab's agent may not confirm a graceful deletion for a while). Retried until none is left."""
+    deadline = time.monotonic() + timeout
+    while (held := pods_json(lab, NAMESPACE, "app=held-server")) and time.monotonic() < deadline:
+        for pod in held:
+            name = pod["metadata"]["name"]
+            if pod["metadata"].get("finalizers"):
+                lab.kubectl("patch", "pod", name, "-n", NAMESPACE, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
+                            check=False)
+            lab.kubectl("delete", "pod", name, "-n", NAMESPACE, "--ignore-not-found", "--grace-period=0", "--force",
+                        "--wait=false", check=False)
+        time.sleep(0.5)
+    return not pods_json(lab, NAMESPACE, "app=held-server")

@@ -137,3 +137,35 @@ def apply_admission_policies(lab) -> list[dict]:
 
     lab.wait_for(enforced, timeout=30, message="the chart's admission policies in force")
     return objects
+
+TOLERATE_REAL = {"key": "slurmpool.io/real-node", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def port_offset(lab) -> int:
+    """LAB_PORT_OFFSET of this lab: its apiserver listens on 16443 + offset."""
+    return int(lab.env["LAB_APISERVER"].rsplit(":", 1)[1]) - 16443
+
+
+def chart_values(lab, image: str, *, pool_policy: bool = True) -> dict:
+    """The chart's values on the lab's real nodes (e2e/test_real_nodes.py, test_upgrade.py): the
+    local image, the node's network and the apiserver's address (the lab runs no kube-proxy), the
+    suite's admission policies. `pool_policy=False`: a chart from before poolPolicy (its schema
+    refuses the key)."""
+    off = port_offset(lab)
+    repo, tag = image.rsplit(":", 1)
+    values = {
+        "image": {"repository": repo, "tag": tag, "pullPolicy": "Never"},
+        "hostNetwork": True,
+        "operator": {
+            "metricsPort": 18080 + off, "healthPort": 18081 + off, "interval": 0.5,
+            "extraEnv": [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+                         {"name": "KUBERNETES_SERVICE_PORT", "value": str(16443 + off)},
+                         {"name": "SLURMPOOL_LEASE_DURATION", "value": "6"}, {"name": "SLURMPOOL_LEASE_RENEW", "value": "1"}],
+        },
+        "nodeSelector": {"slurmpool.io/real": "true"},
+        "tolerations": [TOLERATE_REAL],
+        **admission_values(),
+    }
+    if not pool_policy:
+        del values["poolPolicy"]
+    return values

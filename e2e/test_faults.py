@@ -18,6 +18,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from harness import (
+    held_server,
+    release_held_servers,
     install_crd,
     NAMESPACE,
     Operator,
@@ -269,35 +271,6 @@ def _munge_down_mid_move(lab):
     lab.slurm("scancel", *jobs.values())
     lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=8")
     wait(lambda: settled(lab, 8), 60, what="8/0 again")
-
-
-HOLD = "e2e.slurmpool.io/hold"  # a finalizer: an evicted pod stays Terminating until the test lets it go
-
-
-def held_server(node: str) -> dict:
-    """An inference server bound to the node, kept Terminating after its eviction by a finalizer.
-    A bare pod: nothing of kube-controller-manager (whose caches lag an apiserver restart) in the way."""
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"server-{node}", "namespace": NAMESPACE, "labels": {"app": "held-server"},
-                         "finalizers": [HOLD]},
-            "spec": {"nodeName": node, "tolerations": [{"key": "slurmpool.io/inference", "operator": "Exists"}],
-                     "containers": [{"name": "server", "image": "vllm:latest"}]}}
-
-
-def release_held_servers(lab, timeout: float = 60) -> bool:
-    """The held servers gone: finalizer removed, then force-deleted (after an apiserver restart the
-    lab's agent may not confirm a graceful deletion for a while). Retried until none is left."""
-    deadline = time.monotonic() + timeout
-    while (held := pods_json(lab, NAMESPACE, "app=held-server")) and time.monotonic() < deadline:
-        for pod in held:
-            name = pod["metadata"]["name"]
-            if pod["metadata"].get("finalizers"):
-                lab.kubectl("patch", "pod", name, "-n", NAMESPACE, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
-                            check=False)
-            lab.kubectl("delete", "pod", name, "-n", NAMESPACE, "--ignore-not-found", "--grace-period=0", "--force",
-                        "--wait=false", check=False)
-        time.sleep(0.5)
-    return not pods_json(lab, NAMESPACE, "app=held-server")
 
 
 def test_apiserver_restart_mid_move(lab, pool):

@@ -50,19 +50,13 @@ from harness import (
     sbatch,
     wait,
 )
-from identity import OPERATOR_NAMESPACE, admission_values, apply_admission_policies, apply_operator_rbac
+from identity import OPERATOR_NAMESPACE, TOLERATE_REAL, apply_admission_policies, apply_operator_rbac, chart_values, port_offset
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "deploy" / "helm" / "slurmpool"
 LAB = REPO / "e2e" / "lab"
-TOLERATE_REAL = {"key": "slurmpool.io/real-node", "operator": "Exists", "effect": "NoSchedule"}
 POOL = "real-chart"
 RELEASE = "slurmpool"
-
-
-def port_offset(lab) -> int:
-    """LAB_PORT_OFFSET of this lab: its apiserver listens on 16443 + offset."""
-    return int(lab.env["LAB_APISERVER"].rsplit(":", 1)[1]) - 16443
 
 
 def node_ip(lab, node: str) -> str:
@@ -163,21 +157,7 @@ def chart(lab, real, images):
     (--take-ownership); at the end they are applied again for the other modules."""
     install_crd(lab)
     ensure_namespace_and_secret(lab)
-    off = port_offset(lab)
-    repo, tag = images["operator"].rsplit(":", 1)
-    values = {
-        "image": {"repository": repo, "tag": tag, "pullPolicy": "Never"},
-        "hostNetwork": True,
-        "operator": {
-            "metricsPort": 18080 + off, "healthPort": 18081 + off, "interval": 0.5,
-            "extraEnv": [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
-                         {"name": "KUBERNETES_SERVICE_PORT", "value": str(16443 + off)},
-                         {"name": "SLURMPOOL_LEASE_DURATION", "value": "6"}, {"name": "SLURMPOOL_LEASE_RENEW", "value": "1"}],
-        },
-        "nodeSelector": {"slurmpool.io/real": "true"},
-        "tolerations": [TOLERATE_REAL],
-        **admission_values(),  # the same policies the suite runs with (e2e/identity.py)
-    }
+    values = chart_values(lab, images["operator"])
     apply_operator_rbac(lab)  # the release namespace as the suite makes it (the release adopts the rest)
     # hostNetwork is outside the Pod Security level "restricted" the release namespace enforces
     # (deploy/manifests); apply_operator_rbac sets it back at the end.

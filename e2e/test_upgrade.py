@@ -32,6 +32,8 @@ import yaml
 
 import harness
 from harness import (
+    held_server,
+    release_held_servers,
     NAMESPACE,
     apply,
     ensure_namespace_and_secret,
@@ -49,7 +51,7 @@ from harness import (
     wait,
     wait_crd_established,
 )
-from identity import OPERATOR_NAMESPACE, admission_values, apply_admission_policies, apply_operator_rbac
+from identity import OPERATOR_NAMESPACE, TOLERATE_REAL, apply_admission_policies, apply_operator_rbac, chart_values, port_offset
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "deploy" / "helm" / "slurmpool"
@@ -57,8 +59,6 @@ LAB = REPO / "e2e" / "lab"
 CRD = "slurmnodepools.slurmpool.io"
 RELEASE = "slurmpool"
 POOL = "upgrade"
-TOLERATE_REAL = {"key": "slurmpool.io/real-node", "operator": "Exists", "effect": "NoSchedule"}
-HOLD = "e2e.slurmpool.io/hold"  # a finalizer: an evicted server stays Terminating until the test lets it go
 GATES = ("upgrade", "rollback")  # the gated jobs' files in the lab directory, one per phase
 HELM_TIMEOUT = "300s"  # --wait for the operator's pod, on a loaded machine
 
@@ -70,32 +70,7 @@ def helm_bin() -> str:
     return subprocess.run([str(LAB / "build-helm.sh")], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def port_offset(lab) -> int:
-    return int(lab.env["LAB_APISERVER"].rsplit(":", 1)[1]) - 16443
 
-
-def operator_values(lab, image: str, *, pool_policy: bool) -> dict:
-    """The values both releases run with (those of e2e/test_real_nodes.py): the local image, the
-    node's network and the apiserver's address (the lab runs no kube-proxy), the real nodes. The
-    previous chart has no poolPolicy (its schema refuses the key)."""
-    off = port_offset(lab)
-    repo, tag = image.rsplit(":", 1)
-    values = {
-        "image": {"repository": repo, "tag": tag, "pullPolicy": "Never"},
-        "hostNetwork": True,
-        "operator": {
-            "metricsPort": 18080 + off, "healthPort": 18081 + off, "interval": 0.5,
-            "extraEnv": [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
-                         {"name": "KUBERNETES_SERVICE_PORT", "value": str(16443 + off)},
-                         {"name": "SLURMPOOL_LEASE_DURATION", "value": "6"}, {"name": "SLURMPOOL_LEASE_RENEW", "value": "1"}],
-        },
-        "nodeSelector": {"slurmpool.io/real": "true"},
-        "tolerations": [TOLERATE_REAL],
-        **admission_values(),
-    }
-    if not pool_policy:
-        del values["poolPolicy"]
-    return values
 
 
 def crd_fields(crd: dict) -> set[str]:
@@ -188,7 +163,7 @@ def installed(lab, releases):
     uninstall(lab)  # a release an interrupted session left
     try:
         helm(lab, "install", RELEASE, str(releases["old_chart"]), "--take-ownership", "--force-conflicts", "--wait",
-             "--timeout", HELM_TIMEOUT, values=operator_values(lab, releases["old_image"], pool_policy=False))
+             "--timeout", HELM_TIMEOUT, values=chart_values(lab, releases["old_image"], pool_policy=False))
         yield releases
     finally:
         release_held_servers(lab)
@@ -214,28 +189,6 @@ def uninstall(lab) -> None:
 
 
 # ---------------------------------------------------------------- holding moves in a phase
-
-
-def held_server(node: str) -> dict:
-    """An inference server bound to the node, kept Terminating after its eviction by a finalizer."""
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"server-{node}", "namespace": NAMESPACE, "labels": {"app": "held-server"},
-                         "finalizers": [HOLD]},
-            "spec": {"nodeName": node, "tolerations": [{"key": "slurmpool.io/inference", "operator": "Exists"}],
-                     "containers": [{"name": "server", "image": "vllm:latest"}]}}
-
-
-def release_held_servers(lab, timeout: float = 60) -> bool:
-    deadline = time.monotonic() + timeout
-    while (held := pods_json(lab, NAMESPACE, "app=held-server")) and time.monotonic() < deadline:
-        for pod in held:
-            name = pod["metadata"]["name"]
-            if pod["metadata"].get("finalizers"):
-                lab.kubectl("patch", "pod", name, "-n", NAMESPACE, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)
-            lab.kubectl("delete", "pod", name, "-n", NAMESPACE, "--ignore-not-found", "--grace-period=0", "--force",
-                        "--wait=false", check=False)
-        time.sleep(0.5)
-    return not pods_json(lab, NAMESPACE, "app=held-server")
 
 
 def gate(lab, name: str) -> Path:
@@ -350,7 +303,7 @@ def test_upgrade_then_rollback_with_moves_in_flight(lab, real, installed):
     want, gated = hold_moves(lab, staying, "upgrade")
     held = records(lab)
     helm(lab, "upgrade", RELEASE, str(CHART), "--reset-then-reuse-values", "--take-ownership", "--force-conflicts",
-         "--wait", "--timeout", HELM_TIMEOUT, values=operator_values(lab, r["new_image"], pool_policy=True))
+         "--wait", "--timeout", HELM_TIMEOUT, values=chart_values(lab, r["new_image"], pool_policy=True))
     new_pod = running_image(lab, r["new_image"])
     crd = lab.kubectl_json("get", "crd", CRD)
     assert crd["metadata"]["annotations"].get("helm.sh/resource-policy") == "keep", crd["metadata"]
