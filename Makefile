@@ -73,6 +73,7 @@ release: deps venv tools
 	$(if $(SLURM),SLURMD_VERSIONS="$(SLURM)") deploy/release.sh
 
 unit: venv tools
+	$(BIN)/lint-imports
 	SLURMPOOL_REQUIRE_TOOLS=1 $(BIN)/pytest -q tests
 
 # LAB_PROMETHEUS=1: the lab's Prometheus runs (e2e/test_alerts_lab.py, e2e/test_dashboard_lab.py).

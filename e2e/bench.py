@@ -47,14 +47,14 @@ sys.path.insert(0, str(REPO / "e2e"))
 sys.path.insert(0, str(REPO))
 
 from slurmbridge import ScontrolBackend, SlurmJob  # noqa: E402
-from slurmpool.planner import plan  # noqa: E402
-from slurmpool.access import observe_slurm  # noqa: E402
-from slurmpool.apply import apply  # noqa: E402
-from slurmpool.decide import decide, slurm_annotation  # noqa: E402
-from slurmpool.interfaces import PoolRef  # noqa: E402
-from slurmpool.snapshot import PoolSnapshot  # noqa: E402
-from slurmpool.topology import whole_slurm_blocks  # noqa: E402
-from slurmpool.view import ANN_PLACEMENT, ANN_SLURM, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView  # noqa: E402
+from slurmpool.core.planner import plan  # noqa: E402
+from slurmpool.adapters.access import observe_slurm  # noqa: E402
+from slurmpool.controller.apply import apply  # noqa: E402
+from slurmpool.core.decide import decide, slurm_annotation  # noqa: E402
+from slurmpool.core.interfaces import PoolRef  # noqa: E402
+from slurmpool.core.snapshot import PoolSnapshot  # noqa: E402
+from slurmpool.core.topology import whole_slurm_blocks  # noqa: E402
+from slurmpool.core.view import ANN_PLACEMENT, ANN_SLURM, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView  # noqa: E402
 from tests.factories import NOW, make_spec, slurm_node  # noqa: E402
 
 RESULTS: dict[str, dict] = {}
@@ -236,7 +236,7 @@ def _whole_once_repaired(spec, nodes, moved: set[str]) -> int:
 
 
 def bench_health_fragmentation(cases: int = 100) -> None:
-    from slurmpool.health import assess_all
+    from slurmpool.core.health import assess_all
 
     spec = make_spec(slurm_nodes=64, max_moves=100)
     spec.topology.block_label = "blk"

@@ -13,7 +13,7 @@ from harness import (REPO, NAMESPACE, Operator, apply, ensure_namespace_and_secr
                      reset_lab, wait)
 
 sys.path.insert(0, str(REPO))
-from slurmpool.models import SlurmNodePoolSpec  # noqa: E402
+from slurmpool.core.models import SlurmNodePoolSpec  # noqa: E402
 from tests.corpus import OVERLAP_MESSAGE, by_kind, with_change  # noqa: E402
 
 pytestmark = pytest.mark.e2e

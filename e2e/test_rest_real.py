@@ -467,8 +467,8 @@ async def test_the_operators_access_pool_polls_through_it_and_follows_the_secret
     the backend from the token Secret and polls nodes and jobs; when the token expires, the renewed
     one in the Secret is used at once; a Secret whose token slurmctld refuses is the pool's
     SlurmUnavailable reason."""
-    from slurmpool.access import SlurmAccessPool
-    from slurmpool.models import SlurmAccess
+    from slurmpool.adapters.access import SlurmAccessPool
+    from slurmpool.core.models import SlurmAccess
 
     secrets = {("slurm", "slurm-jwt"): {"token": cluster.token(lifespan=3)}}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from slurmbridge import SlurmNode
-from slurmpool.models import SlurmNodePoolSpec
+from slurmpool.core.models import SlurmNodePoolSpec
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 

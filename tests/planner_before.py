@@ -12,12 +12,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from slurmpool import topology
-from slurmpool.health import NodeHealth
-from slurmpool.models import SlurmNodePoolSpec, TopologySpec
-from slurmpool.moves import abortable
-from slurmpool.planner import Plan, Start, current_placement, counted_placement, desired_split, healthy_split, move_now_target, placements
-from slurmpool.view import LABEL_SIDE, NONE, SLURM, NodeView, SlurmView, inference
+from slurmpool.core import topology
+from slurmpool.core.health import NodeHealth
+from slurmpool.core.models import SlurmNodePoolSpec, TopologySpec
+from slurmpool.core.moves import abortable
+from slurmpool.core.planner import Plan, Start, current_placement, counted_placement, desired_split, healthy_split, move_now_target, placements
+from slurmpool.core.view import LABEL_SIDE, NONE, SLURM, NodeView, SlurmView, inference
 
 
 NEVER = float("inf")

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 from slurmbridge import SlurmJob, SlurmNode
-from slurmpool.moves import Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, PatchNode, Requeue, Resume, advance
-from slurmpool.view import ANN_DRAIN, ANN_MOVE, ANN_PLACEMENT, DrainClaim, MoveRecord, NodeView, PodView, SlurmView
+from slurmpool.core.moves import Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, PatchNode, Requeue, Resume, advance
+from slurmpool.core.view import ANN_DRAIN, ANN_MOVE, ANN_PLACEMENT, DrainClaim, MoveRecord, NodeView, PodView, SlurmView
 
 VERSIONS = ("22.05", "24.11")
 
@@ -197,7 +197,7 @@ def parked(node: NodeView, slurm_node: SlurmNode, pool: str, at: datetime) -> tu
 
 
 def start(world: World, source: str, target: str, now: datetime) -> None:
-    from slurmpool.moves import first_phase
+    from slurmpool.core.moves import first_phase
 
     world.record(MoveRecord(id="m1", source=source, target=target, phase=first_phase(target, source), since=now, started=now), None)
 
@@ -218,16 +218,16 @@ class PoolWorld:
         return SlurmView(True, nodes=nodes, jobs=tuple(j for w in self.worlds.values() for j in w.jobs))
 
     def snapshot(self):
-        from slurmpool.interfaces import PoolRef
-        from slurmpool.snapshot import PoolSnapshot
+        from slurmpool.core.interfaces import PoolRef
+        from slurmpool.core.snapshot import PoolSnapshot
 
         nodes = tuple(w.node for w in self.worlds.values())
         return PoolSnapshot(pool=PoolRef("ns", "gpu", "uid"), spec=self.spec, nodes=nodes, slurm=self.view(), now=self.now, previous=self.status)
 
     def run(self, passes: int = 30) -> None:
-        from slurmpool.decide import decide
-        from slurmpool.snapshot import ApplyResult
-        from slurmpool.status import build_status
+        from slurmpool.core.decide import decide
+        from slurmpool.core.snapshot import ApplyResult
+        from slurmpool.core.status import build_status
 
         for _ in range(passes):
             snap = self.snapshot()

@@ -4,9 +4,9 @@ a growing back-off while Slurm fails, reset by a success."""
 from __future__ import annotations
 
 from slurmbridge import SlurmUnavailable, TopologyGroup
-from slurmpool import access
-from slurmpool.access import SlurmAccessPool
-from slurmpool.models import SlurmAccess
+from slurmpool.adapters import access
+from slurmpool.adapters.access import SlurmAccessPool
+from slurmpool.core.models import SlurmAccess
 
 from .factories import slurm_node
 
@@ -239,11 +239,11 @@ async def test_slurmrestd_answers_every_job_once_and_the_poll_filters_it(monkeyp
 
 
 def test_a_view_without_the_pools_partition_is_no_demand_signal():
-    from slurmpool.decide import decide
-    from slurmpool.interfaces import PoolRef
-    from slurmpool.models import DemandSpec
-    from slurmpool.snapshot import PoolSnapshot
-    from slurmpool.view import SlurmView
+    from slurmpool.core.decide import decide
+    from slurmpool.core.interfaces import PoolRef
+    from slurmpool.core.models import DemandSpec
+    from slurmpool.core.snapshot import PoolSnapshot
+    from slurmpool.core.view import SlurmView
 
     from .factories import NOW, make_spec
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 
-from slurmpool.apply import apply
-from slurmpool.decide import decide, slurm_annotation
-from slurmpool.interfaces import PoolRef
-from slurmpool.snapshot import PoolSnapshot
-from slurmpool.status import build_status
-from slurmpool.models import MoveStatus, SlurmNodePoolStatus
+from slurmpool.controller.apply import apply
+from slurmpool.core.decide import decide, slurm_annotation
+from slurmpool.core.interfaces import PoolRef
+from slurmpool.core.snapshot import PoolSnapshot
+from slurmpool.core.status import build_status
+from slurmpool.core.models import MoveStatus, SlurmNodePoolStatus
 from dataclasses import replace
 
-from slurmpool.view import ANN_DRAIN, ANN_MOVE, ANN_POOL, DrainClaim, ANN_PLACEMENT, ANN_SLURM, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
+from slurmpool.core.view import ANN_DRAIN, ANN_MOVE, ANN_POOL, DrainClaim, ANN_PLACEMENT, ANN_SLURM, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 
@@ -209,7 +209,7 @@ async def test_an_orphan_slurmd_pod_is_deleted_only_once_slurm_no_longer_uses_th
 
 def test_the_slurmd_pod_carries_the_templates_volumes_and_mounts():
     """The shipped slurmd image reads its auth Secret (and slurm.conf) from volumes the pool names."""
-    from slurmpool.kube import slurmd_pod
+    from slurmpool.adapters.kube import slurmd_pod
 
     spec = make_spec()
     assert "volumes" not in slurmd_pod(PoolRef("ns", "p"), spec, "n1")["spec"]  # none named: none added

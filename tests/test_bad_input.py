@@ -10,8 +10,8 @@ import yaml
 from pydantic import ValidationError
 
 from slurmpool.crd import render
-from slurmpool.models import SlurmNodePoolSpec
-from slurmpool.planner import desired_split
+from slurmpool.core.models import SlurmNodePoolSpec
+from slurmpool.core.planner import desired_split
 
 from .corpus import by_kind, with_change
 from .factories import make_spec

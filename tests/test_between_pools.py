@@ -8,13 +8,13 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmpool.demand import PendingPod, Signals, decide, signals
-from slurmpool.fit import PodNeeds, misfit, needs_of
-from slurmpool.models import SlurmNodePoolSpec
-from slurmpool.moves import Drain, Resume, advance, disturbed_pods, first_phase
-from slurmpool.planner import desired_split, plan
-from slurmpool.target import decide_target
-from slurmpool.view import ANN_MOVE, ANN_PLACEMENT, LABEL_SIDE, MoveRecord, NodeView, PodView, SlurmView
+from slurmpool.core.demand import PendingPod, Signals, decide, signals
+from slurmpool.core.fit import PodNeeds, misfit, needs_of
+from slurmpool.core.models import SlurmNodePoolSpec
+from slurmpool.core.moves import Drain, Resume, advance, disturbed_pods, first_phase
+from slurmpool.core.planner import desired_split, plan
+from slurmpool.core.target import decide_target
+from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, LABEL_SIDE, MoveRecord, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 from .sim import World, run_move, start

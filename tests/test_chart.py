@@ -17,7 +17,7 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-import slurmpool.metrics  # noqa: F401 - registers the metrics
+import slurmpool.adapters.metrics  # noqa: F401 - registers the metrics
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "deploy" / "helm" / "slurmpool"

@@ -9,9 +9,9 @@ from datetime import timedelta
 
 import pytest
 
-from slurmpool import cli
-from slurmpool.decide import slurm_annotation
-from slurmpool.view import ANN_MOVE, ANN_PLACEMENT, ANN_SETTLED, ANN_SLURM, SLURM, MoveRecord, SlurmView
+from slurmpool.cli import plugin as cli
+from slurmpool.core.decide import slurm_annotation
+from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, ANN_SETTLED, ANN_SLURM, SLURM, MoveRecord, SlurmView
 
 from slurmbridge import SlurmJob
 
@@ -206,7 +206,7 @@ def test_status_names_pending_jobs_demand_does_not_count():
 
 
 def test_the_node_selector_becomes_the_apis_label_selector():
-    from slurmpool.models import LabelSelector
+    from slurmpool.core.models import LabelSelector
 
     selector = LabelSelector.model_validate({
         "matchLabels": {"gpu": "true", "a": "b"},
@@ -233,7 +233,7 @@ class RecordingApi:
         return [n for n in self._nodes if n["metadata"]["labels"].get("gpu") == "true"]
 
     def pods_on(self, names):
-        from slurmpool.kube import pod_view
+        from slurmpool.core.bodies import pod_view
 
         self.asked.append(("pods", sorted(names)))
         return iter([pod_view(p) for p in self._pods if p["spec"]["nodeName"] in names])
@@ -338,7 +338,7 @@ def test_table_rows_are_read_as_the_pods_on_each_node():
 def test_table_rows_read_as_pod_view_reads_their_metadata():
     """A Table row's view is what pod_view makes of a pod with that metadata and node, but for what
     the row does not carry: phase (not ended, by the field selector), needs, creation time."""
-    from slurmpool.kube import pod_view
+    from slurmpool.core.bodies import pod_view
 
     labels = {"slurmpool.io/component": "slurmd", "slurmpool.io/pool": "gpu"}
     rows = [table_row("slurm", "slurmd-n1", "n1", labels=labels), table_row("serve", "llm", "n2", kind="DaemonSet")]
@@ -548,7 +548,7 @@ def test_the_plugin_imports_neither_kopf_nor_asyncssh_nor_the_clients_core_model
         "clusters": [{"name": "lab", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
         "users": [{"name": "me", "user": {"token": "t0ken"}}],
         "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "me"}}]}))
-    code = (f"import sys; from slurmpool import cli; cli.Api({str(kubeconfig)!r}, None); "
+    code = (f"import sys; from slurmpool.cli import plugin; plugin.Api({str(kubeconfig)!r}, None); "
             "print(sorted(m for m in ('kopf', 'asyncssh', 'kubernetes.client.api.core_v1_api', 'kubernetes.client.models.v1_pod') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout

@@ -9,7 +9,7 @@ import yaml
 from pydantic import ValidationError
 
 from slurmpool.crd import crd, render
-from slurmpool.models import SlurmNodePoolSpec, seconds
+from slurmpool.core.models import SlurmNodePoolSpec, seconds
 
 from .factories import make_spec
 

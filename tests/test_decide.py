@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from slurmpool.decide import decide
-from slurmpool.view import (
+from slurmpool.core.decide import decide
+from slurmpool.core.view import (
     ANN_HOLD_UNTIL,
     ANN_MOVE,
     ANN_PIN,
@@ -132,7 +132,7 @@ def test_the_same_snapshot_decides_the_same_pass():
 
 
 def test_a_node_with_an_unreadable_placement_and_no_side_label_counts_as_unadopted():
-    from slurmpool.planner import counted_placement
+    from slurmpool.core.planner import counted_placement
 
     worlds = {f"gpu0{i}": slurm_node_world(f"gpu0{i}") for i in range(1, 5)}
     bad = worlds["gpu01"]

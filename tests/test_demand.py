@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmbridge import SlurmJob
-from slurmpool.demand import PendingPod, Signals, bounds, decide, job_waits_for_nodes, signals
-from slurmpool.models import SlurmNodePoolSpec
-from slurmpool.demand import is_pending_gpu_pod, pending_pod
-from slurmpool.target import decide_target
-from slurmpool.view import ANN_PLACEMENT, SLURM, NodeView, SlurmView
+from slurmpool.core.demand import PendingPod, Signals, bounds, decide, job_waits_for_nodes, signals
+from slurmpool.core.models import SlurmNodePoolSpec
+from slurmpool.core.demand import is_pending_gpu_pod, pending_pod
+from slurmpool.core.target import decide_target
+from slurmpool.core.view import ANN_PLACEMENT, SLURM, NodeView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY
 
-from slurmpool import kube
+from slurmpool.adapters import kube
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu01", "uid": "u"}}
 

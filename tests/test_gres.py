@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from slurmbridge import parse_scontrol_nodes
 from slurmbridge.models import gpu_count, gres_shortfall, parse_gres
-from slurmpool.moves import usable_problem
+from slurmpool.core.moves import usable_problem
 
 from tests.factories import make_spec
 

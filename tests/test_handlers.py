@@ -7,9 +7,9 @@ import asyncio
 
 import kopf
 
-from slurmpool import handlers
-from slurmpool.settings import Settings
-from slurmpool.workqueue import WorkQueue
+from slurmpool.controller import handlers
+from slurmpool.controller.settings import Settings
+from slurmpool.controller.workqueue import WorkQueue
 
 from .factories import make_spec
 
@@ -73,7 +73,7 @@ def test_a_replica_that_does_not_lead_only_looks_again_later(monkeypatch):
 
 
 def test_a_pass_waits_while_the_index_lags_our_own_record_writes(monkeypatch):
-    from slurmpool.view import ANN_MOVE, NodeView
+    from slurmpool.core.view import ANN_MOVE, NodeView
 
     memo = memo_for()
     memo.nodes, memo.relisting = FakeNodeWatch(), {}
@@ -113,9 +113,9 @@ def test_a_slurmd_registering_is_looked_at_again_soon_a_move_blocked_by_jobs_is_
     from datetime import datetime, timezone
     from types import SimpleNamespace
 
-    from slurmpool.moves import Step
-    from slurmpool.phases import Phase
-    from slurmpool.view import MoveRecord
+    from slurmpool.core.moves import Step
+    from slurmpool.core.phases import Phase
+    from slurmpool.core.view import MoveRecord
 
     def decision(phase: Phase, blocked_by: list[str]):
         now = datetime(2026, 12, 1, tzinfo=timezone.utc)
@@ -171,7 +171,7 @@ def test_a_deleted_pool_takes_its_reservation_with_it_and_only_its_own():
 
 
 def test_a_pool_with_demand_on_sees_slurm_no_older_than_its_pass_interval():
-    from slurmpool.handlers import SLURM_MAX_AGE, slurm_max_age
+    from slurmpool.controller.handlers import SLURM_MAX_AGE, slurm_max_age
     from tests.factories import make_spec
 
     off = make_spec()

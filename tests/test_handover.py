@@ -7,8 +7,8 @@ from dataclasses import replace
 from datetime import timedelta
 
 from slurmbridge import SlurmJob
-from slurmpool.handover import free_at, is_ours, leaving_nodes, planned, reservation_name
-from slurmpool.view import ANN_PLACEMENT, SLURM, NodeView, SlurmView
+from slurmpool.core.handover import free_at, is_ours, leaving_nodes, planned, reservation_name
+from slurmpool.core.view import ANN_PLACEMENT, SLURM, NodeView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 
@@ -65,11 +65,11 @@ def test_only_the_pools_own_reservation_is_ours():
 # ---------------------------------------------------------------- the pass's decision (reconcile)
 
 from slurmbridge import SlurmReservation  # noqa: E402
-from slurmpool.handover import UNAVAILABLE, next_edge, reconcile  # noqa: E402
-from slurmpool.health import Finding, NodeHealth  # noqa: E402
-from slurmpool.models import SlurmNodePoolSpec  # noqa: E402
-from slurmpool.phases import Phase  # noqa: E402
-from slurmpool.view import ANN_MOVE, MoveRecord  # noqa: E402
+from slurmpool.core.handover import UNAVAILABLE, next_edge, reconcile  # noqa: E402
+from slurmpool.core.health import Finding, NodeHealth  # noqa: E402
+from slurmpool.core.models import SlurmNodePoolSpec  # noqa: E402
+from slurmpool.core.phases import Phase  # noqa: E402
+from slurmpool.core.view import ANN_MOVE, MoveRecord  # noqa: E402
 
 EDGE = NOW + timedelta(minutes=30)  # the window "30 12 * * *" opens at 12:30 UTC, for 1h, with 2 Slurm nodes
 
@@ -239,7 +239,7 @@ def test_slurm_time_limits_parse_as_scontrol_prints_them():
 
 
 def test_the_lead_time_is_the_specs_else_the_partitions_max_time_else_4h_at_most_max_lead_time():
-    from slurmpool.handover import lead_time
+    from slurmpool.core.handover import lead_time
 
     _, slurm = busy()
     spec = windowed(lead=None)

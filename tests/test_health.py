@@ -10,17 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmpool import health as H
-from slurmpool.decide import decide
-from slurmpool.interfaces import PoolRef
-from slurmpool.models import SlurmNodePoolSpec, UnhealthyNode
-from slurmpool.moves import Drain, PatchNode, Resume, advance, stop_side
-from slurmpool.phases import Phase
-from slurmpool.planner import current_placement, healthy_split, plan
-from slurmpool.snapshot import ApplyResult, PoolSnapshot
-from slurmpool.status import build_status
-from slurmpool.topology import whole_slurm_blocks
-from slurmpool.view import (
+from slurmpool.core import health as H
+from slurmpool.core.decide import decide
+from slurmpool.core.interfaces import PoolRef
+from slurmpool.core.models import SlurmNodePoolSpec, UnhealthyNode
+from slurmpool.core.moves import Drain, PatchNode, Resume, advance, stop_side
+from slurmpool.core.phases import Phase
+from slurmpool.core.planner import current_placement, healthy_split, plan
+from slurmpool.core.snapshot import ApplyResult, PoolSnapshot
+from slurmpool.core.status import build_status
+from slurmpool.core.topology import whole_slurm_blocks
+from slurmpool.core.view import (
     ANN_DRAIN,
     ANN_FORCE,
     ANN_MOVE,

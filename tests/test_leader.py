@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from slurmpool.leader import LeaderElector
+from slurmpool.adapters.leader import LeaderElector
 
 
 class FakeLeases:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
-from slurmpool.membership import Membership
-from slurmpool.models import LabelSelector
+from slurmpool.core.membership import Membership
+from slurmpool.core.models import LabelSelector
 
 
 def sel(**labels) -> LabelSelector:

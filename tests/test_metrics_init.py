@@ -11,9 +11,9 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY
 
-from slurmpool import metrics
+from slurmpool.adapters import metrics
 
-SRC = Path(metrics.__file__).parent
+SRC = Path(metrics.__file__).parents[1]  # the slurmpool package
 
 
 def _calls(tree: ast.AST, name: str):
@@ -32,13 +32,13 @@ def _first_word(arg: ast.expr) -> str:
 
 
 def test_actions_are_the_first_words_of_every_guarded_action():
-    tree = ast.parse((SRC / "apply.py").read_text())
+    tree = ast.parse((SRC / "controller" / "apply.py").read_text())
     words = {_first_word(call.args[1]) for call in _calls(tree, "_guard")}
     assert words and words == set(metrics.ACTIONS)
 
 
 def test_directions_are_what_apply_direction_returns():
-    tree = ast.parse((SRC / "apply.py").read_text())
+    tree = ast.parse((SRC / "controller" / "apply.py").read_text())
     func = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "direction")
     returned = {c.value for n in ast.walk(func) if isinstance(n, ast.Return) for c in ast.walk(n.value)
                 if isinstance(c, ast.Constant) and isinstance(c.value, str)}
@@ -47,7 +47,7 @@ def test_directions_are_what_apply_direction_returns():
 
 def test_failure_reasons_are_every_reason_counted():
     reasons, calls = set(), 0
-    for path in SRC.glob("*.py"):
+    for path in SRC.rglob("*.py"):
         if path.name == "metrics.py":
             continue
         for call in _calls(ast.parse(path.read_text()), "labels"):
@@ -60,7 +60,7 @@ def test_failure_reasons_are_every_reason_counted():
 
 
 def test_slurm_commands_are_the_instrumented_backend_calls():
-    tree = ast.parse((SRC / "access.py").read_text())
+    tree = ast.parse((SRC / "adapters" / "access.py").read_text())
     cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "Instrumented")
     names = next(tuple(e.value for e in c.comparators[0].elts) for c in ast.walk(cls)
                  if isinstance(c, ast.Compare) and isinstance(c.ops[0], ast.NotIn))
@@ -69,7 +69,7 @@ def test_slurm_commands_are_the_instrumented_backend_calls():
 
 def test_event_drop_reasons_are_every_why_counted():
     whys, calls = set(), 0
-    for call in _calls(ast.parse((SRC / "kube.py").read_text()), "labels"):
+    for call in _calls(ast.parse((SRC / "adapters" / "kube.py").read_text()), "labels"):
         if isinstance(call.func.value, ast.Attribute) and call.func.value.attr == "EVENTS_DROPPED":
             calls += 1
             why = next(k.value for k in call.keywords if k.arg == "why")
@@ -80,7 +80,7 @@ def test_event_drop_reasons_are_every_why_counted():
 def test_a_full_event_queue_counts_what_it_drops():
     import asyncio
 
-    from slurmpool import kube
+    from slurmpool.adapters import kube
 
     def dropped():
         return REGISTRY.get_sample_value("slurmpool_events_dropped_total", {"why": "queue_full"})

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from slurmpool.planner import move_now_done, plan
-from slurmpool.moves import first_phase
-from slurmpool.view import ANN_HOLD_UNTIL, ANN_MOVE, ANN_MOVE_NOW, ANN_PIN, ANN_PLACEMENT, SLURM, MoveRecord, NodeView, SlurmView
+from slurmpool.core.planner import move_now_done, plan
+from slurmpool.core.moves import first_phase
+from slurmpool.core.view import ANN_HOLD_UNTIL, ANN_MOVE, ANN_MOVE_NOW, ANN_PIN, ANN_PLACEMENT, SLURM, MoveRecord, NodeView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 

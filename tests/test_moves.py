@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmpool.moves import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, Drain, PatchNode, advance
-from slurmpool.view import ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, MoveRecord, NodeView, PodView
+from slurmpool.core.moves import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, Drain, PatchNode, advance
+from slurmpool.core.view import ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, MoveRecord, NodeView, PodView
 
 from .factories import NOW, make_spec, slurm_node
 from .sim import World, parked, run_move, start
@@ -192,8 +192,8 @@ def test_a_crash_at_any_round_still_settles_the_move(direction, crash_at, keeps_
 
 
 def test_phase_lists_cover_the_machine():
-    from slurmpool.moves import PHASE_FUNCTIONS
-    from slurmpool.phases import Phase
+    from slurmpool.core.moves import PHASE_FUNCTIONS
+    from slurmpool.core.phases import Phase
 
     assert set(PHASE_FUNCTIONS) == set(TO_INFERENCE) | set(TO_SLURM) | set(BETWEEN_POOLS) == set(Phase)
 
@@ -243,7 +243,7 @@ def test_a_foreign_drain_mid_move_to_inference_is_reported_and_left():
 
 
 def test_a_stale_registration_from_the_stopped_slurmd_is_not_taken_for_the_new_one():
-    from slurmpool.moves import stale_slurmd
+    from slurmpool.core.moves import stale_slurmd
 
     spec = make_spec()
     old_start, pod_made = NOW - timedelta(minutes=5), NOW - timedelta(seconds=20)
@@ -252,7 +252,7 @@ def test_a_stale_registration_from_the_stopped_slurmd_is_not_taken_for_the_new_o
     node = replace(inference_world().node, pods=(pod,), unschedulable=True,
                    taints=({"key": SLURM_TAINT_KEY, "value": "true", "effect": "NoSchedule"},))
     move = MoveRecord(id="m1", source=INFERENCE, target=SLURM, phase="Registering", since=NOW, started=NOW)
-    from slurmpool.view import SlurmView
+    from slurmpool.core.view import SlurmView
 
     step = advance(move, node, SlurmView(True, nodes={"gpu01": stale}), spec, NOW)
     assert step.move.phase == "Registering" and "before pod" in step.message

@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 
 from slurmbridge import RestAuth
-from slurmpool.access import SlurmAccessPool
-from slurmpool.models import SlurmAccess
+from slurmpool.adapters.access import SlurmAccessPool
+from slurmpool.core.models import SlurmAccess
 
 from .factories import make_spec
 from .test_apply import run, slurm_nodes

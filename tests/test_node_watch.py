@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from slurmpool.kube import NodeWatch
+from slurmpool.adapters.kube import NodeWatch
 
 
 def body(name: str, placement: str = "slurm") -> dict:
@@ -78,7 +78,7 @@ class PodCore:
 def test_a_pod_deleted_while_the_watch_was_away_is_gone_after_the_next_list():
     """kopf's index kept such a pod for good after an API server restart (its relist adds, never
     drops), and a move waited for it to leave its node forever (CI, test_apiserver_restart_mid_move)."""
-    from slurmpool.kube import PodWatch
+    from slurmpool.adapters.kube import PodWatch
 
     async def scenario():
         woken: list[str] = []

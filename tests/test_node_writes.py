@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from slurmpool.apply import apply, node_patch, shape_write
-from slurmpool.decide import decide
-from slurmpool.interfaces import Conflict, PoolRef
-from slurmpool.moves import PatchNode, Step, advance, inference_shape, slurm_shape
-from slurmpool.phases import Phase
-from slurmpool.snapshot import PoolSnapshot
-from slurmpool.view import ANN_CORDON_KEPT, ANN_MOVE, ANN_PLACEMENT, SLURM, SLURM_TAINT_KEY, MoveRecord, NodeView, SlurmView
+from slurmpool.controller.apply import apply, node_patch, shape_write
+from slurmpool.core.decide import decide
+from slurmpool.core.interfaces import Conflict, PoolRef
+from slurmpool.core.moves import PatchNode, Step, advance, inference_shape, slurm_shape
+from slurmpool.core.phases import Phase
+from slurmpool.core.snapshot import PoolSnapshot
+from slurmpool.core.view import ANN_CORDON_KEPT, ANN_MOVE, ANN_PLACEMENT, SLURM, SLURM_TAINT_KEY, MoveRecord, NodeView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 
@@ -181,7 +181,7 @@ def _adapter(status: int | None, body: str = ""):
 
     from kubernetes.client.exceptions import ApiException
 
-    from slurmpool import kube
+    from slurmpool.adapters import kube
 
     class Core:
         def patch_node(self, name, patch, **_):

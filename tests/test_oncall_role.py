@@ -23,13 +23,13 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from slurmpool import cli
+from slurmpool.cli import plugin as cli
 
 from .factories import make_spec
 from .test_rbac import api_method_names as _api_method_names
 
 REPO = Path(__file__).resolve().parents[1]
-CLI = REPO / "operator" / "slurmpool" / "cli.py"
+CLI = REPO / "operator" / "slurmpool" / "cli" / "plugin.py"
 ROLE = REPO / "deploy" / "manifests" / "oncall-role.yaml"
 DOCS = REPO / "docs" / "rbac.md"
 RUNBOOK_DOC = REPO / "docs" / "runbook.md"

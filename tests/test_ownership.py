@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurmpool.ownership import our_drain, why_not_ours
-from slurmpool.view import ANN_DRAIN, ANN_MOVE, ANN_PLACEMENT, LABEL_SIDE, SLURM, DrainClaim, MoveRecord, NodeView
+from slurmpool.core.ownership import our_drain, why_not_ours
+from slurmpool.core.view import ANN_DRAIN, ANN_MOVE, ANN_PLACEMENT, LABEL_SIDE, SLURM, DrainClaim, MoveRecord, NodeView
 
 from .factories import NOW, make_spec, slurm_node
 from .sim import VERSIONS, PoolWorld, World, parked

@@ -16,9 +16,9 @@ import pytest
 
 from slurmbridge.parse import DEFAULT_SEP, parse_squeue
 from slurmbridge.rest import parse_rest_job
-from slurmpool.demand import job_waits_for_nodes, never_starts, signals
-from slurmpool.models import SlurmNodePoolSpec
-from slurmpool.view import ANN_PLACEMENT, SLURM, NodeView, SlurmView
+from slurmpool.core.demand import job_waits_for_nodes, never_starts, signals
+from slurmpool.core.models import SlurmNodePoolSpec
+from slurmpool.core.view import ANN_PLACEMENT, SLURM, NodeView, SlurmView
 
 from .factories import make_spec, slurm_node
 

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmbridge import SlurmJob
-from slurmpool.planner import current_placement, desired_split, plan
-from slurmpool.moves import abortable, first_phase
-from slurmpool.view import ANN_HOLD_UNTIL, ANN_MOVE, ANN_PIN, ANN_PLACEMENT, NONE, SLURM, MoveRecord, NodeView, SlurmView
+from slurmpool.core.planner import current_placement, desired_split, plan
+from slurmpool.core.moves import abortable, first_phase
+from slurmpool.core.view import ANN_HOLD_UNTIL, ANN_MOVE, ANN_PIN, ANN_PLACEMENT, NONE, SLURM, MoveRecord, NodeView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmbridge import SlurmJob, TopologyGroup
-from slurmpool.health import Finding, NodeHealth
-from slurmpool.moves import first_phase
-from slurmpool.planner import plan
-from slurmpool.view import (ANN_FORCE, ANN_HOLD_UNTIL, ANN_MOVE, ANN_MOVE_NOW, ANN_PIN, ANN_PLACEMENT, NONE, SLURM, MoveRecord,
+from slurmpool.core.health import Finding, NodeHealth
+from slurmpool.core.moves import first_phase
+from slurmpool.core.planner import plan
+from slurmpool.core.view import (ANN_FORCE, ANN_HOLD_UNTIL, ANN_MOVE, ANN_MOVE_NOW, ANN_PIN, ANN_PLACEMENT, NONE, SLURM, MoveRecord,
                             NodeView, PodView, SlurmView, iso)
 
 from . import planner_before

@@ -28,12 +28,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from slurmbridge import SlurmJob
 
-from slurmpool.decide import decide
-from slurmpool.interfaces import PoolRef
-from slurmpool.moves import PatchNode
-from slurmpool.snapshot import ApplyResult, PoolSnapshot
-from slurmpool.status import build_status
-from slurmpool.view import ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
+from slurmpool.core.decide import decide
+from slurmpool.core.interfaces import PoolRef
+from slurmpool.core.moves import PatchNode
+from slurmpool.core.snapshot import ApplyResult, PoolSnapshot
+from slurmpool.core.status import build_status
+from slurmpool.core.view import ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 from .sim import SLURM_ACTIONS, World

@@ -11,10 +11,10 @@ import subprocess
 
 import pytest
 
-from slurmpool.membership import Membership
-from slurmpool.models import LabelSelector, SlurmNodePoolSpec
-from slurmpool.poolpolicy import PoolPolicy, violations
-from slurmpool.settings import Settings
+from slurmpool.core.membership import Membership
+from slurmpool.core.models import LabelSelector, SlurmNodePoolSpec
+from slurmpool.core.poolpolicy import PoolPolicy, violations
+from slurmpool.controller.settings import Settings
 
 from .factories import make_spec
 from .test_chart import ADMISSION, ONCALL_SUBJECTS, admission, celcheck, helm, objects, template  # noqa: F401 - fixtures
@@ -133,10 +133,10 @@ def test_the_on_call_list_covers_every_spec_field(helm):
     text = json.dumps(next(p for p in pool_policies(admission(helm, VALUES)) if p["metadata"]["name"] == ONCALL_POOL))
     missing = [f for f in fields - on_call_may if f"object.spec.?{f} != oldObject.spec.?{f}" not in text]
     assert missing == []
-    from slurmpool.models import InferencePool
+    from slurmpool.core.models import InferencePool
     pool_fields = {f.alias or name for name, f in InferencePool.model_fields.items()} - {"name", "nodes"}
     assert [f for f in pool_fields if f"o.?{f} == p.?{f}" not in text] == []
-    from slurmpool.models import DemandSpec
+    from slurmpool.core.models import DemandSpec
     demand_fields = {f.alias or name for name, f in DemandSpec.model_fields.items()} - {"enabled"}
     assert [f for f in demand_fields if f"object.spec.?demand.?{f} != oldObject.spec.?demand.?{f}" not in text] == []
 
@@ -202,8 +202,8 @@ def test_the_slurmd_pod_gets_no_token_and_only_the_security_context_asked():
     """No ServiceAccount token, host network (docs/rbac.md says why), and the container's
     securityContext: the capabilities slurmd uses, all others dropped, unless the pool sets its own
     (within the policy, checked before any pod)."""
-    from slurmpool.interfaces import PoolRef
-    from slurmpool.kube import slurmd_pod
+    from slurmpool.core.interfaces import PoolRef
+    from slurmpool.adapters.kube import slurmd_pod
 
     plain = slurmd_pod(PoolRef("hpc", "gpu"), SlurmNodePoolSpec.model_validate(pool()["spec"]), "n1")
     assert plain["spec"]["automountServiceAccountToken"] is False and plain["spec"]["hostNetwork"] is True

@@ -7,10 +7,10 @@ from datetime import timedelta
 
 from prometheus_client import REGISTRY
 
-from slurmpool import poolmetrics
-from slurmpool.kube import node_view
-from slurmpool.models import Condition, SlurmNodePoolStatus
-from slurmpool.view import ANN_MOVE, ANN_PLACEMENT, MoveRecord, NodeView
+from slurmpool.controller import poolmetrics
+from slurmpool.adapters.kube import node_view
+from slurmpool.core.models import Condition, SlurmNodePoolStatus
+from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, MoveRecord, NodeView
 
 from .factories import NOW
 
@@ -96,7 +96,7 @@ def test_drain_duration_is_observed_when_draining_ends():
 
 
 def test_unhealthy_nodes_per_side_and_kind_with_zeros():
-    from slurmpool.models import UnhealthyNode
+    from slurmpool.core.models import UnhealthyNode
 
     pool = "ns/health"
     st = status()
@@ -118,7 +118,7 @@ def test_unhealthy_nodes_per_side_and_kind_with_zeros():
 def test_health_kinds_are_the_models():
     from typing import get_args
 
-    from slurmpool import metrics
-    from slurmpool.models import UnhealthyNode
+    from slurmpool.adapters import metrics
+    from slurmpool.core.models import UnhealthyNode
 
     assert set(get_args(UnhealthyNode.model_fields["kind"].annotation)) == set(metrics.HEALTH_KINDS)

@@ -3,7 +3,7 @@
 The rules the operator needs are derived from the code, not written down twice:
   * every Kubernetes client method called anywhere in the operator (found by reading its source)
     must be in CLIENT_CALLS below, which names the rule it needs;
-  * every kopf handler registered by slurmpool.handlers needs list and watch on its resource
+  * every kopf handler registered by slurmpool.controller.handlers needs list and watch on its resource
     (and patch for handlers that store progress on the object);
   * kopf itself needs what KOPF_NEEDS says.
 That set must equal the rules of the ClusterRoles bound to the operator in the rendered manifests
@@ -29,7 +29,7 @@ MANIFEST = REPO / "deploy" / "manifests" / "slurmpool.yaml"
 DOCS = REPO / "docs" / "rbac.md"
 # Files of the package that do not run in the operator: the kubectl plugin acts with the
 # credentials of the person running it, never the operator's ServiceAccount.
-NOT_THE_OPERATOR = {"cli.py"}
+NOT_THE_OPERATOR = {"cli"}
 
 
 @dataclass(frozen=True)
@@ -86,8 +86,8 @@ def called_api_methods() -> dict[str, list[str]]:
     """Kubernetes client method name -> files of the operator that use it."""
     known = api_method_names()
     found: dict[str, list[str]] = {}
-    for path in sorted(PACKAGE.glob("*.py")):
-        if path.name in NOT_THE_OPERATOR:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.relative_to(PACKAGE).parts[0] in NOT_THE_OPERATOR:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr in known:
@@ -96,7 +96,7 @@ def called_api_methods() -> dict[str, list[str]]:
 
 
 def kopf_rules() -> set[Rule]:
-    import slurmpool.handlers  # noqa: F401 - registers the handlers
+    import slurmpool.controller.handlers  # noqa: F401 - registers the handlers
     from kopf._core.intents.registries import get_default_registry
 
     registry = get_default_registry()

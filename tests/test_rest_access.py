@@ -8,10 +8,10 @@ import pytest
 from aiohttp import web
 from pydantic import ValidationError
 
-from slurmpool import restaccess
-from slurmpool.access import SlurmAccessPool, access_key
-from slurmpool.models import SlurmAccess
-from slurmpool.view import SlurmView
+from slurmpool.adapters import restaccess
+from slurmpool.adapters.access import SlurmAccessPool, access_key
+from slurmpool.core.models import SlurmAccess
+from slurmpool.core.view import SlurmView
 
 from .restfake import FakeSlurmrestd, rest_node
 from .test_apply import run, slurm_nodes
@@ -152,7 +152,7 @@ def test_the_rest_sample_is_a_valid_pool():
 
     import yaml
 
-    from slurmpool.models import SlurmNodePoolSpec
+    from slurmpool.core.models import SlurmNodePoolSpec
 
     sample = yaml.safe_load((Path(__file__).resolve().parents[1] / "deploy" / "samples" / "rest-pool.yaml").read_text())
     spec = SlurmNodePoolSpec.model_validate(sample["spec"])

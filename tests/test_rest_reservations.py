@@ -14,7 +14,7 @@ from aiohttp import web
 
 from slurmbridge import SlurmError
 from slurmbridge.rest import RestAuth, RestBackend, parse_rest_reservation
-from slurmpool import access
+from slurmpool.adapters import access
 
 from .restfake import UNKNOWN_URL, FakeSlurmrestd, rest_node
 
@@ -179,7 +179,7 @@ async def test_the_poll_reads_reservations_only_where_slurmrestd_can_make_them(r
 async def test_the_handover_over_slurmrestd_is_planned_where_it_can_reserve_and_unavailable_where_not(rest):
     """The pass's decision on the view a REST poll gives: 26.05 (v0.0.45) creates the reservation
     through slurmrestd, as scontrol would; 24.11 (v0.0.42) says HandoverUnavailable and sends nothing."""
-    from slurmpool.handover import UNAVAILABLE, reconcile
+    from slurmpool.core.handover import UNAVAILABLE, reconcile
 
     from .factories import NOW
     from .test_handover import busy, windowed

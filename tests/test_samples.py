@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmpool.models import SlurmNodePoolSpec
+from slurmpool.core.models import SlurmNodePoolSpec
 
 SAMPLES = Path(__file__).resolve().parents[1] / "deploy" / "samples"
 POOLS = [(f.name, i, d) for f in sorted(SAMPLES.glob("*.yaml")) for i, d in enumerate(yaml.safe_load_all(f.read_text()))

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from slurmpool.models import ScheduleWindow, SlurmNodePoolSpec
-from slurmpool.schedule import evaluate, last_start, next_start, to_instant, window_count, zone
+from slurmpool.core.models import ScheduleWindow, SlurmNodePoolSpec
+from slurmpool.core.schedule import evaluate, last_start, next_start, to_instant, window_count, zone
 
 from .factories import make_spec
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from slurmpool.apply import apply
-from slurmpool.decide import decide
-from slurmpool.interfaces import PoolRef, Refused
-from slurmpool.models import MoveStatus, SlurmNodePoolStatus
-from slurmpool.moves import REFUSED, CreateSlurmdPod, DeleteSlurmdPod, advance
-from slurmpool.phases import Phase
-from slurmpool.snapshot import PoolSnapshot
-from slurmpool.status import build_status
-from slurmpool.view import ANN_MOVE, ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, MoveRecord, NodeView, PodView, SlurmView
+from slurmpool.controller.apply import apply
+from slurmpool.core.decide import decide
+from slurmpool.core.interfaces import PoolRef, Refused
+from slurmpool.core.models import MoveStatus, SlurmNodePoolStatus
+from slurmpool.core.moves import REFUSED, CreateSlurmdPod, DeleteSlurmdPod, advance
+from slurmpool.core.phases import Phase
+from slurmpool.core.snapshot import PoolSnapshot
+from slurmpool.core.status import build_status
+from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, MoveRecord, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 from slurmbridge import SlurmJob
 
-from slurmpool.moves import Drain
-from slurmpool.slurmnames import by_node, names_of, slurm_name
-from slurmpool.view import ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
+from slurmpool.core.moves import Drain
+from slurmpool.core.slurmnames import by_node, names_of, slurm_name
+from slurmpool.core.view import ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 from .sim import PoolWorld, World
@@ -90,8 +90,8 @@ def test_through_the_mapping_the_nodes_drain_under_their_slurm_names_and_move():
 
 
 def test_a_move_out_of_slurm_on_a_node_slurm_stops_listing_waits_and_says_so():
-    from slurmpool.moves import advance
-    from slurmpool.view import MoveRecord
+    from slurmpool.core.moves import advance
+    from slurmpool.core.view import MoveRecord
 
     world = slurm_world(FQDN[0], "gpu01")
     move = MoveRecord(id="m1", source=SLURM, target="inference:default", phase="Draining", since=NOW, started=NOW)
@@ -104,9 +104,9 @@ def test_a_move_out_of_slurm_on_a_node_slurm_stops_listing_waits_and_says_so():
 def test_an_orphan_slurmd_pod_whose_slurm_name_cannot_be_known_is_kept():
     """nodeNameLabel: a deleted Node's label is gone with it, so Slurm's view of its node cannot be
     found; the pod stays (reported) rather than be deleted as 'serves nothing'."""
-    from slurmpool.decide import decide
-    from slurmpool.interfaces import PoolRef
-    from slurmpool.snapshot import PoolSnapshot
+    from slurmpool.core.decide import decide
+    from slurmpool.core.interfaces import PoolRef
+    from slurmpool.core.snapshot import PoolSnapshot
 
     orphan = PodView("slurm", "slurmd-gone", "u1", slurmd=True, node="gone.example.com", pool="gpu")
     view = SlurmView(True, nodes={"gone": slurm_node("gone", "ALLOCATED")})

@@ -8,8 +8,8 @@ import asyncio
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from slurmpool.interfaces import PoolRef
-from slurmpool.statuswriter import StatusWriter
+from slurmpool.core.interfaces import PoolRef
+from slurmpool.adapters.statuswriter import StatusWriter
 
 POOL = PoolRef("ns", "gpu", "uid-1", 1)
 OTHER = PoolRef("ns", "cpu", "uid-2", 1)
@@ -90,7 +90,7 @@ def test_a_status_changed_behind_our_back_is_written_again_once_the_watch_had_ti
         writer = StatusWriter(api.write)
         writer.submit(POOL, {"moving": 1}, {})
         await writer.flush()
-        monkeypatch.setattr("slurmpool.statuswriter.WATCH_LAG", 0.0)
+        monkeypatch.setattr("slurmpool.adapters.statuswriter.WATCH_LAG", 0.0)
         writer.submit(POOL, {"moving": 1}, {"moving": 7})  # someone else wrote 7
         await writer.flush()
         return api.writes

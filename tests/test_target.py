@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from slurmpool.models import SlurmNodePoolSpec
-from slurmpool.target import author, decide_target
+from slurmpool.core.models import SlurmNodePoolSpec
+from slurmpool.core.target import author, decide_target
 
 from .factories import make_spec
 

@@ -7,9 +7,9 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmpool.planner import plan
-from slurmpool.topology import whole_slurm_blocks
-from slurmpool.view import ANN_PLACEMENT, SLURM, NodeView, SlurmView
+from slurmpool.core.planner import plan
+from slurmpool.core.topology import whole_slurm_blocks
+from slurmpool.core.view import ANN_PLACEMENT, SLURM, NodeView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 
@@ -123,8 +123,8 @@ def test_planner_keeps_as_many_whole_blocks_as_exhaustive_search(case):
 def test_blocks_can_come_from_slurms_topology():
     from slurmbridge import TopologyGroup
 
-    from slurmpool.models import TopologySpec
-    from slurmpool.topology import block_of, ranks
+    from slurmpool.core.models import TopologySpec
+    from slurmpool.core.topology import block_of, ranks
 
     groups = (TopologyGroup("rack-1", 0, ("n1", "n2")), TopologyGroup("rack-2", 0, ("n3", "n4")),
               TopologyGroup("block-1", 1, ("n1", "n2", "n3", "n4")), TopologyGroup("spine", 2, ("n1", "n2", "n3", "n4", "n5")))

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from slurmpool.kube import node_view
-from slurmpool.view import ANN_DRAIN, ANN_MOVE, MAX_RECORD_CHARS
+from slurmpool.core.bodies import node_view
+from slurmpool.core.view import ANN_DRAIN, ANN_MOVE, MAX_RECORD_CHARS
 
 
 def node_with(annotation: str, value: str) -> dict:

@@ -13,8 +13,8 @@ import yaml
 from prometheus_client import REGISTRY
 
 import slurmpool
-import slurmpool.metrics  # noqa: F401 - registers slurmpool_build_info
-from slurmpool import cli
+import slurmpool.adapters.metrics  # noqa: F401 - registers slurmpool_build_info
+from slurmpool.cli import plugin as cli
 from slurmpool.__main__ import configure_logging
 from slurmpool.__main__ import main as operator_main
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from slurmpool.settings import Settings
-from slurmpool.workqueue import WorkQueue, run_workers
+from slurmpool.controller.settings import Settings
+from slurmpool.controller.workqueue import WorkQueue, run_workers
 
 import pytest
 

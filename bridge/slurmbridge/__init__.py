@@ -1,40 +1,36 @@
-"""slurmbridge: async access to a Slurm cluster: scontrol/squeue/scancel locally or over SSH, or slurmrestd."""
+"""slurmbridge: async access to a Slurm cluster: scontrol/squeue/scancel locally or over SSH, or slurmrestd.
 
-from .backend import ScontrolBackend, SlurmBackend
+The root imports only the models and errors; the backends, runners and HTTP client load on first use,
+so that the operator's pure core and `kubectl slurmpool` (models only) pay for none of them (asyncssh
+and cryptography alone cost 28 MiB and 0.1 s)."""
+
+from importlib import import_module
+
 from .errors import SlurmError, SlurmUnavailable
 from .models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
-from .parse import parse_scontrol_nodes, parse_squeue
-from .rest import CachedToken, RestAuth, RestBackend, SlurmAuthError, StaticToken
-from .runner import CommandRunner, LocalRunner
+
+_LAZY = {
+    "ScontrolBackend": ".backend",
+    "SlurmBackend": ".backend",
+    "parse_scontrol_nodes": ".parse",
+    "parse_squeue": ".parse",
+    "CachedToken": ".rest",
+    "RestAuth": ".rest",
+    "RestBackend": ".rest",
+    "SlurmAuthError": ".rest",
+    "StaticToken": ".rest",
+    "CommandRunner": ".runner",
+    "LocalRunner": ".runner",
+    "SshRunner": ".ssh",
+}
 
 
 def __getattr__(name: str):
-    """SshRunner on first use: asyncssh and cryptography cost 28 MiB and 0.1 s to import, which
-    `kubectl slurmpool` (models only) should not pay."""
-    if name == "SshRunner":
-        from .ssh import SshRunner
-
-        return SshRunner
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
 
 
-__all__ = [
-    "CachedToken",
-    "CommandRunner",
-    "LocalRunner",
-    "RestAuth",
-    "RestBackend",
-    "ScontrolBackend",
-    "SlurmAuthError",
-    "SlurmBackend",
-    "SlurmError",
-    "SlurmJob",
-    "SlurmNode",
-    "SlurmReservation",
-    "SlurmUnavailable",
-    "SshRunner",
-    "StaticToken",
-    "TopologyGroup",
-    "parse_scontrol_nodes",
-    "parse_squeue",
-]
+__all__ = sorted([*_LAZY, "SlurmError", "SlurmUnavailable", "SlurmJob", "SlurmNode", "SlurmReservation", "TopologyGroup"])

@@ -66,7 +66,7 @@ as_image slurmpool --help >/dev/null
 as_image slurmpool run --help | grep -q -- "--liveness"
 as_image slurmpool crd | cmp -s - "$repo/crds/slurmpool.io_slurmnodepools.yaml" ||
   { echo "slurmpool crd (installed wheel) differs from crds/" >&2; exit 1; }
-as_image python -c 'import slurmpool, slurmbridge, slurmpool.handlers, slurmpool.__main__ as m; assert "site-packages" in slurmpool.__file__, slurmpool.__file__'
+as_image python -c 'import slurmpool, slurmbridge, slurmpool.controller.handlers, slurmpool.__main__ as m; assert "site-packages" in slurmpool.__file__, slurmpool.__file__'
 for script in $("$tmp/venv/bin/python" -c 'from importlib.metadata import distribution as d; print(" ".join(e.name for e in d("slurmpool").entry_points if e.group == "console_scripts"))'); do
   as_image "$script" --help >/dev/null || { echo "console script $script --help failed" >&2; exit 1; }
   log "console script ok: $script"

@@ -27,7 +27,7 @@ def configure_logging(log_format: str, verbose: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import __version__
+    from slurmpool import __version__
 
     parser = argparse.ArgumentParser(prog="slurmpool", description=__doc__)
     parser.add_argument("--version", action="version", version=f"slurmpool {__version__}")
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "crd":
-        from .crd import render
+        from slurmpool.crd import render
 
         sys.stdout.write(render())
         return 0
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_format, args.verbose)
     from prometheus_client import start_http_server
 
-    from . import handlers  # noqa: F401 - registers the kopf handlers
+    from slurmpool.controller import handlers  # noqa: F401 - registers the kopf handlers
 
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.metrics_address)

@@ -1,0 +1,311 @@
+"""Slurm backends for the pools' `spec.slurm.access`, built once and shared.
+
+Pools that reach the same controller share one backend (one SSH connection) and one
+observation per reconcile pass, so Slurm sees a constant number of commands per pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import replace
+from typing import Awaitable, Callable
+
+from slurmbridge import LocalRunner, ScontrolBackend, SlurmBackend, SlurmError, SshRunner
+from slurmbridge.ssh import load_client_key, load_known_hosts
+
+from slurmpool.adapters import metrics
+from slurmpool.core.models import SlurmAccess, SshAccess
+from slurmpool.adapters.restaccess import build_rest_backend, rest_key
+from slurmpool.core.view import ACTIVE_JOB_STATES, SlurmView
+
+ReadSecret = Callable[[str, str], Awaitable[dict[str, str]]]
+TOPOLOGY_MAX_AGE = 60.0  # seconds: slurm.conf's topology changes with a reconfigure, rarely
+SECRET_MAX_AGE = 30.0  # seconds: SSH keys are read again this often (the REST token too: restaccess.py)
+PENDING_FOR = 60.0  # seconds: a pool's partition is polled for pending jobs this long after it last looked
+RETIRE_AFTER = 60.0  # seconds: an SSH connection replaced by a new key is closed this much later
+STALE_WHILE_POLLING = 3  # x max_age: how much older a view may be, rather than wait for a poll in progress
+log = logging.getLogger("slurmpool.adapters.access")
+
+
+def access_key(namespace: str, access: SlurmAccess) -> tuple:
+    if access.ssh:
+        s = access.ssh
+        return ("ssh", s.host, s.port, s.user, namespace, s.secret_ref.name)
+    if access.rest:
+        return rest_key(namespace, access.rest)
+    return ("local", access.local.slurm_conf if access.local else None)
+
+
+async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = None, reservations: bool = False) -> SlurmView:
+    """`scontrol show node` and `squeue` for the whole pool, side by side (each is a round trip
+    over SSH). Fails closed. `pending`: the partitions whose pending jobs are read (the pools with
+    demand on); running jobs are read from every partition (a node may run any). None: every job.
+    100k pending jobs were 17 MB per poll: squeue filters (`-t`, `-p`); slurmrestd cannot, so its
+    one answer is filtered here. `reservations`: the operator's reservations too (a pool with a
+    planned handover asked lately)."""
+    if pending is None:
+        calls = [backend.jobs()]
+    elif getattr(backend, "filters_jobs", True):
+        calls = [backend.jobs(states=sorted(ACTIVE_JOB_STATES))] + [backend.jobs(partition=p, states=["PENDING"]) for p in sorted(pending)]
+    else:
+        calls = [backend.jobs()]
+    results = await asyncio.gather(backend.nodes(), *calls, _reservations(backend, reservations), return_exceptions=True)
+    listed = results.pop()
+    if isinstance(listed, BaseException):
+        raise listed
+    found, max_times, error, api = listed
+    for result in results:
+        if isinstance(result, SlurmError):
+            return SlurmView(available=False, error=str(result)[:500])
+        if isinstance(result, BaseException):
+            raise result
+    nodes, jobs = results[0], [j for found in results[1:] for j in found]
+    if pending is not None:
+        jobs = [j for j in jobs if j.state in ACTIVE_JOB_STATES or (j.state == "PENDING" and pending & set(j.partition.split(",")))]
+    return SlurmView(available=True, nodes=nodes, jobs=tuple(dict((j.job_id, j) for j in jobs).values()), pending_partitions=pending,
+                     reservations=found, reservations_error=error, reservations_api=api,
+                     max_times=max_times)
+
+
+async def _reservations(backend: SlurmBackend, wanted: bool) -> tuple[tuple | None, dict, str | None, bool]:
+    """The operator's reservations (planned handovers) and the partitions' MaxTime (the default
+    lead time), beside the node poll: two more calls, made side by side; and whether the access
+    can reserve at all. None without a reservation API (slurmrestd before v0.0.43); a failure is
+    the handover's error only (moves never wait on it)."""
+    try:
+        api = await lists_reservations(backend)
+        if not wanted or not api:
+            return None, {}, None, api
+        found, max_times = await asyncio.gather(backend.reservations(), backend.partition_max_times())
+        return tuple(found), max_times, None, api
+    except SlurmError as err:
+        return None, {}, f"cannot list reservations: {err}"[:500] if wanted else None, True
+
+
+async def lists_reservations(backend: SlurmBackend) -> bool:
+    """Can this access list, create and delete reservations? scontrol (SSH, local) can; slurmrestd
+    says from its API version (v0.0.43+, Slurm 25.05+), known once negotiated (no call per pass)."""
+    inner = getattr(backend, "inner", backend)
+    if not hasattr(inner, "reservations"):
+        return False
+    can = getattr(inner, "can_reserve", None)
+    return True if can is None else bool(await can())
+
+
+def _has_reservations(view: SlurmView, wanted: bool) -> bool:
+    """Does the view answer a pool that wants reservations (read, or their read failed)?"""
+    return not wanted or not view.available or view.reservations is not None or view.reservations_error is not None \
+        or not view.reservations_api
+
+
+def _ssh_material(secret: dict[str, str], ssh) -> tuple:
+    return (secret.get(ssh.secret_ref.private_key_key), secret.get(ssh.secret_ref.known_hosts_key))
+
+
+def ssh_runner(namespace: str, ssh: SshAccess, secret: dict[str, str]) -> SshRunner:
+    """The Secret's values are always content, never a path (bytes say so), and a bad one is named
+    by Secret and key only: a key body must never reach a status, an Event or a log line."""
+    ref = ssh.secret_ref
+    try:
+        key = load_client_key(secret[ref.private_key_key].encode())
+    except ValueError:
+        raise ValueError(f"Secret {namespace}/{ref.name} key {ref.private_key_key!r} is not an SSH private key "
+                         "(OpenSSH or PEM text, unencrypted)") from None
+    try:
+        known_hosts = load_known_hosts(secret[ref.known_hosts_key].encode())
+    except ValueError:
+        raise ValueError(f"Secret {namespace}/{ref.name} key {ref.known_hosts_key!r} is not known_hosts text") from None
+    return SshRunner(host=ssh.host, port=ssh.port, username=ssh.user, client_key=key, known_hosts=known_hosts)
+
+
+class Instrumented:
+    """Times every backend call and counts its failures (slurmpool_slurm_command_*)."""
+
+    def __init__(self, backend: SlurmBackend):
+        self.inner = backend
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if name not in ("nodes", "jobs", "drain", "resume", "requeue", "cancel", "ping", "reservations", "partition_max_times",
+                        "create_reservation", "delete_reservation"):
+            return attr
+
+        async def timed(*args, **kwargs):
+            started = time.monotonic()
+            try:
+                return await attr(*args, **kwargs)
+            except Exception:
+                metrics.SLURM_COMMAND_ERRORS.labels(command=name).inc()
+                raise
+            finally:
+                metrics.SLURM_COMMAND_SECONDS.labels(command=name).observe(time.monotonic() - started)
+
+        return timed
+
+
+class SlurmAccessPool:
+    """`backoff`: after a failed poll, the next one waits 1, 2, 4 ... x `backoff_base` seconds, at
+    most `backoff_max` (munge or slurmctld down: no hammering, one SSH login per pass); the
+    failed view, with the retry time in its error, stands in meanwhile. Reset on success."""
+
+    def __init__(self, read_secret: ReadSecret, command_timeout: float = 20.0, retries: int = 1,
+                 backoff_base: float = 1.0, backoff_max: float = 10.0, clock=None):
+        self._read_secret = read_secret
+        self._backends: dict[tuple, SlurmBackend] = {}
+        self._views: dict[tuple, tuple[float, SlurmView]] = {}  # key -> (when its poll began, view)
+        self._written: dict[tuple, float] = {}  # (key, pool) -> when the pool last changed Slurm through it
+        self._topology: dict[tuple, tuple[float, tuple]] = {}  # key -> (when, groups): changes rarely
+        self._failing: dict[tuple, tuple[int, float, SlurmView]] = {}  # key -> (failures, retry at, view)
+        self._locks: dict[tuple, asyncio.Lock] = {}
+        self._ssh_read: dict[tuple, float] = {}  # key -> when its SSH Secret was last read
+        self._ssh_seen: dict[tuple, tuple] = {}  # key -> the key and known_hosts its connection uses
+        self._pending: dict[tuple, dict[str, tuple[str | None, float]]] = {}  # key -> pool -> (partition if demand on, asked at)
+        self._reserving: dict[tuple, dict[str, float]] = {}  # key -> pool -> when it last asked for reservations
+        self.command_timeout = command_timeout
+        self.retries = retries
+        self.backoff_base, self.backoff_max = backoff_base, backoff_max
+        self.clock = clock or (lambda: time.monotonic())
+
+    async def backend(self, namespace: str, access: SlurmAccess) -> SlurmBackend:
+        key = access_key(namespace, access)
+        if key in self._backends and access.ssh and self.clock() - self._ssh_read.get(key, float("-inf")) >= SECRET_MAX_AGE:
+            await self._reread_ssh_secret(key, namespace, access)
+        if key not in self._backends:
+            self._backends[key] = await self._build(namespace, access)
+            self._ssh_read[key] = self.clock()
+        return self._backends[key]
+
+    async def _reread_ssh_secret(self, key: tuple, namespace: str, access: SlurmAccess) -> None:
+        """A rotated client key or host key is used without a restart: the Secret is read again
+        every SECRET_MAX_AGE (and at once after a failed poll); a changed one builds a new
+        connection. The old one is closed a little later (a drain may be running on it)."""
+        self._ssh_read[key] = self.clock()
+        s = access.ssh
+        secret = await self._read_secret(namespace, s.secret_ref.name)
+        if _ssh_material(secret, s) == self._ssh_seen.get(key):
+            return
+        log.info("Secret %s/%s changed: a new SSH connection to %s", namespace, s.secret_ref.name, s.host)
+        old = self._backends.pop(key)
+        asyncio.get_running_loop().call_later(RETIRE_AFTER, lambda: asyncio.ensure_future(old.close()))
+
+    async def _build(self, namespace: str, access: SlurmAccess) -> SlurmBackend:
+        if access.rest:
+            return Instrumented(await build_rest_backend(
+                self._read_secret, namespace, access.rest, timeout=self.command_timeout, retries=self.retries))
+        if access.ssh:
+            s = access.ssh
+            secret = await self._read_secret(namespace, s.secret_ref.name)
+            for key in (s.secret_ref.private_key_key, s.secret_ref.known_hosts_key):
+                if not secret.get(key):
+                    raise ValueError(f"Secret {namespace}/{s.secret_ref.name} has no key {key!r}")
+            self._ssh_seen[access_key(namespace, access)] = _ssh_material(secret, s)
+            runner = ssh_runner(namespace, s, secret)
+        else:
+            conf = access.local.slurm_conf if access.local else None
+            runner = LocalRunner(env={"SLURM_CONF": conf} if conf else None)
+        return Instrumented(ScontrolBackend(runner, timeout=self.command_timeout, retries=self.retries))
+
+    async def observe(
+        self, namespace: str, access: SlurmAccess, max_age: float, topology: bool = False, newer_than: float | None = None,
+        pool: str = "", pending: str | None = None, reservations: bool = False,
+    ) -> tuple[SlurmBackend | None, SlurmView]:
+        """Slurm's state for this access, polled at most once per `max_age` seconds (and, with
+        `newer_than`, by a poll begun after that time); with `topology`, its switches or blocks
+        too, polled at most once per TOPOLOGY_MAX_AGE. The view's `polled_at` is when its poll began.
+        `pool`: whose changes the view must show (pools own disjoint nodes: not another pool's)."""
+        key = access_key(namespace, access)
+        self._pending.setdefault(key, {})[pool] = (pending, self.clock())
+        if reservations:
+            self._reserving.setdefault(key, {})[pool] = self.clock()
+        # What will do, fixed on arrival: a pool that waited for another pool's poll takes it
+        # rather than polling again after it (pools sharing one Slurm queue on its lock).
+        oldest = self.clock() - max_age
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        if lock.locked():  # another pool is polling: a view a little older does rather than queue behind it
+            cached = self._views.get(key)
+            if cached and self._usable(key, pool, cached[0], oldest - STALE_WHILE_POLLING * max_age, newer_than) and \
+                    cached[1].has_pending(pending) and _has_reservations(cached[1], reservations) and \
+                    (not topology or cached[1].topology or not cached[1].available):
+                return self._backends.get(key), cached[1]
+        async with lock:  # pools reconcile concurrently: one poll
+            return await self._observe(key, namespace, access, oldest, topology, newer_than, pool, pending, reservations)
+
+    def _pending_partitions(self, key: tuple, now: float) -> frozenset[str]:
+        """The union of the partitions whose pools have demand on, as they asked lately: a deleted
+        pool (or one whose demand went off) stops costing a squeue after PENDING_FOR."""
+        asked = self._pending.get(key, {})
+        for pool in [p for p, (_, at) in asked.items() if now - at > PENDING_FOR]:
+            del asked[pool]
+        return frozenset(part for part, _ in asked.values() if part)
+
+    def _reserving_lately(self, key: tuple, now: float) -> bool:
+        """A pool on this access asked for reservations within PENDING_FOR (a deleted pool stops it)."""
+        asked = self._reserving.get(key, {})
+        for pool in [p for p, at in asked.items() if now - at > PENDING_FOR]:
+            del asked[pool]
+        return bool(asked)
+
+    def _usable(self, key: tuple, pool: str, began: float, oldest: float, newer_than: float | None) -> bool:
+        """A poll that began after the pool's last change through this access shows it."""
+        written = self._written.get((key, pool), float("-inf"))
+        return began >= oldest and began >= written and (newer_than is None or began > newer_than)
+
+    async def _observe(self, key: tuple, namespace: str, access: SlurmAccess, oldest: float, topology: bool,
+                       newer_than: float | None = None, pool: str = "", pool_pending: str | None = None,
+                       pool_reservations: bool = False):
+        now = self.clock()
+        cached = self._views.get(key)
+        # Pools that changed Slurm while a poll ran, or want a newer look than their last, share
+        # the next poll instead of polling one after another.
+        if cached and self._usable(key, pool, cached[0], oldest, newer_than) and (not cached[1].available or (cached[1].has_pending(pool_pending) and _has_reservations(cached[1], pool_reservations))):
+            backend, view = self._backends.get(key), cached[1]
+            if topology and view.available and not view.topology and backend is not None:
+                view = replace(view, topology=await self._groups(key, backend))  # another pool polled without it
+                self._views[key] = (cached[0], view)
+            return backend, view
+        failing = self._failing.get(key)
+        if failing and now < failing[1]:
+            return self._backends.get(key), failing[2]
+        began = self.clock()
+        try:
+            backend = await self.backend(namespace, access)
+        except Exception as err:  # noqa: BLE001 - a missing Secret is reported, not raised
+            backend, view = None, SlurmView(available=False, error=f"cannot reach Slurm: {err}")
+        else:
+            view = await observe_slurm(backend, self._pending_partitions(key, now), self._reserving_lately(key, now))
+            if topology and view.available:
+                view = replace(view, topology=await self._groups(key, backend))
+        if view.available:
+            self._failing.pop(key, None)
+        else:
+            self._ssh_read.pop(key, None)  # a refused key or host key: read the Secret again next time
+            failures = (failing[0] if failing else 0) + 1
+            delay = min(self.backoff_max, self.backoff_base * 2 ** (failures - 1))
+            view = replace(view, error=f"{view.error} (failed {failures} time(s); next try in {delay:g}s)")
+            self._failing[key] = (failures, self.clock() + delay, view)
+        view = replace(view, polled_at=began)
+        self._views[key] = (began, view)
+        return backend, view
+
+    async def _groups(self, key: tuple, backend: SlurmBackend) -> tuple:
+        known = self._topology.get(key)
+        if known and time.monotonic() - known[0] < TOPOLOGY_MAX_AGE:
+            return known[1]
+        try:
+            groups = tuple(await backend.topology())
+        except SlurmError as err:  # keep what we knew; without it, blocks fall back to labels
+            log.warning("cannot read Slurm's topology: %s", err)
+            return known[1] if known else ()
+        self._topology[key] = (time.monotonic(), groups)
+        return groups
+
+    def changed(self, namespace: str, access: SlurmAccess, pool: str = "") -> None:
+        """The pool changed Slurm through this access: only a poll begun from now on shows it."""
+        self._written[(access_key(namespace, access), pool)] = self.clock()
+
+    async def close(self) -> None:
+        for backend in self._backends.values():
+            await backend.close()
+        self._backends.clear()

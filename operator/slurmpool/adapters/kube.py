@@ -1,0 +1,554 @@
+"""Kubernetes adapter: reads come from watches of our own (NodeWatch, PodWatch), writes go
+through the official `kubernetes` client. That client is synchronous, so every call runs
+in a worker thread: kopf's event loop is never blocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from slurmpool.adapters import metrics
+from slurmpool.core.demand import is_pending_gpu_pod, pending_pod
+from slurmpool.core.models import SlurmNodePoolSpec
+from slurmpool.core.interfaces import Conflict, PoolRef, Refused
+from slurmpool.core.bodies import node_view, pod_view
+from slurmpool.core.view import LABEL_COMPONENT, LABEL_POOL, SLURM_TAINT_KEY, NodeView, PodView
+
+log = logging.getLogger("slurmpool.adapters.kube")
+SLURMD_CONTAINER = "slurmd"
+MERGE_PATCH = "application/merge-patch+json"
+# API calls in flight at once. Our own threads, not the default executor that kopf also uses,
+# and as many pooled connections (the client's default pool of 5 x CPUs would be the limit).
+API_THREADS = 48
+# Events are posted by a few workers from a bounded queue (best effort: dropped when full). One
+# worker fell behind 500 moves at once and dropped thousands (e2e/load.py). An entry is a compact
+# tuple (the body is built when it is posted), so a full queue holds a few MiB.
+EVENT_WORKERS, EVENT_QUEUE = 4, 20000
+# Writes no pass waits for (Events, Slurm's state published on nodes) go through threads of their
+# own: in the same queue as the record and status writes, a burst of them (100 moves publish on
+# hundreds of nodes) made every pool's pass wait seconds for its own writes.
+LATER_THREADS = 4
+
+
+def slurmd_pod_name(node: str) -> str:
+    return f"slurmd-{node}"[:253]
+
+
+# ---------------------------------------------------------------- the Nodes, by a watch of our own
+
+
+class ListWatch:
+    """Objects of one kind as compact views, kept by a list and watch of our own in one thread.
+
+    Not a kopf index, for two reasons. kopf's first listing of an index is quadratic in its
+    objects (each object's worker waits for every other: minutes for 5,000 Nodes, with each
+    whole body held meanwhile). And after a watch that could not resume (410 Gone, as after an
+    API server restart) kopf lists again but never drops what the new list lacks: a pod deleted
+    in that gap stayed in its index for good, and a move waited on it forever. Here every list
+    replaces the whole store. A body is reduced to its view as it is read; the store is changed
+    only on the event loop, and `listed` is set once the first full list is in."""
+
+    PAGE = 100  # objects per list request: the bodies of a page are held at once (500 Nodes cost 8 MiB of RSS at 5,000)
+    WATCH_SECONDS = 270  # the server ends a watch after this; kopf's setting, see handlers.startup
+    KIND = "objects"
+
+    def __init__(self, api: client.ApiClient):
+        self.core = client.CoreV1Api(api)
+        self.listed = asyncio.Event()
+        self.list_began = 0.0  # monotonic time the last full list that is in began (a consistent read)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._relist = threading.Event()
+        self._stream: watch.Watch | None = None
+
+    # What a kind defines: its list call, and how a list or an event changes the store.
+    def _list_call(self) -> Callable:
+        raise NotImplementedError
+
+    def _replace(self, bodies: dict[str, Any], began: float = 0.0) -> None:
+        """The store is exactly what a full list read (views keyed as _key keys them)."""
+        raise NotImplementedError
+
+    def _key(self, body: dict) -> str:
+        raise NotImplementedError
+
+    def _reduce(self, body: dict) -> Any:
+        raise NotImplementedError
+
+    def _set(self, key: str, view: Any) -> None:
+        raise NotImplementedError
+
+    def request_relist(self) -> None:
+        """List again (the watch lags): the stream stops at its next event or bookmark."""
+        self._relist.set()
+        if self._stream is not None:
+            self._stream.stop()
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        threading.Thread(target=self._run, name=f"{self.KIND.lower()}-watch", daemon=True).start()
+
+    def _run(self) -> None:
+        delay = 0.5
+        while True:
+            try:
+                version = self._list()
+                delay = 0.5
+                while not self._relist.is_set():
+                    version = self._watch(version)
+            except Exception as err:  # noqa: BLE001 - relist after any failure, as kopf does
+                gone = isinstance(err, ApiException) and err.status == 410  # too old a version: relist now
+                if not gone:
+                    # Short waits: while the API server is away the views are stale (as kopf's would be).
+                    log.warning("watch of %s failed (%s); listing again in %.1f s", self.KIND, err, delay)
+                    threading.Event().wait(delay)
+                    delay = min(delay * 2, 5.0)
+
+    def _list(self) -> str:
+        self._relist.clear()
+        began = time.monotonic()
+        views: dict[str, Any] = {}
+        token = None
+        while True:
+            response = self._list_call()(limit=self.PAGE, _continue=token, _preload_content=False, _request_timeout=(30, 120))
+            page = json.loads(response.data)
+            for item in page.get("items") or ():
+                views[self._key(item)] = self._reduce(item)
+            token = page["metadata"].get("continue")
+            if not token:
+                break
+        self._loop.call_soon_threadsafe(self._replace, views, began)
+        return page["metadata"]["resourceVersion"]
+
+    def _watch(self, version: str) -> str:
+        self._stream = watch.Watch()
+        stream = self._stream.stream(
+            self._list_call(), resource_version=version, allow_watch_bookmarks=True, timeout_seconds=self.WATCH_SECONDS,
+            _request_timeout=(30, self.WATCH_SECONDS + 30), deserialize=False,
+        )
+        for event in stream:  # an ERROR event (410: too old) raises ApiException: relist
+            body = event["object"]
+            version = body["metadata"].get("resourceVersion") or version
+            if event["type"] in ("ADDED", "MODIFIED"):
+                self._loop.call_soon_threadsafe(self._set, self._key(body), self._reduce(body))
+            elif event["type"] == "DELETED":
+                self._loop.call_soon_threadsafe(self._set, self._key(body), None)
+        return version
+
+
+class NodeWatch(ListWatch):
+    """Every Node as a compact NodeView. `nodes` has the shape of a kopf index (name -> a store
+    of one view). `on_change(name)` is called on the loop for each change."""
+
+    KIND = "Nodes"
+
+    def __init__(self, api: client.ApiClient, on_change: Callable[[str], None]):
+        super().__init__(api)
+        self.on_change = on_change
+        self.nodes: dict[str, tuple[NodeView]] = {}
+
+    def _list_call(self) -> Callable:
+        return self.core.list_node
+
+    def _key(self, body: dict) -> str:
+        return body["metadata"]["name"]
+
+    def _reduce(self, body: dict) -> NodeView:
+        return node_view(body)
+
+    def _replace(self, views: dict[str, NodeView], began: float = 0.0) -> None:
+        self.list_began = began
+        for name in [n for n in self.nodes if n not in views]:
+            self._set(name, None)
+        for name, view in views.items():
+            if self.nodes.get(name) != (view,):
+                self._set(name, view)
+        self.listed.set()
+
+    def _set(self, name: str, view: NodeView | None) -> None:
+        if view is None:
+            self.nodes.pop(name, None)
+        else:
+            self.nodes[name] = (view,)
+        self.on_change(name)
+
+
+@dataclass(frozen=True, slots=True)
+class _PodEntry:
+    node: str  # spec.nodeName ("" while unscheduled)
+    view: PodView | None  # a pod on a node
+    pending: Any = None  # demand.PendingPod: an unschedulable pod asking for GPUs
+
+
+class PodWatch(ListWatch):
+    """Every pod that matters, compactly: the pods on each node (`on(node)`), and the pending,
+    unschedulable pods asking for GPUs (`pending`, demand's inference signal); no other pod is
+    kept. `on_change(node)` is called on the loop when a pod on that node comes, changes or goes."""
+
+    KIND = "Pods"
+    PAGE = 500
+
+    def __init__(self, api: client.ApiClient, on_change: Callable[[str], None]):
+        super().__init__(api)
+        self.on_change = on_change
+        self._pods: dict[str, _PodEntry] = {}  # uid -> entry
+        self.by_node: dict[str, dict[str, PodView]] = {}  # node -> uid -> view
+        self.pending: dict[str, Any] = {}  # uid -> PendingPod
+
+    def on(self, node: str) -> tuple[PodView, ...]:
+        return tuple(self.by_node.get(node, {}).values())
+
+    def _list_call(self) -> Callable:
+        return self.core.list_pod_for_all_namespaces
+
+    def _key(self, body: dict) -> str:
+        return body["metadata"].get("uid") or f"{body['metadata'].get('namespace')}/{body['metadata']['name']}"
+
+    def _reduce(self, body: dict) -> _PodEntry:
+        spec, status = body.get("spec") or {}, body.get("status") or {}
+        node = spec.get("nodeName") or ""
+        pending = pending_pod(body) if is_pending_gpu_pod(spec, status) else None
+        return _PodEntry(node, pod_view(body) if node else None, pending)
+
+    def _replace(self, entries: dict[str, _PodEntry], began: float = 0.0) -> None:
+        self.list_began = began
+        for uid in [u for u in self._pods if u not in entries]:
+            self._set(uid, None)
+        for uid, entry in entries.items():
+            if (entry.view is not None or entry.pending is not None) and self._pods.get(uid) != entry:
+                self._set(uid, entry)
+        self.listed.set()
+
+    def _set(self, uid: str, entry: _PodEntry | None) -> None:
+        old = self._pods.pop(uid, None)
+        if entry is not None and (entry.view is not None or entry.pending is not None):
+            self._pods[uid] = entry
+        if old is not None and old.view is not None:
+            on_node = self.by_node.get(old.node, {})
+            on_node.pop(uid, None)
+            if not on_node:
+                self.by_node.pop(old.node, None)
+        self.pending.pop(uid, None)
+        if entry is not None and entry.view is not None:
+            self.by_node.setdefault(entry.node, {})[uid] = entry.view
+        if entry is not None and entry.pending is not None:
+            self.pending[uid] = entry.pending
+        for node in {e.node for e in (old, entry) if e is not None and e.view is not None}:
+            self.on_change(node)
+
+
+# ---------------------------------------------------------------- writes
+
+
+# What slurmd and slurmstepd use of root, explicit instead of the runtime's default set: start each
+# step as the job's user (SETUID, SETGID), own its spool and the job's files (CHOWN, FOWNER,
+# DAC_OVERRIDE, FSETID), signal the job's processes (KILL), drop what it holds itself (SETPCAP); a
+# container job's enroot maps root in its user namespace (SETFCAP) and pivots into the image
+# (SYS_CHROOT): without them `srun --container-image` failed "failed to create user namespace".
+# Not kept from the default set: MKNOD, NET_RAW, NET_BIND_SERVICE (slurmd's port is above 1024),
+# AUDIT_WRITE. A pool's own slurmdPod.securityContext replaces this whole.
+SLURMD_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP", "SETFCAP",
+                       "SYS_CHROOT")
+
+
+def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: str | None = None) -> dict[str, Any]:
+    """The slurmd pod for one node: bound to it directly (the node is cordoned), host network,
+    tolerating the cordon and our Slurm taint. See e2e/lab/README.md for the lab's contract."""
+    t = spec.slurm.slurmd_pod
+    tolerations = [
+        {"key": SLURM_TAINT_KEY, "operator": "Exists"},
+        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+    ] + [x.model_dump(by_alias=True, exclude_none=True) for x in t.tolerations]
+    env = [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+           {"name": "SLURM_NODENAME", "value": slurm_name or node}]  # spec.slurm.nodeName: `slurmd -N $(SLURM_NODENAME)`
+    env += [{"name": e.name, "value": e.value} for e in t.env]
+    container: dict[str, Any] = {
+        "name": SLURMD_CONTAINER,
+        "image": t.image,
+        "command": list(t.command),
+        "args": list(t.args),
+        "env": env,
+        "resources": t.resources.model_dump(by_alias=True),
+    }
+    if t.security_context is not None:  # checked against the pool policy (poolpolicy.py) before any pod
+        container["securityContext"] = t.security_context.model_dump(by_alias=True, exclude_none=True)
+    else:
+        container["securityContext"] = {"capabilities": {"drop": ["ALL"], "add": list(SLURMD_CAPABILITIES)}}
+    if t.volume_mounts:
+        container["volumeMounts"] = [dict(m) for m in t.volume_mounts]
+    pod_spec: dict[str, Any] = {
+        "nodeName": node,
+        "hostNetwork": True,
+        "restartPolicy": "Always",
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": t.termination_grace_period_seconds,
+        "tolerations": tolerations,
+        "containers": [container],
+    }
+    if t.volumes:
+        pod_spec["volumes"] = [dict(v) for v in t.volumes]
+    if t.service_account_name:
+        pod_spec["serviceAccountName"] = t.service_account_name
+    if t.priority_class_name:
+        pod_spec["priorityClassName"] = t.priority_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": slurmd_pod_name(node),
+            "namespace": pool.namespace,
+            # No ownerReference on purpose: deleting a pool must never garbage-collect the
+            # slurmd of a node running jobs. Nodes and pods stay where they are.
+            "labels": {LABEL_COMPONENT: "slurmd", LABEL_POOL: pool.name},
+            "annotations": {"slurmpool.io/node": node},
+        },
+        "spec": pod_spec,
+    }
+
+
+class KubeAdapter:
+    """Implements reconcile.Kube over the kubernetes client, off the event loop."""
+
+    def __init__(self, api_client: client.ApiClient | None = None):
+        self.api = api_client or client.ApiClient()
+        self.api.rest_client.pool_manager.connection_pool_kw["maxsize"] = API_THREADS + LATER_THREADS
+        self._pool = ThreadPoolExecutor(API_THREADS, thread_name_prefix="kube")
+        self._later_pool = ThreadPoolExecutor(LATER_THREADS, thread_name_prefix="kube-later")
+        self._node_patches: dict[str, dict] = {}  # node -> what to write later (the latest wins)
+        self._node_patches_ready = asyncio.Event()
+        self._node_patch_tasks: list[asyncio.Task] = []
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.requests = 0  # API requests made (the benchmark counts them per reconcile)
+        self._events: asyncio.Queue | None = None
+        self._event_tasks: list[asyncio.Task] = []
+
+    async def _call(self, fn, *args, later: bool = False, keep: bool = False, **kwargs):
+        """Run one client call in a thread of its lane. Without `keep`, the answer is read and
+        dropped unparsed: a write answers with the whole object, and building the client's models
+        of it was ~5 % of the operator's CPU under `make load` (py-spy), for nothing that reads them."""
+        self.requests += 1
+        pool = self._later_pool if later else self._pool
+        queued = time.monotonic()
+        lane = "later" if later else "now"
+
+        def timed():
+            started = time.monotonic()
+            metrics.KUBE_THREAD_WAIT_SECONDS.labels(lane=lane).observe(started - queued)
+            try:
+                if keep:
+                    return fn(*args, **kwargs)
+                answer = fn(*args, _preload_content=False, **kwargs)  # a non-2xx still raises ApiException
+                if hasattr(answer, "release_conn"):
+                    answer.read()
+                    answer.release_conn()
+                return None
+            finally:
+                metrics.KUBE_REQUEST_SECONDS.labels(call=fn.__name__).observe(time.monotonic() - started)
+
+        return await asyncio.get_running_loop().run_in_executor(pool, timed)
+
+    async def patch_node(self, name: str, patch: dict) -> None:
+        try:
+            await self._call(self.core.patch_node, name, patch, _content_type=MERGE_PATCH)
+        except ApiException as err:
+            if err.status == 409:  # the patch's resourceVersion precondition failed
+                raise Conflict(f"node {name} changed meanwhile") from err
+            if _refused(err):
+                raise Refused(f"({err.status}) {_message(err) or err.reason}") from err
+            raise
+
+    async def read_node(self, name: str) -> NodeView | None:
+        try:
+            body = await self._call(self.core.read_node, name, keep=True)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return node_view(self.api.sanitize_for_serialization(body))
+
+    async def patch_node_later(self, name: str, patch: dict) -> None:
+        """Queue a node patch nothing waits for and return: written soon by the later lane, merged
+        with what is still queued for the node. A failure is logged (the caller writes it again)."""
+        self._node_patches[name] = _merged(self._node_patches.get(name, {}), patch)
+        self._node_patches_ready.set()
+        if not self._node_patch_tasks:
+            self._node_patch_tasks = [asyncio.create_task(self._write_node_patches()) for _ in range(LATER_THREADS)]
+
+    async def _write_node_patches(self) -> None:
+        while True:
+            if not self._node_patches:
+                self._node_patches_ready.clear()
+                await self._node_patches_ready.wait()
+                continue
+            name = next(iter(self._node_patches))
+            patch = self._node_patches.pop(name)
+            try:
+                await self._call(self.core.patch_node, name, patch, _content_type=MERGE_PATCH, later=True)
+            except Exception as err:  # noqa: BLE001 - best effort
+                log.warning("could not patch node %s: %s", name, err)
+
+    async def create_slurmd_pod(self, pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: str | None = None) -> None:
+        try:
+            await self._call(self.core.create_namespaced_pod, pool.namespace, slurmd_pod(pool, spec, node, slurm_name))
+        except ApiException as err:
+            if err.status == 409:  # already there: level-triggered, that is success
+                return
+            if _refused(err):
+                raise Refused(f"({err.status}) {_message(err) or err.reason}") from err
+            raise
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
+        try:
+            await self._call(self.core.delete_namespaced_pod, name, namespace, body=body)
+        except ApiException as err:
+            if err.status not in (404, 409):
+                raise
+
+    async def evict(self, namespace: str, name: str) -> str | None:
+        eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
+        try:
+            await self._call(self.core.create_namespaced_pod_eviction, name, namespace, eviction)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            if err.status == 429:  # a PodDisruptionBudget says no: report it, never force
+                return _message(err) or "refused by a PodDisruptionBudget"
+            raise
+        return None
+
+    async def event(self, obj: dict, type_: str, reason: str, message: str) -> None:
+        """Queue a Kubernetes Event; a worker posts it, so the reconcile never waits on it.
+        (kopf.event only works inside kopf's own handler tasks, not in our loop.)"""
+        if self._events is None:
+            self._events = asyncio.Queue(maxsize=EVENT_QUEUE)
+            self._event_tasks = [asyncio.create_task(self._post_events()) for _ in range(EVENT_WORKERS)]
+        try:
+            self._events.put_nowait(_queued_event(obj, type_, reason, message))
+        except asyncio.QueueFull:
+            metrics.EVENTS_DROPPED.labels(why="queue_full").inc()
+            log.warning("event queue full; dropped %s %s", reason, message)
+
+    async def _post_events(self, retry_for: float = 120.0) -> None:
+        while True:
+            namespace, body = _event_body(*await self._events.get())
+            delay, waited = 1.0, 0.0
+            while True:
+                try:
+                    await self._call(self.core.create_namespaced_event, namespace, body, later=True)
+                    break
+                except Exception as err:  # noqa: BLE001 - an Event is best effort
+                    # Kept (in order) while the apiserver restarts or sheds load: MoveCompleted must
+                    # not vanish. Only a request the apiserver will never take is given up at once.
+                    refused = _refused(err)
+                    if refused or waited >= retry_for:
+                        metrics.EVENTS_DROPPED.labels(why="refused" if refused else "gave_up").inc()
+                        log.warning("could not post event %s (%s): %s", body["reason"], _status_of(err), err)
+                        break
+                    await asyncio.sleep(max(delay, _retry_after(err)))
+                    waited, delay = waited + delay, min(delay * 2, 10.0)
+
+    async def patch_pool_status(self, pool: PoolRef, status: dict) -> None:
+        await self._call(
+            self.custom.patch_namespaced_custom_object_status,
+            "slurmpool.io",
+            "v1alpha1",
+            pool.namespace,
+            "slurmnodepools",
+            pool.name,
+            {"status": status},
+            _content_type=MERGE_PATCH,
+        )
+
+    async def read_secret(self, namespace: str, name: str) -> dict[str, str]:
+        import base64
+
+        secret = await self._call(self.core.read_namespaced_secret, name, namespace, keep=True)
+        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+
+# The 4xx that say "not now" rather than "never": a request timeout, and too many requests (the
+# apiserver's inflight limit, or priority and fairness). A 5xx or a lost connection is tried again too.
+TRANSIENT_STATUSES = frozenset({408, 429})
+
+
+def _status_of(err: Exception) -> str:
+    return str(err.status) if isinstance(err, ApiException) and err.status else type(err).__name__
+
+
+def _refused(err: Exception) -> bool:
+    """A 4xx the apiserver will answer the same way however often it is asked."""
+    status = err.status if isinstance(err, ApiException) else None
+    return status is not None and 400 <= status < 500 and status not in TRANSIENT_STATUSES
+
+
+def _retry_after(err: Exception) -> float:
+    """The apiserver's Retry-After on a 429 (seconds), else 0."""
+    headers = getattr(err, "headers", None) or {}
+    try:
+        return min(float(headers.get("Retry-After", 0)), 10.0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _merged(base: dict, patch: dict) -> dict:
+    """Two merge patches as one (the second wins)."""
+    out = dict(base)
+    for key, value in patch.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _queued_event(obj: dict, type_: str, reason: str, message: str) -> tuple:
+    """What the queue keeps of an Event: the object's reference, what happened, and when."""
+    meta = obj["metadata"]
+    ref = (obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"), meta.get("uid"))
+    return ref, type_, reason, message[:1024], datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _event_body(ref: tuple, type_: str, reason: str, message: str, now: str) -> tuple[str, dict]:
+    api_version, kind, name, obj_namespace, uid = ref
+    namespace = obj_namespace or "default"  # events of cluster-scoped objects
+    return namespace, {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{name}.", "namespace": namespace},
+        "involvedObject": {
+            "apiVersion": api_version,
+            "kind": kind,
+            "name": name,
+            **({"namespace": obj_namespace} if obj_namespace else {}),
+            **({"uid": uid} if uid else {}),
+        },
+        "type": type_,
+        "reason": reason,
+        "message": message,
+        "source": {"component": "slurmpool"},
+        "reportingComponent": "slurmpool.io/operator",
+        "reportingInstance": socket.gethostname()[:128],
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+def _message(err: ApiException) -> str:
+    import json
+
+    try:
+        return json.loads(err.body or "{}").get("message", "")
+    except ValueError:
+        return str(err.reason or "")

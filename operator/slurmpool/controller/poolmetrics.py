@@ -1,0 +1,109 @@
+"""Per-pool metrics derived from a reconcile pass: GPUs per placement, GPU-seconds served per
+side, the pool's conditions and blocked moves. Conditions live in the pool's status, which
+Prometheus cannot read; these gauges make them alertable (deploy/helm/slurmpool's
+PrometheusRule) and the Grafana dashboard's GPU panels possible.
+
+`export(pool, nodes, status, now)` is called once per pool per pass (handlers.py). It keeps, per
+pool, the monotonic time of the previous pass and the nodes' settled sides then: the GPUs of a
+node that was settled on a side at the previous pass and still is count for the time between
+the two passes. Nodes in a move, unadopted nodes and nodes without `nvidia.com/gpu` count for no
+side. A restarted operator starts a new counter (Prometheus' increase() handles the reset);
+the time it was down is not counted.
+
+It also observes slurmpool_drain_duration_seconds: when a node seen in phase `Draining` at the
+previous pass is no longer draining (the next phase, a rollback, or gone from the pool), the
+time since that phase started (the move record's `since`), to within one pass.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from slurmpool.adapters import metrics
+from slurmpool.core.models import SlurmNodePoolStatus
+from slurmpool.core.view import NONE, NodeView, side_of
+
+
+@dataclass
+class _Last:
+    at: float
+    sides: dict[str, tuple[str, int]]  # node -> (side, gpus) of settled nodes
+    gpu_labels: set[tuple[str, str]] = field(default_factory=set)
+    conditions: set[str] = field(default_factory=set)
+    draining: dict[str, tuple[str, datetime]] = field(default_factory=dict)  # node -> (move id, phase start)
+
+
+_last: dict[str, _Last] = {}
+
+
+def settled_side(node: NodeView) -> str | None:
+    """"slurm" or "inference" for a node settled on a side, else None (moving, unadopted)."""
+    if node.move is not None or node.placement == NONE:
+        return None
+    return side_of(node.placement)
+
+
+def _unhealthy(pool_key: str, status: SlurmNodePoolStatus) -> None:
+    """slurmpool_unhealthy_nodes: every side and kind, 0 included (an alert needs the series)."""
+    counted: dict[tuple[str, str], set[str]] = {}
+    for r in status.unhealthy_nodes:
+        if r.grace_until is None:
+            counted.setdefault((r.side, r.kind), set()).add(r.node)
+    for side in metrics.HEALTH_SIDES:
+        for kind in metrics.HEALTH_KINDS:
+            metrics.UNHEALTHY_NODES.labels(pool=pool_key, side=side, kind=kind).set(len(counted.get((side, kind), ())))
+
+
+def export(
+    pool_key: str,
+    nodes: list[NodeView],
+    status: SlurmNodePoolStatus | None,
+    now: float | None = None,
+    wall: datetime | None = None,
+) -> None:
+    now = time.monotonic() if now is None else now
+    wall = datetime.now(timezone.utc) if wall is None else wall
+    last = _last.get(pool_key)
+    if last is None:  # both sides' counters from 0, so increase() counts the first pass too
+        for side in ("slurm", "inference"):
+            metrics.GPU_SECONDS.labels(pool=pool_key, side=side)
+    sides = {n.name: (side, n.gpus) for n in nodes if (side := settled_side(n)) is not None}
+    # GPU-seconds: only the time a node was on the same side at both ends of the interval.
+    if last is not None and now > last.at:
+        served: dict[str, float] = {}
+        for name, (side, gpus) in sides.items():
+            if last.sides.get(name, (None, 0))[0] == side and gpus:
+                served[side] = served.get(side, 0.0) + gpus * (now - last.at)
+        for side, value in served.items():
+            metrics.GPU_SECONDS.labels(pool=pool_key, side=side).inc(value)
+    # GPUs per placement and phase, like slurmpool_nodes.
+    gpus: dict[tuple[str, str], int] = dict.fromkeys(last.gpu_labels if last else (), 0)
+    for node in nodes:
+        move = node.move
+        key = (move.target, move.phase) if move else (node.placement, "Settled")
+        gpus[key] = gpus.get(key, 0) + node.gpus
+    for (placement, phase), value in gpus.items():
+        metrics.GPUS.labels(pool=pool_key, placement=placement, phase=phase).set(value)
+    conditions: set[str] = set()
+    if status is not None:
+        for cond in status.conditions:
+            metrics.POOL_CONDITION.labels(pool=pool_key, type=cond.type).set(1 if cond.status == "True" else 0)
+            conditions.add(cond.type)
+        metrics.MOVES_BLOCKED.labels(pool=pool_key).set(status.blocked)
+        _unhealthy(pool_key, status)
+    for gone in (last.conditions if last else set()) - conditions:
+        metrics.POOL_CONDITION.remove(pool_key, gone)
+    # Drains that ended since the previous pass.
+    draining: dict[str, tuple[str, datetime]] = {}
+    for node in nodes:
+        move = node.move
+        if move is not None and move.phase == "Draining":
+            draining[node.name] = (move.id, move.since)
+    for name, (move_id, since) in (last.draining if last else {}).items():
+        if draining.get(name, (None,))[0] != move_id:
+            metrics.DRAIN_SECONDS.observe(max(0.0, (wall - since).total_seconds()))
+    _last[pool_key] = _Last(
+        at=now, sides=sides, gpu_labels={k for k, v in gpus.items() if v}, conditions=conditions, draining=draining
+    )

@@ -1,0 +1,345 @@
+"""One pass over one pool, decided: `decide(snapshot) -> PoolDecision`. Pure: no I/O, no
+clock but the snapshot's, no randomness; the same snapshot gives the same decision.
+
+In order:
+1. records: a node whose annotations cannot be read (or name what this pool does not have)
+   is left alone and reported; every other node goes on; each node's health (health.py);
+2. the target: who sets the split now (target.py: manual, schedule, demand);
+3. each node's step: the move in flight advanced as far as the observations allow
+   (moves.py; an unhealthy node's move stops where it is safe), or the upkeep of a settled
+   Slurm node (its slurmd pod; a health drain for a listed condition, resumed once it clears);
+4. nodes deleted from Kubernetes: reported, their orphan slurmd pods deleted once idle;
+5. the plan (planner.py) on the nodes as the steps leave them: moves to turn back, moves
+   to start (each advanced at once on the same observations); then the planned handover's
+   reservation ahead of the next schedule edge (handover.py) on the nodes as they leave them;
+6. what to publish on nodes (Slurm's state) and the move-now requests now fulfilled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+
+from slurmpool.core import health as healthmod
+from slurmpool.core import slurmnames
+from slurmpool.core.demand import signals
+from slurmpool.core.handover import reconcile as reconcile_handover
+from slurmpool.core.health import HEALTHY, NodeHealth
+from slurmpool.core.interfaces import PoolRef
+from slurmpool.core.models import SlurmNodePoolSpec, seconds
+from slurmpool.core.moves import REFUSED, Cancel, Requeue, Resume, Step, advance, drain, ensure_slurmd_pod, first_phase, restore_cordon, reverse
+from slurmpool.core.planner import current_placement, desired_split, move_now_done, move_now_target, placements, plan
+from slurmpool.core.snapshot import NodeEvent, PoolDecision, PoolSnapshot
+from slurmpool.core.target import Decision, decide_target
+from slurmpool.core.view import (
+    ANN_DRAIN,
+    ANN_HOLD_UNTIL,
+    ANN_MOVE,
+    ANN_PIN,
+    ANN_PLACEMENT,
+    ANN_SLURM,
+    NONE,
+    SLURM,
+    MoveRecord,
+    NodeView,
+    RecordProblem,
+    SlurmView,
+    iso,
+    pool_of,
+)
+
+MAX_JOBS_PUBLISHED = 32
+
+
+def decide(snap: PoolSnapshot) -> PoolDecision:
+    # Slurm read by Node name (slurmnames.py); Slurm's names come back only in apply.py.
+    names = slurmnames.names_of(snap.spec.slurm, snap.nodes, (p.node for p in snap.orphans))
+    snap = replace(snap, slurm=slurmnames.by_node(snap.slurm, names))
+    spec, slurm, now = snap.spec, snap.slurm, snap.now
+    nodes = [_flag(spec, n) for n in snap.nodes]
+    target = _target(snap, nodes)
+    node_events = _record_events(snap, nodes)
+    health = healthmod.assess_all(spec.health, nodes, slurm, now, snap.previous.unhealthy_nodes if snap.previous else ())
+
+    # A write the API server refused last pass, as the move's status said (apply.py puts it there).
+    refusals = {m.node: m.message for m in snap.previous.moves if m.message.startswith(REFUSED)} if snap.previous else {}
+    steps: dict[str, Step] = {}
+    for node in nodes:
+        if node.problems:
+            continue  # left alone: no step, never a victim (planner), reported above
+        if node.move is not None:
+            steps[node.name] = advance(node.move, node, slurm, spec, now, _unhealthy(node, health), refusals.get(node.name, ""))
+        elif node.placement == SLURM:
+            repair = _repair_slurm_node(node, slurm, health.get(node.name, HEALTHY), now, spec)
+            restore_cordon(node, spec, repair, "while settled in Slurm")
+            if repair.actions or repair.drop_claim:
+                steps[node.name] = repair
+    decision = PoolDecision(target=target, desired={}, problems=[], steps=steps, nodes_after=[], node_events=node_events, health=health,
+                            slurm_names=slurmnames.renamed(names))
+    decision.pool_events.extend(target.events)
+    _gone(snap, nodes, decision)
+
+    # Plan on the nodes as the steps leave them, so finished moves free budget at once.
+    by_name = {n.name: n for n in nodes}
+    for name, step in steps.items():
+        by_name[name] = _after(by_name[name], step)
+    result = plan(spec, list(by_name.values()), slurm, now, target.slurm_nodes, target.pool_counts, health)
+    decision.desired, decision.problems = result.desired, result.problems
+    decision.held = sorted(set(result.refused))
+    was_held = {r.node for r in snap.previous.unhealthy_nodes if r.held} if snap.previous else set()
+    for name in decision.held:
+        if name not in was_held:  # once, when it starts to wait: the status says it meanwhile
+            what = f"pin={by_name[name].pin!r}" if by_name[name].pin else f"move-now={by_name[name].move_now!r}"
+            decision.node_events.append(NodeEvent(name, "Warning", "UnhealthyNodeHeld", f"{name} is unhealthy ({health[name].reason}): "
+                                                  f"{what} waits until it is healthy; set slurmpool.io/force=true to move it anyway"))
+    for name in result.aborts:
+        node = by_name[name]
+        back = reverse(node.move, spec, now, cause="abort")
+        step = advance(back, node, slurm, spec, now)
+        step.events.insert(0, ("Normal", "MoveAborted", f"{name}: the split no longer wants move {node.move.id}; returning to {back.target}"))
+        steps[name] = step
+        by_name[name] = _after(node, step)
+    for start in result.starts:
+        node = by_name[start.node]
+        move = MoveRecord(
+            id=move_id(snap.pool, node.name, start.target, now),
+            source=start.source,
+            target=start.target,
+            phase=first_phase(start.target, start.source),
+            since=now,
+            started=now,
+            cause=start.cause,
+        )
+        step = advance(move, node, slurm, spec, now, _unhealthy(node, health))
+        step.entered.insert(0, move.phase)
+        if start.node in result.forced:
+            step.events.insert(0, ("Warning", "UnhealthyNodeForced", f"{node.name} is unhealthy ({health[node.name].reason}) and "
+                                   f"moves to {start.target} anyway: {start.cause} with slurmpool.io/force=true"))
+        step.events.insert(0, ("Normal", "MoveStarted", f"{node.name}: {start.source} -> {start.target} ({start.cause}, move {move.id})"))
+        steps[node.name] = step
+        by_name[node.name] = _after(node, step)
+        decision.starts.append((start, move))
+    decision.nodes_after = list(by_name.values())
+    decision.handover = reconcile_handover(snap.pool.namespace, snap.pool.name, spec, decision.nodes_after, slurm, now, target.slurm_nodes,
+                                           health, snap.owned_reservations, snap.previous.handover if snap.previous else None)
+    decision.invalid = {n.name: n.problems for n in nodes if n.problems}
+    decision.publish = _published(nodes, slurm)
+    decision.clear_move_now = _fulfilled_move_now(spec, nodes, target)
+    return decision
+
+
+def move_id(pool: PoolRef, node: str, target: str, now) -> str:
+    """Deterministic, so the same snapshot decides the same move; unique per node and instant."""
+    return hashlib.sha1(f"{pool.uid}/{pool.key}/{node}/{target}/{now.isoformat()}".encode()).hexdigest()[:8]
+
+
+# ---------------------------------------------------------------- 1. records people can write
+
+
+def _flag(spec: SlurmNodePoolSpec, node: NodeView) -> NodeView:
+    """Problems only this pool's spec reveals: a placement, pin or move naming a pool it does not
+    have. A move-now or pin on a node whose placement names such a pool is a person saying where
+    it goes, so that node is not flagged (the planner adopts it from there)."""
+    valid = set(placements(spec))
+    flags: list[RecordProblem] = []
+    names = ", ".join(p.name for p in spec.inference.pools) or "none"
+    told = bool(node.move_now) or (node.pin in valid)
+    if node.placement not in (NONE, *valid) and not told:
+        flags.append(RecordProblem(ANN_PLACEMENT, f"names inference pool {pool_of(node.placement)!r}, which this SlurmNodePool does not have "
+                                   f"(pools: {names}); set slurmpool.io/move-now or a pin to say where the node goes"))
+    if node.pin and node.pin != "inference" and node.pin not in valid and not any(p.annotation == ANN_PIN for p in node.problems):
+        flags.append(RecordProblem(ANN_PIN, f"names inference pool {pool_of(node.pin)!r}, which this SlurmNodePool does not have (pools: {names})"))
+    move = node.move
+    if move is not None and move.target not in valid and move.source not in valid:
+        # A move to a pool since removed goes back where it came from (planner); with nowhere
+        # known to go back to, it could only wait forever.
+        flags.append(RecordProblem(ANN_MOVE, f"move {move.id} goes from {move.source} to {move.target}; this SlurmNodePool has neither"))
+    return replace(node, flagged=tuple(flags)) if flags else node
+
+
+def _record_events(snap: PoolSnapshot, nodes: list[NodeView]) -> list[NodeEvent]:
+    """A Warning for each problem not reported in the previous status, a Normal once it is fixed."""
+    before = {(r.node, r.annotation, r.message) for r in (snap.previous.invalid_records if snap.previous else ())}
+    now = {(n.name, p.annotation, p.message) for n in nodes for p in n.problems}
+    names = {n.name for n in nodes}
+    events = [
+        NodeEvent(node, "Warning", "InvalidNodeRecord", f"{node}: annotation {ann} cannot be used: {message}; the node is left alone until it is fixed")
+        for node, ann, message in sorted(now - before)
+    ]
+    fixed = {(node, ann) for node, ann, _ in before - now if node in names} - {(node, ann) for node, ann, _ in now}
+    events += [NodeEvent(node, "Normal", "NodeRecordFixed", f"{node}: annotation {ann} is readable again; the node is managed again")
+               for node, ann in sorted(fixed)]
+    return events
+
+
+# ---------------------------------------------------------------- 2. the target
+
+
+def _target(snap: PoolSnapshot, nodes: list[NodeView]) -> Decision:
+    spec = snap.spec
+    sig = None
+    if spec.demand is not None and spec.demand.enabled and snap.slurm.available and snap.slurm.has_pending(spec.slurm.partition):
+        sig = signals(spec, nodes, snap.slurm, list(snap.pending))
+    previous = snap.previous.target if snap.previous else None
+    return decide_target(spec, len(nodes), snap.now, previous, snap.author, sig)
+
+
+# ---------------------------------------------------------------- 3. settled nodes
+
+
+def _unhealthy(node: NodeView, health: dict[str, NodeHealth]) -> str | None:
+    """Why the node's move must stop (moves.stop_side), or None: healthy, or forced by the on-call."""
+    h = health.get(node.name, HEALTHY)
+    return h.reason if h.unhealthy and not node.force else None
+
+
+def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now, spec: SlurmNodePoolSpec) -> Step:
+    """Level-triggered upkeep of a settled Slurm node: its slurmd pod runs; a listed condition
+    drains it (`slurmpool: health: <type>`, claimed first: running jobs end, no new job starts);
+    and no drain of ours outlives its cause: the move that set it (a crash between the two
+    writes) or the condition. A drain of ours on an unhealthy node stays; a drain by others is
+    never resumed. A claim outlives nothing: once the node is seen undrained, or drained by
+    someone else, the claim goes."""
+    step = Step(move=None)
+    ensure_slurmd_pod(node, step)
+    sn = slurm.nodes.get(node.name) if slurm.available else None
+    if sn is None:
+        return step
+    if (condition := health.drain_condition) and not sn.drain_set:
+        drain(step, node, healthmod.health_drain_reason(condition), now)
+        step.events.append(("Warning", "HealthDrain", f"{node.name}: {health.reason}; draining it in Slurm (running jobs end, no new job starts)"))
+        return step
+    if node.drain_claim is None:
+        return step
+    if sn.drain_set and not healthmod.drained_by_others(node, sn):
+        if health.drain_condition and (sn.reason or "").startswith(healthmod.HEALTH_REASON):
+            _health_drain_timeout(node, slurm, spec, now, step)
+        if sn.responding and not health.suspect:
+            step.actions.append(Resume(node.name))
+            if (sn.reason or "").startswith(healthmod.HEALTH_REASON):
+                step.events.append(("Normal", "HealthResume", f"{node.name} is healthy again; resuming it in Slurm (drain {sn.reason!r})"))
+    else:
+        step.drop_claim = True
+    return step
+
+
+def _health_drain_timeout(node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now, step: Step) -> None:
+    """A health drain's jobs end by the drain policy: after `drain.timeout` (from the claim),
+    `onTimeout` Requeue or Cancel ends them; Wait (and Rollback, which has no move to undo) lets
+    them run."""
+    claim = node.drain_claim
+    running = tuple(j.job_id for j in slurm.jobs_on(node.name) if j.state == "RUNNING")
+    if not running or claim is None or claim.at is None or (now - claim.at).total_seconds() < seconds(spec.drain.timeout):
+        return
+    policy = spec.drain.on_timeout
+    if policy == "Requeue":
+        step.actions.append(Requeue(running))
+    elif policy == "Cancel":
+        step.actions.append(Cancel(running))
+    else:
+        return
+    step.events.append(("Warning", "JobsRequeued" if policy == "Requeue" else "JobsCancelled",
+                        f"{node.name}: health drain timed out after {spec.drain.timeout}; {policy.lower()}ed job(s) {', '.join(running)}"))
+
+
+def _after(node: NodeView, step: Step) -> NodeView:
+    """The node's view once the step's annotations are written (labels follow next round)."""
+    annotations = dict(node.annotations)
+    annotations[ANN_MOVE] = step.move.to_annotation() if step.move else ""
+    if step.settled:
+        annotations[ANN_PLACEMENT] = step.settled
+    if step.hold_until:
+        annotations[ANN_HOLD_UNTIL] = iso(step.hold_until)
+    if step.claim:
+        annotations[ANN_DRAIN] = step.claim.to_annotation()
+    elif step.drop_claim:
+        annotations.pop(ANN_DRAIN, None)
+    return replace(node, annotations={k: v for k, v in annotations.items() if v})
+
+
+# ---------------------------------------------------------------- 4. nodes deleted from Kubernetes
+
+
+def _gone(snap: PoolSnapshot, nodes: list[NodeView], decision: PoolDecision) -> None:
+    """Nodes deleted from Kubernetes. Their move record went with the Node, so a node that had a
+    move in flight last pass is reported once (its Slurm side stays as the move left it; if it
+    registers again it is a new, unadopted node and is adopted like any other). Its slurmd pod
+    is deleted only once Slurm shows it serves nothing (drained, no jobs); until then, or while
+    Slurm cannot be seen, it stays and the pool is Degraded (NodeMissing)."""
+    names = {n.name for n in nodes}
+    slurm = snap.slurm
+    for m in snap.previous.moves if snap.previous else ():
+        if m.node not in names:
+            decision.pool_events.append(("Warning", "NodeDeleted",
+                                         f"{m.node} was deleted from Kubernetes during move {m.move_id} ({m.phase}, {m.from_} -> {m.to}); "
+                                         "its move record went with it; it is adopted again if it registers"))
+    for pod in snap.orphans:
+        sn = slurm.nodes.get(pod.node) if slurm.available else None
+        known = decision.slurm_names.get(pod.node, pod.node) is not None  # a gone Node's label cannot be read
+        idle = slurm.available and known and (sn is None or (sn.drain_set and not sn.busy and not slurm.jobs_on(pod.node)))
+        if idle and not pod.deleting:
+            decision.pool_events.append(("Normal", "OrphanSlurmdDeleted",
+                                         f"deleting slurmd pod {pod.key}: its node {pod.node} is gone from Kubernetes and serves nothing in Slurm"))
+            decision.orphans_to_delete.append(pod)
+        elif not idle:
+            why = ("Slurm cannot be seen" if not slurm.available else "its Slurm NodeName is unknown (nodeNameLabel)" if not known
+                   else "Slurm still uses it (not drained, or jobs on it)")
+            decision.missing.append(f"{pod.node} (slurmd pod {pod.key} kept: {why})")
+
+
+# ---------------------------------------------------------------- 6. published on nodes, move-now
+
+
+def slurm_annotation(name: str, slurm: SlurmView) -> str | None:
+    """Compact JSON of what Slurm says of the node: state (with flags), drain reason, jobs."""
+    sn = slurm.nodes.get(name)
+    jobs = slurm.jobs_on(name)
+    if sn is None and not jobs:
+        return None
+    body = {
+        "state": (sn.state + "".join("+" + f for f in sorted(sn.flags))) if sn else "UNKNOWN",
+        "reason": (sn.reason or "") if sn else "",
+        "jobs": [
+            {"id": j.job_id, "user": j.user, "name": j.name[:40], "state": j.state, "end": iso(j.end_time) if j.end_time else None}
+            for j in sorted(jobs, key=lambda j: j.job_id)[:MAX_JOBS_PUBLISHED]
+        ],
+    }
+    if len(jobs) > MAX_JOBS_PUBLISHED:
+        body["more"] = len(jobs) - MAX_JOBS_PUBLISHED
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def _published(nodes: list[NodeView], slurm: SlurmView) -> dict[str, str]:
+    """Each node's Slurm state as the annotation slurmpool.io/slurm, where it changed (so
+    `kubectl slurmpool` needs no Slurm access)."""
+    if not slurm.available:
+        return {}
+    changed = {}
+    for node in nodes:
+        value = slurm_annotation(node.name, slurm)
+        if value is not None and value != node.annotations.get(ANN_SLURM):
+            changed[node.name] = value
+    return changed
+
+
+def _fulfilled_move_now(spec: SlurmNodePoolSpec, nodes: list[NodeView], target: Decision) -> list[NodeEvent]:
+    done = set(move_now_done(spec, nodes, target.slurm_nodes, target.pool_counts))
+    if not done:
+        return []
+    desired, _ = desired_split(spec, len(nodes), target.slurm_nodes, target.pool_counts)
+    count: dict[str, int] = {}
+    for n in nodes:
+        count[current_placement(n)] = count.get(current_placement(n), 0) + 1
+    out = []
+    for node in nodes:
+        if node.name not in done or node.problems:
+            continue
+        want = move_now_target(node, spec, desired, count)
+        if want is None:
+            out.append(NodeEvent(node.name, "Warning", "MoveNowIgnored", f"{node.name}: move-now={node.move_now!r} names no placement of this pool"))
+        elif node.pin is not None and node.pin != want:
+            out.append(NodeEvent(node.name, "Warning", "MoveNowIgnored", f"{node.name}: move-now={node.move_now!r} conflicts with pin={node.pin!r}; the pin wins"))
+        else:
+            out.append(NodeEvent(node.name, "Normal", "MoveNowDone", f"{node.name} serves {want} as asked; the split is whole again"))
+    return out

@@ -1,0 +1,307 @@
+"""Planned handover ahead of a known edge (issue 24): which nodes a schedule edge will take
+out of Slurm, when each will be free, and the Slurm reservation that keeps new jobs that would
+outlast the edge off them. Pure: the caller gives the clock and the edge.
+
+Wired into the pass: `decide` calls `reconcile` after the plan; apply.py creates and deletes the
+reservation through the pool's Slurm access (scontrol over SSH or locally, or slurmrestd v0.0.43+,
+i.e. Slurm 25.05+; an older slurmrestd cannot: the pool says so once and its edges drain as
+before); access.py polls our reservations with the nodes; `status.handover` and the plugin's `plan` show it.
+
+- The leaving nodes are chosen by the same planner (planner.plan, wave after wave, as the
+  plugin's `plan` does) with the count the edge sets, so health, pins and topology rules hold.
+- Drain forecast of a node: the latest end of its jobs by their time limits; None when a job
+  has no end (no time limit), which is what `drain.onTimeout` is for. Idle: free now.
+- The reservation: named `slurmpool-<namespace>-<pool>` (a name no person would choose, one
+  per pool, so a crash between creating it and recording it leaves nothing unfound), on the
+  leaving nodes, starting at the edge, flags MAINT,IGNORE_JOBS: MAINT keeps Slurm from
+  counting the nodes' reserved time as idle and shows them `maint` in sinfo; IGNORE_JOBS lets it
+  be created on nodes still running jobs (the notes in shared/reference measured both on 22.05).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from slurmbridge.models import SlurmReservation
+
+from slurmpool.core import schedule as sched
+from slurmpool.core.health import HEALTHY, NodeHealth
+from slurmpool.core.models import HandoverStatus, SlurmNodePoolSpec, seconds
+from slurmpool.core.planner import plan
+from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, SLURM, NodeView, SlurmView, iso
+
+RESERVATION_PREFIX = "slurmpool-"
+RESERVATION_FLAGS = ("MAINT", "IGNORE_JOBS")
+MAX_WAVES = 100
+# A reservation whose edge opens no window (a window closing lowers the count) ends this long after
+# the edge at the latest; it is deleted as soon as the moves are done anyway.
+HOLD_PAST_EDGE = timedelta(hours=1)
+DEFAULT_LEAD = timedelta(hours=4)  # without spec.handover.leadTime or a partition MaxTime
+UNAVAILABLE = ("slurmrestd access cannot create reservations (its API is older than v0.0.43, Slurm 25.05); "
+               "the edge drains as before")
+
+
+def reservation_name(namespace: str, pool: str) -> str:
+    return f"{RESERVATION_PREFIX}{namespace}-{pool}"
+
+
+def is_ours(name: str, namespace: str, pool: str) -> bool:
+    """Only the pool's own reservation is ever changed or deleted; every other one is left alone."""
+    return name == reservation_name(namespace, pool)
+
+
+def free_at(node: str, slurm: SlurmView, now: datetime) -> datetime | None:
+    """When the node's jobs end by their time limits (now when idle); None: a job has no end."""
+    ends = [j.end_time for j in slurm.jobs_on(node)]
+    if any(end is None for end in ends):
+        return None
+    return max([now, *ends])
+
+
+@dataclass(frozen=True)
+class Handover:
+    """The planned handover for the next edge that takes nodes out of Slurm."""
+
+    reservation: str
+    nodes: tuple[str, ...]  # leaving Slurm at the edge, in the planner's order
+    start: datetime  # the edge
+    flags: tuple[str, ...] = RESERVATION_FLAGS
+    forecast: dict[str, datetime | None] = field(default_factory=dict)  # node -> free at (None: no time limit)
+
+    @property
+    def late(self) -> list[str]:
+        """Nodes whose jobs will not have ended by the edge: `drain.onTimeout` decides for them."""
+        return [n for n, t in self.forecast.items() if t is None or t > self.start]
+
+
+def leaving_nodes(
+    spec: SlurmNodePoolSpec,
+    nodes: list[NodeView],
+    slurm: SlurmView,
+    now: datetime,
+    slurm_count: int,
+    pool_counts: dict[str, int] | None = None,
+    health: Mapping[str, NodeHealth] | None = None,
+) -> list[str]:
+    """Nodes the planner would move out of Slurm to reach `slurm_count`, wave after wave."""
+    current, leaving = list(nodes), []
+    for _ in range(MAX_WAVES):
+        result = plan(spec, current, slurm, now, slurm_count, pool_counts, health)
+        if not result.starts:
+            break
+        moved = {s.node: s for s in result.starts}
+        leaving += [s.node for s in result.starts if s.source == SLURM]
+        current = [_settled(n, moved[n.name].target) if n.name in moved else n for n in current]
+    return leaving
+
+
+def _settled(node: NodeView, placement: str) -> NodeView:
+    """The node as if its move were done (the next wave plans on it)."""
+    annotations = {k: v for k, v in node.annotations.items() if k != ANN_MOVE}
+    return replace(node, annotations={**annotations, ANN_PLACEMENT: placement})
+
+
+def planned(
+    namespace: str,
+    pool: str,
+    spec: SlurmNodePoolSpec,
+    nodes: list[NodeView],
+    slurm: SlurmView,
+    now: datetime,
+    edge: datetime | None,
+    count_at_edge: int | None,
+    lead: timedelta,
+    health: Mapping[str, NodeHealth] | None = None,
+) -> Handover | None:
+    """The handover to prepare now: an edge within `lead` that takes nodes out of Slurm."""
+    if edge is None or count_at_edge is None or not (now < edge <= now + lead) or not slurm.available:
+        return None
+    leaving = leaving_nodes(spec, nodes, slurm, now, count_at_edge, None, health)
+    if not leaving:
+        return None
+    return Handover(
+        reservation=reservation_name(namespace, pool),
+        nodes=tuple(leaving),
+        start=edge,
+        forecast={n: free_at(n, slurm, now) for n in leaving},
+    )
+
+
+# ---------------------------------------------------------------- the decision of a pass
+
+
+def lead_time(spec: SlurmNodePoolSpec, slurm: SlurmView) -> tuple[timedelta, str]:
+    """spec.handover.leadTime, else the partition's MaxTime (no job there runs longer), else 4h;
+    at most maxLeadTime. With where it came from, for the status."""
+    cap = timedelta(seconds=seconds(spec.handover.max_lead_time))
+    if spec.handover.lead_time:
+        lead, why = timedelta(seconds=seconds(spec.handover.lead_time)), "spec.handover.leadTime"
+    elif (max_time := slurm.max_times.get(spec.slurm.partition)) is not None:
+        lead, why = max_time, f"partition {spec.slurm.partition} MaxTime"
+    else:
+        lead, why = DEFAULT_LEAD, "default (partition MaxTime UNLIMITED or unknown)"
+    if lead > cap:
+        return cap, f"maxLeadTime (below {why} {_hours(lead)})"
+    return lead, why
+
+
+def _hours(d: timedelta) -> str:
+    total = int(d.total_seconds())
+    return f"{total // 3600}h{total % 3600 // 60:02d}m"
+
+
+@dataclass(frozen=True)
+class Edge:
+    """The next schedule edge, the Slurm count it sets, and when a reservation for it must end."""
+
+    at: datetime
+    slurm_nodes: int
+    until: datetime
+
+
+def next_edge(spec: SlurmNodePoolSpec, total: int, now: datetime) -> Edge | None:
+    """The next edge of the schedule and the count it sets (`edge_at`)."""
+    if not spec.schedule:
+        return None
+    at = sched.evaluate(spec.schedule, total, now).next_change
+    return None if at is None else edge_at(spec, total, at)
+
+
+def edge_at(spec: SlurmNodePoolSpec, total: int, at: datetime) -> Edge:
+    """The count the schedule sets at `at`: the window open then (clamped to the floors, as
+    target.py does), else spec.slurmNodes (a manual hold ends at an edge too); and when a
+    reservation for it ends: the window's end, else HOLD_PAST_EDGE after it."""
+    window = sched.active_at(spec.schedule, total, at) if spec.schedule else None
+    count = spec.slurm_nodes if window is None else window.slurm_nodes
+    lo, hi = spec.min_slurm_nodes, total - spec.min_inference_nodes
+    if lo <= hi:
+        count = min(max(count, lo), hi)
+    return Edge(at, count, window.end if window is not None else at + HOLD_PAST_EDGE)
+
+
+@dataclass
+class HandoverPlan:
+    """What a pass does about the pool's reservation: `outcome` is one of none, create, replace,
+    keep, delete, unavailable, unknown (the reservations could not be read: nothing is done)."""
+
+    outcome: str
+    create: Handover | None = None
+    until: datetime | None = None  # the reservation's end (create)
+    delete: tuple[str, ...] = ()  # ours (replace, delete) and orphans of deleted pools
+    status: HandoverStatus | None = None
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # posted once apply has done it
+    reported: str = ""  # the failure the last status showed: a Warning is posted only for a new one
+
+    @property
+    def minutes(self) -> int:
+        """The reservation's duration, from the edge to `until`, in whole minutes (at least 1)."""
+        if self.create is None or self.until is None:
+            return 0
+        return max(1, int((self.until - self.create.start).total_seconds() + 59) // 60)
+
+
+def reconcile(
+    namespace: str,
+    pool: str,
+    spec: SlurmNodePoolSpec,
+    nodes: list[NodeView],
+    slurm: SlurmView,
+    now: datetime,
+    slurm_count: int,
+    health: Mapping[str, NodeHealth] | None = None,
+    owned: Collection[str] | None = None,
+    previous: HandoverStatus | None = None,
+) -> HandoverPlan:
+    """Level-triggered: the reservation wanted now against ours as Slurm reports it (its name is
+    the record a fresh operator finds). `nodes`: the pool's nodes as this pass's steps and starts
+    leave them; `slurm_count`: the count in force now; `owned`: the reservation names of every
+    pool that exists (a `slurmpool-<namespace>-...` name none of them owns is an orphan; None:
+    unknown, nothing is swept)."""
+    name = reservation_name(namespace, pool)
+    if not slurm.available:
+        return HandoverPlan("unknown", status=previous)
+    edge = next_edge(spec, len(nodes), now) if spec.handover.enabled else None
+    lowers = edge is not None and edge.slurm_nodes < slurm_count
+    lead, lead_why = lead_time(spec, slurm)
+    wanted = planned(namespace, pool, spec, nodes, slurm, now, edge.at, edge.slurm_nodes, lead, health) if lowers else None
+    if not slurm.reservations_api:
+        if wanted is None:
+            return HandoverPlan("none")
+        status = _status(wanted, edge.until, "Unavailable", UNAVAILABLE)
+        first = previous is None or previous.state != "Unavailable"
+        return HandoverPlan("unavailable", status=status, events=[("Warning", "HandoverUnavailable", UNAVAILABLE)] if first else [])
+    if slurm.reservations is None:  # their read failed: nothing is done until it works again
+        status = previous.model_copy(update={"message": slurm.reservations_error or ""}) if previous is not None else None
+        return HandoverPlan("unknown", status=status)
+    orphans = tuple(sorted(r.name for r in slurm.reservations
+                           if owned is not None and r.name != name and r.name.startswith(f"{RESERVATION_PREFIX}{namespace}-")
+                           and r.name not in owned))
+    plan_ = _against(name, wanted, edge, _ours(slurm.reservations, namespace, pool), nodes, health or {}, slurm, now)
+    plan_.delete = tuple(dict.fromkeys((*plan_.delete, *orphans)))
+    plan_.reported = previous.message if previous is not None else ""
+    if plan_.status is not None:
+        plan_.status.lead_time = f"{_hours(lead)} ({lead_why})"
+    plan_.events += [("Normal", "HandoverOrphanDeleted", f"deleting reservation {o}: no SlurmNodePool owns it any more") for o in orphans]
+    return plan_
+
+
+def _ours(reservations, namespace: str, pool: str) -> SlurmReservation | None:
+    """The pool's own reservation, by its exact name; never any other."""
+    return next((r for r in reservations if is_ours(r.name, namespace, pool)), None)
+
+
+def _against(name: str, wanted: Handover | None, edge: Edge | None, ours: SlurmReservation | None, nodes: list[NodeView],
+             health: Mapping[str, NodeHealth], slurm: SlurmView, now: datetime) -> HandoverPlan:
+    if ours is not None and ours.start is not None and ours.start <= now:
+        # Past its edge: it keeps new jobs off the leaving nodes until their moves are done.
+        going = sorted(n.name for n in nodes if n.name in ours.nodes and n.move is not None and n.move.source == SLURM)
+        if going:
+            status = HandoverStatus(reservation=name, flags=sorted(ours.flags - {"SPEC_NODES"}), nodes=sorted(ours.nodes),
+                                    start=iso(ours.start), end=iso(ours.end) if ours.end else None, state="Handing",
+                                    message=f"moves out of Slurm going on {', '.join(going)}")
+            return HandoverPlan("keep", status=status)
+        return HandoverPlan("delete", delete=(name,), events=[
+            ("Normal", "HandoverDone", f"deleting reservation {name}: the edge at {iso(ours.start)} has passed and no move out of Slurm "
+             f"is going on its nodes")])
+    if ours is None:
+        if wanted is None:
+            return HandoverPlan("none")
+        return HandoverPlan("create", create=wanted, until=edge.until, status=_status(wanted, edge.until, "Planned", ""), events=[
+            ("Normal", "HandoverReserved", f"reservation {name} ({','.join(wanted.flags)}) on {', '.join(wanted.nodes)} from the edge at "
+             f"{iso(wanted.start)}: only jobs that end by then start there" + _late(wanted))])
+    if wanted is None:
+        return HandoverPlan("delete", delete=(name,), events=[
+            ("Normal", "HandoverCancelled", f"deleting reservation {name}: no edge within the lead time takes these nodes out of Slurm now")])
+    kept = _sticky(ours, wanted, nodes, health, slurm, now)
+    if kept is not None and ours.start == wanted.start.replace(microsecond=0):
+        return HandoverPlan("keep", status=_status(kept, ours.end or edge.until, "Reserved", ""))
+    return HandoverPlan("replace", create=wanted, until=edge.until, delete=(name,), status=_status(wanted, edge.until, "Planned", ""),
+                        events=[("Normal", "HandoverReplanned", f"reservation {name} made again on {', '.join(wanted.nodes)} from "
+                                 f"{iso(wanted.start)} (was {', '.join(sorted(ours.nodes))} from {iso(ours.start) if ours.start else '?'})"
+                                 + _late(wanted))])
+
+
+def _sticky(ours: SlurmReservation, wanted: Handover, nodes: list[NodeView], health: Mapping[str, NodeHealth],
+            slurm: SlurmView, now: datetime) -> Handover | None:
+    """The reserved nodes, while they still do as the leaving ones: as many as wanted, each settled
+    in Slurm, healthy and not pinned there. The planner's order changes as jobs end (idle first);
+    choosing again each time would move the reservation back and forth."""
+    by_name = {n.name: n for n in nodes}
+    reserved = [by_name.get(n) for n in sorted(ours.nodes)]
+    if len(reserved) != len(wanted.nodes) or any(
+            n is None or n.move is not None or n.placement != SLURM or n.pin == SLURM or health.get(n.name, HEALTHY).unhealthy
+            for n in reserved):
+        return None
+    names = tuple(n.name for n in reserved)
+    return replace(wanted, nodes=names, forecast={n: free_at(n, slurm, now) for n in names})
+
+
+def _late(h: Handover) -> str:
+    return f"; jobs on {', '.join(h.late)} have no time limit or end after it (drain.onTimeout decides)" if h.late else ""
+
+
+def _status(h: Handover, until: datetime | None, state: str, message: str) -> HandoverStatus:
+    return HandoverStatus(reservation=h.reservation, flags=list(h.flags), nodes=list(h.nodes), start=iso(h.start),
+                          end=iso(until) if until else None, state=state, late=sorted(h.late), message=message)

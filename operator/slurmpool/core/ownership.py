@@ -1,0 +1,71 @@
+"""Which Slurm drains are the operator's to lift. Pure.
+
+A reason that starts with `slurmpool:` is not proof: since Slurm 23.11 a RESUME keeps the Reason
+(without accounting), so our old text can sit under a drain that Slurm, an admin or a health
+checker set later; and Slurm adds its own reasons to an existing one (" : gres/gpu count
+reported lower than configured", " : Not responding") and restamps it.
+
+So before it drains, the operator writes a *claim* on the Node (slurmpool.io/drain: the exact
+reason and the time), in the same patch as the move record, before any Slurm command. A drain is
+the operator's when all of these hold:
+- the Node carries a claim (a settled Slurm node has none: the move that resumed it dropped it);
+- Slurm's reason is the claim's text exactly, or that text plus Slurm's " : Not responding"
+  (a parked node's slurmd is stopped on purpose; anything else Slurm appends is its own verdict);
+- Slurm's stamp is not older than the claim, within `CLOCK_SKEW` (60 s) of slurmctld's clock being
+  behind ours (a drain from before the claim is not this one);
+- Slurm has not judged the node itself (INVALID_REG: it registered with less than configured).
+
+Upgrade: a version before claims wrote none. A node it left parked in inference, or mid-move,
+with exactly the reason it would have written, is read as claimed (no time to compare).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from slurmbridge.models import SlurmNode
+
+from slurmpool.core.view import REASON_PREFIX, DrainClaim, NodeView, pool_of
+
+NOT_RESPONDING = " : Not responding"  # what Slurm appends when a drained node stops answering
+VERDICT_FLAGS = frozenset({"INVALID_REG", "INVALID"})  # Slurm's own judgement of the node
+# How far slurmctld's clock may be behind the operator's: a stamp up to this much older than the
+# claim is still this drain (docs/runbook.md: clocks). The exact reason text must match as well, so a drain
+# someone set in this window under our text is the only one misread (and only within it).
+CLOCK_SKEW = timedelta(seconds=60)
+
+
+def claim(reason: str, now: datetime) -> DrainClaim:
+    return DrainClaim(reason, now)
+
+
+def legacy_claims(node: NodeView) -> tuple[DrainClaim, ...]:
+    """The reasons a version without claims would have set on this node (see the module doc)."""
+    texts = []
+    if node.move is not None:
+        texts.append(f"{REASON_PREFIX} moving to {node.move.target}")
+    if pool_of(node.placement) is not None:
+        texts.append(f"{REASON_PREFIX} moving to {node.placement}")
+    return tuple(DrainClaim(t, None) for t in texts)
+
+
+def why_not_ours(node: NodeView, sn: SlurmNode | None) -> str | None:
+    """None when Slurm's drain of the node is the operator's; else why not, for people."""
+    if sn is None or not sn.drain_set:
+        return "not drained"
+    if VERDICT_FLAGS & sn.flags:
+        return f"Slurm flagged the node {'+'.join(sorted(VERDICT_FLAGS & sn.flags))}"
+    claims = (node.drain_claim,) if node.drain_claim else legacy_claims(node)
+    if not claims:
+        return "slurmpool set no drain on this node"
+    for c in claims:
+        if sn.reason not in (c.reason, c.reason + NOT_RESPONDING):
+            continue
+        if c.at is not None and sn.reason_time is not None and sn.reason_time < c.at - CLOCK_SKEW:
+            return f"the drain dates from {sn.reason_time:%Y-%m-%dT%H:%M:%SZ}, before slurmpool's claim"
+        return None
+    return f"the reason is not the one slurmpool set ({claims[0].reason!r})"
+
+
+def our_drain(node: NodeView, sn: SlurmNode | None) -> bool:
+    return why_not_ours(node, sn) is None

@@ -1,0 +1,82 @@
+"""The data of one pass over one pool: what it knows (PoolSnapshot), what it decides to do
+(PoolDecision, from the pure decide.py) and what came of doing it (ApplyResult, from
+apply.py). The pool's status is built from all three (status.py), nothing mutated between."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from slurmpool.core.demand import PendingPod
+from slurmpool.core.health import NodeHealth
+from slurmpool.core.interfaces import PoolRef
+from slurmpool.core.models import SlurmNodePoolSpec, SlurmNodePoolStatus
+from slurmpool.core.moves import Step
+from slurmpool.core.planner import Start
+from slurmpool.core.handover import HandoverPlan
+from slurmpool.core.target import Decision
+from slurmpool.core.view import MoveRecord, NodeView, PodView, RecordProblem, SlurmView
+
+Event = tuple[str, str, str]  # (type, reason, message)
+
+
+@dataclass(frozen=True)
+class PoolSnapshot:
+    """Everything one pass of one pool knows. Built by the kopf layer from its indexes and one
+    Slurm poll; nothing in it is fetched later."""
+
+    pool: PoolRef
+    spec: SlurmNodePoolSpec
+    nodes: tuple[NodeView, ...]  # the nodes only this pool selects, with their pods
+    slurm: SlurmView
+    now: datetime
+    previous: SlurmNodePoolStatus | None = None
+    overlaps: tuple[str, ...] = ()  # nodes another pool selects too: never acted on
+    orphans: tuple[PodView, ...] = ()  # this pool's slurmd pods bound to a Node that is gone
+    pending: tuple[PendingPod, ...] = ()  # unschedulable GPU pods (demand's inference signal)
+    author: str | None = None  # who last wrote spec.slurmNodes (managedFields)
+    owned_reservations: frozenset[str] | None = None  # every existing pool's reservation name (None: unknown)
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    """An Event posted on both the pool and the node."""
+
+    node: str
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass
+class PoolDecision:
+    """What one pass does, computed without I/O (decide.py); apply.py carries it out."""
+
+    target: Decision  # the Slurm count and per-pool counts in force, and why
+    desired: dict[str, int]  # placement -> node count
+    problems: list[str]  # the spec cannot be met: nothing moves
+    steps: dict[str, Step]  # node -> what it does now (moves, aborts, starts, repairs)
+    nodes_after: list[NodeView]  # the nodes as the steps leave them (for the status)
+    starts: list[tuple[Start, MoveRecord]] = field(default_factory=list)
+    pool_events: list[Event] = field(default_factory=list)  # on the pool only
+    node_events: list[NodeEvent] = field(default_factory=list)  # on the pool and the node
+    invalid: dict[str, tuple[RecordProblem, ...]] = field(default_factory=dict)  # nodes left alone
+    orphans_to_delete: list[PodView] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # deleted Nodes whose slurmd pod is kept
+    publish: dict[str, str] = field(default_factory=dict)  # node -> new slurmpool.io/slurm value
+    clear_move_now: list[NodeEvent] = field(default_factory=list)  # remove the annotation, then post
+    health: dict[str, NodeHealth] = field(default_factory=dict)  # nodes with findings (health.py)
+    held: list[str] = field(default_factory=list)  # unhealthy nodes whose pin or move-now waits (planner.Plan.refused)
+    slurm_names: dict[str, str | None] = field(default_factory=dict)  # node -> its Slurm name, where not its own (slurmnames.py)
+    handover: HandoverPlan | None = None  # the planned handover's reservation (handover.py)
+
+
+@dataclass
+class ApplyResult:
+    errors: list[str] = field(default_factory=list)  # actions that failed (retried next pass)
+    refused: dict[str, str] = field(default_factory=dict)  # node -> an eviction refused (a PDB), or a write (moves.REFUSED)
+    unwritten: set[str] = field(default_factory=set)  # nodes whose record could not be written
+    acted: bool = False  # something was done that the next observation may show done
+    slurm_changed: bool = False  # a Slurm update was sent: the next pass polls Slurm afresh
+    records: dict[str, dict[str, str | None]] = field(default_factory=dict)  # node -> record annotations written
+    handover_error: str | None = None  # the reservation could not be created or deleted (retried next pass; moves go on)

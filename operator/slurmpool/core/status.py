@@ -1,0 +1,259 @@
+"""The pool's status, built from one pass's snapshot, decision and apply result. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from slurmpool.core.models import (
+    Condition,
+    InferenceStatus,
+    InvalidRecord,
+    MoveStatus,
+    PoolCounts,
+    SideCounts,
+    SlurmNodePoolSpec,
+    SlurmNodePoolStatus,
+)
+from slurmpool.core import health as healthmod
+from slurmpool.core import slurmnames
+from slurmpool.core.health import NodeHealth
+from slurmpool.core.moves import REFUSED
+from slurmpool.core.phases import Phase
+from slurmpool.core.snapshot import ApplyResult, PoolDecision, PoolSnapshot
+from slurmpool.core.view import LABEL_COMPONENT, LABEL_POOL, NONE, SLURM, MoveRecord, NodeView, inference, iso, side_of
+
+
+@dataclass
+class Observed:
+    """What a reconcile learnt, beyond the nodes themselves."""
+
+    desired: dict[str, int]
+    problems: list[str] = field(default_factory=list)  # the spec cannot be met: nothing moves
+    policy: list[str] = field(default_factory=list)  # the pool goes beyond the pool policy (poolpolicy.py): nothing moves
+    overlaps: list[str] = field(default_factory=list)  # nodes also selected by another pool
+    slurm_error: str | None = None
+    errors: list[str] = field(default_factory=list)  # actions that failed this round
+    missing: list[str] = field(default_factory=list)  # deleted Nodes whose slurmd pod is kept
+    blocked: dict[str, tuple[list[str], str]] = field(default_factory=dict)  # node -> (blocked_by, message)
+    invalid: list[InvalidRecord] = field(default_factory=list)  # nodes left alone: unreadable records
+    health: dict[str, NodeHealth] = field(default_factory=dict)  # nodes with findings (health.py)
+    held: list[str] = field(default_factory=list)  # unhealthy nodes whose pin or move-now waits
+    refusals: dict[str, str] = field(default_factory=dict)  # node -> a write the API server refused
+    free_at: dict[str, str] = field(default_factory=dict)  # node draining out of Slurm -> its jobs' latest end (draining_forecast)
+
+
+def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult) -> SlurmNodePoolStatus:
+    seen = Observed(
+        desired=decision.desired,
+        problems=decision.problems,
+        overlaps=list(snap.overlaps),
+        slurm_error=None if snap.slurm.available else (snap.slurm.error or "unavailable"),
+        errors=result.errors,
+        missing=decision.missing,
+        invalid=[InvalidRecord(node=node, annotation=p.annotation, message=p.message[:512])
+                 for node, problems in sorted(decision.invalid.items()) for p in problems],
+        health=decision.health,
+        held=decision.held,
+        refusals={n: why for n, why in result.refused.items() if why.startswith(REFUSED)},
+        free_at=draining_forecast(decision.nodes_after, snap),
+    )
+    for name, step in decision.steps.items():
+        message = result.refused.get(name) or step.message
+        if step.blocked_by or message:
+            seen.blocked[name] = (step.blocked_by, message)
+    previous = snap.previous.conditions if snap.previous else []
+    status = status_from(snap.pool.name, snap.spec, snap.pool.generation, decision.nodes_after, seen, previous, snap.now)
+    status.target = decision.target.status
+    status.handover = _handover(decision, result)
+    return status
+
+
+def draining_forecast(nodes: list[NodeView], snap: PoolSnapshot) -> dict[str, str]:
+    """node -> when it will be free, for each node draining out of Slurm with jobs on it: the latest
+    end of its jobs by their time limits (RFC 3339), or 'unlimited' when one has none. Not `now`
+    for an idle node (it is about to leave): the status changes only when the jobs do."""
+    draining = [n for n in nodes if n.move is not None and n.move.source == SLURM and n.move.phase == Phase.DRAINING]
+    if not draining or not snap.slurm.available:
+        return {}
+    # Slurm read by Node name, as decide reads it (a pool's Slurm names may differ: slurmnames.py).
+    slurm = slurmnames.by_node(snap.slurm, slurmnames.names_of(snap.spec.slurm, snap.nodes))
+    out = {}
+    for node in draining:
+        ends = [j.end_time for j in slurm.jobs_on(node.name)]
+        if ends:
+            out[node.name] = "unlimited" if any(end is None for end in ends) else iso(max(ends))
+    return out
+
+
+def _handover(decision: PoolDecision, result: ApplyResult) -> HandoverStatus | None:
+    """The planned handover as this pass left it; a failure to create or delete it is its message."""
+    plan = decision.handover
+    if plan is None or plan.status is None:
+        return None
+    status = plan.status
+    if result.handover_error:
+        return status.model_copy(update={"message": result.handover_error})
+    if plan.create is not None:  # made this pass
+        return status.model_copy(update={"state": "Reserved"})
+    return status
+
+
+def set_condition(
+    conditions: list[Condition], type_: str, status: bool, reason: str, message: str, now: datetime, generation: int | None
+) -> list[Condition]:
+    """Replace one condition, keeping lastTransitionTime while its status holds."""
+    value = "True" if status else "False"
+    old = next((c for c in conditions if c.type == type_), None)
+    since = old.last_transition_time if old and old.status == value else iso(now)
+    new = Condition(
+        type=type_, status=value, reason=reason, message=message[:1024], last_transition_time=since, observed_generation=generation
+    )
+    return [c for c in conditions if c.type != type_] + [new]
+
+
+def status_from(
+    name: str,
+    spec: SlurmNodePoolSpec,
+    generation: int | None,
+    nodes: list[NodeView],
+    seen: Observed,
+    previous: list[Condition],
+    now: datetime,
+) -> SlurmNodePoolStatus:
+    moves: list[MoveStatus] = []
+    ready = {SLURM: 0, **{inference(p.name): 0 for p in spec.inference.pools}}
+    moving = dict.fromkeys(ready, 0)
+    unhealthy = dict.fromkeys(ready, 0)  # settled or moving there: never counted as ready capacity
+    broken = {name for name, h in seen.health.items() if h.unhealthy}
+    for node in nodes:
+        move: MoveRecord | None = node.move
+        here = move.target if move else node.placement
+        if node.name in broken and here in unhealthy:
+            unhealthy[here] += 1
+        if move is None:
+            if node.placement in ready and node.name not in broken:
+                ready[node.placement] += 1
+            continue
+        if move.target in moving:
+            moving[move.target] += 1
+        blocked_by, message = seen.blocked.get(node.name, ([], ""))
+        moves.append(
+            MoveStatus(
+                node=node.name,
+                move_id=move.id,
+                from_=move.source,
+                to=move.target,
+                phase=move.phase,
+                since=iso(move.since),
+                blocked_by=blocked_by[:20],
+                message=message[:512],
+                free_at=seen.free_at.get(node.name),
+            )
+        )
+    moves.sort(key=lambda m: m.node)
+    pools = [
+        PoolCounts(
+            name=p.name,
+            desired=seen.desired.get(inference(p.name), 0),
+            ready=ready[inference(p.name)],
+            moving=moving[inference(p.name)],
+            unhealthy=unhealthy[inference(p.name)],
+        )
+        for p in spec.inference.pools
+    ]
+    blocked = [m for m in moves if any(b.startswith(("job/", "pod/")) for b in m.blocked_by)]
+    status = SlurmNodePoolStatus(
+        observed_generation=generation,
+        selected_nodes=len(nodes),
+        replicas=ready[SLURM],
+        selector=f"{LABEL_COMPONENT}=slurmd,{LABEL_POOL}={name}",
+        slurm=SideCounts(desired=seen.desired.get(SLURM, 0), ready=ready[SLURM], moving=moving[SLURM], unhealthy=unhealthy[SLURM]),
+        inference=InferenceStatus(
+            desired=sum(p.desired for p in pools),
+            ready=sum(p.ready for p in pools),
+            moving=sum(p.moving for p in pools),
+            unhealthy=sum(p.unhealthy for p in pools),
+            pools=pools,
+            by_pool=", ".join(f"{p.name} {p.ready}/{p.desired}" for p in pools),
+        ),
+        moving=len(moves),
+        blocked=len(blocked),
+        moves=moves,
+        invalid_records=seen.invalid[:50],
+        unhealthy=len(broken & {n.name for n in nodes}),
+        unhealthy_nodes=healthmod.records(seen.health, {n.name: _side(n) for n in nodes}, seen.held),
+        last_error=(seen.errors[-1][:1024] if seen.errors else None),
+    )
+    status.conditions = _conditions(spec, status, seen, blocked, previous, now, generation)
+    return status
+
+
+def _side(node: NodeView) -> str:
+    here = node.move.target if node.move else node.placement
+    return NONE if here == NONE else side_of(here)
+
+
+def _split_reached(spec: SlurmNodePoolSpec, status: SlurmNodePoolStatus) -> bool:
+    """Every side at its desired count: of healthy nodes with `health.replace`, else of all its
+    nodes (an unhealthy node still counts on its side, though never as ready)."""
+    def have(side) -> int:
+        return side.ready + (0 if spec.health.replace else side.unhealthy)
+    return have(status.slurm) == status.slurm.desired and all(have(p) == p.desired for p in status.inference.pools)
+
+
+def _conditions(spec, status: SlurmNodePoolStatus, seen: Observed, blocked, previous, now, generation) -> list[Condition]:
+    c = list(previous)
+    degraded = []
+    if seen.policy:
+        degraded.append(("PolicyViolation", "refused by the operator's pool policy, nothing moves (docs/rbac.md#pool-policy): "
+                         + "; ".join(seen.policy)))
+    if seen.problems:
+        degraded.append(("InvalidSpec", "; ".join(seen.problems)))
+    if seen.overlaps:
+        degraded.append(("NodeOverlap", f"selected by another SlurmNodePool too, never moved: {', '.join(sorted(seen.overlaps)[:20])}"))
+    if seen.invalid:
+        degraded.append(("InvalidNodeRecord", f"nodes left alone, an annotation cannot be used (see status.invalidRecords and Events): "
+                          + "; ".join(f"{r.node} {r.annotation}: {r.message}" for r in seen.invalid[:5])
+                          + (f" (and {len(seen.invalid) - 5} more)" if len(seen.invalid) > 5 else "")))
+    if seen.slurm_error:
+        degraded.append(("SlurmUnavailable", seen.slurm_error))
+    if seen.missing:
+        degraded.append(("NodeMissing", f"deleted from Kubernetes: {', '.join(seen.missing[:10])}"))
+    if seen.refusals:
+        degraded.append(("WriteRefused", "; ".join(f"{node}: {why}" for node, why in sorted(seen.refusals.items())[:5])))
+    if seen.errors:
+        degraded.append(("ActionFailed", seen.errors[-1]))
+    c = set_condition(
+        c,
+        "Degraded",
+        bool(degraded),
+        degraded[0][0] if degraded else "AsExpected",
+        "; ".join(m for _, m in degraded) if degraded else "",
+        now,
+        generation,
+    )
+    if blocked:
+        parts = [f"{m.node} ({m.phase}): {', '.join(b for b in m.blocked_by if b.startswith(('job/', 'pod/')))}" for m in blocked]
+        reason = "EvictionRefused" if any(b.startswith("pod/") for m in blocked for b in m.blocked_by) else "JobsRunning"
+        c = set_condition(c, "DrainBlocked", True, reason, "; ".join(parts), now, generation)
+    else:
+        c = set_condition(c, "DrainBlocked", False, "NotBlocked", "", now, generation)
+    if status.moving:
+        c = set_condition(c, "Progressing", True, "MovesInFlight", f"{status.moving} move(s) in flight", now, generation)
+    elif spec.paused:
+        c = set_condition(c, "Progressing", False, "Paused", "spec.paused is set: no new moves start", now, generation)
+    else:
+        c = set_condition(c, "Progressing", False, "Idle", "", now, generation)
+    settled = _split_reached(spec, status)
+    if degraded:
+        ready = (False, degraded[0][0], "; ".join(m for _, m in degraded))
+    elif not settled or status.moving:
+        ready = (False, "Progressing", f"Slurm {status.slurm.ready}/{status.slurm.desired}, inference {status.inference.ready}/{status.inference.desired}")
+    else:
+        ready = (True, "SplitReached", f"Slurm {status.slurm.ready}, inference {status.inference.ready}" + (
+            f" ({status.unhealthy} unhealthy: see status.unhealthyNodes)" if status.unhealthy else ""))
+    c = set_condition(c, "Ready", *ready, now, generation)
+    order = {"Ready": 0, "Progressing": 1, "DrainBlocked": 2, "Degraded": 3}
+    return sorted(c, key=lambda x: order.get(x.type, 9))
+

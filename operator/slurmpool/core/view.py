@@ -1,0 +1,439 @@
+"""What the operator knows about one node: the pure core's input, built by the adapters.
+
+A node's *placement* is where it serves: "slurm", or "inference:<pool>" for a named
+inference pool. A node the operator has not adopted yet has placement "none".
+The placement and any move in flight live in the Node's annotations, so they survive
+an operator restart.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from typing import Literal
+
+from pydantic import BaseModel, ValidationError, model_validator
+
+from slurmbridge.models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
+
+from slurmpool.core.fit import PodNeeds
+from slurmpool.core.phases import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, Phase
+
+PREFIX = "slurmpool.io"
+ANN_POOL = f"{PREFIX}/pool"  # namespace/name of the pool that owns the node
+ANN_PLACEMENT = f"{PREFIX}/placement"  # settled placement
+ANN_MOVE = f"{PREFIX}/move"  # JSON MoveRecord while a move is in flight
+ANN_PIN = f"{PREFIX}/pin"  # on-call: keep (or bring) the node at this placement
+ANN_HOLD_UNTIL = f"{PREFIX}/hold-until"  # no new move before this time (after a rollback)
+ANN_MOVE_NOW = f"{PREFIX}/move-now"  # on-call: move this node now (a one-shot pin, cleared when done)
+ANN_SLURM = f"{PREFIX}/slurm"  # published by the operator: the node's Slurm state and jobs (JSON)
+ANN_SETTLED = f"{PREFIX}/settled-at"  # when the node last settled at its placement
+ANN_DRAIN = f"{PREFIX}/drain"  # JSON DrainClaim: the Slurm drain the operator set (ownership.py)
+ANN_FORCE = f"{PREFIX}/force"  # on-call: "true" lets a pin or move-now move an unhealthy node
+# "true": the node was already cordoned by someone else when a move took it to Slurm; that cordon
+# is theirs, so it stays when the node returns to inference (apply.shape_write).
+ANN_CORDON_KEPT = f"{PREFIX}/cordon-kept"
+LABEL_SIDE = f"{PREFIX}/side"  # "slurm" or "inference": for selectors and humans
+LABEL_POOL = f"{PREFIX}/pool"  # on slurmd pods: the owning SlurmNodePool's name
+LABEL_COMPONENT = f"{PREFIX}/component"  # "slurmd" on slurmd pods (the lab agent's contract)
+SLURM_TAINT_KEY = f"{PREFIX}/slurm"  # NoSchedule taint that keeps inference pods off Slurm nodes
+REASON_PREFIX = "slurmpool:"  # every Slurm drain we set; we never touch a drain without it
+
+SLURM = "slurm"
+NONE = "none"
+
+
+def inference(pool: str) -> str:
+    return f"inference:{pool}"
+
+
+def pool_of(placement: str) -> str | None:
+    return placement.split(":", 1)[1] if placement.startswith("inference:") else None
+
+
+def side_of(placement: str) -> str:
+    return placement.split(":", 1)[0]
+
+
+_PLACEMENT = re.compile(r"^(slurm|inference:[a-z0-9]([-a-z0-9]*[a-z0-9])?)$")
+
+
+def placement_problem(value: str, allow: tuple[str, ...] = ()) -> str | None:
+    """Why `value` is no placement (`slurm` or `inference:<pool>`), or None."""
+    if value in allow or (len(value) <= 50 and _PLACEMENT.match(value)):
+        return None
+    shown = value if len(value) <= 60 else value[:57] + "..."
+    return f"{shown!r} is no placement: expected 'slurm' or 'inference:<pool>'" + (f" (or {', '.join(map(repr, allow))})" if allow else "")
+
+
+def iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """The inverse of iso(), tolerant: None for an empty or malformed value."""
+    try:
+        return read_time(value)
+    except ValueError:
+        return None
+
+
+def read_time(value: str | None) -> datetime | None:
+    """An RFC 3339 time as the operator writes it; None for an empty value. Raises ValueError."""
+    if not value:
+        return None
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if parsed.tzinfo is None:
+        raise ValueError(f"{value!r} has no time zone")
+    return parsed
+
+
+MAX_RECORD_CHARS = 4096  # a record the operator writes is ~300 characters
+MAX_RECORD_DEPTH = 4  # and flat: one object of strings
+
+
+def json_object(text: str) -> dict:
+    """An annotation's JSON object; ValueError with a message for people otherwise. Anyone with
+    Node patch rights can write these: a huge or deeply nested value is refused before parsing
+    (json.loads of 1,000 nested arrays raised RecursionError, which escaped the Node watch)."""
+    if len(text) > MAX_RECORD_CHARS:
+        raise ValueError(f"too large ({len(text)} characters; at most {MAX_RECORD_CHARS})")
+    if _depth(text) > MAX_RECORD_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_RECORD_DEPTH}")
+    try:
+        body = json.loads(text)
+    except (ValueError, RecursionError) as err:
+        raise ValueError(f"not JSON ({err})") from None
+    if not isinstance(body, dict):
+        raise ValueError("not a JSON object")
+    return body
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of [ and { outside strings (an upper bound for malformed text)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+@dataclass(frozen=True)
+class RecordProblem:
+    """An annotation of a node that the operator cannot act on: the node is left alone."""
+
+    annotation: str
+    message: str
+
+    def __post_init__(self) -> None:
+        # Bounded: the value is anyone's text, and the status and Events quote the message.
+        if len(self.message) > 300:
+            object.__setattr__(self, "message", self.message[:297] + "...")
+
+    def __str__(self) -> str:
+        return f"{self.annotation}: {self.message}"
+
+
+Direction = Literal["ToSlurm", "ToInference", "BetweenPools"]
+
+
+class MoveRecord(BaseModel):
+    """A move in flight, stored as JSON in the node's slurmpool.io/move annotation."""
+
+    id: str
+    source: str
+    target: str
+    phase: Phase
+    since: datetime  # start of the current phase
+    started: datetime
+    cause: str = "rebalance"  # rebalance | pin | rollback
+    rollback: bool = False
+
+    @property
+    def direction(self) -> Direction:
+        if pool_of(self.source) and pool_of(self.target):
+            return "BetweenPools"
+        return "ToSlurm" if self.target == SLURM else "ToInference"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MoveRecord:
+        for which in ("source", "target"):
+            problem = placement_problem(getattr(self, which), allow=(NONE,) if which == "source" else ())
+            if problem:
+                raise ValueError(f"{which} {problem}")
+        if self.since.tzinfo is None or self.started.tzinfo is None:
+            raise ValueError("since and started need a time zone")
+        phases = {"BetweenPools": BETWEEN_POOLS, "ToSlurm": TO_SLURM, "ToInference": TO_INFERENCE}[self.direction]
+        if self.phase not in phases:
+            raise ValueError(f"phase {self.phase.value} is not a phase of a move to {self.target} ({', '.join(phases)})")
+        return self
+
+    def to_annotation(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def parse(cls, text: str) -> MoveRecord:
+        """Raises ValueError with a message for people (the record's annotation is writable)."""
+        body = json_object(text)
+        try:
+            return cls.model_validate(body)
+        except ValidationError as err:
+            raise ValueError(_short(err, body)) from None
+
+    @classmethod
+    def from_annotation(cls, text: str | None) -> MoveRecord | None:
+        """The record, or None when absent or unreadable (NodeView reports the latter)."""
+        if not text:
+            return None
+        try:
+            return cls.parse(text)
+        except ValueError:
+            return None
+
+
+def _short(err: ValidationError, body: dict) -> str:
+    parts = []
+    for e in err.errors()[:3]:
+        field_ = ".".join(str(p) for p in e["loc"])
+        if field_ == "phase" and e["type"] == "enum":
+            parts.append(f"unknown phase {body.get('phase')!r} (known: {', '.join(p.value for p in Phase)})")
+        elif field_:
+            parts.append(f"{field_}: {e['msg']}")
+        else:
+            parts.append(e["msg"].removeprefix("Value error, "))
+    return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class DrainClaim:
+    """The drain the operator is about to set, written on the Node before the drain itself:
+    its exact reason and the time. Only a drain that matches it is the operator's to lift."""
+
+    reason: str
+    at: datetime | None  # None: a drain set by a version that wrote no claim (ownership.py)
+
+    def to_annotation(self) -> str:
+        return json.dumps({"reason": self.reason, "at": iso(self.at) if self.at else None})
+
+    @classmethod
+    def parse(cls, text: str) -> DrainClaim:
+        """Raises ValueError with a message for people (the annotation is writable)."""
+        body = json_object(text)
+        reason, at = body.get("reason"), body.get("at")
+        if not isinstance(reason, str) or not reason.startswith(REASON_PREFIX) or len(reason) > 200:
+            raise ValueError(f"reason must be a string starting with {REASON_PREFIX!r}")
+        if not isinstance(at, str):
+            raise ValueError("at must be an RFC 3339 time")
+        return cls(reason, read_time(at))
+
+
+@dataclass(frozen=True, slots=True)  # slots: one per Node and pod, thousands held
+class PodView:
+    namespace: str
+    name: str
+    uid: str
+    owner_kinds: tuple[str, ...] = ()
+    phase: str = "Running"
+    reason: str = ""  # status.reason: why the kubelet ended it (Evicted, UnexpectedAdmissionError ...)
+    message: str = ""  # status.message
+    deleting: bool = False
+    ready: bool = False
+    slurmd: bool = False  # our slurmd pod (labelled slurmpool.io/component=slurmd)
+    mirror: bool = False  # static pod: cannot be evicted
+    needs: PodNeeds = PodNeeds()  # what it asks of a node (a move between inference pools checks it)
+    node: str = ""  # spec.nodeName
+    created: datetime | None = None  # metadata.creationTimestamp
+    pool: str = ""  # slurmd pods: the owning pool's name (label slurmpool.io/pool)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def ended(self) -> bool:
+        """Failed or Succeeded: its containers will not run again (an evicted pod, one refused at
+        admission after a reboot). A bare pod has no controller to replace it: we must."""
+        return self.phase in ("Failed", "Succeeded")
+
+    @property
+    def evictable(self) -> bool:
+        """What `kubectl drain` evicts: not DaemonSet pods, static pods, finished pods or ours."""
+        return not (
+            self.slurmd or self.mirror or "DaemonSet" in self.owner_kinds or self.phase in ("Succeeded", "Failed")
+        )
+
+
+@dataclass(frozen=True, slots=True)  # slots: one per Node and pod, thousands held
+class NodeCondition:
+    """One of the Node's status conditions (kubelet's Ready, node-problem-detector's, DCGM's...)."""
+
+    type: str
+    status: str
+    since: datetime | None = None  # lastTransitionTime; None when absent or unreadable
+
+
+@dataclass(frozen=True, slots=True)  # slots: one per Node and pod, thousands held
+class NodeView:
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    taints: tuple[dict, ...] = ()
+    unschedulable: bool = False
+    ready: bool = True
+    exists: bool = True
+    pods: tuple[PodView, ...] = ()
+    gpus: int = 0  # allocatable nvidia.com/gpu (metrics only)
+    conditions: tuple[NodeCondition, ...] = ()  # status.conditions (health.py)
+    flagged: tuple[RecordProblem, ...] = ()  # problems only the pool's spec reveals (decide.py)
+    # metadata.resourceVersion: the precondition of a write of its taints (apply.shape_write).
+    # Not compared: a new version alone changes nothing the operator decides on.
+    version: str = field(default="", compare=False)
+
+    # Computed once per view: the planner reads them for every node, several times per pass
+    # (the JSON parse of the move record dominated the profile). Views are immutable.
+    placement: str = field(init=False, repr=False)
+    move: MoveRecord | None = field(init=False, repr=False)
+    pin: str | None = field(init=False, repr=False)
+    move_now: str | None = field(init=False, repr=False)
+    held_until: datetime | None = field(init=False, repr=False)
+    drain_claim: DrainClaim | None = field(init=False, repr=False)
+    force: bool = field(init=False, repr=False)  # slurmpool.io/force=true: pin/move-now may move it unhealthy
+    # Annotations that could not be read (people can write them): the node is left alone.
+    problems: tuple[RecordProblem, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        get = self.annotations.get
+        problems: list[RecordProblem] = []
+        move = held = None
+        placement = get(ANN_PLACEMENT) or NONE
+        if placement != NONE and (why := placement_problem(placement)):
+            problems.append(RecordProblem(ANN_PLACEMENT, why))
+            placement = NONE
+        if text := get(ANN_MOVE):
+            try:
+                move = MoveRecord.parse(text)
+            except ValueError as err:
+                problems.append(RecordProblem(ANN_MOVE, str(err)))
+        pin = get(ANN_PIN) or None
+        if pin and (why := placement_problem(pin, allow=("inference",))):
+            problems.append(RecordProblem(ANN_PIN, why))
+        try:
+            held = read_time(get(ANN_HOLD_UNTIL))
+        except ValueError:
+            problems.append(RecordProblem(ANN_HOLD_UNTIL, f"{get(ANN_HOLD_UNTIL)!r} is no RFC 3339 time"))
+        claim = None
+        if text := get(ANN_DRAIN):
+            try:
+                claim = DrainClaim.parse(text)
+            except ValueError as err:
+                problems.append(RecordProblem(ANN_DRAIN, str(err)))
+        object.__setattr__(self, "drain_claim", claim)
+        force = get(ANN_FORCE) or None
+        if force not in (None, "true"):
+            problems.append(RecordProblem(ANN_FORCE, f"{force[:40]!r} is not 'true' (remove the annotation to stop forcing)"))
+        object.__setattr__(self, "force", force == "true")
+        object.__setattr__(self, "placement", placement)
+        object.__setattr__(self, "move", move)
+        object.__setattr__(self, "pin", pin)
+        object.__setattr__(self, "move_now", get(ANN_MOVE_NOW) or None)
+        object.__setattr__(self, "held_until", held)
+        object.__setattr__(self, "problems", tuple(problems) + self.flagged)
+
+    @property
+    def slurmd_pod(self) -> PodView | None:
+        return next((p for p in self.pods if p.slurmd), None)
+
+    def condition(self, type_: str) -> NodeCondition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+    def hold_until(self) -> datetime | None:
+        return self.held_until
+
+    @property
+    def cordon_kept(self) -> bool:
+        """The cordon is someone else's, found when the node was taken to Slurm (ANN_CORDON_KEPT)."""
+        return self.annotations.get(ANN_CORDON_KEPT) == "true"
+
+    def has_taint(self, key: str, effect: str) -> bool:
+        return any(t.get("key") == key and t.get("effect") == effect for t in self.taints)
+
+
+@dataclass(frozen=True)
+class SlurmView:
+    """One poll of Slurm: all nodes and all jobs, or unavailable (then nothing is drained)."""
+
+    available: bool
+    nodes: dict[str, SlurmNode] = field(default_factory=dict)
+    jobs: tuple[SlurmJob, ...] = ()
+    error: str | None = None
+    topology: tuple[TopologyGroup, ...] = ()  # polled only for pools with topology.fromSlurm
+    polled_at: float = field(default=0.0, compare=False)  # when its poll began (monotonic): access.py
+    pending_partitions: frozenset[str] | None = None  # whose pending jobs were read (None: every partition's)
+    # The operator's reservations (`slurmpool-` names only); None: not read (an access that cannot
+    # list them, slurmrestd, or the read failed: then `reservations_error`).
+    reservations: tuple[SlurmReservation, ...] | None = None
+    reservations_error: str | None = None
+    reservations_api: bool = True  # False: this access cannot list or create reservations (slurmrestd < v0.0.43)
+    max_times: dict = field(default_factory=dict, compare=False)  # partition -> MaxTime (None: UNLIMITED), read with the reservations
+    _blocks: dict = field(default_factory=dict, compare=False, repr=False)  # level -> {node: block}
+
+    def has_pending(self, partition: str | None) -> bool:
+        """Were the partition's pending jobs read? A view without them is no "no demand"."""
+        return partition is None or self.pending_partitions is None or partition in self.pending_partitions
+
+    def blocks(self, level: int) -> dict[str, str]:
+        """node -> its block: the switch of that level (topology/tree) or its block (topology/block)."""
+        if level not in self._blocks:
+            self._blocks[level] = {
+                node: g.name for g in self.topology if g.kind == "block" or g.level == level for node in g.nodes
+            }
+        return self._blocks[level]
+
+    @cached_property
+    def _jobs_by_node(self) -> dict[str, list[SlurmJob]]:
+        index: dict[str, list[SlurmJob]] = {}
+        for job in self.jobs:
+            if job.state in ACTIVE_JOB_STATES:
+                for node in job.nodes:
+                    index.setdefault(node, []).append(job)
+        return index
+
+    @cached_property
+    def reserved(self) -> frozenset[str]:
+        """Nodes in a planned handover's reservation (ours, `slurmpool-`): no job that outlasts its
+        edge starts there, so at the edge the planner takes them first among idle nodes."""
+        return frozenset(n for r in self.reservations or () for n in r.nodes)
+
+    def jobs_on(self, node: str) -> list[SlurmJob]:
+        """Jobs holding the node (running, completing, suspended...)."""
+        return self._jobs_by_node.get(node, [])
+
+    @cached_property
+    def not_responding(self) -> frozenset[str]:
+        """Reported nodes Slurm cannot reach (down, unknown, not responding). Sets computed once
+        per poll: the planner asks for every node of every pool on this Slurm."""
+        return frozenset(name for name, sn in self.nodes.items() if not sn.responding)
+
+    @cached_property
+    def drain_flagged(self) -> frozenset[str]:
+        """Reported nodes with Slurm's DRAIN flag set (draining or drained)."""
+        return frozenset(name for name, sn in self.nodes.items() if sn.drain_set)
+
+    @cached_property
+    def unusable(self) -> frozenset[str]:
+        """Reported nodes Slurm cannot run jobs on: not responding or drain set."""
+        return self.not_responding | self.drain_flagged
+
+
+ACTIVE_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING", "STAGE_OUT"})
