@@ -44,6 +44,8 @@ names = zipfile.ZipFile(sys.argv[1]).namelist()
 tops = sorted({n.split("/")[0] for n in names if not n.startswith("slurmpool-")})
 assert tops == ["slurmbridge", "slurmpool"], tops
 assert "slurmpool/crd.py" in names and "slurmbridge/backend.py" in names
+for package in ("core", "adapters", "controller", "cli"):  # the layout's subpackages (ARCHITECTURE.md)
+    assert f"slurmpool/{package}/__init__.py" in names, package
 PY
 
 # 2. a fresh virtualenv, as in the image

@@ -76,7 +76,7 @@ async def build_rest_backend(read_secret: ReadSecret, namespace: str, rest: Rest
         pem = _value(secret, namespace, ca.name, ca.key, "the CA bundle")
         try:
             context = ssl.create_default_context(cadata=pem)
-        except (ssl.SSLError, ValueError) as err:
+        except (ssl.SSLError, ValueError):
             raise ValueError(f"Secret {namespace}/{ca.name} key {ca.key!r} is not a PEM CA bundle") from None
     return RestBackend(rest.url, token, ssl_context=context, timeout=timeout, retries=retries)
 
