@@ -299,7 +299,7 @@ def run(lab, pools: list[Pool], first: int, then, max_moves: int = 25, log_name:
         for q in (0.5, 0.99):
             fig[f"pool_reconcile_p{int(q * 100)}_s"] = histogram_quantile(
                 before, after, "slurmpool_reconcile_duration_seconds", q)
-        # Where a pass's time went, and how late the event loop ran (handlers.py).
+        # Where a pass's time went, and how late the event loop ran (controller/reports.py).
         for stage in ("snapshot", "decide", "apply", "status"):
             fig[f"stage_{stage}_p99_s"] = histogram_quantile(
                 before, after, "slurmpool_reconcile_stage_duration_seconds", 0.99, stage=stage)

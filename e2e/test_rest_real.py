@@ -467,7 +467,8 @@ async def test_the_operators_access_pool_polls_through_it_and_follows_the_secret
     the backend from the token Secret and polls nodes and jobs; when the token expires, the renewed
     one in the Secret is used at once; a Secret whose token slurmctld refuses is the pool's
     SlurmUnavailable reason."""
-    from slurmpool.adapters.access import SlurmAccessPool
+    from slurmbridge.backoff import Backoff
+    from slurmpool.adapters.access import SlurmAccessPool, Wanted
     from slurmpool.core.models import SlurmAccess
 
     secrets = {("slurm", "slurm-jwt"): {"token": cluster.token(lifespan=3)}}
@@ -476,20 +477,20 @@ async def test_the_operators_access_pool_polls_through_it_and_follows_the_secret
         return dict(secrets[(namespace, name)])
 
     access = SlurmAccess.model_validate({"rest": {"url": cluster.url, "tokenSecretRef": {"name": "slurm-jwt"}}})
-    pool = SlurmAccessPool(read_secret, retries=0, backoff_base=0)
+    pool = SlurmAccessPool(read_secret, retries=0, backoff=Backoff(0, 0))
     try:
-        _, view = await pool.observe("slurm", access, max_age=0)
+        _, view = await pool.observe("slurm", access, Wanted(max_age=0))
         assert view.available and set(view.nodes) == {"gpu01", "gpu02"}, view.error
         await asyncio.sleep(4)  # the token expires; whoever renews tokens writes a new one
         secrets[("slurm", "slurm-jwt")] = {"token": cluster.token()}
-        _, view = await pool.observe("slurm", access, max_age=0)  # 511, the Secret read again, asked again
+        _, view = await pool.observe("slurm", access, Wanted(max_age=0))  # 511, the Secret read again, asked again
         assert view.available, view.error
     finally:
         await pool.close()
     secrets[("slurm", "slurm-jwt")] = {"token": "eyJhbGciOiJIUzI1NiJ9.eyJzdW4iOiJyb290In0.c2lnbmF0dXJl"}
-    pool = SlurmAccessPool(read_secret, retries=0, backoff_base=0)
+    pool = SlurmAccessPool(read_secret, retries=0, backoff=Backoff(0, 0))
     try:
-        _, view = await pool.observe("slurm", access, max_age=0)
+        _, view = await pool.observe("slurm", access, Wanted(max_age=0))
         assert not view.available and "511" in view.error and "did not accept the token" in view.error, view.error
     finally:
         await pool.close()

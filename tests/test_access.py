@@ -4,8 +4,9 @@ a growing back-off while Slurm fails, reset by a success."""
 from __future__ import annotations
 
 from slurmbridge import SlurmUnavailable, TopologyGroup
+from slurmbridge.backoff import Backoff
 from slurmpool.adapters import access
-from slurmpool.adapters.access import SlurmAccessPool
+from slurmpool.adapters.access import SlurmAccessPool, Wanted
 from slurmpool.core.models import SlurmAccess
 
 from .factories import slurm_node
@@ -29,23 +30,23 @@ class CountingBackend:
 
 
 async def test_topology_is_polled_only_for_pools_that_want_it_and_at_most_once_a_minute(monkeypatch):
-    clock = [1000.0]
-    monkeypatch.setattr(access.time, "monotonic", lambda: clock[0])
-    pool = access.SlurmAccessPool(read_secret=None)
+    clock = Clock()
+    clock.t = 1000.0
+    pool = access.SlurmAccessPool(read_secret=None, clock=clock)  # its clock, for the topology's age too
     fake = CountingBackend()
     backend_is(monkeypatch, pool, fake)
     spec = SlurmAccess(local={})
-    _, view = await pool.observe("ns", spec, max_age=0.5)
+    _, view = await pool.observe("ns", spec, Wanted(max_age=0.5))
     assert fake.calls == ["nodes", "jobs"] and view.topology == ()
     # Another pool of the same pass wants blocks: the view gains them without polling nodes again.
-    _, view = await pool.observe("ns", spec, max_age=0.5, topology=True)
+    _, view = await pool.observe("ns", spec, Wanted(max_age=0.5, topology=True))
     assert fake.calls == ["nodes", "jobs", "topology"] and view.blocks(0) == {"n1": "rack-1"}
     for _ in range(10):  # ten passes within the minute: nodes and jobs each pass, topology not again
-        clock[0] += 1
-        _, view = await pool.observe("ns", spec, max_age=0.5, topology=True)
+        clock.t += 1
+        _, view = await pool.observe("ns", spec, Wanted(max_age=0.5, topology=True))
     assert fake.calls.count("topology") == 1 and fake.calls.count("nodes") == 11 and view.blocks(0) == {"n1": "rack-1"}
-    clock[0] += access.TOPOLOGY_MAX_AGE
-    await pool.observe("ns", spec, max_age=0.5, topology=True)
+    clock.t += access.TOPOLOGY_MAX_AGE
+    await pool.observe("ns", spec, Wanted(max_age=0.5, topology=True))
     assert fake.calls.count("topology") == 2
 
 
@@ -81,14 +82,14 @@ class Backend:
 
 async def test_failures_back_off_and_a_success_resets():
     clock, backend = Clock(), Backend()
-    pool = SlurmAccessPool(lambda *_: None, backoff_base=1, backoff_max=4, clock=clock)
+    pool = SlurmAccessPool(lambda *_: None, backoff=Backoff(1, 4, jitter=0), clock=clock)
     access = SlurmAccess.model_validate({"local": {}})
     pool._backends[("local", None)] = backend
     polls_at = []
     for tick in range(40):  # 20 s of passes every 0.5 s
         clock.t = tick * 0.5
         before = backend.polls
-        _, view = await pool.observe("ns", access, max_age=0)
+        _, view = await pool.observe("ns", access, Wanted(max_age=0))
         if backend.polls > before:
             polls_at.append(clock.t)
         assert not view.available and "Munge" in view.error
@@ -96,11 +97,11 @@ async def test_failures_back_off_and_a_success_resets():
     assert "next try in 4s" in view.error
     backend.up = True
     clock.t = 100
-    _, view = await pool.observe("ns", access, max_age=0)
+    _, view = await pool.observe("ns", access, Wanted(max_age=0))
     assert view.available
     backend.up = False
     clock.t = 100.5
-    _, view = await pool.observe("ns", access, max_age=0)
+    _, view = await pool.observe("ns", access, Wanted(max_age=0))
     assert "failed 1 time(s)" in view.error  # the count starts again
 
 
@@ -110,15 +111,15 @@ async def test_pools_on_one_slurm_share_a_poll_unless_slurm_changed_since_it_beg
     fake = CountingBackend()
     backend_is(monkeypatch, pool, fake)
     spec = SlurmAccess(local={})
-    await pool.observe("ns", spec, max_age=0.5)
+    await pool.observe("ns", spec, Wanted(max_age=0.5))
     clock.t += 0.1
-    await pool.observe("ns", spec, max_age=0.5)  # another pool, same half interval: shared
+    await pool.observe("ns", spec, Wanted(max_age=0.5))  # another pool, same half interval: shared
     assert fake.calls.count("nodes") == 1
-    pool.changed("ns", spec)  # a pool drained a node: its next look must see the drain
-    await pool.observe("ns", spec, max_age=0.5)
+    changed = clock.t  # a pool drained a node: its next look must see the drain
+    await pool.observe("ns", spec, Wanted(max_age=0.5, since=changed))
     assert fake.calls.count("nodes") == 2
     clock.t += 0.1
-    await pool.observe("ns", spec, max_age=0.5)  # that poll began after the change: shared again
+    await pool.observe("ns", spec, Wanted(max_age=0.5, since=changed))  # that poll began after the change: shared again
     assert fake.calls.count("nodes") == 2
 
 
@@ -138,7 +139,7 @@ async def test_pools_that_wait_for_another_pools_poll_take_it_instead_of_polling
     fake.nodes = slow_nodes
     backend_is(monkeypatch, pool, fake)
     spec = SlurmAccess(local={})
-    views = await asyncio.gather(*(pool.observe("ns", spec, max_age=0.5) for _ in range(5)))
+    views = await asyncio.gather(*(pool.observe("ns", spec, Wanted(max_age=0.5)) for _ in range(5)))
     assert fake.calls.count("nodes") == 1 and len({id(v) for _, v in views}) == 1
 
 
@@ -159,14 +160,14 @@ async def test_while_a_pool_polls_another_takes_a_slightly_older_view_rather_tha
     fake.nodes = nodes
     backend_is(monkeypatch, pool, fake)
     spec = SlurmAccess(local={})
-    _, first = await pool.observe("ns", spec, max_age=0.5)
+    _, first = await pool.observe("ns", spec, Wanted(max_age=0.5))
     clock.t = 1.0  # older than max_age, within the slack
-    polling = asyncio.create_task(pool.observe("ns", spec, max_age=0.5))
+    polling = asyncio.create_task(pool.observe("ns", spec, Wanted(max_age=0.5)))
     await asyncio.sleep(0.01)
-    _, view = await asyncio.wait_for(pool.observe("ns", spec, max_age=0.5), 1)
+    _, view = await asyncio.wait_for(pool.observe("ns", spec, Wanted(max_age=0.5)), 1)
     assert view is first  # did not wait for the poll in progress
-    pool.changed("ns", spec)  # but after a change of ours, only a newer poll will do
-    waiting = asyncio.create_task(pool.observe("ns", spec, max_age=0.5))
+    # but after a change of ours, only a newer poll will do
+    waiting = asyncio.create_task(pool.observe("ns", spec, Wanted(max_age=0.5, since=clock.t)))
     await asyncio.sleep(0.01)
     assert not waiting.done()
     release.set()
@@ -206,12 +207,12 @@ async def test_job_polls_read_running_jobs_everywhere_and_pending_ones_of_the_po
     fake = FilteringBackend(JOBS)
     backend_is(monkeypatch, pool, fake)
     spec = SlurmAccess(local={})
-    _, view = await pool.observe("ns", spec, max_age=0.5, pool="a")  # no demand: no pending job read
+    _, view = await pool.observe("ns", spec, Wanted(max_age=0.5, pool="a"))  # no demand: no pending job read
     assert sorted(j.job_id for j in view.jobs) == ["1", "4"] and not view.has_pending("gpu")
     assert fake.asked == [(None, tuple(sorted(access.ACTIVE_JOB_STATES)))]
     fake.asked.clear()
     # A pool with demand on: the cached view lacks its partition's pending jobs, so it polls again.
-    _, view = await pool.observe("ns", spec, max_age=0.5, pool="b", pending="gpu")
+    _, view = await pool.observe("ns", spec, Wanted(max_age=0.5, pool="b", pending="gpu"))
     assert fake.asked == [(None, tuple(sorted(access.ACTIVE_JOB_STATES))), ("gpu", ("PENDING",))]
     assert sorted(j.job_id for j in view.jobs) == ["1", "2", "4", "5"] and view.has_pending("gpu") and not view.has_pending("other")
 
@@ -223,11 +224,11 @@ async def test_a_partition_stops_being_polled_once_no_pool_with_demand_asked_for
     fake = FilteringBackend(JOBS)
     backend_is(monkeypatch, pool, fake)
     spec = SlurmAccess(local={})
-    await pool.observe("ns", spec, max_age=0.5, pool="b", pending="gpu")
+    await pool.observe("ns", spec, Wanted(max_age=0.5, pool="b", pending="gpu"))
     assert ("gpu", ("PENDING",)) in fake.asked
     fake.asked.clear()
     clock.t += access.PENDING_FOR + 1
-    _, view = await pool.observe("ns", spec, max_age=0.5, pool="a")
+    _, view = await pool.observe("ns", spec, Wanted(max_age=0.5, pool="a"))
     assert fake.asked == [(None, tuple(sorted(access.ACTIVE_JOB_STATES)))] and not view.has_pending("gpu")
 
 
@@ -266,7 +267,7 @@ async def test_a_rotated_ssh_key_or_host_key_is_read_again_without_a_restart(mon
             runners.append(self)
 
         async def close(self):
-            pass
+            self.closed = True
 
     secret = {"ssh-privatekey": "key-1", "known_hosts": "hosts-1"}
     reads = []
@@ -294,6 +295,11 @@ async def test_a_rotated_ssh_key_or_host_key_is_read_again_without_a_restart(mon
     pool._ssh_read.pop(access.access_key("ns", spec))
     third = await pool.backend("ns", spec)
     assert third is not second and runners[-1].kw["known_hosts"] == "hosts-2"
+    # A replaced connection is closed RETIRE_AFTER later by the pool's clock (a drain may be running on it).
+    assert not any(getattr(r, "closed", False) for r in runners)
+    clock.t += access.RETIRE_AFTER
+    assert await pool.backend("ns", spec) is third
+    assert [getattr(r, "closed", False) for r in runners] == [True, True, False]
 
 
 class ReservingBackend(CountingBackend):
@@ -320,9 +326,9 @@ async def test_reservations_are_read_only_for_pools_that_may_plan_a_handover_and
     fake = ReservingBackend()
     backend_is(monkeypatch, pool, fake)
     spec = SlurmAccess(local={})
-    _, view = await pool.observe("ns", spec, max_age=0.5, pool="a")
+    _, view = await pool.observe("ns", spec, Wanted(max_age=0.5, pool="a"))
     assert "reservations" not in fake.calls and view.reservations is None
-    _, view = await pool.observe("ns", spec, max_age=0.5, pool="b", reservations=True)  # the cached view lacks them: polled again
+    _, view = await pool.observe("ns", spec, Wanted(max_age=0.5, pool="b", reservations=True))  # the cached view lacks them: polled again
     assert fake.calls.count("reservations") == 1 and view.reservations == () and view.max_times == {"gpu": None}
     rest = await access.observe_slurm(CountingBackend(), None, reservations=True)  # no reservation API (slurmrestd)
     assert rest.available and rest.reservations is None and not rest.reservations_api

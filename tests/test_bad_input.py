@@ -56,7 +56,7 @@ def test_what_only_the_cluster_can_judge_is_reported(case):
     body = with_change(VALID, case.change)
     try:
         spec = SlurmNodePoolSpec.model_validate(body)
-    except ValidationError as err:  # reported by handlers._report_invalid as InvalidSpec
+    except ValidationError as err:  # reported by PoolController.report_invalid (controller/pools.py) as InvalidSpec
         assert case.message in str(err)
         return
     _, problems = desired_split(spec, case.nodes)

@@ -1,5 +1,5 @@
-"""The kopf layer's pool pass: one ReconcileError Event per distinct failure, backoff after a
-failure, and the next pass scheduled by what the pass did."""
+"""The kopf layer and the controller's pool pass: one ReconcileError Event per distinct failure,
+backoff after a failure, and the next pass scheduled by what the pass did."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import asyncio
 
 import kopf
 
-from slurmpool.controller import handlers
+from slurmbridge.backoff import Backoff
+from slurmpool.controller import handlers, records
+from slurmpool.controller.pools import PoolController, PoolState
 from slurmpool.controller.settings import Settings
 from slurmpool.controller.workqueue import WorkQueue
 
@@ -35,9 +37,11 @@ class Queue(WorkQueue):
         self.scheduled.append(after)
 
 
-def memo_for() -> kopf.Memo:
-    return kopf.Memo(kube=Recorder(), leader=Leader(), queue=Queue(), settings=Settings(backoff_base=1, backoff_max=8),
-                     failures={}, reconcile_errors={})
+def controller_for(pools=None, access=None) -> PoolController:
+    settings = Settings(backoff_base=1, backoff_max=8)
+    controller = PoolController(settings, Recorder(), Leader(), access, queue=Queue(), backoff=Backoff(1, 8, jitter=0))
+    controller.pools_index = pools or {}
+    return controller
 
 
 def test_a_failing_pool_gets_one_event_per_distinct_error_and_backs_off(monkeypatch):
@@ -49,48 +53,58 @@ def test_a_failing_pool_gets_one_event_per_distinct_error_and_backs_off(monkeypa
             raise RuntimeError(error)
         return 1.0
 
-    monkeypatch.setattr(handlers, "_reconcile", reconcile)
-    memo = memo_for()
     raw = {"spec": make_spec().model_dump(by_alias=True, exclude_none=True), "uid": "u1", "generation": 1}
-    pools = {("ns", "gpu"): [raw]}
+    controller = controller_for({("ns", "gpu"): [raw]})
+    monkeypatch.setattr(controller, "reconcile", reconcile)
     for _ in range(6):
-        asyncio.run(handlers.reconcile_key(memo, ("ns", "gpu"), {}, {}, pools))
+        asyncio.run(controller.reconcile_key(("ns", "gpu")))
     # boom (once for three passes), other, then success clears it, so boom is new again.
-    assert memo.kube.events == [("ReconcileError", "boom"), ("ReconcileError", "other"), ("ReconcileError", "boom")]
+    assert controller.kube.events == [("ReconcileError", "boom"), ("ReconcileError", "other"), ("ReconcileError", "boom")]
     # backoff 1, 2, 4, 8 (at most backoff_max), then the pass's own interval, then 1 again
-    assert memo.queue.scheduled == [1, 2, 4, 8, 1.0, 1]
+    assert controller.queue.scheduled == [1, 2, 4, 8, 1.0, 1]
+
+
+def test_the_pass_backoff_is_jittered_never_longer_than_its_bound(monkeypatch):
+    async def reconcile(*_args, **_kw):
+        raise RuntimeError("boom")
+
+    controller = controller_for({("ns", "gpu"): [{"spec": {}, "uid": "u1", "generation": 1}]})
+    assert controller.backoff.jitter == 0
+    controller.backoff = Backoff(1, 8, jitter=0.2, rng=lambda: 1.0)  # the most jitter takes off
+    monkeypatch.setattr(controller, "reconcile", reconcile)
+    for _ in range(5):
+        asyncio.run(controller.reconcile_key(("ns", "gpu")))
+    assert controller.queue.scheduled == [0.8, 1.6, 3.2, 6.4, 6.4]
+    assert PoolController(Settings(), Recorder(), Leader(), None).backoff.jitter > 0  # jitter on by default
 
 
 def test_a_replica_that_does_not_lead_only_looks_again_later(monkeypatch):
     async def reconcile(*_args, **_kw):
         raise AssertionError("a follower must not reconcile")
 
-    monkeypatch.setattr(handlers, "_reconcile", reconcile)
-    memo = memo_for()
-    memo.leader.leading = False
-    asyncio.run(handlers.reconcile_key(memo, ("ns", "gpu"), {}, {}, {("ns", "gpu"): [{"uid": "u", "generation": 1, "spec": {}}]}))
-    assert memo.queue.scheduled == [memo.settings.interval] and memo.kube.events == []
+    controller = controller_for({("ns", "gpu"): [{"uid": "u", "generation": 1, "spec": {}}]})
+    monkeypatch.setattr(controller, "reconcile", reconcile)
+    controller.leader.leading = False
+    asyncio.run(controller.reconcile_key(("ns", "gpu")))
+    assert controller.queue.scheduled == [controller.settings.interval] and controller.kube.events == []
 
 
 def test_a_pass_waits_while_the_index_lags_our_own_record_writes(monkeypatch):
     from slurmpool.core.view import ANN_MOVE, NodeView
 
-    memo = memo_for()
-    memo.nodes, memo.relisting = FakeNodeWatch(), {}
-    memo.expected = {"gpu01": ({ANN_MOVE: '{"id":"m2"}'}, 1.0)}
-    monkeypatch.setattr(handlers.time, "monotonic", lambda: 1.0)
+    state, watch = PoolState(), FakeNodeWatch()
+    state.expected = {"gpu01": ({ANN_MOVE: '{"id":"m2"}'}, 1.0)}
     old = NodeView("gpu01", annotations={ANN_MOVE: '{"id":"m1"}'})
-    assert handlers._index_lags(memo, [old])  # the watch has not brought m2 back: no pass on m1
+    assert records.lags(state, [old], watch, 1.0)  # the watch has not brought m2 back: no pass on m1
     new = NodeView("gpu01", annotations={ANN_MOVE: '{"id":"m2"}'})
-    assert not handlers._index_lags(memo, [new]) and memo.expected == {}
-    memo.expected = {"gpu01": ({ANN_MOVE: None}, 1.0)}  # a removal: seen once the annotation is gone
-    assert handlers._index_lags(memo, [old])
-    monkeypatch.setattr(handlers.time, "monotonic", lambda: 100.0)
-    assert handlers._index_lags(memo, [old])  # a lagging watch waits, never acts (issue 25) ...
-    assert memo.nodes.relists == 1  # ... and lists the Nodes again, once
-    assert handlers._index_lags(memo, [old]) and memo.nodes.relists == 1
-    memo.nodes.list_began = 50.0  # a full list begun after the write still shows the old record: someone changed it
-    assert not handlers._index_lags(memo, [old]) and memo.expected == {}
+    assert not records.lags(state, [new], watch, 1.0) and state.expected == {}
+    state.expected = {"gpu01": ({ANN_MOVE: None}, 1.0)}  # a removal: seen once the annotation is gone
+    assert records.lags(state, [old], watch, 1.0)
+    assert records.lags(state, [old], watch, 100.0)  # a lagging watch waits, never acts (issue 25) ...
+    assert watch.relists == 1  # ... and lists the Nodes again, once
+    assert records.lags(state, [old], watch, 100.0) and watch.relists == 1
+    watch.list_began = 50.0  # a full list begun after the write still shows the old record: someone changed it
+    assert not records.lags(state, [old], watch, 100.0) and state.expected == {}
 
 
 class FakeNodeWatch:
@@ -107,30 +121,6 @@ def test_no_handler_needs_the_diff_that_no_diff_base_skips():
     assert registry._indexing.get_all_handlers() and registry._watching.get_all_handlers()  # the registry is ours
     assert not registry._changing.get_all_handlers() and not registry._spawning.get_all_handlers()
     assert handlers.NoDiffBase().build(body=kopf.Body({"spec": {"a": 1}, "metadata": {"labels": {"x": "y"}}})) == {}
-
-
-def test_a_slurmd_registering_is_looked_at_again_soon_a_move_blocked_by_jobs_is_not():
-    from datetime import datetime, timezone
-    from types import SimpleNamespace
-
-    from slurmpool.core.moves import Step
-    from slurmpool.core.phases import Phase
-    from slurmpool.core.view import MoveRecord
-
-    def decision(phase: Phase, blocked_by: list[str]):
-        now = datetime(2026, 12, 1, tzinfo=timezone.utc)
-        to_slurm = phase not in (Phase.DRAINING, Phase.STOPPING_SLURMD)
-        source, target = ("inference:llm", "slurm") if to_slurm else ("slurm", "inference:llm")
-        move = MoveRecord(id="m", source=source, target=target, phase=phase, since=now, started=now)
-        return SimpleNamespace(steps={"gpu01": Step(move=move, blocked_by=blocked_by)})
-
-    # Registering sets blocked_by ["slurmd-registration"]: that wait is Slurm's to end within a second
-    assert handlers.waiting_on_slurm(decision(Phase.REGISTERING, ["slurmd-registration"]))
-    assert handlers.waiting_on_slurm(decision(Phase.RESUMING, []))
-    assert not handlers.waiting_on_slurm(decision(Phase.DRAINING, ["job/42"]))  # jobs take minutes
-    assert not handlers.waiting_on_slurm(decision(Phase.REGISTERING, ["slurm-unavailable"]))  # polls back off
-    assert not handlers.waiting_on_slurm(decision(Phase.EVICTING, []))  # a watch event wakes it
-    assert not handlers.waiting_on_slurm(SimpleNamespace(steps={"gpu01": Step(move=None, settled="slurm")}))
 
 
 class ReservationBackend:
@@ -157,26 +147,101 @@ class Access:
 
 
 def test_a_deleted_pool_takes_its_reservation_with_it_and_only_its_own():
-    memo = memo_for()
+    controller = controller_for(access=Access(backend := ReservationBackend()))
     body = {"spec": make_spec().model_dump(by_alias=True)}
-    memo.access = Access(backend := ReservationBackend())
-    asyncio.run(handlers._release_reservation(memo, "ns", "gpu", body))
+    asyncio.run(controller.release_reservation(("ns", "gpu"), body))
     assert backend.deleted == ["slurmpool-ns-gpu"]
-    memo.access = Access(RestLike())  # nothing to delete over slurmrestd, and no error
-    asyncio.run(handlers._release_reservation(memo, "ns", "gpu", body))
-    memo.leader = type("NotLeading", (), {"leading": False})()
-    memo.access = Access(backend := ReservationBackend())
-    asyncio.run(handlers._release_reservation(memo, "ns", "gpu", body))
+    controller.access = Access(RestLike())  # nothing to delete over slurmrestd, and no error
+    asyncio.run(controller.release_reservation(("ns", "gpu"), body))
+    controller.leader = type("NotLeading", (), {"leading": False})()
+    controller.access = Access(backend := ReservationBackend())
+    asyncio.run(controller.release_reservation(("ns", "gpu"), body))
     assert backend.deleted == []  # only the leader acts
 
 
-def test_a_pool_with_demand_on_sees_slurm_no_older_than_its_pass_interval():
-    from slurmpool.controller.handlers import SLURM_MAX_AGE, slurm_max_age
-    from tests.factories import make_spec
+def test_a_pool_state_starts_empty():
+    state = PoolState()
+    assert (state.generation, state.failures, state.reconcile_error) == (None, 0, None)
+    assert state.expected == {} and state.relisting == set() and state.overlaps == frozenset() and state.exported == set()
+    assert state.spec.raw is None and state.spec.parsed == (None, "")
+    assert (state.slurm.changed_at, state.slurm.last_poll, state.slurm.waiting) == (None, None, False)
+    other = PoolState()
+    other.expected["gpu01"] = ({}, 1.0)
+    other.relisting.add("gpu01")
+    other.exported.add(("slurm", "Settled"))
+    assert state.expected == {} and state.relisting == set() and state.exported == set()  # nothing shared between pools
 
-    off = make_spec()
-    on = off.model_copy(update={"demand": type(off).model_validate({**off.model_dump(by_alias=True), "demand": {}}).demand})
-    assert on.demand is not None and on.demand.enabled
-    assert slurm_max_age(off, 1.0) == SLURM_MAX_AGE  # shared polls, as before
-    assert slurm_max_age(on, 1.0) == 1.0  # a pending job is seen at the next pass's poll, not up to 2 s later
-    assert slurm_max_age(on, 5.0) == SLURM_MAX_AGE
+
+def test_the_spec_is_parsed_once_per_uid_generation_and_content():
+    from slurmpool.controller import snapshots
+
+    state, raw = PoolState(), {"spec": make_spec().model_dump(by_alias=True, exclude_none=True), "uid": "u1", "generation": 1}
+    spec, why = state.spec.parse(raw)
+    assert spec is not None and why == ""
+    assert state.spec.parse(raw)[0] is spec  # cached
+    raw["spec"]["slurmNodes"] = 1  # the same generation, another content (an index replaced in place)
+    assert state.spec.parse(raw)[0] is not spec and state.spec.parse(raw)[0].slurm_nodes == 1
+    bad = {"spec": {"slurmNodes": "many"}, "uid": "u1", "generation": 2}
+    assert state.spec.parse(bad)[0] is None and "slurmNodes" in state.spec.parse(bad)[1]
+    assert snapshots.first([]) is None
+
+
+def test_an_overlap_is_one_event_per_change_posted_by_the_pass():
+    from slurmpool.core.interfaces import PoolRef
+
+    class Owners:
+        def owners(self, name):
+            return {("ns", "gpu"), ("ns", "other")}
+
+    controller = controller_for()
+    controller.membership = Owners()
+    pool, state = PoolRef("ns", "gpu"), PoolState()
+    for overlaps in ({"gpu01"}, {"gpu01"}, {"gpu01", "gpu02"}, set(), {"gpu01"}):
+        asyncio.run(controller.report_overlaps(pool, state, overlaps))
+    assert [m for _, m in controller.kube.events] == ["nodes gpu01 are also selected by ns/other",
+                                                     "nodes gpu01, gpu02 are also selected by ns/other",
+                                                     "nodes gpu01 are also selected by ns/other"]
+    assert state.overlaps == {"gpu01"}
+
+
+def test_a_pool_seen_with_a_new_generation_is_queued_first_and_a_deleted_one_forgotten():
+    class Writer:
+        forgotten: list = []
+
+        def forget(self, namespace, name):
+            self.forgotten.append((namespace, name))
+
+    class Urgent(Queue):
+        def add(self, key, after=0.0, urgent=False):
+            self.scheduled.append((key, urgent))
+
+    controller = controller_for(access=Access(RestLike()))
+    controller.queue, controller.status = Urgent(), Writer()
+    body = {"metadata": {"generation": 1}, "spec": {}}
+    for _ in range(2):  # our own status writes do not change the generation: no pass for them
+        asyncio.run(controller.pool_changed("MODIFIED", ("ns", "gpu"), body))
+    assert controller.queue.scheduled == [(("ns", "gpu"), True)] and controller.state(("ns", "gpu")).generation == 1
+    assert controller.indexed.is_set()
+    asyncio.run(controller.pool_changed("DELETED", ("ns", "gpu"), body))
+    assert ("ns", "gpu") not in controller.pools and controller.status.forgotten == [("ns", "gpu")]
+
+
+def test_a_spec_that_cannot_be_used_is_degraded_and_keeps_its_target_audit():
+    from datetime import datetime, timezone
+
+    from slurmpool.controller import reports
+    from slurmpool.core.models import SlurmNodePoolStatus
+
+    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    basis = reports.invalid_basis("gpu", 3, {"spec": {"paused": True, "slurmNodes": "many"}})
+    assert (basis.name, basis.generation, basis.pools, basis.paused) == ("gpu", 3, (), True)
+    status = reports.invalid_status(basis, None, "slurmNodes: not an integer", False, now)
+    degraded = next(c for c in status.conditions if c.type == "Degraded")
+    assert (degraded.status, degraded.reason) == ("True", "InvalidSpec") and "slurmNodes: not an integer" in degraded.message
+    assert next(c for c in status.conditions if c.type == "Progressing").reason == "Paused"
+    assert status.observed_generation == 3 and status.inference.pools == [] and status.target is None
+    previous = SlurmNodePoolStatus.model_validate({"target": {"slurmNodes": 2, "source": "Manual", "since": "2026-11-30T00:00:00Z"}})
+    status = reports.invalid_status(reports.invalid_basis("gpu", 4, {"spec": {}}), previous, "hostPath /", True, now)
+    degraded = next(c for c in status.conditions if c.type == "Degraded")
+    assert degraded.reason == "PolicyViolation" and previous.target is not None and status.target == previous.target
+    assert next(c for c in status.conditions if c.type == "Progressing").reason == "Idle"

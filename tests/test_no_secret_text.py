@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 
 from slurmbridge import RestAuth
-from slurmpool.adapters.access import SlurmAccessPool
+from slurmpool.adapters.access import SlurmAccessPool, Wanted
 from slurmpool.core.models import SlurmAccess
 
 from .factories import make_spec
@@ -56,7 +56,7 @@ VALID_KEY = _valid_key()
 async def test_secret_material_reaches_no_status_event_log_or_metric(what, secrets, access, caplog):
     caplog.set_level(logging.DEBUG)
     pool = SlurmAccessPool(Secrets(secrets).read, retries=0)
-    backend, view = await pool.observe("ns", access, max_age=0)
+    backend, view = await pool.observe("ns", access, Wanted(max_age=0))
     assert backend is None and not view.available
     name = next(iter(secrets))[1] if what != "rest ca" else "ca"
     assert f"Secret ns/{name} key " in view.error, view.error  # named by Secret and key

@@ -9,7 +9,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from slurmpool.adapters import restaccess
-from slurmpool.adapters.access import SlurmAccessPool, access_key
+from slurmpool.adapters.access import SlurmAccessPool, Wanted, access_key
 from slurmpool.core.models import SlurmAccess
 from slurmpool.core.view import SlurmView
 
@@ -67,13 +67,13 @@ async def test_a_pool_reads_slurm_through_slurmrestd(slurmrestd):
     secrets = Secrets({("team-a", "slurm-jwt"): {"token": "jwt-1\n", "user": "slurmpool"}})
     pool = SlurmAccessPool(secrets.read, retries=0)
     access = rest_access(slurmrestd.url, tokenSecretRef={"name": "slurm-jwt", "userKey": "user"})
-    backend, view = await pool.observe("team-a", access, max_age=0)
+    backend, view = await pool.observe("team-a", access, Wanted(max_age=0))
     assert view.available and set(view.nodes) == {"gpu01"}, view.error
     headers = slurmrestd.requests[-1][2]
     assert headers["X-SLURM-USER-TOKEN"] == "jwt-1" and headers["X-SLURM-USER-NAME"] == "slurmpool"
     assert access_key("team-a", access)[0] == "rest" and access_key("team-a", access) != access_key("team-b", access)
     await backend.drain(["gpu01"], "slurmpool: move m1 to inference")
-    _, view = await pool.observe("team-a", access, max_age=0)
+    _, view = await pool.observe("team-a", access, Wanted(max_age=0))
     assert view.nodes["gpu01"].drain_set and view.nodes["gpu01"].reason == "slurmpool: move m1 to inference"
     await pool.close()
 
@@ -92,7 +92,7 @@ async def test_a_bad_secret_is_reported_on_that_pool_only(slurmrestd, secret, re
     data = {("team-a", "slurm-jwt"): secret} if secret is not None else {}
     pool = SlurmAccessPool(Secrets(data).read, retries=0)
     bad = rest_access(slurmrestd.url, tokenSecretRef={"name": "slurm-jwt", **ref})
-    backend, view = await pool.observe("team-a", bad, max_age=0)
+    backend, view = await pool.observe("team-a", bad, Wanted(max_age=0))
     assert backend is None and not view.available and message in view.error, view.error
     assert not any(p.startswith("/slurm/") for _, p, _, _ in slurmrestd.requests)  # nothing sent without a token
     # The same pool's Degraded condition carries it.
@@ -103,7 +103,7 @@ async def test_a_bad_secret_is_reported_on_that_pool_only(slurmrestd, secret, re
     # Another pool, with its own good Secret, is not touched by it.
     other = Secrets({("team-b", "slurm-jwt"): {"token": "jwt-1", "user": "slurmpool"}})
     pool._read_secret = other.read
-    _, view = await pool.observe("team-b", bad, max_age=0)
+    _, view = await pool.observe("team-b", bad, Wanted(max_age=0))
     assert view.available, view.error
     await pool.close()
 
@@ -112,16 +112,16 @@ async def test_a_renewed_token_in_the_secret_is_used_after_a_refusal(slurmrestd)
     secrets = Secrets({("ns", "slurm-jwt"): {"token": "jwt-1"}})
     pool = SlurmAccessPool(secrets.read, retries=0)
     access = rest_access(slurmrestd.url, authHeader="Bearer")
-    _, view = await pool.observe("ns", access, max_age=0)
+    _, view = await pool.observe("ns", access, Wanted(max_age=0))
     assert view.available and slurmrestd.requests[-1][2]["Authorization"] == "Bearer jwt-1"
     slurmrestd.tokens = {"jwt-2"}  # jwt-1 expired; whoever renews tokens wrote jwt-2 into the Secret
     secrets.data[("ns", "slurm-jwt")] = {"token": "jwt-2"}
-    _, view = await pool.observe("ns", access, max_age=0)
+    _, view = await pool.observe("ns", access, Wanted(max_age=0))
     assert view.available, view.error
     assert slurmrestd.requests[-1][2]["Authorization"] == "Bearer jwt-2"
     slurmrestd.tokens = set()  # expired and not renewed: fail closed, with the reason
     pool._failing.clear()
-    _, view = await pool.observe("ns", access, max_age=0)
+    _, view = await pool.observe("ns", access, Wanted(max_age=0))
     assert not view.available and "511" in view.error and "expired" in view.error
     await pool.close()
 
@@ -130,7 +130,7 @@ async def test_a_ca_bundle_that_is_not_pem_is_reported(slurmrestd):
     secrets = Secrets({("ns", "slurm-jwt"): {"token": "jwt-1"}, ("ns", "slurm-ca"): {"ca.crt": "not a certificate"}})
     pool = SlurmAccessPool(secrets.read, retries=0)
     access = rest_access(slurmrestd.url.replace("http:", "https:"), caSecretRef={"name": "slurm-ca"})
-    _, view = await pool.observe("ns", access, max_age=0)
+    _, view = await pool.observe("ns", access, Wanted(max_age=0))
     assert not view.available and "Secret ns/slurm-ca key 'ca.crt' is not a PEM CA bundle" in view.error
     await pool.close()
 
@@ -138,7 +138,7 @@ async def test_a_ca_bundle_that_is_not_pem_is_reported(slurmrestd):
 async def test_unreachable_slurmrestd_is_slurm_unavailable(unused_tcp_port):
     secrets = Secrets({("ns", "slurm-jwt"): {"token": "jwt-1"}})
     pool = SlurmAccessPool(secrets.read, retries=0)
-    _, view = await pool.observe("ns", rest_access(f"http://127.0.0.1:{unused_tcp_port}"), max_age=0)
+    _, view = await pool.observe("ns", rest_access(f"http://127.0.0.1:{unused_tcp_port}"), Wanted(max_age=0))
     assert isinstance(view, SlurmView) and not view.available and "unreachable" in view.error
     await pool.close()
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Awaitable, Callable
 
 from slurmbridge import LocalRunner, ScontrolBackend, SlurmBackend, SlurmError, SshRunner
+from slurmbridge.backoff import Backoff
 from slurmbridge.ssh import load_client_key, load_known_hosts
 
 from slurmpool.adapters import metrics
@@ -27,6 +28,25 @@ PENDING_FOR = 60.0  # seconds: a pool's partition is polled for pending jobs thi
 RETIRE_AFTER = 60.0  # seconds: an SSH connection replaced by a new key is closed this much later
 STALE_WHILE_POLLING = 3  # x max_age: how much older a view may be, rather than wait for a poll in progress
 log = logging.getLogger("slurmpool.adapters.access")
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What a pool's look asks of a poll. How fresh it must be is the controller's rule
+    (controller/freshness.py); here it is only checked against the polls made."""
+
+    max_age: float  # begun at most this long ago
+    newer_than: float | None = None  # begun after this
+    since: float | None = None  # begun at or after this (the pool's own last change: pools own disjoint nodes)
+    pool: str = ""  # who asks (their pending partitions and reservations are polled for a while)
+    pending: str | None = None  # the pool's partition, with demand on: its pending jobs are read
+    topology: bool = False  # Slurm's switches or blocks too
+    reservations: bool = False  # the operator's reservations too
+
+    def shown_by(self, began: float, oldest: float) -> bool:
+        """Does a poll begun at `began` answer it (no older than `oldest`)?"""
+        since = float("-inf") if self.since is None else self.since
+        return began >= oldest and began >= since and (self.newer_than is None or began > self.newer_than)
 
 
 def access_key(namespace: str, access: SlurmAccess) -> tuple:
@@ -123,8 +143,9 @@ def ssh_runner(namespace: str, ssh: SshAccess, secret: dict[str, str]) -> SshRun
 class Instrumented:
     """Times every backend call and counts its failures (slurmpool_slurm_command_*)."""
 
-    def __init__(self, backend: SlurmBackend):
+    def __init__(self, backend: SlurmBackend, clock: Callable[[], float] = time.monotonic):
         self.inner = backend
+        self.clock = clock
 
     def __getattr__(self, name):
         attr = getattr(self.inner, name)
@@ -133,29 +154,30 @@ class Instrumented:
             return attr
 
         async def timed(*args, **kwargs):
-            started = time.monotonic()
+            started = self.clock()
             try:
                 return await attr(*args, **kwargs)
             except Exception:
                 metrics.SLURM_COMMAND_ERRORS.labels(command=name).inc()
                 raise
             finally:
-                metrics.SLURM_COMMAND_SECONDS.labels(command=name).observe(time.monotonic() - started)
+                metrics.SLURM_COMMAND_SECONDS.labels(command=name).observe(self.clock() - started)
 
         return timed
 
 
 class SlurmAccessPool:
-    """`backoff`: after a failed poll, the next one waits 1, 2, 4 ... x `backoff_base` seconds, at
-    most `backoff_max` (munge or slurmctld down: no hammering, one SSH login per pass); the
-    failed view, with the retry time in its error, stands in meanwhile. Reset on success."""
+    """`backoff`: after a failed poll, the next one waits 1, 2, 4 ... 10 seconds (jittered: a
+    little less), munge or slurmctld down: no hammering, one SSH login per pass; the failed view,
+    with the retry time in its error, stands in meanwhile. Reset on success. `clock`: every time
+    it reads (monotonic seconds)."""
 
     def __init__(self, read_secret: ReadSecret, command_timeout: float = 20.0, retries: int = 1,
-                 backoff_base: float = 1.0, backoff_max: float = 10.0, clock=None):
+                 backoff: Backoff | None = None, clock: Callable[[], float] | None = None):
         self._read_secret = read_secret
         self._backends: dict[tuple, SlurmBackend] = {}
+        self._retired: list[tuple[float, SlurmBackend]] = []  # (close at, backend): replaced by a new key
         self._views: dict[tuple, tuple[float, SlurmView]] = {}  # key -> (when its poll began, view)
-        self._written: dict[tuple, float] = {}  # (key, pool) -> when the pool last changed Slurm through it
         self._topology: dict[tuple, tuple[float, tuple]] = {}  # key -> (when, groups): changes rarely
         self._failing: dict[tuple, tuple[int, float, SlurmView]] = {}  # key -> (failures, retry at, view)
         self._locks: dict[tuple, asyncio.Lock] = {}
@@ -165,11 +187,12 @@ class SlurmAccessPool:
         self._reserving: dict[tuple, dict[str, float]] = {}  # key -> pool -> when it last asked for reservations
         self.command_timeout = command_timeout
         self.retries = retries
-        self.backoff_base, self.backoff_max = backoff_base, backoff_max
-        self.clock = clock or (lambda: time.monotonic())
+        self.backoff = backoff if backoff is not None else Backoff(1.0, 10.0)
+        self.clock = clock or time.monotonic
 
     async def backend(self, namespace: str, access: SlurmAccess) -> SlurmBackend:
         key = access_key(namespace, access)
+        await self._close_retired()
         if key in self._backends and access.ssh and self.clock() - self._ssh_read.get(key, float("-inf")) >= SECRET_MAX_AGE:
             await self._reread_ssh_secret(key, namespace, access)
         if key not in self._backends:
@@ -187,13 +210,18 @@ class SlurmAccessPool:
         if _ssh_material(secret, s) == self._ssh_seen.get(key):
             return
         log.info("Secret %s/%s changed: a new SSH connection to %s", namespace, s.secret_ref.name, s.host)
-        old = self._backends.pop(key)
-        asyncio.get_running_loop().call_later(RETIRE_AFTER, lambda: asyncio.ensure_future(old.close()))
+        self._retired.append((self.clock() + RETIRE_AFTER, self._backends.pop(key)))
+
+    async def _close_retired(self) -> None:
+        due = [b for at, b in self._retired if self.clock() >= at]
+        self._retired = [(at, b) for at, b in self._retired if self.clock() < at]
+        for backend in due:
+            await backend.close()
 
     async def _build(self, namespace: str, access: SlurmAccess) -> SlurmBackend:
         if access.rest:
             return Instrumented(await build_rest_backend(
-                self._read_secret, namespace, access.rest, timeout=self.command_timeout, retries=self.retries))
+                self._read_secret, namespace, access.rest, timeout=self.command_timeout, retries=self.retries), self.clock)
         if access.ssh:
             s = access.ssh
             secret = await self._read_secret(namespace, s.secret_ref.name)
@@ -205,32 +233,28 @@ class SlurmAccessPool:
         else:
             conf = access.local.slurm_conf if access.local else None
             runner = LocalRunner(env={"SLURM_CONF": conf} if conf else None)
-        return Instrumented(ScontrolBackend(runner, timeout=self.command_timeout, retries=self.retries))
+        return Instrumented(ScontrolBackend(runner, timeout=self.command_timeout, retries=self.retries), self.clock)
 
-    async def observe(
-        self, namespace: str, access: SlurmAccess, max_age: float, topology: bool = False, newer_than: float | None = None,
-        pool: str = "", pending: str | None = None, reservations: bool = False,
-    ) -> tuple[SlurmBackend | None, SlurmView]:
-        """Slurm's state for this access, polled at most once per `max_age` seconds (and, with
-        `newer_than`, by a poll begun after that time); with `topology`, its switches or blocks
-        too, polled at most once per TOPOLOGY_MAX_AGE. The view's `polled_at` is when its poll began.
-        `pool`: whose changes the view must show (pools own disjoint nodes: not another pool's)."""
+    async def observe(self, namespace: str, access: SlurmAccess, wanted: Wanted) -> tuple[SlurmBackend | None, SlurmView]:
+        """Slurm's state for this access, polled at most once per `wanted.max_age` seconds (and by a
+        poll begun after `newer_than`, at or after `since`); with `topology`, its switches or blocks
+        too, polled at most once per TOPOLOGY_MAX_AGE. The view's `polled_at` is when its poll began."""
         key = access_key(namespace, access)
-        self._pending.setdefault(key, {})[pool] = (pending, self.clock())
-        if reservations:
-            self._reserving.setdefault(key, {})[pool] = self.clock()
+        self._pending.setdefault(key, {})[wanted.pool] = (wanted.pending, self.clock())
+        if wanted.reservations:
+            self._reserving.setdefault(key, {})[wanted.pool] = self.clock()
         # What will do, fixed on arrival: a pool that waited for another pool's poll takes it
         # rather than polling again after it (pools sharing one Slurm queue on its lock).
-        oldest = self.clock() - max_age
+        oldest = self.clock() - wanted.max_age
         lock = self._locks.setdefault(key, asyncio.Lock())
         if lock.locked():  # another pool is polling: a view a little older does rather than queue behind it
             cached = self._views.get(key)
-            if cached and self._usable(key, pool, cached[0], oldest - STALE_WHILE_POLLING * max_age, newer_than) and \
-                    cached[1].has_pending(pending) and _has_reservations(cached[1], reservations) and \
-                    (not topology or cached[1].topology or not cached[1].available):
+            if cached and wanted.shown_by(cached[0], oldest - STALE_WHILE_POLLING * wanted.max_age) and \
+                    cached[1].has_pending(wanted.pending) and _has_reservations(cached[1], wanted.reservations) and \
+                    (not wanted.topology or cached[1].topology or not cached[1].available):
                 return self._backends.get(key), cached[1]
         async with lock:  # pools reconcile concurrently: one poll
-            return await self._observe(key, namespace, access, oldest, topology, newer_than, pool, pending, reservations)
+            return await self._observe(key, namespace, access, oldest, wanted)
 
     def _pending_partitions(self, key: tuple, now: float) -> frozenset[str]:
         """The union of the partitions whose pools have demand on, as they asked lately: a deleted
@@ -247,21 +271,15 @@ class SlurmAccessPool:
             del asked[pool]
         return bool(asked)
 
-    def _usable(self, key: tuple, pool: str, began: float, oldest: float, newer_than: float | None) -> bool:
-        """A poll that began after the pool's last change through this access shows it."""
-        written = self._written.get((key, pool), float("-inf"))
-        return began >= oldest and began >= written and (newer_than is None or began > newer_than)
-
-    async def _observe(self, key: tuple, namespace: str, access: SlurmAccess, oldest: float, topology: bool,
-                       newer_than: float | None = None, pool: str = "", pool_pending: str | None = None,
-                       pool_reservations: bool = False):
+    async def _observe(self, key: tuple, namespace: str, access: SlurmAccess, oldest: float, wanted: Wanted):
         now = self.clock()
         cached = self._views.get(key)
         # Pools that changed Slurm while a poll ran, or want a newer look than their last, share
         # the next poll instead of polling one after another.
-        if cached and self._usable(key, pool, cached[0], oldest, newer_than) and (not cached[1].available or (cached[1].has_pending(pool_pending) and _has_reservations(cached[1], pool_reservations))):
+        if cached and wanted.shown_by(cached[0], oldest) and (not cached[1].available or (
+                cached[1].has_pending(wanted.pending) and _has_reservations(cached[1], wanted.reservations))):
             backend, view = self._backends.get(key), cached[1]
-            if topology and view.available and not view.topology and backend is not None:
+            if wanted.topology and view.available and not view.topology and backend is not None:
                 view = replace(view, topology=await self._groups(key, backend))  # another pool polled without it
                 self._views[key] = (cached[0], view)
             return backend, view
@@ -275,15 +293,15 @@ class SlurmAccessPool:
             backend, view = None, SlurmView(available=False, error=f"cannot reach Slurm: {err}")
         else:
             view = await observe_slurm(backend, self._pending_partitions(key, now), self._reserving_lately(key, now))
-            if topology and view.available:
+            if wanted.topology and view.available:
                 view = replace(view, topology=await self._groups(key, backend))
         if view.available:
             self._failing.pop(key, None)
         else:
             self._ssh_read.pop(key, None)  # a refused key or host key: read the Secret again next time
             failures = (failing[0] if failing else 0) + 1
-            delay = min(self.backoff_max, self.backoff_base * 2 ** (failures - 1))
-            view = replace(view, error=f"{view.error} (failed {failures} time(s); next try in {delay:g}s)")
+            delay = self.backoff.delay(failures)
+            view = replace(view, error=f"{view.error} (failed {failures} time(s); next try in {delay:.2g}s)")
             self._failing[key] = (failures, self.clock() + delay, view)
         view = replace(view, polled_at=began)
         self._views[key] = (began, view)
@@ -291,21 +309,18 @@ class SlurmAccessPool:
 
     async def _groups(self, key: tuple, backend: SlurmBackend) -> tuple:
         known = self._topology.get(key)
-        if known and time.monotonic() - known[0] < TOPOLOGY_MAX_AGE:
+        if known and self.clock() - known[0] < TOPOLOGY_MAX_AGE:
             return known[1]
         try:
             groups = tuple(await backend.topology())
         except SlurmError as err:  # keep what we knew; without it, blocks fall back to labels
             log.warning("cannot read Slurm's topology: %s", err)
             return known[1] if known else ()
-        self._topology[key] = (time.monotonic(), groups)
+        self._topology[key] = (self.clock(), groups)
         return groups
 
-    def changed(self, namespace: str, access: SlurmAccess, pool: str = "") -> None:
-        """The pool changed Slurm through this access: only a poll begun from now on shows it."""
-        self._written[(access_key(namespace, access), pool)] = self.clock()
-
     async def close(self) -> None:
-        for backend in self._backends.values():
+        for backend in [*self._backends.values(), *(b for _, b in self._retired)]:
             await backend.close()
         self._backends.clear()
+        self._retired.clear()

@@ -3,7 +3,7 @@ side, the pool's conditions and blocked moves. Conditions live in the pool's sta
 Prometheus cannot read; these gauges make them alertable (deploy/helm/slurmpool's
 PrometheusRule) and the Grafana dashboard's GPU panels possible.
 
-`export(pool, nodes, status, now)` is called once per pool per pass (handlers.py). It keeps, per
+`export(pool, nodes, status, now)` is called once per pool per pass (pools.py). It keeps, per
 pool, the monotonic time of the previous pass and the nodes' settled sides then: the GPUs of a
 node that was settled on a side at the previous pass and still is count for the time between
 the two passes. Nodes in a move, unadopted nodes and nodes without `nvidia.com/gpu` count for no

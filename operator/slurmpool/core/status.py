@@ -24,6 +24,22 @@ from slurmpool.core.snapshot import ApplyResult, PoolDecision, PoolSnapshot
 from slurmpool.core.view import LABEL_COMPONENT, LABEL_POOL, NONE, SLURM, MoveRecord, NodeView, inference, iso, side_of
 
 
+@dataclass(frozen=True)
+class StatusBasis:
+    """What a status is built on besides what the pass observed: the pool, and what of its spec
+    the counts and conditions read. A spec that cannot be read is a basis with no inference pools."""
+
+    name: str
+    generation: int | None
+    pools: tuple[str, ...] = ()  # the inference pools' names (spec.inference.pools)
+    paused: bool = False
+    replace: bool = False  # spec.health.replace: the split counts healthy nodes only
+
+    @classmethod
+    def of(cls, name: str, generation: int | None, spec: SlurmNodePoolSpec) -> StatusBasis:
+        return cls(name, generation, tuple(p.name for p in spec.inference.pools), spec.paused, spec.health.replace)
+
+
 @dataclass
 class Observed:
     """What a reconcile learnt, beyond the nodes themselves."""
@@ -63,7 +79,8 @@ def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult
         if step.blocked_by or message:
             seen.blocked[name] = (step.blocked_by, message)
     previous = snap.previous.conditions if snap.previous else []
-    status = status_from(snap.pool.name, snap.spec, snap.pool.generation, decision.nodes_after, seen, previous, snap.now)
+    basis = StatusBasis.of(snap.pool.name, snap.pool.generation, snap.spec)
+    status = status_from(basis, decision.nodes_after, seen, previous, snap.now)
     status.target = decision.target.status
     status.handover = _handover(decision, result)
     return status
@@ -113,16 +130,15 @@ def set_condition(
 
 
 def status_from(
-    name: str,
-    spec: SlurmNodePoolSpec,
-    generation: int | None,
+    basis: StatusBasis,
     nodes: list[NodeView],
     seen: Observed,
     previous: list[Condition],
     now: datetime,
 ) -> SlurmNodePoolStatus:
+    name, generation = basis.name, basis.generation
     moves: list[MoveStatus] = []
-    ready = {SLURM: 0, **{inference(p.name): 0 for p in spec.inference.pools}}
+    ready = {SLURM: 0, **{inference(p): 0 for p in basis.pools}}
     moving = dict.fromkeys(ready, 0)
     unhealthy = dict.fromkeys(ready, 0)  # settled or moving there: never counted as ready capacity
     broken = {name for name, h in seen.health.items() if h.unhealthy}
@@ -154,13 +170,13 @@ def status_from(
     moves.sort(key=lambda m: m.node)
     pools = [
         PoolCounts(
-            name=p.name,
-            desired=seen.desired.get(inference(p.name), 0),
-            ready=ready[inference(p.name)],
-            moving=moving[inference(p.name)],
-            unhealthy=unhealthy[inference(p.name)],
+            name=p,
+            desired=seen.desired.get(inference(p), 0),
+            ready=ready[inference(p)],
+            moving=moving[inference(p)],
+            unhealthy=unhealthy[inference(p)],
         )
-        for p in spec.inference.pools
+        for p in basis.pools
     ]
     blocked = [m for m in moves if any(b.startswith(("job/", "pod/")) for b in m.blocked_by)]
     status = SlurmNodePoolStatus(
@@ -185,7 +201,7 @@ def status_from(
         unhealthy_nodes=healthmod.records(seen.health, {n.name: _side(n) for n in nodes}, seen.held),
         last_error=(seen.errors[-1][:1024] if seen.errors else None),
     )
-    status.conditions = _conditions(spec, status, seen, blocked, previous, now, generation)
+    status.conditions = _conditions(basis, status, seen, blocked, previous, now)
     return status
 
 
@@ -194,15 +210,16 @@ def _side(node: NodeView) -> str:
     return NONE if here == NONE else side_of(here)
 
 
-def _split_reached(spec: SlurmNodePoolSpec, status: SlurmNodePoolStatus) -> bool:
+def _split_reached(basis: StatusBasis, status: SlurmNodePoolStatus) -> bool:
     """Every side at its desired count: of healthy nodes with `health.replace`, else of all its
     nodes (an unhealthy node still counts on its side, though never as ready)."""
     def have(side) -> int:
-        return side.ready + (0 if spec.health.replace else side.unhealthy)
+        return side.ready + (0 if basis.replace else side.unhealthy)
     return have(status.slurm) == status.slurm.desired and all(have(p) == p.desired for p in status.inference.pools)
 
 
-def _conditions(spec, status: SlurmNodePoolStatus, seen: Observed, blocked, previous, now, generation) -> list[Condition]:
+def _conditions(basis: StatusBasis, status: SlurmNodePoolStatus, seen: Observed, blocked, previous, now) -> list[Condition]:
+    generation = basis.generation
     c = list(previous)
     degraded = []
     if seen.policy:
@@ -241,11 +258,11 @@ def _conditions(spec, status: SlurmNodePoolStatus, seen: Observed, blocked, prev
         c = set_condition(c, "DrainBlocked", False, "NotBlocked", "", now, generation)
     if status.moving:
         c = set_condition(c, "Progressing", True, "MovesInFlight", f"{status.moving} move(s) in flight", now, generation)
-    elif spec.paused:
+    elif basis.paused:
         c = set_condition(c, "Progressing", False, "Paused", "spec.paused is set: no new moves start", now, generation)
     else:
         c = set_condition(c, "Progressing", False, "Idle", "", now, generation)
-    settled = _split_reached(spec, status)
+    settled = _split_reached(basis, status)
     if degraded:
         ready = (False, degraded[0][0], "; ".join(m for _, m in degraded))
     elif not settled or status.moving:

@@ -1,0 +1,32 @@
+"""Whether the Node watch has brought back the node records a pool last wrote (a pass waits until
+it has: a pass on the old record would redo its step, or start a move on a node already moving)."""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger("slurmpool")
+INDEX_LAG_RETRY = 0.05  # seconds: look again this soon when the watch has not brought our writes back
+EXPECT_FOR = 10.0  # seconds: after this, a write the index has not shown makes the Node watch list again
+
+
+def lags(state, nodes, watch, now: float) -> bool:
+    """True while a node's record we wrote (`state.expected`: node -> (record, when)) is not yet in
+    the index. A lagging watch waits, never acts: after EXPECT_FOR the watch lists again (once per
+    write: `state.relisting`), and the index wins only once a full list begun after the write is in
+    (someone else changed the record since)."""
+    lagging = False
+    for node in nodes:
+        expected = state.expected.get(node.name)
+        if expected is None:
+            continue
+        record, at = expected
+        if all(node.annotations.get(k) == v for k, v in record.items()) or watch.list_began > at:
+            del state.expected[node.name]  # seen, or a consistent list after our write says otherwise
+            continue
+        lagging = True
+        if now - at > EXPECT_FOR and node.name not in state.relisting:
+            state.relisting.add(node.name)
+            log.warning("the Node watch has not shown %s's record written %.0f s ago: listing Nodes again", node.name, now - at)
+            watch.request_relist()
+    return lagging

@@ -1,0 +1,140 @@
+"""One pool's snapshot, assembled from the watches' views, kopf's pool index, the status handed to
+the writer and a Slurm poll. It reads only: Events and status writes are the pass's (pools.py),
+and how fresh the poll must be is freshness.py's to say."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+
+from pydantic import ValidationError
+
+from slurmbridge import SlurmUnavailable
+
+from slurmpool.adapters.access import SlurmAccessPool, Wanted
+from slurmpool.adapters.kube import PodWatch
+from slurmpool.adapters.statuswriter import StatusWriter
+from slurmpool.controller.freshness import Freshness
+from slurmpool.core.handover import reservation_name
+from slurmpool.core.interfaces import PoolRef
+from slurmpool.core.membership import Membership
+from slurmpool.core.models import SlurmNodePoolSpec, SlurmNodePoolStatus
+from slurmpool.core.poolpolicy import PoolPolicy, violations
+from slurmpool.core.snapshot import PoolSnapshot
+from slurmpool.core.view import NodeView
+
+ParsedSpec = tuple[SlurmNodePoolSpec | None, str]  # the spec, or None and why not
+
+
+@dataclass
+class SpecCache:
+    """A pool's spec, validated once per uid, generation and content."""
+
+    key: str = ""  # uid/generation
+    raw: dict | None = None
+    parsed: ParsedSpec = (None, "")
+
+    def parse(self, raw: dict) -> ParsedSpec:
+        key = f"{raw['uid']}/{raw['generation']}"
+        if self.raw is not None and self.key == key and self.raw == raw["spec"]:
+            return self.parsed
+        try:
+            parsed: ParsedSpec = (SlurmNodePoolSpec.model_validate(raw["spec"]), "")
+        except ValidationError as err:
+            parsed = (None, short(err))
+        self.key, self.raw, self.parsed = key, copy.deepcopy(raw["spec"]), parsed
+        return parsed
+
+
+class NoSlurm:
+    """Stands in when no backend could be built: every call fails closed."""
+
+    async def _fail(self, *_, **__):
+        raise SlurmUnavailable("no Slurm backend")
+
+    nodes = jobs = drain = resume = requeue = cancel = ping = _fail
+
+    async def close(self):
+        return None
+
+
+def short(err: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:5])
+
+
+def first(store):
+    return next(iter(store), None)
+
+
+def selectors(pools_index, parse, policy: PoolPolicy) -> dict:
+    """Each pool's nodeSelector, for membership.py: a pool the policy refuses owns no node (nothing
+    of it runs anywhere), nor does one whose spec cannot be read. `parse(key, raw)`: its spec."""
+    out = {}
+    for key, store in list(pools_index.items()):
+        raw = first(store)
+        spec = parse(key, raw)[0] if raw is not None else None
+        if spec is not None and not spec.node_selector.is_empty() and not violations(spec, policy):
+            out[key] = spec.node_selector
+    return out
+
+
+@dataclass
+class Sources:
+    """What a snapshot is read from."""
+
+    nodes: dict  # node name -> the NodeWatch's store of its view
+    pods: PodWatch
+    pools: dict  # kopf's index of the pools
+    membership: Membership  # with fresh selectors
+    access: SlurmAccessPool
+    status: StatusWriter
+
+
+def previous_status(status: StatusWriter, pool: PoolRef, raw) -> SlurmNodePoolStatus | None:
+    """The status this pass builds on: the newest one handed to the writer (the watch lags it)."""
+    try:
+        return SlurmNodePoolStatus.model_validate(status.wanted(pool) or raw.get("status") or {})
+    except ValidationError:
+        return None
+
+
+def handover_wanted(spec: SlurmNodePoolSpec, raw) -> bool:
+    """The pool's reservations are read while it may plan a handover, and while its last status
+    shows one (a schedule removed, or the handover turned off: ours is deleted)."""
+    return (spec.handover.enabled and bool(spec.schedule)) or bool((raw.get("status") or {}).get("handover"))
+
+
+def members(src: Sources, key: tuple[str, str]) -> tuple[list[NodeView], list[str]]:
+    """The pool's nodes with their pods, and the nodes another pool selects too (never acted on)."""
+    mine: list[NodeView] = []
+    overlaps: list[str] = []
+    for name in src.membership.members(key):
+        node = first(src.nodes.get(name, ()))
+        if node is None:  # deleted since the owners were sorted
+            continue
+        if len(src.membership.owners(name) or ()) > 1:
+            overlaps.append(node.name)
+            continue
+        pods = src.pods.on(node.name)
+        mine.append(node if pods == node.pods else replace(node, pods=pods))  # a new view costs a parse of its records
+    return mine, overlaps
+
+
+async def snapshot(src: Sources, pool: PoolRef, spec: SlurmNodePoolSpec, raw, fresh: Freshness):
+    """The pool's snapshot and the Slurm backend of its access (None: none could be built)."""
+    mine, overlaps = members(src, (pool.namespace, pool.name))
+    # Pods bound to a node that is no Node (deleted): this pool's slurmd pods are reported and cleaned up.
+    orphans = tuple(p for node in list(src.pods.by_node) if node not in src.nodes for p in src.pods.on(node)
+                    if p.slurmd and p.pool == pool.name and p.namespace == pool.namespace)
+    demand = spec.demand is not None and spec.demand.enabled
+    wanted = Wanted(*fresh, pool=pool.key, pending=spec.slurm.partition if demand else None,
+                    topology=spec.topology.from_slurm, reservations=handover_wanted(spec, raw))
+    backend, slurm = await src.access.observe(pool.namespace, spec.slurm.access, wanted)
+    snap = PoolSnapshot(
+        pool=pool, spec=spec, nodes=tuple(mine), slurm=slurm, now=datetime.now(timezone.utc),
+        previous=previous_status(src.status, pool, raw), overlaps=tuple(overlaps), orphans=orphans,
+        pending=tuple(src.pods.pending.values()) if demand else (), author=raw.get("author"),
+        owned_reservations=frozenset(reservation_name(ns, name) for ns, name in list(src.pools)),
+    )
+    return snap, backend
