@@ -14,7 +14,7 @@ from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.moves import Drain, Resume, advance, disturbed_pods, first_phase
 from slurmpool.core.planner import desired_split, plan
 from slurmpool.core.target import decide_target
-from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, LABEL_SIDE, MoveRecord, NodeView, PodView, SlurmView
+from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, LABEL_SIDE, Direction, MoveRecord, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 from .sim import World, run_move, start
@@ -74,7 +74,7 @@ def test_a_move_between_pools_relabels_evicts_only_misfits_and_never_touches_slu
     spec = make_spec(pools=TWO_POOLS)
     world = World(node=llm_node([LLM_POD, ANYWHERE, ZONE_A, DAEMON]), slurm_node=slurm_node("gpu01", "IDLE", {"DRAIN"}, reason="slurmpool: parked"))
     start(world, LLM, BATCH, NOW)
-    assert world.node.move.phase == "Relabeling" and world.node.move.direction == "BetweenPools"
+    assert world.node.move.phase == "Relabeling" and world.node.move.direction == Direction.BETWEEN_POOLS
     run_move(world, spec, NOW)
     n = world.node
     assert n.move is None and n.placement == BATCH

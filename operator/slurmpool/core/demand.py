@@ -49,7 +49,7 @@ from slurmbridge.models import SlurmJob, gpu_count
 from slurmpool.core.fit import PodNeeds, misfit, needs_of
 from slurmpool.core.models import DemandSpec, DemandStatus, InferencePool, SlurmNodePoolSpec, seconds
 from slurmpool.core.view import iso, parse_time
-from slurmpool.core.view import SLURM, NodeView, SlurmView, pool_of
+from slurmpool.core.view import SLURM, NodeView, SlurmView, counts_at, pool_of
 
 DEFAULT_GPUS_PER_NODE = 8
 # A pending job's reason, normalised (lower case, "_" as " "), that more nodes could end. Slurm
@@ -177,7 +177,7 @@ def signals(spec: SlurmNodePoolSpec, nodes: list[NodeView], slurm: SlurmView, po
     incoming: dict[str, int] = {}
     here: dict[str, int] = {}
     for node in nodes:
-        goes = node.move.target if node.move is not None else node.placement
+        goes = counts_at(node)
         if pool_of(goes):
             here[pool_of(goes)] = here.get(pool_of(goes), 0) + 1
         if node.move is not None:

@@ -34,7 +34,9 @@ from slurmpool.core.view import (
     MoveRecord,
     NodeView,
     PodView,
+    Direction,
     SlurmView,
+    inference,
     pool_of,
 )
 
@@ -116,13 +118,14 @@ class Step:
 
 def between_pools(source: str, target: str) -> bool:
     """A move from one inference pool to another: relabel and evict misfits, no Slurm step."""
-    return pool_of(source) is not None and pool_of(target) is not None
+    return Direction.of(source, target) == Direction.BETWEEN_POOLS
+
+
+FIRST_PHASE = {Direction.BETWEEN_POOLS: BETWEEN_POOLS[0], Direction.TO_SLURM: TO_SLURM[0], Direction.TO_INFERENCE: TO_INFERENCE[0]}
 
 
 def first_phase(target: str, source: str = NONE) -> Phase:
-    if between_pools(source, target):
-        return BETWEEN_POOLS[0]
-    return TO_SLURM[0] if target == SLURM else TO_INFERENCE[0]
+    return FIRST_PHASE[Direction.of(source, target)]
 
 
 def abortable(move: MoveRecord) -> bool:
@@ -295,7 +298,7 @@ def advance(
 # cordoned (a quarantine: on the inference side the cordon is people's); from StartingSlurmd on
 # it is held drained in Slurm, so it stays there, drained, never resumed while unhealthy.
 # Between inference pools nothing crosses: it goes on.
-STOP_AT_SOURCE = {"ToInference": (Phase.DRAINING, Phase.STOPPING_SLURMD), "ToSlurm": (Phase.CORDONING, Phase.EVICTING)}
+STOP_AT_SOURCE = {Direction.TO_INFERENCE: (Phase.DRAINING, Phase.STOPPING_SLURMD), Direction.TO_SLURM: (Phase.CORDONING, Phase.EVICTING)}
 STOP_IN_SLURM = (Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING)
 
 
@@ -303,7 +306,7 @@ def stop_side(move: MoveRecord) -> str | None:
     """Where a move of an unhealthy node stops now: its source, Slurm, or None (it goes on)."""
     if move.phase in STOP_AT_SOURCE.get(move.direction, ()):
         return move.source
-    if move.direction == "ToSlurm" and move.phase in STOP_IN_SLURM:
+    if move.direction == Direction.TO_SLURM and move.phase in STOP_IN_SLURM:
         return SLURM
     return None
 
@@ -330,7 +333,7 @@ def reverse(move: MoveRecord, spec: SlurmNodePoolSpec, now: datetime, cause: str
     source = move.source
     if source == NONE:  # an adopted node goes back to the most important inference pool
         top = max(spec.inference.pools, key=lambda p: (p.priority, [-ord(c) for c in p.name]))
-        source = SLURM if move.target != SLURM else f"inference:{top.name}"
+        source = SLURM if move.target != SLURM else inference(top.name)
     return MoveRecord(
         id=f"{move.id}-rb",
         source=move.target,
