@@ -219,7 +219,7 @@ def test_demand_pool_counts_reach_the_target():
     first = decide_target(spec, 8, NOW, None, signals=sig)
     later = decide_target(spec, 8, NOW + timedelta(minutes=2), first.status, signals=sig)
     assert later.slurm_nodes == 3 and later.pool_counts == {"batch": 3}
-    assert any(reason == "DemandChanged" and "pool batch - -> 3" in msg for _, reason, msg in later.events)
+    assert any(reason == "DemandChanged" and "pool batch - -> 3" in msg for reason, msg in ((e.reason, e.message) for e in later.events))
 
 
 def test_demand_reads_the_node_affinity_of_waiting_pods():

@@ -170,7 +170,7 @@ def test_status_names_demand_as_the_source_and_an_event_explains_it():
     assert early.slurm_nodes == 4 and early.events == []
     later = decide_target(spec, 8, NOW + timedelta(minutes=1), early.status, "kubectl", nodes_pending)
     assert later.slurm_nodes == 6 and later.status.source == "Demand"
-    assert [e[1] for e in later.events] == ["DemandChanged"] and "3 pending job(s) want 24 GPU(s)" in later.events[0][2]
+    assert [e.reason for e in later.events] == ["DemandChanged"] and "3 pending job(s) want 24 GPU(s)" in later.events[0].message
     assert "demand on top of manual count 4" in later.status.reason
     # Slurm unreachable (no signals): demand's count holds
     held = decide_target(spec, 8, NOW + timedelta(minutes=2), later.status, "kubectl", None)
@@ -231,7 +231,7 @@ def test_an_unstartable_job_gets_one_event_not_one_a_pass():
     spec = spec_with({"cooldown": "0s"}, slurm_nodes=4)
     reported = Signals(slurm_ready=4, inference_ready=4, unstartable=("job 1: asks for 9 nodes, the pool has 8",))
     first = decide_target(spec, 8, NOW, None, "kubectl", reported)
-    assert [(e[0], e[1]) for e in first.events] == [("Warning", "UnstartableJobs")] and "job 1: asks for 9 nodes" in first.events[0][2]
+    assert [(e.type, e.reason) for e in first.events] == [("Warning", "UnstartableJobs")] and "job 1: asks for 9 nodes" in first.events[0].message
     again = decide_target(spec, 8, NOW + timedelta(seconds=5), first.status, "kubectl", reported)
     assert again.events == [] and again.status.demand.unstartable_jobs == list(reported.unstartable)
 

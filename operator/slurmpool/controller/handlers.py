@@ -27,7 +27,7 @@ from slurmbridge import SlurmUnavailable
 from slurmpool.adapters import metrics
 from slurmpool.controller import poolmetrics
 from slurmpool.adapters.access import SlurmAccessPool, lists_reservations
-from slurmpool.controller.apply import apply
+from slurmpool.controller.apply import ApplyContext, apply
 from slurmpool.core.decide import decide
 from slurmpool.core.interfaces import PoolRef, pool_object
 from slurmpool.core.handover import reservation_name
@@ -367,8 +367,8 @@ async def _reconcile(memo, pool: PoolRef, raw, nodes_index, pod_watch, pools_ind
         decision = decide(snap)
         snapshot_s, decide_s = snapshot_s + decided - again, decide_s + time.monotonic() - decided
     t2 = time.monotonic()
-    result = await apply(pool, spec, list(snap.nodes), decision, memo.kube, backend or _NoSlurm(), memo.published,
-                         config.crash_after_phase)
+    result = await apply(ApplyContext(pool, spec, list(snap.nodes), memo.kube, backend or _NoSlurm(), memo.published,
+                                      config.crash_after_phase), decision)
     now = time.monotonic()
     for name, record in result.records.items():
         memo.expected[name] = (record, now)

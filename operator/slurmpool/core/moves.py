@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 
 from slurmbridge.models import gres_shortfall
 
+from slurmpool.core.events import Event, Reason
 from slurmpool.core.fit import misfit
 from slurmpool.core.ownership import claim, why_not_ours
 from slurmpool.core.models import InferencePool, SlurmNodePoolSpec, seconds
@@ -105,7 +106,7 @@ class Step:
     actions: list[Action] = field(default_factory=list)
     blocked_by: list[str] = field(default_factory=list)
     message: str = ""
-    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    events: list[Event] = field(default_factory=list)  # each about this node (Event.node None: apply names it)
     hold_until: datetime | None = None
     claim: DrainClaim | None = None  # written on the Node with the record, before the drain
     drop_claim: bool = False  # the node serves Slurm again: no drain on it is ours any more
@@ -207,10 +208,10 @@ def restore_cordon(node: NodeView, spec: SlurmNodePoolSpec, step: Step, during: 
     node that runs (or is about to run) Slurm jobs would share its GPUs. Nothing is removed."""
     if node.unschedulable and node.has_taint(SLURM_TAINT_KEY, "NoSchedule"):
         return
-    if any(reason == "CordonRestored" for _, reason, _ in step.events):
+    if any(e.reason == Reason.CordonRestored for e in step.events):
         return  # already done by an earlier phase of this same step
     step.actions.append(slurm_shape(spec, node, keep_pool_labels=True))
-    step.events.append(("Warning", "CordonRestored", f"{node.name} was uncordoned or lost its {SLURM_TAINT_KEY} taint {during}; "
+    step.events.append(Event.warning(Reason.CordonRestored, f"{node.name} was uncordoned or lost its {SLURM_TAINT_KEY} taint {during}; "
                         "restored: the node belongs to Slurm (to hand it to inference, scale or `kubectl slurmpool move`)"))
 
 
@@ -236,7 +237,7 @@ def ensure_slurmd_pod(node: NodeView, step: Step) -> bool:
     if pod.ended and not pod.deleting:
         step.actions.append(DeleteSlurmdPod(pod))
         why = f"{pod.phase}, reason {pod.reason or 'none given'}" + (f": {pod.message}" if pod.message else "")
-        step.events.append(("Warning", "SlurmdPodReplaced", f"{node.name}: slurmd pod {pod.key} ended ({why}); "
+        step.events.append(Event.warning(Reason.SlurmdPodReplaced, f"{node.name}: slurmd pod {pod.key} ended ({why}); "
                             "deleting it and starting a new one"))
     return not (pod.ended or pod.deleting)
 
@@ -273,17 +274,17 @@ def advance(
                 return step
             case Finish():
                 step.move, step.settled, step.finished = None, move.target, move
-                step.events.append(("Normal", "MoveCompleted", f"{node.name} now serves {move.target} (move {move.id})"))
+                step.events.append(Event.normal(Reason.MoveCompleted, f"{node.name} now serves {move.target} (move {move.id})"))
                 return step
             case Rollback(why=why):
                 back = reverse(move, spec, now, cause="rollback")
-                step.events.append(("Warning", "MoveRolledBack", f"{node.name}: {why}; returning to {back.target} (move {move.id})"))
+                step.events.append(Event.warning(Reason.MoveRolledBack, f"{node.name}: {why}; returning to {back.target} (move {move.id})"))
                 step.hold_until = now + timedelta(seconds=seconds(spec.drain.timeout))
                 step.actions, step.blocked_by, step.rolled_back = [], [], move
                 move = back
                 step.entered.append(back.phase)
             case Advance(to=phase):  # its ensure runs on the same observations
-                step.events.append(("Normal", "MovePhase", f"{node.name}: {move.phase} -> {phase} (move {move.id} to {move.target})"))
+                step.events.append(Event.normal(Reason.MovePhase, f"{node.name}: {move.phase} -> {phase} (move {move.id} to {move.target})"))
                 move = move.model_copy(update={"phase": phase, "since": now})
                 step.entered.append(phase)
     step.move = move
@@ -323,7 +324,7 @@ def _stop(move: MoveRecord, node: NodeView, slurm: SlurmView, spec, now: datetim
         drain(step, node, drain_reason(move), now)  # held drained until healthy
     where = {SLURM: "stays in Slurm, drained until it is healthy", NONE: "stays unadopted"}.get(
         side, f"stays in {side}, cordoned (uncordon it once it is fixed)")
-    step.events.append(("Warning", "MoveStopped", f"{node.name} is unhealthy ({why}): move {move.id} to {move.target} stopped "
+    step.events.append(Event.warning(Reason.MoveStopped, f"{node.name} is unhealthy ({why}): move {move.id} to {move.target} stopped "
                         f"in {move.phase}; the node {where}"))
     return step
 
@@ -378,7 +379,7 @@ def _draining(move, node, slurm: SlurmView, spec, now, step: Step) -> Outcome:
         step.message = f"already drained by someone else ({sn.reason}: {foreign}); not touching that drain"
     if sn.drain_set and not sn.busy and not jobs:
         if foreign:  # the node leaves Slurm drained either way; their drain stays
-            step.events.append(("Warning", "ForeignDrain", f"{node.name} is drained by someone else ({sn.reason}: {foreign}) "
+            step.events.append(Event.warning(Reason.ForeignDrain, f"{node.name} is drained by someone else ({sn.reason}: {foreign}) "
                                 f"during move {move.id}; the move goes on and that drain is left in place"))
         return Advance(Phase.STOPPING_SLURMD)
     step.blocked_by = [f"job/{j.job_id}" for j in jobs]
@@ -392,10 +393,10 @@ def _draining(move, node, slurm: SlurmView, spec, now, step: Step) -> Outcome:
         return Rollback(f"drain timed out after {spec.drain.timeout}")
     if policy == "Requeue" and running:
         step.actions.append(Requeue(running))
-        step.events.append(("Warning", "JobsRequeued", f"{node.name}: drain timed out; requeued job(s) {', '.join(running)}"))
+        step.events.append(Event.warning(Reason.JobsRequeued, f"{node.name}: drain timed out; requeued job(s) {', '.join(running)}"))
     elif policy == "Cancel" and running:
         step.actions.append(Cancel(running))
-        step.events.append(("Warning", "JobsCancelled", f"{node.name}: drain timed out; cancelled job(s) {', '.join(running)}"))
+        step.events.append(Event.warning(Reason.JobsCancelled, f"{node.name}: drain timed out; cancelled job(s) {', '.join(running)}"))
     step.message = f"drain timed out after {spec.drain.timeout} (onTimeout {policy}); " + step.message
     return WAIT
 
@@ -556,7 +557,7 @@ def _resuming(move, node, slurm: SlurmView, spec, now, step: Step) -> Outcome:
         step.drop_claim = True
         return FINISH
     if foreign := why_not_ours(node, sn):
-        step.events.append(("Warning", "ForeignDrain", f"{node.name} is drained by someone else ({sn.reason}: {foreign}); left drained"))
+        step.events.append(Event.warning(Reason.ForeignDrain, f"{node.name} is drained by someone else ({sn.reason}: {foreign}); left drained"))
         step.drop_claim = True
         return FINISH
     step.actions.append(Resume(node.name))

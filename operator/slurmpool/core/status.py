@@ -21,7 +21,7 @@ from slurmpool.core.health import NodeHealth
 from slurmpool.core.moves import REFUSED
 from slurmpool.core.phases import Phase
 from slurmpool.core.snapshot import ApplyResult, PoolDecision, PoolSnapshot
-from slurmpool.core.view import LABEL_COMPONENT, LABEL_POOL, NONE, SLURM, MoveRecord, NodeView, counts_at, inference, iso, side_of
+from slurmpool.core.view import LABEL_COMPONENT, LABEL_POOL, SLURM, MoveRecord, NodeView, counts_at, inference, iso, side_of
 
 
 @dataclass

@@ -9,7 +9,6 @@ an operator restart.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
