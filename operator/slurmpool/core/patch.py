@@ -102,8 +102,9 @@ def _record(pool: PoolRef, node: NodeView, step: Step, now: datetime) -> dict[st
         annotations[ANN_POOL] = pool.key
     if step.hold_until:
         annotations[ANN_HOLD_UNTIL] = iso(step.hold_until)
-    if step.claim and node.annotations.get(ANN_DRAIN) != step.claim.to_annotation():
-        annotations[ANN_DRAIN] = step.claim.to_annotation()
+    if step.claim:  # a claim made this step wins over one dropped in a later phase of it, as the view has it
+        if node.annotations.get(ANN_DRAIN) != step.claim.to_annotation():
+            annotations[ANN_DRAIN] = step.claim.to_annotation()
     elif step.drop_claim and ANN_DRAIN in node.annotations:
         annotations[ANN_DRAIN] = None
     if step.settled and pool_of(step.settled) and node.cordon_kept:
