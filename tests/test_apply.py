@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from slurmpool.controller.apply import apply
+from slurmpool.controller.apply import ApplyContext, apply
 from slurmpool.core.decide import decide, slurm_annotation
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.snapshot import PoolSnapshot
@@ -81,7 +81,7 @@ async def run(spec, nodes, view, kube=None, slurm=None, previous=None, orphans=(
     kube, slurm = kube or FakeKube(), slurm or FakeSlurm()
     snap = PoolSnapshot(pool=POOL, spec=spec, nodes=tuple(nodes), slurm=view, now=NOW, previous=previous, orphans=tuple(orphans))
     decision = decide(snap)
-    result = await apply(POOL, spec, nodes, decision, kube, slurm)
+    result = await apply(ApplyContext(POOL, spec, nodes, kube, slurm), decision)
     return build_status(snap, decision, result), kube, slurm
 
 
@@ -242,7 +242,7 @@ async def test_slurms_state_rides_in_a_patch_the_node_gets_anyway_and_is_not_wri
     decision = decide(PoolSnapshot(pool=POOL, spec=spec, nodes=tuple(nodes), slurm=view, now=NOW))
     assert sorted(decision.publish) == ["gpu00", "gpu01", "gpu02"]
     kube = FakeKube()
-    await apply(POOL, spec, nodes, decision, kube, FakeSlurm(), published)
+    await apply(ApplyContext(POOL, spec, nodes, kube, FakeSlurm(), published), decision)
     [moved] = [s.node for s, _ in decision.starts]
     writes = [(c[1], sorted(json.loads(c[2])["metadata"]["annotations"])) for c in kube.calls if c[0] == "patch_node"]
     # one write per node: the moving node's record and Slurm's state together, the others' state alone

@@ -118,14 +118,14 @@ def test_an_edge_within_the_lead_time_creates_the_reservation_on_the_leaving_nod
     assert plan.create.reservation == "slurmpool-ns-gpu" and plan.create.nodes == ("gpu04", "gpu05", "gpu02")
     assert plan.create.start == EDGE and plan.minutes == 60 and plan.create.flags == ("MAINT", "IGNORE_JOBS")
     assert plan.status.state == "Planned" and plan.status.late == []
-    assert [e[1] for e in plan.events] == ["HandoverReserved"]
+    assert [e.reason for e in plan.events] == ["HandoverReserved"]
 
 
 def test_jobs_without_a_limit_or_past_the_edge_are_named_late():
     nodes, slurm = busy()
     spec = windowed().model_copy(update={"schedule": [windowed().schedule[0].model_copy(update={"slurm_nodes": 0})]})
     plan = decide_at(spec, nodes, with_reservations(slurm))
-    assert set(plan.status.late) == {"gpu01", "gpu03"} and "drain.onTimeout" in plan.events[0][2]
+    assert set(plan.status.late) == {"gpu01", "gpu03"} and "drain.onTimeout" in plan.events[0].message
 
 
 def test_an_edge_that_does_not_lower_the_slurm_count_plans_nothing():
@@ -151,7 +151,7 @@ def test_a_reserved_node_that_became_unhealthy_replaces_the_reservation():
     plan = decide_at(windowed(), nodes, with_reservations(slurm, ours(["gpu02", "gpu04", "gpu05"])), health=health)
     assert plan.outcome == "replace" and plan.delete == ("slurmpool-ns-gpu",)
     assert "gpu04" not in plan.create.nodes and len(plan.create.nodes) == 3
-    assert [e[1] for e in plan.events] == ["HandoverReplanned"]
+    assert [e.reason for e in plan.events] == ["HandoverReplanned"]
 
 
 def test_a_reservation_for_another_start_is_replaced():
@@ -164,7 +164,7 @@ def test_the_window_removed_deletes_the_reservation():
     nodes, slurm = busy()
     plan = decide_at(windowed(windows=False), nodes, with_reservations(slurm, ours(["gpu02", "gpu04", "gpu05"])))
     assert plan.outcome == "delete" and plan.delete == ("slurmpool-ns-gpu",) and plan.create is None
-    assert [e[1] for e in plan.events] == ["HandoverCancelled"]
+    assert [e.reason for e in plan.events] == ["HandoverCancelled"]
     off = decide_at(windowed(enabled=False), nodes, with_reservations(slurm, ours(["gpu02", "gpu04", "gpu05"])))
     assert off.outcome == "delete"
 
@@ -189,7 +189,7 @@ def test_past_the_edge_with_the_moves_done_the_reservation_is_deleted():
     later = EDGE + timedelta(minutes=3)
     plan = decide_at(windowed(), nodes, with_reservations(slurm, ours(["gpu02", "gpu04", "gpu05"])), now=later, count=2)
     assert plan.outcome == "delete" and plan.delete == ("slurmpool-ns-gpu",) and plan.status is None
-    assert [e[1] for e in plan.events] == ["HandoverDone"]
+    assert [e.reason for e in plan.events] == ["HandoverDone"]
 
 
 def test_reservations_of_others_are_never_touched_and_orphans_only_of_this_namespace_with_pools_known():
@@ -199,7 +199,7 @@ def test_reservations_of_others_are_never_touched_and_orphans_only_of_this_names
     plan = decide_at(windowed(windows=False), nodes, view)
     assert plan.outcome == "none" and plan.delete == ()  # which pools exist is unknown: nothing is swept
     plan = decide_at(windowed(windows=False), nodes, view, owned={"slurmpool-ns-gpu", "slurmpool-ns-gpu2", "slurmpool-other-gpu"})
-    assert plan.delete == ("slurmpool-ns-old",) and [e[1] for e in plan.events] == ["HandoverOrphanDeleted"]
+    assert plan.delete == ("slurmpool-ns-old",) and [e.reason for e in plan.events] == ["HandoverOrphanDeleted"]
 
 
 def test_an_access_without_reservations_reports_it_once_and_plans_nothing():
@@ -207,7 +207,7 @@ def test_an_access_without_reservations_reports_it_once_and_plans_nothing():
     plan = decide_at(windowed(), nodes, with_reservations(slurm, api=False))
     assert plan.outcome == "unavailable" and plan.create is None and plan.delete == ()
     assert plan.status.state == "Unavailable" and plan.status.message == UNAVAILABLE
-    assert [e[1] for e in plan.events] == ["HandoverUnavailable"]
+    assert [e.reason for e in plan.events] == ["HandoverUnavailable"]
     again = decide_at(windowed(), nodes, with_reservations(slurm, api=False), previous=plan.status)
     assert again.outcome == "unavailable" and again.events == []
 

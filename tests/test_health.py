@@ -197,7 +197,7 @@ def test_an_unhealthy_node_draining_out_of_slurm_stays_in_slurm_and_is_never_rel
     step = advance(n.move, n, SlurmView(True, nodes={"a": sn}), spec, NOW, unhealthy=f"drained in Slurm by others: {ADMIN}")
     assert step.move is None and step.settled == SLURM and step.stopped is not None
     assert not any(isinstance(a, PatchNode) for a in step.actions)  # still cordoned and tainted: Slurm's
-    assert [e[1] for e in step.events] == ["MoveStopped"]
+    assert [e.reason for e in step.events] == ["MoveStopped"]
     # healthy, the same move would have gone on to StoppingSlurmd
     assert advance(n.move, n, SlurmView(True, nodes={"a": sn}), spec, NOW).move is not None
 
@@ -444,7 +444,7 @@ def test_a_listed_condition_drains_a_slurm_node_and_its_clearing_resumes_it():
     # the condition clears: resumed
     well = replace(sick, conditions=(NodeCondition("GpuXid", "False", NOW),))
     decision, status = _decide(spec, [well], drained, status)
-    assert Resume("a") in decision.steps["a"].actions and "HealthResume" in [e[1] for e in decision.steps["a"].events]
+    assert Resume("a") in decision.steps["a"].actions and "HealthResume" in [e.reason for e in decision.steps["a"].events]
     assert status.unhealthy == 0
 
 
@@ -511,7 +511,7 @@ def test_a_node_an_admin_drains_while_it_drains_out_of_slurm_stays_in_slurm_and_
     assert sick.node.move is None and sick.node.placement == SLURM and sick.drain_owner == "admin"
     assert sick.node.labels.get(LABEL_SIDE) == "slurm" and sick.node.unschedulable  # never relabelled for inference
     assert other.node.move is not None and other.node.move.target == INF  # the split is made with a healthy node
-    assert "MoveStopped" in [r for d in pool.decisions for s in d.steps.values() for _, r, _ in s.events]
+    assert "MoveStopped" in [r for d in pool.decisions for s in d.steps.values() for r in (e.reason for e in s.events)]
     for w in worlds.values():
         w.jobs = []
     pool.run(passes=10)

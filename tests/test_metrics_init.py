@@ -24,25 +24,35 @@ def _calls(tree: ast.AST, name: str):
                 yield node
 
 
-def _first_word(arg: ast.expr) -> str:
-    if isinstance(arg, ast.Constant):
-        return arg.value.split(" ")[0]
-    assert isinstance(arg, ast.JoinedStr) and isinstance(arg.values[0], ast.Constant), ast.dump(arg)
-    return arg.values[0].value.split(" ")[0]
+def _action(arg: ast.expr) -> str:
+    """A guarded action's label: an `Action` member, named where it is guarded (never computed)."""
+    assert isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name) and arg.value.id == "Action", ast.dump(arg)
+    return metrics.Action[arg.attr].value
 
 
-def test_actions_are_the_first_words_of_every_guarded_action():
+def test_actions_are_the_labels_of_every_guarded_action():
     tree = ast.parse((SRC / "controller" / "apply.py").read_text())
-    words = {_first_word(call.args[1]) for call in _calls(tree, "_guard")}
-    assert words and words == set(metrics.ACTIONS)
+    labels = {_action(call.args[1]) for call in _calls(tree, "_guard")}
+    # and every other action label set in apply.py (_guard's own is its parameter)
+    labels |= {_action(k.value) for call in _calls(tree, "labels") for k in call.keywords
+               if k.arg == "action" and ast.unparse(k.value) != "action"}
+    assert labels and labels == set(metrics.ACTIONS)
+    # the label values themselves: the alerts and the dashboard select on them
+    assert metrics.ACTIONS == ("patch", "create", "delete", "evict", "scontrol", "scancel")
 
 
-def test_directions_are_what_apply_direction_returns():
+def test_directions_are_the_direction_enum_and_every_direction_label_is_one():
+    from slurmpool.core.placement import Direction
+
+    assert metrics.DIRECTIONS == ("to_slurm", "to_inference", "between_pools") == tuple(Direction)
+    assert Direction.of("slurm", "inference:a") == "to_inference" and Direction.of("none", "inference:a") == "to_inference"
+    assert Direction.of("inference:a", "slurm") == "to_slurm" and Direction.of("none", "slurm") == "to_slurm"
+    assert Direction.of("inference:a", "inference:b") == "between_pools"
     tree = ast.parse((SRC / "controller" / "apply.py").read_text())
-    func = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "direction")
-    returned = {c.value for n in ast.walk(func) if isinstance(n, ast.Return) for c in ast.walk(n.value)
-                if isinstance(c, ast.Constant) and isinstance(c.value, str)}
-    assert returned == set(metrics.DIRECTIONS)
+    calls = [k.value for call in _calls(tree, "labels") for k in call.keywords if k.arg == "direction"]
+    assert calls
+    for value in calls:  # Direction.of(...), or a name bound to it
+        assert (isinstance(value, ast.Call) and ast.unparse(value.func) == "Direction.of") or isinstance(value, ast.Name), ast.dump(value)
 
 
 def test_failure_reasons_are_every_reason_counted():

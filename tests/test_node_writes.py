@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from slurmpool.controller.apply import apply, node_patch, shape_write
+from slurmpool.controller.apply import ApplyContext, apply
+from slurmpool.core.patch import node_patch, shape_write
 from slurmpool.core.decide import decide
 from slurmpool.core.interfaces import Conflict, PoolRef
 from slurmpool.core.moves import PatchNode, Step, advance, inference_shape, slurm_shape
@@ -52,7 +53,7 @@ def test_a_taint_removed_by_someone_else_after_the_read_is_not_put_back():
 
 def test_labels_are_written_key_by_key_never_as_a_whole_map():
     before = NodeView("a", labels={"team": "ml", "slurmpool.io/side": "slurm"}, unschedulable=True, taints=(OURS,))
-    patch = node_patch(POOL, before, _step_with(inference_shape(make_spec(), before, make_spec().inference.pools[0])))
+    patch = node_patch(POOL, before, _step_with(inference_shape(make_spec(), before, make_spec().inference.pools[0])), NOW)
     assert "team" not in patch["metadata"]["labels"] and patch["metadata"]["labels"]["slurmpool.io/side"] == "inference"
     assert "resourceVersion" not in patch["metadata"], "a view with no version (a test's) has no precondition"
 
@@ -61,7 +62,7 @@ def test_a_cordon_found_when_a_move_takes_the_node_to_slurm_is_kept_for_its_owne
     spec = make_spec()
     node = NodeView("a", annotations={ANN_PLACEMENT: INF, ANN_MOVE: _move(INF, SLURM, Phase.CORDONING)}, unschedulable=True, version="5")
     step = advance(node.move, node, SlurmView(True, nodes={"a": slurm_node("a", "IDLE", {"DRAIN"})}), spec, NOW)
-    patch = node_patch(POOL, node, step)
+    patch = node_patch(POOL, node, step, NOW)
     assert patch["metadata"]["annotations"][ANN_CORDON_KEPT] == "true"
     assert "unschedulable" not in patch["spec"] and OURS in patch["spec"]["taints"]
 
@@ -71,19 +72,19 @@ def test_a_cordon_found_when_a_move_takes_the_node_to_slurm_is_kept_for_its_owne
     step = advance(back.move, back, SlurmView(True), spec, NOW)
     shape = next(a for a in step.actions if isinstance(a, PatchNode))
     assert shape.unschedulable is None
-    patch = node_patch(POOL, back, step)
+    patch = node_patch(POOL, back, step, NOW)
     assert "unschedulable" not in patch["spec"] and patch["spec"]["taints"] == [NPD, POOL_TAINT]
     shaped_node = replace(back, taints=(NPD, POOL_TAINT), labels={"slurmpool.io/side": "inference", "pool": "default"})
     step = advance(shaped_node.move, shaped_node, SlurmView(True), spec, NOW)
     assert step.settled == INF
-    assert node_patch(POOL, shaped_node, step)["metadata"]["annotations"][ANN_CORDON_KEPT] is None
+    assert node_patch(POOL, shaped_node, step, NOW)["metadata"]["annotations"][ANN_CORDON_KEPT] is None
 
 
 def test_our_own_cordon_is_lifted_when_the_node_returns_to_inference():
     spec = make_spec()
     node = NodeView("a", annotations={ANN_PLACEMENT: SLURM, ANN_MOVE: _move(SLURM, INF, Phase.RELABELING)},
                     unschedulable=True, taints=(OURS,), labels={"slurmpool.io/side": "slurm"})
-    patch = node_patch(POOL, node, advance(node.move, node, SlurmView(True), spec, NOW))
+    patch = node_patch(POOL, node, advance(node.move, node, SlurmView(True), spec, NOW), NOW)
     assert patch["spec"]["unschedulable"] is False
 
 
@@ -109,7 +110,7 @@ def test_between_pools_the_cordon_is_never_written():
     for cordoned in (False, True):
         node = NodeView("a", annotations={ANN_PLACEMENT: INF, ANN_MOVE: _move(INF, "inference:llm", Phase.RELABELING)},
                         unschedulable=cordoned, labels={"slurmpool.io/side": "inference"})
-        patch = node_patch(POOL, node, advance(node.move, node, SlurmView(True), spec, NOW))
+        patch = node_patch(POOL, node, advance(node.move, node, SlurmView(True), spec, NOW), NOW)
         assert "unschedulable" not in patch["spec"] and patch["metadata"]["labels"]["pool"] == "llm"
 
 
@@ -150,7 +151,7 @@ class NoSlurm:
 async def _pass(node: NodeView, kube) -> object:
     spec = make_spec(slurm_nodes=0)
     snap = PoolSnapshot(pool=POOL, spec=spec, nodes=(node,), slurm=SlurmView(True), now=NOW)
-    return await apply(POOL, spec, [node], decide(snap), kube, NoSlurm())
+    return await apply(ApplyContext(POOL, spec, [node], kube, NoSlurm()), decide(snap))
 
 
 async def test_a_conflict_rebuilds_the_write_on_the_node_as_it_is_now():

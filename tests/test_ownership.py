@@ -96,7 +96,7 @@ def pool_of(world: World, slurm_nodes: int) -> PoolWorld:
 
 
 def events(pool: PoolWorld) -> list[str]:
-    return [r for d in pool.decisions for s in d.steps.values() for _, r, _ in s.events]
+    return [r for d in pool.decisions for s in d.steps.values() for r in (e.reason for e in s.events)]
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -192,7 +192,7 @@ async def test_the_handover_over_slurmrestd_is_planned_where_it_can_reserve_and_
         plan = reconcile("ns", "gpu", windowed(), nodes, view, NOW, 5)
         assert plan.outcome == outcome, plan
         if outcome == "unavailable":
-            assert plan.status.message == UNAVAILABLE and [e[1] for e in plan.events] == ["HandoverUnavailable"]
+            assert plan.status.message == UNAVAILABLE and [e.reason for e in plan.events] == ["HandoverUnavailable"]
             continue
         assert plan.create.reservation == "slurmpool-ns-gpu" and len(plan.create.nodes) == 3
         await backend.create_reservation(plan.create.reservation, list(plan.create.nodes), plan.create.start, plan.minutes,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from slurmpool.controller.apply import apply
+from slurmpool.controller.apply import ApplyContext, apply
 from slurmpool.core.decide import decide
 from slurmpool.core.interfaces import PoolRef, Refused
 from slurmpool.core.models import MoveStatus, SlurmNodePoolStatus
@@ -40,8 +40,8 @@ def test_an_evicted_slurmd_pod_is_deleted_with_the_kubelets_reason_then_created_
     _, decision = _decide([_settled(evicted)])
     step = decision.steps["gpu01"]
     assert [type(a) for a in step.actions] == [DeleteSlurmdPod]
-    (event,) = [e for e in step.events if e[1] == "SlurmdPodReplaced"]
-    assert event[0] == "Warning" and "Evicted" in event[2] and "low on resource: memory" in event[2]
+    (event,) = [e for e in step.events if e.reason == "SlurmdPodReplaced"]
+    assert event.type == "Warning" and "Evicted" in event.message and "low on resource: memory" in event.message
     # while it goes: nothing more, no second Event
     _, decision = _decide([_settled(PodView("slurm", "slurmd-gpu01", "u1", slurmd=True, phase="Failed", reason="Evicted", deleting=True))])
     assert "gpu01" not in decision.steps or not decision.steps["gpu01"].events
@@ -76,8 +76,8 @@ def test_starting_slurmd_past_its_bound_rolls_back_naming_the_refusal():
     node = _starting(NOW - timedelta(minutes=6))  # registerTimeout 5m
     step = advance(node.move, node, DRAINED, make_spec(), NOW, refusal=REFUSAL)
     assert step.rolled_back is not None and step.move.rollback and step.move.target == INF
-    (event,) = [e for e in step.events if e[1] == "MoveRolledBack"]
-    assert "no PriorityClass with name gold" in event[2]
+    (event,) = [e for e in step.events if e.reason == "MoveRolledBack"]
+    assert "no PriorityClass with name gold" in event.message
     assert not any(isinstance(a, CreateSlurmdPod) for a in step.actions)
 
 
@@ -93,7 +93,7 @@ def test_a_failed_pod_in_starting_slurmd_is_replaced_not_taken_for_running():
     step = advance(node.move, node, DRAINED, make_spec(), NOW)
     assert step.move.phase == Phase.STARTING_SLURMD
     assert any(isinstance(a, DeleteSlurmdPod) for a in step.actions)
-    assert any(e[1] == "SlurmdPodReplaced" and "UnexpectedAdmissionError" in e[2] for e in step.events)
+    assert any(e.reason == "SlurmdPodReplaced" and "UnexpectedAdmissionError" in e.message for e in step.events)
 
 
 def test_relabeling_refused_past_its_bound_rolls_back_to_slurm():
@@ -104,7 +104,7 @@ def test_relabeling_refused_past_its_bound_rolls_back_to_slurm():
     refusal = f"{REFUSED} patch node gpu01: (422) metadata.labels: Invalid value"
     step = advance(node.move, node, DRAINED, make_spec(), NOW, refusal=refusal)
     assert step.rolled_back is not None and step.move.target == SLURM and step.move.rollback
-    assert any(e[1] == "MoveRolledBack" and "(422)" in e[2] for e in step.events)
+    assert any(e.reason == "MoveRolledBack" and "(422)" in e.message for e in step.events)
 
 
 class RefusingKube:
@@ -131,7 +131,7 @@ async def test_a_refused_create_is_the_moves_message_and_a_degraded_condition_th
     node = _starting(NOW - timedelta(minutes=1))
     spec = make_spec(slurm_nodes=1)
     snap, decision = _decide([node], slurm=DRAINED, spec=spec)
-    result = await apply(POOL, spec, [node], decision, RefusingKube(), DrainOnly())
+    result = await apply(ApplyContext(POOL, spec, [node], RefusingKube(), DrainOnly()), decision)
     status = build_status(snap, decision, result)
     (move,) = status.moves
     assert move.message.startswith(REFUSED) and "PriorityClass" in move.message
@@ -142,5 +142,5 @@ async def test_a_refused_create_is_the_moves_message_and_a_degraded_condition_th
     late = _starting(NOW - timedelta(minutes=6))
     previous = SlurmNodePoolStatus(moves=[MoveStatus.model_validate(move.model_dump(by_alias=True))])
     _, decision = _decide([late], slurm=DRAINED, previous=previous, spec=spec)
-    (event,) = [e for e in decision.steps["gpu01"].events if e[1] == "MoveRolledBack"]
-    assert "no PriorityClass with name gold" in event[2]
+    (event,) = [e for e in decision.steps["gpu01"].events if e.reason == "MoveRolledBack"]
+    assert "no PriorityClass with name gold" in event.message

@@ -43,9 +43,9 @@ def test_window_sets_the_target_at_its_edge_and_returns_to_spec_after():
     before, opened, inside, closed = run([(59, s), (60, s), (300, s), (60 * 9, s)])
     assert before.slurm_nodes == 2 and opened.slurm_nodes == 6 and inside.slurm_nodes == 6 and closed.slurm_nodes == 2
     assert opened.status.source == "Schedule" and opened.status.window == "night" and opened.status.since == "2026-11-29T21:00:00Z"
-    assert [e[1] for e in opened.events] == ["ScheduleWindowStarted"]
+    assert [e.reason for e in opened.events] == ["ScheduleWindowStarted"]
     assert inside.events == []
-    assert [e[1] for e in closed.events] == ["ScheduleWindowEnded"] and closed.status.source == "Manual"
+    assert [e.reason for e in closed.events] == ["ScheduleWindowEnded"] and closed.status.source == "Manual"
 
 
 def test_manual_change_during_a_window_holds_until_the_next_edge():
@@ -54,7 +54,7 @@ def test_manual_change_during_a_window_holds_until_the_next_edge():
     assert in_window.slurm_nodes == 6
     assert manual.slurm_nodes == 4 and manual.status.source == "Manual"
     assert manual.status.manual_until == "2026-11-30T05:00:00Z" and "during window night" in manual.status.reason
-    assert [e[1] for e in manual.events] == ["ManualChange"] and "2 -> 4 by kubectl" in manual.events[0][2]
+    assert [e.reason for e in manual.events] == ["ManualChange"] and "2 -> 4 by kubectl" in manual.events[0].message
     assert still.slurm_nodes == 4 and still.status.source == "Manual"
     assert after_close.slurm_nodes == 4 and after_close.status.manual_until is None  # outside windows spec holds anyway
     assert next_night.slurm_nodes == 6 and next_night.status.source == "Schedule"  # the next edge: the schedule rules again

@@ -7,11 +7,13 @@ controller-runtime's names; the rest are the domain's.
 from __future__ import annotations
 
 import platform
+from enum import StrEnum
 from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from slurmpool import __version__
+from slurmpool.core.placement import Direction
 
 RECONCILE_TOTAL = Counter("slurmpool_reconcile_total", "Pool reconciles", ["result"])
 RECONCILE_SECONDS = Histogram(
@@ -82,9 +84,22 @@ HEALTH_KINDS = ("SlurmDown", "DrainedByOthers", "SlurmUnlisted", "NotReady", "Co
 # the first rollback of a direction since the operator started, SlurmPoolReconcileErrors its first
 # error, and the dashboard's failure and error panels would show "No data" on a healthy cluster.
 # tests/test_metrics_init.py keeps these lists equal to the values the code uses.
-DIRECTIONS = ("to_slurm", "to_inference", "between_pools")  # apply.direction
+DIRECTIONS = tuple(d.value for d in Direction)  # to_slurm, to_inference, between_pools (core/placement.py)
 FAILURE_REASONS = ("rollback", "unhealthy")  # apply: MOVES_FAILED reasons
-ACTIONS = ("patch", "create", "delete", "evict", "scontrol", "scancel")  # apply._guard: first word
+
+
+class Action(StrEnum):
+    """What failed, as slurmpool_action_errors_total's `action` label (apply._guard's argument)."""
+
+    PATCH = "patch"
+    CREATE = "create"
+    DELETE = "delete"
+    EVICT = "evict"
+    SCONTROL = "scontrol"
+    SCANCEL = "scancel"
+
+
+ACTIONS = tuple(a.value for a in Action)
 SLURM_COMMANDS = ("nodes", "jobs", "drain", "resume", "requeue", "cancel", "ping", "reservations", "partition_max_times",
                   "create_reservation", "delete_reservation")  # access.Instrumented
 for _direction in DIRECTIONS:

@@ -63,6 +63,8 @@ from slurmpool.core.view import (
     PodView,
     SlurmView,
     iso,
+    placement_problem,
+    pool_of,
 )
 
 MAX_WAVES = 100
@@ -559,7 +561,8 @@ def sinfo_state(state: str | None) -> str:
 
 
 def _short(placement: str) -> str:
-    return placement.replace("inference:", "inf:") if placement else "-"
+    pool = pool_of(placement) if placement else None
+    return f"inf:{pool}" if pool is not None else placement or "-"
 
 
 def render_plan(view: dict[str, Any], total: int = 100) -> str:
@@ -1013,7 +1016,7 @@ def main(argv: list[str] | None = None) -> int:
             at = parse_at(args.at, datetime.now(timezone.utc))
         except ValueError as err:
             parser.error(str(err))
-    if args.command == "move" and not (args.to in ("slurm", "inference") or args.to.startswith("inference:")):
+    if args.command == "move" and placement_problem(args.to, allow=("inference",)) is not None:
         parser.error("--to must be slurm, inference or inference:POOL")
 
     try:

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 
 from slurmpool.adapters import metrics
 from slurmpool.core.models import SlurmNodePoolStatus
-from slurmpool.core.view import NONE, NodeView, side_of
+from slurmpool.core.view import NONE, NodeView, counts_at, side_of
 
 
 @dataclass
@@ -81,8 +81,7 @@ def export(
     # GPUs per placement and phase, like slurmpool_nodes.
     gpus: dict[tuple[str, str], int] = dict.fromkeys(last.gpu_labels if last else (), 0)
     for node in nodes:
-        move = node.move
-        key = (move.target, move.phase) if move else (node.placement, "Settled")
+        key = (counts_at(node), node.move.phase if node.move else "Settled")
         gpus[key] = gpus.get(key, 0) + node.gpus
     for (placement, phase), value in gpus.items():
         metrics.GPUS.labels(pool=pool_key, placement=placement, phase=phase).set(value)

@@ -26,11 +26,12 @@ from slurmpool.adapters.kube import KubeAdapter, NodeWatch, PodWatch
 from slurmpool.adapters.leader import LeaderElector
 from slurmpool.adapters.statuswriter import StatusWriter
 from slurmpool.controller import poolmetrics, records, reports, snapshots
-from slurmpool.controller.apply import apply
+from slurmpool.controller.apply import ApplyContext, apply
 from slurmpool.controller.freshness import SlurmFreshness
 from slurmpool.controller.settings import Settings
 from slurmpool.controller.workqueue import WorkQueue, run_workers
 from slurmpool.core.decide import decide
+from slurmpool.core.events import Reason
 from slurmpool.core.handover import reservation_name
 from slurmpool.core.interfaces import PoolRef, pool_object
 from slurmpool.core.membership import Membership
@@ -161,7 +162,7 @@ class PoolController:
             self.queue.add(key)
 
     async def status_failed(self, pool: PoolRef, message: str) -> None:
-        await self.kube.event(pool_object(pool), "Warning", "StatusWriteFailed", f"cannot write the status: {message}")
+        await self.kube.event(pool_object(pool), "Warning", Reason.StatusWriteFailed, f"cannot write the status: {message}")
 
     # ------------------------------------------------------------ the loop
 
@@ -206,7 +207,7 @@ class PoolController:
             message = str(err)[:500] or type(err).__name__
             if state.reconcile_error != message:  # one Event per distinct failure, not one per pass
                 state.reconcile_error = message
-                await self.kube.event(pool_object(pool), "Warning", "ReconcileError", message)
+                await self.kube.event(pool_object(pool), "Warning", Reason.ReconcileError, message)
             after = None
         finally:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
@@ -240,8 +241,9 @@ class PoolController:
             decision = decide(snap)
             snapshot_s, decide_s = snapshot_s + decided - again, decide_s + time.monotonic() - decided
         t2 = time.monotonic()
-        result = await apply(pool, spec, list(snap.nodes), decision, self.kube, backend or snapshots.NoSlurm(), self.published,
-                             config.crash_after_phase)
+        context = ApplyContext(pool, spec, list(snap.nodes), self.kube, backend or snapshots.NoSlurm(), self.published,
+                               config.crash_after_phase)
+        result = await apply(context, decision)
         now = time.monotonic()
         for name, record in result.records.items():
             state.expected[name] = (record, now)
@@ -279,7 +281,7 @@ class PoolController:
         """One Event per change of the overlap, not one per pass."""
         if overlaps and state.overlaps != overlaps:
             message = reports.overlap_message((pool.namespace, pool.name), overlaps, self.membership)
-            await self.kube.event(pool_object(pool), "Warning", "NodeOverlap", message)
+            await self.kube.event(pool_object(pool), "Warning", Reason.NodeOverlap, message)
         state.overlaps = frozenset(overlaps)
 
     def report_invalid(self, pool: PoolRef, raw, message: str, policy: bool = False) -> None:

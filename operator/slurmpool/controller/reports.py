@@ -12,7 +12,7 @@ from slurmpool.core.membership import Membership
 from slurmpool.core.models import SlurmNodePoolStatus
 from slurmpool.core.status import Observed, StatusBasis, status_from
 from slurmpool.core.interfaces import PoolRef
-from slurmpool.core.view import NodeView
+from slurmpool.core.view import NodeView, counts_at
 
 log = logging.getLogger("slurmpool")
 SLOW_PASS = 2.0  # seconds: a pass slower than this is logged with where its time went
@@ -43,9 +43,7 @@ def export_gauges(pool_key: str, nodes: list[NodeView], exported: set[tuple[str,
     Returns the pairs exported now."""
     counts: dict[tuple[str, str], int] = dict.fromkeys(exported, 0)
     for node in nodes:
-        move = node.move
-        placement = move.target if move else node.placement
-        phase = str(move.phase) if move else "Settled"
+        placement, phase = counts_at(node), str(node.move.phase) if node.move else "Settled"
         counts[(placement, phase)] = counts.get((placement, phase), 0) + 1
     for (placement, phase), n in counts.items():
         metrics.NODES.labels(pool=pool_key, placement=placement, phase=phase).set(n)

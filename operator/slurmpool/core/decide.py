@@ -28,13 +28,13 @@ from slurmpool.core.handover import reconcile as reconcile_handover
 from slurmpool.core.health import HEALTHY, NodeHealth
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import SlurmNodePoolSpec, seconds
+from slurmpool.core.patch import after, node_patch
 from slurmpool.core.moves import REFUSED, Cancel, Requeue, Resume, Step, advance, drain, ensure_slurmd_pod, first_phase, restore_cordon, reverse
 from slurmpool.core.planner import current_placement, desired_split, move_now_done, move_now_target, placements, plan
-from slurmpool.core.snapshot import NodeEvent, PoolDecision, PoolSnapshot
+from slurmpool.core.events import Event, Reason
+from slurmpool.core.snapshot import PoolDecision, PoolSnapshot
 from slurmpool.core.target import Decision, decide_target
 from slurmpool.core.view import (
-    ANN_DRAIN,
-    ANN_HOLD_UNTIL,
     ANN_MOVE,
     ANN_PIN,
     ANN_PLACEMENT,
@@ -83,7 +83,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     # Plan on the nodes as the steps leave them, so finished moves free budget at once.
     by_name = {n.name: n for n in nodes}
     for name, step in steps.items():
-        by_name[name] = _after(by_name[name], step)
+        by_name[name] = _after(snap.pool, by_name[name], step, now)
     result = plan(spec, list(by_name.values()), slurm, now, target.slurm_nodes, target.pool_counts, health)
     decision.desired, decision.problems = result.desired, result.problems
     decision.held = sorted(set(result.refused))
@@ -91,15 +91,15 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     for name in decision.held:
         if name not in was_held:  # once, when it starts to wait: the status says it meanwhile
             what = f"pin={by_name[name].pin!r}" if by_name[name].pin else f"move-now={by_name[name].move_now!r}"
-            decision.node_events.append(NodeEvent(name, "Warning", "UnhealthyNodeHeld", f"{name} is unhealthy ({health[name].reason}): "
+            decision.node_events.append(Event.warning(Reason.UnhealthyNodeHeld, node=name, message=f"{name} is unhealthy ({health[name].reason}): "
                                                   f"{what} waits until it is healthy; set slurmpool.io/force=true to move it anyway"))
     for name in result.aborts:
         node = by_name[name]
         back = reverse(node.move, spec, now, cause="abort")
         step = advance(back, node, slurm, spec, now)
-        step.events.insert(0, ("Normal", "MoveAborted", f"{name}: the split no longer wants move {node.move.id}; returning to {back.target}"))
+        step.events.insert(0, Event.normal(Reason.MoveAborted, f"{name}: the split no longer wants move {node.move.id}; returning to {back.target}"))
         steps[name] = step
-        by_name[name] = _after(node, step)
+        by_name[name] = _after(snap.pool, node, step, now)
     for start in result.starts:
         node = by_name[start.node]
         move = MoveRecord(
@@ -114,13 +114,15 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
         step = advance(move, node, slurm, spec, now, _unhealthy(node, health))
         step.entered.insert(0, move.phase)
         if start.node in result.forced:
-            step.events.insert(0, ("Warning", "UnhealthyNodeForced", f"{node.name} is unhealthy ({health[node.name].reason}) and "
+            step.events.insert(0, Event.warning(Reason.UnhealthyNodeForced, f"{node.name} is unhealthy ({health[node.name].reason}) and "
                                    f"moves to {start.target} anyway: {start.cause} with slurmpool.io/force=true"))
-        step.events.insert(0, ("Normal", "MoveStarted", f"{node.name}: {start.source} -> {start.target} ({start.cause}, move {move.id})"))
+        step.events.insert(0, Event.normal(Reason.MoveStarted, f"{node.name}: {start.source} -> {start.target} ({start.cause}, move {move.id})"))
         steps[node.name] = step
-        by_name[node.name] = _after(node, step)
+        by_name[node.name] = _after(snap.pool, node, step, now)
         decision.starts.append((start, move))
     decision.nodes_after = list(by_name.values())
+    before = {n.name: n for n in nodes}
+    decision.patches = {name: p for name, step in steps.items() if (p := node_patch(snap.pool, before[name], step, now))}
     decision.handover = reconcile_handover(snap.pool.namespace, snap.pool.name, spec, decision.nodes_after, slurm, now, target.slurm_nodes,
                                            health, snap.owned_reservations, snap.previous.handover if snap.previous else None)
     decision.invalid = {n.name: n.problems for n in nodes if n.problems}
@@ -158,17 +160,17 @@ def _flag(spec: SlurmNodePoolSpec, node: NodeView) -> NodeView:
     return replace(node, flagged=tuple(flags)) if flags else node
 
 
-def _record_events(snap: PoolSnapshot, nodes: list[NodeView]) -> list[NodeEvent]:
+def _record_events(snap: PoolSnapshot, nodes: list[NodeView]) -> list[Event]:
     """A Warning for each problem not reported in the previous status, a Normal once it is fixed."""
     before = {(r.node, r.annotation, r.message) for r in (snap.previous.invalid_records if snap.previous else ())}
     now = {(n.name, p.annotation, p.message) for n in nodes for p in n.problems}
     names = {n.name for n in nodes}
     events = [
-        NodeEvent(node, "Warning", "InvalidNodeRecord", f"{node}: annotation {ann} cannot be used: {message}; the node is left alone until it is fixed")
+        Event.warning(Reason.InvalidNodeRecord, node=node, message=f"{node}: annotation {ann} cannot be used: {message}; the node is left alone until it is fixed")
         for node, ann, message in sorted(now - before)
     ]
     fixed = {(node, ann) for node, ann, _ in before - now if node in names} - {(node, ann) for node, ann, _ in now}
-    events += [NodeEvent(node, "Normal", "NodeRecordFixed", f"{node}: annotation {ann} is readable again; the node is managed again")
+    events += [Event.normal(Reason.NodeRecordFixed, node=node, message=f"{node}: annotation {ann} is readable again; the node is managed again")
                for node, ann in sorted(fixed)]
     return events
 
@@ -208,7 +210,7 @@ def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now
         return step
     if (condition := health.drain_condition) and not sn.drain_set:
         drain(step, node, healthmod.health_drain_reason(condition), now)
-        step.events.append(("Warning", "HealthDrain", f"{node.name}: {health.reason}; draining it in Slurm (running jobs end, no new job starts)"))
+        step.events.append(Event.warning(Reason.HealthDrain, f"{node.name}: {health.reason}; draining it in Slurm (running jobs end, no new job starts)"))
         return step
     if node.drain_claim is None:
         return step
@@ -218,7 +220,7 @@ def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now
         if sn.responding and not health.suspect:
             step.actions.append(Resume(node.name))
             if (sn.reason or "").startswith(healthmod.HEALTH_REASON):
-                step.events.append(("Normal", "HealthResume", f"{node.name} is healthy again; resuming it in Slurm (drain {sn.reason!r})"))
+                step.events.append(Event.normal(Reason.HealthResume, f"{node.name} is healthy again; resuming it in Slurm (drain {sn.reason!r})"))
     else:
         step.drop_claim = True
     return step
@@ -239,23 +241,14 @@ def _health_drain_timeout(node: NodeView, slurm: SlurmView, spec: SlurmNodePoolS
         step.actions.append(Cancel(running))
     else:
         return
-    step.events.append(("Warning", "JobsRequeued" if policy == "Requeue" else "JobsCancelled",
-                        f"{node.name}: health drain timed out after {spec.drain.timeout}; {policy.lower()}ed job(s) {', '.join(running)}"))
+    step.events.append(Event.warning(Reason.JobsRequeued if policy == "Requeue" else Reason.JobsCancelled,
+                                     f"{node.name}: health drain timed out after {spec.drain.timeout}; {policy.lower()}ed job(s) {', '.join(running)}"))
 
 
-def _after(node: NodeView, step: Step) -> NodeView:
-    """The node's view once the step's annotations are written (labels follow next round)."""
-    annotations = dict(node.annotations)
-    annotations[ANN_MOVE] = step.move.to_annotation() if step.move else ""
-    if step.settled:
-        annotations[ANN_PLACEMENT] = step.settled
-    if step.hold_until:
-        annotations[ANN_HOLD_UNTIL] = iso(step.hold_until)
-    if step.claim:
-        annotations[ANN_DRAIN] = step.claim.to_annotation()
-    elif step.drop_claim:
-        annotations.pop(ANN_DRAIN, None)
-    return replace(node, annotations={k: v for k, v in annotations.items() if v})
+def _after(pool: PoolRef, node: NodeView, step: Step, now) -> NodeView:
+    """The node's view once the step's record is written (labels follow next round): the record
+    of the very patch apply.py sends (patch.py)."""
+    return after(node, node_patch(pool, node, step, now))
 
 
 # ---------------------------------------------------------------- 4. nodes deleted from Kubernetes
@@ -271,7 +264,7 @@ def _gone(snap: PoolSnapshot, nodes: list[NodeView], decision: PoolDecision) -> 
     slurm = snap.slurm
     for m in snap.previous.moves if snap.previous else ():
         if m.node not in names:
-            decision.pool_events.append(("Warning", "NodeDeleted",
+            decision.pool_events.append(Event.warning(Reason.NodeDeleted,
                                          f"{m.node} was deleted from Kubernetes during move {m.move_id} ({m.phase}, {m.from_} -> {m.to}); "
                                          "its move record went with it; it is adopted again if it registers"))
     for pod in snap.orphans:
@@ -279,7 +272,7 @@ def _gone(snap: PoolSnapshot, nodes: list[NodeView], decision: PoolDecision) -> 
         known = decision.slurm_names.get(pod.node, pod.node) is not None  # a gone Node's label cannot be read
         idle = slurm.available and known and (sn is None or (sn.drain_set and not sn.busy and not slurm.jobs_on(pod.node)))
         if idle and not pod.deleting:
-            decision.pool_events.append(("Normal", "OrphanSlurmdDeleted",
+            decision.pool_events.append(Event.normal(Reason.OrphanSlurmdDeleted,
                                          f"deleting slurmd pod {pod.key}: its node {pod.node} is gone from Kubernetes and serves nothing in Slurm"))
             decision.orphans_to_delete.append(pod)
         elif not idle:
@@ -323,7 +316,7 @@ def _published(nodes: list[NodeView], slurm: SlurmView) -> dict[str, str]:
     return changed
 
 
-def _fulfilled_move_now(spec: SlurmNodePoolSpec, nodes: list[NodeView], target: Decision) -> list[NodeEvent]:
+def _fulfilled_move_now(spec: SlurmNodePoolSpec, nodes: list[NodeView], target: Decision) -> list[Event]:
     done = set(move_now_done(spec, nodes, target.slurm_nodes, target.pool_counts))
     if not done:
         return []
@@ -337,9 +330,9 @@ def _fulfilled_move_now(spec: SlurmNodePoolSpec, nodes: list[NodeView], target: 
             continue
         want = move_now_target(node, spec, desired, count)
         if want is None:
-            out.append(NodeEvent(node.name, "Warning", "MoveNowIgnored", f"{node.name}: move-now={node.move_now!r} names no placement of this pool"))
+            out.append(Event.warning(Reason.MoveNowIgnored, node=node.name, message=f"{node.name}: move-now={node.move_now!r} names no placement of this pool"))
         elif node.pin is not None and node.pin != want:
-            out.append(NodeEvent(node.name, "Warning", "MoveNowIgnored", f"{node.name}: move-now={node.move_now!r} conflicts with pin={node.pin!r}; the pin wins"))
+            out.append(Event.warning(Reason.MoveNowIgnored, node=node.name, message=f"{node.name}: move-now={node.move_now!r} conflicts with pin={node.pin!r}; the pin wins"))
         else:
-            out.append(NodeEvent(node.name, "Normal", "MoveNowDone", f"{node.name} serves {want} as asked; the split is whole again"))
+            out.append(Event.normal(Reason.MoveNowDone, node=node.name, message=f"{node.name} serves {want} as asked; the split is whole again"))
     return out

@@ -49,7 +49,7 @@ from slurmbridge.models import SlurmJob, gpu_count
 from slurmpool.core.fit import PodNeeds, misfit, needs_of
 from slurmpool.core.models import DemandSpec, DemandStatus, InferencePool, SlurmNodePoolSpec, seconds
 from slurmpool.core.view import iso, parse_time
-from slurmpool.core.view import SLURM, NodeView, SlurmView, pool_of
+from slurmpool.core.view import SLURM, NodeView, SlurmView, counts_at, pool_of
 
 DEFAULT_GPUS_PER_NODE = 8
 # A pending job's reason, normalised (lower case, "_" as " "), that more nodes could end. Slurm
@@ -177,7 +177,7 @@ def signals(spec: SlurmNodePoolSpec, nodes: list[NodeView], slurm: SlurmView, po
     incoming: dict[str, int] = {}
     here: dict[str, int] = {}
     for node in nodes:
-        goes = node.move.target if node.move is not None else node.placement
+        goes = counts_at(node)
         if pool_of(goes):
             here[pool_of(goes)] = here.get(pool_of(goes), 0) + 1
         if node.move is not None:
@@ -245,14 +245,14 @@ def bounds(spec: SlurmNodePoolSpec, total: int) -> tuple[int, int]:
 
 
 @dataclass
-class Outcome:
+class DemandOutcome:
     slurm_nodes: int
     status: DemandStatus
     changed: bool = False  # demand changed its count this pass (an Event says why)
     message: str = ""
 
 
-def decide(
+def decide_demand(
     spec: SlurmNodePoolSpec,
     total: int,
     base: int,
@@ -261,7 +261,7 @@ def decide(
     previous: DemandStatus | None,
     sig: Signals,
     now: datetime,
-) -> Outcome:
+) -> DemandOutcome:
     """Demand's count for this pass, from the base, the previous state and the signals."""
     d = spec.demand or DemandSpec()
     if previous is not None and previous.base_key == base_key and previous.slurm_nodes is not None:
@@ -293,7 +293,7 @@ def decide(
     lo, hi = bounds(spec, total)
     if lo > hi:
         status.message = f"bounds leave no room: Slurm would need at least {lo} and at most {hi} nodes"
-        return Outcome(current, status)
+        return DemandOutcome(current, status)
     ws, wi = slurm_wants >= d.hysteresis, inf_wants >= d.hysteresis
     proposal, why = current, ""
     gang_text = f", one asks for {sig.gang_nodes} node(s) more than Slurm has usable" if sig.gang_nodes else ""
@@ -327,7 +327,7 @@ def decide(
     pools = _pool_counts(spec, total, current_pools, pool_wants, dict(sig.pool_here)) if wi else current_pools
     if proposal == current and pools == current_pools:
         status.message = why or "no unmet demand"
-        return Outcome(current, status)
+        return DemandOutcome(current, status)
     change = "; ".join(
         ([f"{current} -> {proposal} Slurm node(s)"] if proposal != current else [])
         + [f"pool {p} {current_pools.get(p, '-')} -> {n}" for p, n in sorted(pools.items()) if current_pools.get(p) != n]
@@ -335,11 +335,11 @@ def decide(
     ready_at = last + timedelta(seconds=seconds(d.cooldown))
     if now < ready_at:
         status.message = f"cooldown until {iso(ready_at)}: then {change} ({why})"
-        return Outcome(current, status)
+        return DemandOutcome(current, status)
     status.slurm_nodes, status.pools = proposal, pools
     status.last_change = iso(now)
     status.message = f"{change}: {why}"
-    return Outcome(proposal, status, changed=True, message=status.message)
+    return DemandOutcome(proposal, status, changed=True, message=status.message)
 
 
 def _pool_counts(spec: SlurmNodePoolSpec, total: int, current: dict[str, int], wants: dict[str, int], here: dict[str, int]) -> dict[str, int]:

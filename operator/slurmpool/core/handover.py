@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from slurmbridge.models import SlurmReservation
 
 from slurmpool.core import schedule as sched
+from slurmpool.core.events import Event, Reason
 from slurmpool.core.health import HEALTHY, NodeHealth
 from slurmpool.core.models import HandoverStatus, SlurmNodePoolSpec, seconds
 from slurmpool.core.planner import plan
@@ -191,7 +192,7 @@ class HandoverPlan:
     until: datetime | None = None  # the reservation's end (create)
     delete: tuple[str, ...] = ()  # ours (replace, delete) and orphans of deleted pools
     status: HandoverStatus | None = None
-    events: list[tuple[str, str, str]] = field(default_factory=list)  # posted once apply has done it
+    events: list[Event] = field(default_factory=list)  # posted once apply has done it
     reported: str = ""  # the failure the last status showed: a Warning is posted only for a new one
 
     @property
@@ -231,7 +232,7 @@ def reconcile(
             return HandoverPlan("none")
         status = _status(wanted, edge.until, "Unavailable", UNAVAILABLE)
         first = previous is None or previous.state != "Unavailable"
-        return HandoverPlan("unavailable", status=status, events=[("Warning", "HandoverUnavailable", UNAVAILABLE)] if first else [])
+        return HandoverPlan("unavailable", status=status, events=[Event.warning(Reason.HandoverUnavailable, UNAVAILABLE)] if first else [])
     if slurm.reservations is None:  # their read failed: nothing is done until it works again
         status = previous.model_copy(update={"message": slurm.reservations_error or ""}) if previous is not None else None
         return HandoverPlan("unknown", status=status)
@@ -243,7 +244,7 @@ def reconcile(
     plan_.reported = previous.message if previous is not None else ""
     if plan_.status is not None:
         plan_.status.lead_time = f"{_hours(lead)} ({lead_why})"
-    plan_.events += [("Normal", "HandoverOrphanDeleted", f"deleting reservation {o}: no SlurmNodePool owns it any more") for o in orphans]
+    plan_.events += [Event.normal(Reason.HandoverOrphanDeleted, f"deleting reservation {o}: no SlurmNodePool owns it any more") for o in orphans]
     return plan_
 
 
@@ -263,22 +264,22 @@ def _against(name: str, wanted: Handover | None, edge: Edge | None, ours: SlurmR
                                     message=f"moves out of Slurm going on {', '.join(going)}")
             return HandoverPlan("keep", status=status)
         return HandoverPlan("delete", delete=(name,), events=[
-            ("Normal", "HandoverDone", f"deleting reservation {name}: the edge at {iso(ours.start)} has passed and no move out of Slurm "
+            Event.normal(Reason.HandoverDone, f"deleting reservation {name}: the edge at {iso(ours.start)} has passed and no move out of Slurm "
              f"is going on its nodes")])
     if ours is None:
         if wanted is None:
             return HandoverPlan("none")
         return HandoverPlan("create", create=wanted, until=edge.until, status=_status(wanted, edge.until, "Planned", ""), events=[
-            ("Normal", "HandoverReserved", f"reservation {name} ({','.join(wanted.flags)}) on {', '.join(wanted.nodes)} from the edge at "
+            Event.normal(Reason.HandoverReserved, f"reservation {name} ({','.join(wanted.flags)}) on {', '.join(wanted.nodes)} from the edge at "
              f"{iso(wanted.start)}: only jobs that end by then start there" + _late(wanted))])
     if wanted is None:
         return HandoverPlan("delete", delete=(name,), events=[
-            ("Normal", "HandoverCancelled", f"deleting reservation {name}: no edge within the lead time takes these nodes out of Slurm now")])
+            Event.normal(Reason.HandoverCancelled, f"deleting reservation {name}: no edge within the lead time takes these nodes out of Slurm now")])
     kept = _sticky(ours, wanted, nodes, health, slurm, now)
     if kept is not None and ours.start == wanted.start.replace(microsecond=0):
         return HandoverPlan("keep", status=_status(kept, ours.end or edge.until, "Reserved", ""))
     return HandoverPlan("replace", create=wanted, until=edge.until, delete=(name,), status=_status(wanted, edge.until, "Planned", ""),
-                        events=[("Normal", "HandoverReplanned", f"reservation {name} made again on {', '.join(wanted.nodes)} from "
+                        events=[Event.normal(Reason.HandoverReplanned, f"reservation {name} made again on {', '.join(wanted.nodes)} from "
                                  f"{iso(wanted.start)} (was {', '.join(sorted(ours.nodes))} from {iso(ours.start) if ours.start else '?'})"
                                  + _late(wanted))])
 

@@ -31,7 +31,7 @@ from slurmbridge.models import SlurmNode
 from slurmpool.core import ownership
 from slurmpool.core.models import HealthCondition, HealthSpec, UnhealthyNode, seconds
 from slurmpool.core.phases import Phase
-from slurmpool.core.view import NONE, REASON_PREFIX, SLURM, NodeView, SlurmView, iso, parse_time
+from slurmpool.core.view import NONE, REASON_PREFIX, SLURM, Direction, NodeView, SlurmView, iso, parse_time
 
 # Findings read from Slurm: kept from the last status while Slurm cannot be seen.
 SLURM_KINDS = ("SlurmDown", "DrainedByOthers", "SlurmUnlisted")
@@ -100,9 +100,9 @@ def slurmd_expected(node: NodeView) -> bool:
     move = node.move
     if move is None:
         return node.placement == SLURM
-    if move.direction == "ToInference":  # its slurmd is stopped after Draining
+    if move.direction == Direction.TO_INFERENCE:  # its slurmd is stopped after Draining
         return move.phase == Phase.DRAINING and move.source == SLURM and not move.rollback
-    if move.direction == "ToSlurm":  # registered once it reached Resuming
+    if move.direction == Direction.TO_SLURM:  # registered once it reached Resuming
         return move.phase == Phase.RESUMING
     return False  # between inference pools: parked
 

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 
 from slurmbridge.models import gres_shortfall
 
+from slurmpool.core.events import Event, Reason
 from slurmpool.core.fit import misfit
 from slurmpool.core.ownership import claim, why_not_ours
 from slurmpool.core.models import InferencePool, SlurmNodePoolSpec, seconds
@@ -34,7 +35,9 @@ from slurmpool.core.view import (
     MoveRecord,
     NodeView,
     PodView,
+    Direction,
     SlurmView,
+    inference,
     pool_of,
 )
 
@@ -103,7 +106,7 @@ class Step:
     actions: list[Action] = field(default_factory=list)
     blocked_by: list[str] = field(default_factory=list)
     message: str = ""
-    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    events: list[Event] = field(default_factory=list)  # each about this node (Event.node None: apply names it)
     hold_until: datetime | None = None
     claim: DrainClaim | None = None  # written on the Node with the record, before the drain
     drop_claim: bool = False  # the node serves Slurm again: no drain on it is ours any more
@@ -116,13 +119,14 @@ class Step:
 
 def between_pools(source: str, target: str) -> bool:
     """A move from one inference pool to another: relabel and evict misfits, no Slurm step."""
-    return pool_of(source) is not None and pool_of(target) is not None
+    return Direction.of(source, target) == Direction.BETWEEN_POOLS
+
+
+FIRST_PHASE = {Direction.BETWEEN_POOLS: BETWEEN_POOLS[0], Direction.TO_SLURM: TO_SLURM[0], Direction.TO_INFERENCE: TO_INFERENCE[0]}
 
 
 def first_phase(target: str, source: str = NONE) -> Phase:
-    if between_pools(source, target):
-        return BETWEEN_POOLS[0]
-    return TO_SLURM[0] if target == SLURM else TO_INFERENCE[0]
+    return FIRST_PHASE[Direction.of(source, target)]
 
 
 def abortable(move: MoveRecord) -> bool:
@@ -204,10 +208,10 @@ def restore_cordon(node: NodeView, spec: SlurmNodePoolSpec, step: Step, during: 
     node that runs (or is about to run) Slurm jobs would share its GPUs. Nothing is removed."""
     if node.unschedulable and node.has_taint(SLURM_TAINT_KEY, "NoSchedule"):
         return
-    if any(reason == "CordonRestored" for _, reason, _ in step.events):
+    if any(e.reason == Reason.CordonRestored for e in step.events):
         return  # already done by an earlier phase of this same step
     step.actions.append(slurm_shape(spec, node, keep_pool_labels=True))
-    step.events.append(("Warning", "CordonRestored", f"{node.name} was uncordoned or lost its {SLURM_TAINT_KEY} taint {during}; "
+    step.events.append(Event.warning(Reason.CordonRestored, f"{node.name} was uncordoned or lost its {SLURM_TAINT_KEY} taint {during}; "
                         "restored: the node belongs to Slurm (to hand it to inference, scale or `kubectl slurmpool move`)"))
 
 
@@ -233,7 +237,7 @@ def ensure_slurmd_pod(node: NodeView, step: Step) -> bool:
     if pod.ended and not pod.deleting:
         step.actions.append(DeleteSlurmdPod(pod))
         why = f"{pod.phase}, reason {pod.reason or 'none given'}" + (f": {pod.message}" if pod.message else "")
-        step.events.append(("Warning", "SlurmdPodReplaced", f"{node.name}: slurmd pod {pod.key} ended ({why}); "
+        step.events.append(Event.warning(Reason.SlurmdPodReplaced, f"{node.name}: slurmd pod {pod.key} ended ({why}); "
                             "deleting it and starting a new one"))
     return not (pod.ended or pod.deleting)
 
@@ -270,17 +274,17 @@ def advance(
                 return step
             case Finish():
                 step.move, step.settled, step.finished = None, move.target, move
-                step.events.append(("Normal", "MoveCompleted", f"{node.name} now serves {move.target} (move {move.id})"))
+                step.events.append(Event.normal(Reason.MoveCompleted, f"{node.name} now serves {move.target} (move {move.id})"))
                 return step
             case Rollback(why=why):
                 back = reverse(move, spec, now, cause="rollback")
-                step.events.append(("Warning", "MoveRolledBack", f"{node.name}: {why}; returning to {back.target} (move {move.id})"))
+                step.events.append(Event.warning(Reason.MoveRolledBack, f"{node.name}: {why}; returning to {back.target} (move {move.id})"))
                 step.hold_until = now + timedelta(seconds=seconds(spec.drain.timeout))
                 step.actions, step.blocked_by, step.rolled_back = [], [], move
                 move = back
                 step.entered.append(back.phase)
             case Advance(to=phase):  # its ensure runs on the same observations
-                step.events.append(("Normal", "MovePhase", f"{node.name}: {move.phase} -> {phase} (move {move.id} to {move.target})"))
+                step.events.append(Event.normal(Reason.MovePhase, f"{node.name}: {move.phase} -> {phase} (move {move.id} to {move.target})"))
                 move = move.model_copy(update={"phase": phase, "since": now})
                 step.entered.append(phase)
     step.move = move
@@ -295,7 +299,7 @@ def advance(
 # cordoned (a quarantine: on the inference side the cordon is people's); from StartingSlurmd on
 # it is held drained in Slurm, so it stays there, drained, never resumed while unhealthy.
 # Between inference pools nothing crosses: it goes on.
-STOP_AT_SOURCE = {"ToInference": (Phase.DRAINING, Phase.STOPPING_SLURMD), "ToSlurm": (Phase.CORDONING, Phase.EVICTING)}
+STOP_AT_SOURCE = {Direction.TO_INFERENCE: (Phase.DRAINING, Phase.STOPPING_SLURMD), Direction.TO_SLURM: (Phase.CORDONING, Phase.EVICTING)}
 STOP_IN_SLURM = (Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING)
 
 
@@ -303,7 +307,7 @@ def stop_side(move: MoveRecord) -> str | None:
     """Where a move of an unhealthy node stops now: its source, Slurm, or None (it goes on)."""
     if move.phase in STOP_AT_SOURCE.get(move.direction, ()):
         return move.source
-    if move.direction == "ToSlurm" and move.phase in STOP_IN_SLURM:
+    if move.direction == Direction.TO_SLURM and move.phase in STOP_IN_SLURM:
         return SLURM
     return None
 
@@ -320,7 +324,7 @@ def _stop(move: MoveRecord, node: NodeView, slurm: SlurmView, spec, now: datetim
         drain(step, node, drain_reason(move), now)  # held drained until healthy
     where = {SLURM: "stays in Slurm, drained until it is healthy", NONE: "stays unadopted"}.get(
         side, f"stays in {side}, cordoned (uncordon it once it is fixed)")
-    step.events.append(("Warning", "MoveStopped", f"{node.name} is unhealthy ({why}): move {move.id} to {move.target} stopped "
+    step.events.append(Event.warning(Reason.MoveStopped, f"{node.name} is unhealthy ({why}): move {move.id} to {move.target} stopped "
                         f"in {move.phase}; the node {where}"))
     return step
 
@@ -330,7 +334,7 @@ def reverse(move: MoveRecord, spec: SlurmNodePoolSpec, now: datetime, cause: str
     source = move.source
     if source == NONE:  # an adopted node goes back to the most important inference pool
         top = max(spec.inference.pools, key=lambda p: (p.priority, [-ord(c) for c in p.name]))
-        source = SLURM if move.target != SLURM else f"inference:{top.name}"
+        source = SLURM if move.target != SLURM else inference(top.name)
     return MoveRecord(
         id=f"{move.id}-rb",
         source=move.target,
@@ -375,7 +379,7 @@ def _draining(move, node, slurm: SlurmView, spec, now, step: Step) -> Outcome:
         step.message = f"already drained by someone else ({sn.reason}: {foreign}); not touching that drain"
     if sn.drain_set and not sn.busy and not jobs:
         if foreign:  # the node leaves Slurm drained either way; their drain stays
-            step.events.append(("Warning", "ForeignDrain", f"{node.name} is drained by someone else ({sn.reason}: {foreign}) "
+            step.events.append(Event.warning(Reason.ForeignDrain, f"{node.name} is drained by someone else ({sn.reason}: {foreign}) "
                                 f"during move {move.id}; the move goes on and that drain is left in place"))
         return Advance(Phase.STOPPING_SLURMD)
     step.blocked_by = [f"job/{j.job_id}" for j in jobs]
@@ -389,10 +393,10 @@ def _draining(move, node, slurm: SlurmView, spec, now, step: Step) -> Outcome:
         return Rollback(f"drain timed out after {spec.drain.timeout}")
     if policy == "Requeue" and running:
         step.actions.append(Requeue(running))
-        step.events.append(("Warning", "JobsRequeued", f"{node.name}: drain timed out; requeued job(s) {', '.join(running)}"))
+        step.events.append(Event.warning(Reason.JobsRequeued, f"{node.name}: drain timed out; requeued job(s) {', '.join(running)}"))
     elif policy == "Cancel" and running:
         step.actions.append(Cancel(running))
-        step.events.append(("Warning", "JobsCancelled", f"{node.name}: drain timed out; cancelled job(s) {', '.join(running)}"))
+        step.events.append(Event.warning(Reason.JobsCancelled, f"{node.name}: drain timed out; cancelled job(s) {', '.join(running)}"))
     step.message = f"drain timed out after {spec.drain.timeout} (onTimeout {policy}); " + step.message
     return WAIT
 
@@ -553,7 +557,7 @@ def _resuming(move, node, slurm: SlurmView, spec, now, step: Step) -> Outcome:
         step.drop_claim = True
         return FINISH
     if foreign := why_not_ours(node, sn):
-        step.events.append(("Warning", "ForeignDrain", f"{node.name} is drained by someone else ({sn.reason}: {foreign}); left drained"))
+        step.events.append(Event.warning(Reason.ForeignDrain, f"{node.name} is drained by someone else ({sn.reason}: {foreign}); left drained"))
         step.drop_claim = True
         return FINISH
     step.actions.append(Resume(node.name))

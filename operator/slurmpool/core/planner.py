@@ -28,7 +28,7 @@ from slurmpool.core import topology
 from slurmpool.core.health import NodeHealth
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.moves import abortable
-from slurmpool.core.view import LABEL_SIDE, NONE, SLURM, NodeView, SlurmView, inference
+from slurmpool.core.view import LABEL_SIDE, NONE, SLURM, NodeView, SlurmView, counts_at, inference, pool_of, side_of
 
 NEVER = float("inf")
 
@@ -130,8 +130,7 @@ def healthy_split(
 
 def current_placement(node: NodeView) -> str:
     """Where a node counts: the target of its move in flight, else where it is settled."""
-    move = node.move
-    return move.target if move else node.placement
+    return counts_at(node)
 
 
 def counted_placement(node: NodeView, valid: set[str]) -> str:
@@ -194,7 +193,7 @@ def move_now_target(node: NodeView, spec: SlurmNodePoolSpec, desired: dict[str, 
         return None
     pools = sorted(spec.inference.pools, key=lambda p: (-p.priority, p.name))
     if value == "inference":
-        if node.placement.startswith("inference:"):
+        if pool_of(node.placement) is not None:
             return node.placement
         short = [inference(p.name) for p in pools if count.get(inference(p.name), 0) < desired.get(inference(p.name), 0)]
         return (short or [inference(pools[0].name)])[0] if pools else None
@@ -371,9 +370,9 @@ def _takes_side_to_floor(spec: SlurmNodePoolSpec, count: dict[str, int], group: 
     """A rebalance never takes a side below its floor (minSlurmNodes, minInferenceNodes), nor
     further below it: the desired split honours the floors, but it may count unadopted nodes
     that cannot join yet (not Ready), and the side they would fill must not pay for them now."""
-    side, to = group.split(":")[0], target.split(":")[0]
+    side, to = side_of(group), side_of(target)
     if group == NONE or side == to:
         return False
     if side == SLURM:
         return count.get(SLURM, 0) <= spec.min_slurm_nodes
-    return sum(n for g, n in count.items() if g.startswith("inference:")) <= spec.min_inference_nodes
+    return sum(n for g, n in count.items() if pool_of(g) is not None) <= spec.min_inference_nodes

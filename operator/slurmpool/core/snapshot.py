@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from slurmpool.core.demand import PendingPod
+from slurmpool.core.events import Event
 from slurmpool.core.health import NodeHealth
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import SlurmNodePoolSpec, SlurmNodePoolStatus
@@ -16,9 +17,6 @@ from slurmpool.core.planner import Start
 from slurmpool.core.handover import HandoverPlan
 from slurmpool.core.target import Decision
 from slurmpool.core.view import MoveRecord, NodeView, PodView, RecordProblem, SlurmView
-
-Event = tuple[str, str, str]  # (type, reason, message)
-
 
 @dataclass(frozen=True)
 class PoolSnapshot:
@@ -38,16 +36,6 @@ class PoolSnapshot:
     owned_reservations: frozenset[str] | None = None  # every existing pool's reservation name (None: unknown)
 
 
-@dataclass(frozen=True)
-class NodeEvent:
-    """An Event posted on both the pool and the node."""
-
-    node: str
-    type: str
-    reason: str
-    message: str
-
-
 @dataclass
 class PoolDecision:
     """What one pass does, computed without I/O (decide.py); apply.py carries it out."""
@@ -59,16 +47,18 @@ class PoolDecision:
     nodes_after: list[NodeView]  # the nodes as the steps leave them (for the status)
     starts: list[tuple[Start, MoveRecord]] = field(default_factory=list)
     pool_events: list[Event] = field(default_factory=list)  # on the pool only
-    node_events: list[NodeEvent] = field(default_factory=list)  # on the pool and the node
+    node_events: list[Event] = field(default_factory=list)  # on the pool and the node
     invalid: dict[str, tuple[RecordProblem, ...]] = field(default_factory=dict)  # nodes left alone
     orphans_to_delete: list[PodView] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # deleted Nodes whose slurmd pod is kept
     publish: dict[str, str] = field(default_factory=dict)  # node -> new slurmpool.io/slurm value
-    clear_move_now: list[NodeEvent] = field(default_factory=list)  # remove the annotation, then post
+    clear_move_now: list[Event] = field(default_factory=list)  # remove the annotation, then post
     health: dict[str, NodeHealth] = field(default_factory=dict)  # nodes with findings (health.py)
     held: list[str] = field(default_factory=list)  # unhealthy nodes whose pin or move-now waits (planner.Plan.refused)
     slurm_names: dict[str, str | None] = field(default_factory=dict)  # node -> its Slurm name, where not its own (slurmnames.py)
     handover: HandoverPlan | None = None  # the planned handover's reservation (handover.py)
+    # node -> the merge patch of its step's record and shape (patch.node_patch, at the snapshot's now); apply sends it
+    patches: dict[str, dict] = field(default_factory=dict)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from slurmpool.core.health import NodeHealth
 from slurmpool.core.moves import REFUSED
 from slurmpool.core.phases import Phase
 from slurmpool.core.snapshot import ApplyResult, PoolDecision, PoolSnapshot
-from slurmpool.core.view import LABEL_COMPONENT, LABEL_POOL, NONE, SLURM, MoveRecord, NodeView, inference, iso, side_of
+from slurmpool.core.view import LABEL_COMPONENT, LABEL_POOL, SLURM, MoveRecord, NodeView, counts_at, inference, iso, side_of
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def status_from(
     broken = {name for name, h in seen.health.items() if h.unhealthy}
     for node in nodes:
         move: MoveRecord | None = node.move
-        here = move.target if move else node.placement
+        here = counts_at(node)
         if node.name in broken and here in unhealthy:
             unhealthy[here] += 1
         if move is None:
@@ -206,8 +206,7 @@ def status_from(
 
 
 def _side(node: NodeView) -> str:
-    here = node.move.target if node.move else node.placement
-    return NONE if here == NONE else side_of(here)
+    return side_of(counts_at(node))
 
 
 def _split_reached(basis: StatusBasis, status: SlurmNodePoolStatus) -> bool:

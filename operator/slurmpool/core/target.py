@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from slurmpool.core import schedule as sched
-from slurmpool.core.demand import Outcome, Signals, decide
+from slurmpool.core.demand import DemandOutcome, Signals, decide_demand
+from slurmpool.core.events import Event, Reason
 from slurmpool.core.models import DemandStatus, SlurmNodePoolSpec, TargetStatus
 from slurmpool.core.view import iso, parse_time
 
-Event = tuple[str, str, str]  # (type, reason, message)
 
 
 @dataclass
@@ -99,11 +99,11 @@ def decide_target(
     if changed:
         manual_until = state.next_change if active else None
         where = f" during window {active.name}; holds until {next_change or 'the window closes'}" if active else ""
-        events.append(("Normal", "ManualChange", f"spec.slurmNodes {seen} -> {spec.slurm_nodes} by {by or 'unknown'}{where}"))
+        events.append(Event.normal(Reason.ManualChange, f"spec.slurmNodes {seen} -> {spec.slurm_nodes} by {by or 'unknown'}{where}"))
     if manual_until is not None and now >= manual_until:
         manual_until = None
         if active:
-            events.append(("Normal", "ManualHoldEnded", f"the manual count held until the schedule edge; window {active.name} applies"))
+            events.append(Event.normal(Reason.ManualHoldEnded, f"the manual count held until the schedule edge; window {active.name} applies"))
 
     # -- the base: a held manual change, else the open window, else spec.slurmNodes
     pool_counts = {p.name: p.nodes for p in spec.inference.pools if p.nodes is not None}
@@ -128,10 +128,10 @@ def decide_target(
             reason = f"spec.slurmNodes (set by {by or 'unknown'})"
 
     if previous is not None and active and (previous.window != active.name or _window_key(previous) != base_key) and source == "Schedule":
-        events.append(("Normal", "ScheduleWindowStarted", f"window {active.name} opened: {base} Slurm node(s) until {iso(active.end)}"))
+        events.append(Event.normal(Reason.ScheduleWindowStarted, f"window {active.name} opened: {base} Slurm node(s) until {iso(active.end)}"))
     if previous is not None and previous.window and (not active or previous.window != active.name):
         if not active:
-            events.append(("Normal", "ScheduleWindowEnded", f"window {previous.window} closed: spec.slurmNodes {spec.slurm_nodes} applies"))
+            events.append(Event.normal(Reason.ScheduleWindowEnded, f"window {previous.window} closed: spec.slurmNodes {spec.slurm_nodes} applies"))
 
     target = TargetStatus(
         slurm_nodes=base,
@@ -152,20 +152,20 @@ def decide_target(
     if spec.demand is not None and spec.demand.enabled:
         prev_demand = previous.demand if previous else None
         if signals is not None:
-            outcome = decide(spec, total, base, base_key, since if source == "Schedule" else manual_since, prev_demand, signals, now)
+            outcome = decide_demand(spec, total, base, base_key, since if source == "Schedule" else manual_since, prev_demand, signals, now)
         elif prev_demand is not None and prev_demand.base_key == base_key and prev_demand.slurm_nodes is not None:
             held = prev_demand.model_copy(update={"message": "no fresh signals (Slurm unreachable): demand's count holds"})
-            outcome = Outcome(prev_demand.slurm_nodes, held)
+            outcome = DemandOutcome(prev_demand.slurm_nodes, held)
         else:
-            outcome = Outcome(base, DemandStatus(slurm_nodes=base, base=base, base_key=base_key, last_change=iso(now), message="no signals yet"))
+            outcome = DemandOutcome(base, DemandStatus(slurm_nodes=base, base=base, base_key=base_key, last_change=iso(now), message="no signals yet"))
         target.demand = outcome.status
         for name, n in outcome.status.pools.items():
             target.inference[name] = max(n, target.inference.get(name, 0))
         if outcome.changed:
-            events.append(("Normal", "DemandChanged", outcome.message))
+            events.append(Event.normal(Reason.DemandChanged, outcome.message))
         seen = set(prev_demand.unstartable_jobs) if prev_demand is not None else set()
         if fresh := [why for why in outcome.status.unstartable_jobs if why not in seen]:
-            events.append(("Warning", "UnstartableJobs", "no split of this pool could start: " + "; ".join(fresh) + " (not counted as demand)"))
+            events.append(Event.warning(Reason.UnstartableJobs, "no split of this pool could start: " + "; ".join(fresh) + " (not counted as demand)"))
         if outcome.slurm_nodes != base:
             target.slurm_nodes = outcome.slurm_nodes
             target.source = "Demand"

@@ -9,11 +9,9 @@ an operator restart.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Literal
 
 from pydantic import BaseModel, ValidationError, model_validator
 
@@ -21,6 +19,8 @@ from slurmbridge.models import SlurmJob, SlurmNode, SlurmReservation, TopologyGr
 
 from slurmpool.core.fit import PodNeeds
 from slurmpool.core.phases import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, Phase
+# Placements are parsed and printed in placement.py only; re-exported here for every caller.
+from slurmpool.core.placement import NONE, SLURM, Direction, Placement, Side, inference, placement_problem, pool_of, side_of  # noqa: F401
 
 PREFIX = "slurmpool.io"
 ANN_POOL = f"{PREFIX}/pool"  # namespace/name of the pool that owns the node
@@ -42,31 +42,11 @@ LABEL_COMPONENT = f"{PREFIX}/component"  # "slurmd" on slurmd pods (the lab agen
 SLURM_TAINT_KEY = f"{PREFIX}/slurm"  # NoSchedule taint that keeps inference pods off Slurm nodes
 REASON_PREFIX = "slurmpool:"  # every Slurm drain we set; we never touch a drain without it
 
-SLURM = "slurm"
-NONE = "none"
-
-
-def inference(pool: str) -> str:
-    return f"inference:{pool}"
-
-
-def pool_of(placement: str) -> str | None:
-    return placement.split(":", 1)[1] if placement.startswith("inference:") else None
-
-
-def side_of(placement: str) -> str:
-    return placement.split(":", 1)[0]
-
-
-_PLACEMENT = re.compile(r"^(slurm|inference:[a-z0-9]([-a-z0-9]*[a-z0-9])?)$")
-
-
-def placement_problem(value: str, allow: tuple[str, ...] = ()) -> str | None:
-    """Why `value` is no placement (`slurm` or `inference:<pool>`), or None."""
-    if value in allow or (len(value) <= 50 and _PLACEMENT.match(value)):
-        return None
-    shown = value if len(value) <= 60 else value[:57] + "..."
-    return f"{shown!r} is no placement: expected 'slurm' or 'inference:<pool>'" + (f" (or {', '.join(map(repr, allow))})" if allow else "")
+def counts_at(node: NodeView) -> str:
+    """The placement a node counts at: its move's target while one is in flight, else where it is
+    settled (NONE: not adopted). The split, the status, demand and the metrics all count by it."""
+    move = node.move
+    return move.target if move else node.placement
 
 
 def iso(t: datetime) -> str:
@@ -145,9 +125,6 @@ class RecordProblem:
         return f"{self.annotation}: {self.message}"
 
 
-Direction = Literal["ToSlurm", "ToInference", "BetweenPools"]
-
-
 class MoveRecord(BaseModel):
     """A move in flight, stored as JSON in the node's slurmpool.io/move annotation."""
 
@@ -162,9 +139,7 @@ class MoveRecord(BaseModel):
 
     @property
     def direction(self) -> Direction:
-        if pool_of(self.source) and pool_of(self.target):
-            return "BetweenPools"
-        return "ToSlurm" if self.target == SLURM else "ToInference"
+        return Direction.of(self.source, self.target)
 
     @model_validator(mode="after")
     def _consistent(self) -> MoveRecord:
@@ -174,7 +149,7 @@ class MoveRecord(BaseModel):
                 raise ValueError(f"{which} {problem}")
         if self.since.tzinfo is None or self.started.tzinfo is None:
             raise ValueError("since and started need a time zone")
-        phases = {"BetweenPools": BETWEEN_POOLS, "ToSlurm": TO_SLURM, "ToInference": TO_INFERENCE}[self.direction]
+        phases = {Direction.BETWEEN_POOLS: BETWEEN_POOLS, Direction.TO_SLURM: TO_SLURM, Direction.TO_INFERENCE: TO_INFERENCE}[self.direction]
         if self.phase not in phases:
             raise ValueError(f"phase {self.phase.value} is not a phase of a move to {self.target} ({', '.join(phases)})")
         return self
@@ -317,8 +292,10 @@ class NodeView:
         problems: list[RecordProblem] = []
         move = held = None
         placement = get(ANN_PLACEMENT) or NONE
-        if placement != NONE and (why := placement_problem(placement)):
-            problems.append(RecordProblem(ANN_PLACEMENT, why))
+        try:
+            Placement.parse(placement)
+        except ValueError as err:
+            problems.append(RecordProblem(ANN_PLACEMENT, str(err)))
             placement = NONE
         if text := get(ANN_MOVE):
             try:
