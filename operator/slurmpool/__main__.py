@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
+from dataclasses import replace
 
 
 LOG_FORMATS = ("text", "json")
@@ -33,15 +33,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"slurmpool {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the operator")
-    run.add_argument("--metrics-port", type=int, default=int(os.environ.get("SLURMPOOL_METRICS_PORT", "8080")))
-    run.add_argument("--metrics-address", default=os.environ.get("SLURMPOOL_METRICS_ADDRESS", "0.0.0.0"))
-    run.add_argument("--liveness", default=os.environ.get("SLURMPOOL_LIVENESS", ""), help="e.g. http://0.0.0.0:8081/healthz")
-    run.add_argument("--interval", type=float, default=None, help="seconds between reconcile passes (default 1)")
+    # Each flag's default is its setting (SLURMPOOL_METRICS_PORT, ... : controller/settings.py).
+    run.add_argument("--metrics-port", type=int, help="0: no metrics server (default 8080)")
+    run.add_argument("--metrics-address", help="default 0.0.0.0")
+    run.add_argument("--liveness", help="e.g. http://0.0.0.0:8081/healthz")
+    run.add_argument("--interval", type=float, help="seconds between reconcile passes (default 1)")
     run.add_argument("--verbose", action="store_true")
     run.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
-        default=os.environ.get("SLURMPOOL_LOG_FORMAT") or "text",
         help="text (default) or json: kopf's JSON lines, one object per record (docs/install.md#logs)",
     )
     sub.add_parser("crd", help="print the CRD YAML")
@@ -53,18 +53,27 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(render())
         return 0
 
-    if args.interval is not None:
-        os.environ["SLURMPOOL_INTERVAL"] = str(args.interval)
+    from slurmpool.controller.settings import Settings
+
+    try:
+        settings = Settings.from_env()  # the one reading of the environment
+    except ValueError as err:
+        raise SystemExit(f"slurmpool: {err}") from None
+    flags = {"interval": args.interval, "metrics_port": args.metrics_port, "metrics_address": args.metrics_address,
+             "liveness": args.liveness, "log_format": args.log_format}
+    settings = replace(settings, **{k: v for k, v in flags.items() if v is not None})
+    if settings.interval <= 0:
+        parser.error("--interval must be above 0")
     import kopf
 
-    configure_logging(args.log_format, args.verbose)
+    configure_logging(settings.log_format, args.verbose)
     from prometheus_client import start_http_server
 
     from slurmpool.controller import handlers  # noqa: F401 - registers the kopf handlers
 
-    if args.metrics_port:
-        start_http_server(args.metrics_port, addr=args.metrics_address)
-    kopf.run(clusterwide=True, standalone=True, liveness_endpoint=args.liveness or None)
+    if settings.metrics_port:
+        start_http_server(settings.metrics_port, addr=settings.metrics_address)
+    kopf.run(clusterwide=True, standalone=True, liveness_endpoint=settings.liveness or None, memo=kopf.Memo(settings=settings))
     return 0
 
 

@@ -56,7 +56,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, pools_index,
     settings.persistence.finalizer = "slurmpool.io/finalizer"
     settings.persistence.diffbase_storage = NoDiffBase()
     settings.posting.level = logging.INFO
-    memo.controller = PoolController.connect(Settings.from_env(), _api_client(), pools_index)
+    # `slurmpool run` hands its settings in kopf's memo; read here only when kopf runs the module itself.
+    config = memo.get("settings") or Settings.from_env()
+    memo.controller = PoolController.connect(config, _api_client(), pools_index)
     memo.controller.start()
 
 

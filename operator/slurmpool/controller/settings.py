@@ -1,5 +1,6 @@
-"""The operator's settings, read once from the environment at startup (the chart sets them).
-Nothing else reads the environment, so a test can build a Settings of its own."""
+"""The operator's settings, read once from the environment at startup (the chart sets them);
+`slurmpool run`'s flags override them (__main__.py) and kopf's memo carries them to the
+controller. Nothing else reads the environment, so a test can build a Settings of its own."""
 
 from __future__ import annotations
 
@@ -28,12 +29,17 @@ class Settings:
     crash_after_phase: str | None = None
     # What a pool may ask of its nodes (the chart's poolPolicy, as JSON in SLURMPOOL_POOL_POLICY).
     pool_policy: PoolPolicy = field(default_factory=PoolPolicy)
+    # The process: the metrics server (port 0: none), kopf's liveness endpoint, the log lines.
+    metrics_port: int = 8080
+    metrics_address: str = "0.0.0.0"
+    liveness: str = ""  # e.g. http://0.0.0.0:8081/healthz
+    log_format: str = "text"  # or json
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         env = dict(os.environ if env is None else env)
 
-        def number(name: str, default: float, kind=float):
+        def number(name: str, default: float, kind=float, least=None):
             value = env.get(name)
             if value in (None, ""):
                 return default
@@ -41,8 +47,8 @@ class Settings:
                 parsed = kind(value)
             except ValueError:
                 raise ValueError(f"{name}={value!r} is not a number") from None
-            if parsed <= 0:
-                raise ValueError(f"{name}={value!r} must be above 0")
+            if (parsed <= 0) if least is None else (parsed < least):
+                raise ValueError(f"{name}={value!r} must be above 0" if least is None else f"{name}={value!r} must be at least {least}")
             return parsed
 
         lease_duration = number("SLURMPOOL_LEASE_DURATION", cls.lease_duration)
@@ -60,4 +66,8 @@ class Settings:
             identity=env.get("SLURMPOOL_IDENTITY") or env.get("POD_NAME") or None,
             crash_after_phase=env.get("SLURMPOOL_CRASH_AFTER_PHASE") or None,
             pool_policy=PoolPolicy.from_json(env.get("SLURMPOOL_POOL_POLICY")),
+            metrics_port=number("SLURMPOOL_METRICS_PORT", cls.metrics_port, int, least=0),
+            metrics_address=env.get("SLURMPOOL_METRICS_ADDRESS") or cls.metrics_address,
+            liveness=env.get("SLURMPOOL_LIVENESS") or cls.liveness,
+            log_format=env.get("SLURMPOOL_LOG_FORMAT") or cls.log_format,
         )
