@@ -291,7 +291,6 @@ class NodeView:
     taints: tuple[dict, ...] = ()
     unschedulable: bool = False
     ready: bool = True
-    exists: bool = True
     pods: tuple[PodView, ...] = ()
     gpus: int = 0  # allocatable nvidia.com/gpu (metrics only)
     conditions: tuple[NodeCondition, ...] = ()  # status.conditions (health.py)
