@@ -356,9 +356,6 @@ class NodeView:
     def condition(self, type_: str) -> NodeCondition | None:
         return next((c for c in self.conditions if c.type == type_), None)
 
-    def hold_until(self) -> datetime | None:
-        return self.held_until
-
     @property
     def cordon_kept(self) -> bool:
         """The cordon is someone else's, found when the node was taken to Slurm (ANN_CORDON_KEPT)."""
