@@ -231,10 +231,6 @@ class Prometheus:
         except OSError:
             return False
 
-    def firing(self, alertname: str, **labels: str) -> list[dict]:
-        return [a for a in self.alerts() if a["labels"]["alertname"] == alertname and a["state"] == "firing"
-                and all(a["labels"].get(k) == v for k, v in labels.items())]
-
     def wait(self, predicate, timeout: float, what: str, interval: float = 0.25) -> Any:
         deadline = time.monotonic() + timeout
         last: Any = None

@@ -16,6 +16,7 @@ import asyncssh
 import pytest
 
 from slurmbridge import LocalRunner, ScontrolBackend, SlurmBackend, SlurmError, SlurmUnavailable, SshRunner
+from slurmbridge import backend as backend_module
 from slurmbridge.errors import command_failed
 from slurmbridge.ssh import remote_command
 
@@ -322,12 +323,25 @@ async def test_close_closes_the_runner():
 
 # ---------------------------------------------------------------- retries
 async def test_reads_retry_with_exponential_backoff():
-    b, r = backend(down(), down(), "Slurmctld(primary) at vm is UP\n", retries=2, backoff=0.05)
+    b, r = backend(down(), down(), "Slurmctld(primary) at vm is UP\n", retries=2, backoff=0.05, jitter=0)
     t0 = time.monotonic()
     await b.ping()
     assert len(r.calls) == 3 and b.commands_run == 3
     assert time.monotonic() - t0 >= 0.05 + 0.1 - 0.01  # 0.05 then 0.1
 
+
+
+async def test_retry_delays_double_up_to_max_backoff_and_jitter_only_shortens_them(monkeypatch):
+    slept = []
+
+    async def sleep(seconds):
+        slept.append(seconds)
+
+    monkeypatch.setattr(backend_module.asyncio, "sleep", sleep)
+    b, _ = backend(*[down()] * 5, "Slurmctld(primary) at vm is UP\n", retries=5, backoff=1.0, max_backoff=4.0)
+    await b.ping()
+    assert len(slept) == 5
+    assert all(0.8 * full <= got <= full for got, full in zip(slept, [1.0, 2.0, 4.0, 4.0, 4.0]))
 
 async def test_retries_are_bounded():
     b, r = backend(*[down()] * 10, retries=2)

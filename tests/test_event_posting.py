@@ -60,6 +60,19 @@ def test_too_many_requests_is_posted_again_not_dropped(monkeypatch):
     assert (dropped("refused"), dropped("gave_up")) == before
 
 
+
+def test_posts_again_after_1_2_4_s_and_jitter_only_shortens(monkeypatch):
+    slept = []
+
+    async def sleep(seconds, *args):
+        slept.append(seconds)
+        await _real_sleep(0.001)
+
+    monkeypatch.setattr(kube.asyncio, "sleep", sleep)
+    post([503] * 3, calls=4)  # within retry_for (5 s): given up only after a fourth failure
+    assert len(slept) == 3
+    assert all(0.8 * full <= got <= full for got, full in zip(slept, [1.0, 2.0, 4.0]))
+
 def test_a_request_the_apiserver_will_never_take_is_refused_at_once(monkeypatch):
     monkeypatch.setattr(kube.asyncio, "sleep", _fast_sleep)
     before = dropped("refused")

@@ -9,6 +9,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from slurmpool.core.interfaces import PoolRef
+from slurmpool.adapters import statuswriter
 from slurmpool.adapters.statuswriter import StatusWriter
 
 POOL = PoolRef("ns", "gpu", "uid-1", 1)
@@ -118,6 +119,27 @@ def test_a_failed_write_is_retried_with_the_newest_status_and_reported_once_per_
     assert writes == [("gpu", {"moving": 2})]
     assert reported == [("gpu", "500 Internal"), ("gpu", "429 TooManyRequests")]
 
+
+
+def test_the_retries_back_off_from_base_to_max_and_jitter_only_shortens(monkeypatch):
+    slept = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds, *args):
+        slept.append(seconds)
+        await real_sleep(0)
+
+    async def scenario():
+        api = Api([ApiException(status=500, reason="Internal")] * 5)
+        writer = StatusWriter(api.write, backoff_base=1.0, backoff_max=4.0)
+        monkeypatch.setattr(statuswriter.asyncio, "sleep", sleep)
+        writer.submit(POOL, {"moving": 1}, {})
+        await asyncio.wait_for(writer.flush(), 5)
+        return api.writes
+
+    assert run(scenario()) == [("gpu", {"moving": 1})]
+    assert len(slept) == 5
+    assert all(0.8 * full <= got <= full for got, full in zip(slept, [1.0, 2.0, 4.0, 4.0, 4.0]))
 
 def test_a_pool_that_is_gone_is_not_retried():
     async def scenario():

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Protocol, runtime_checkable
 
 from . import validate
+from .backoff import Backoff
 from .errors import SlurmError, SlurmUnavailable
 from .models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
 from .parse import parse_partition_max_times, parse_reservations, parse_scontrol_nodes, parse_squeue, parse_topology, squeue_format
@@ -30,6 +31,8 @@ _RELEASE_ALREADY = ("job is no longer pending execution", "job has already finis
 _CANCEL_ALREADY = ("already completing or completed", "invalid job id specified")
 _SETTLING = frozenset({"COMPLETING", "STAGE_OUT", "SIGNALING", "REQUEUED"})
 _RESERVATION_GONE = ("requested reservation is invalid", "invalid reservation", "reservation not found")
+# The poll while requeued jobs settle (both backends): 0.1 s, doubling, at most 2 s.
+SETTLE_POLL = Backoff(0.1, 2.0)
 
 
 @runtime_checkable
@@ -50,9 +53,10 @@ class SlurmBackend(Protocol):
 class ScontrolBackend:
     """SlurmBackend over scontrol/squeue/scancel run by a CommandRunner (local or SSH).
 
-    Every call is retried on SlurmUnavailable with exponential backoff (at most `retries` extra
-    attempts); mutations are safe to retry because they are idempotent. Other SlurmErrors are
-    raised at once. `commands_run` counts every command started, retries included.
+    Every call is retried on SlurmUnavailable with exponential backoff (`backoff`, doubling, at
+    most `max_backoff`, shortened by up to `jitter` of it; at most `retries` extra attempts);
+    mutations are safe to retry because they are idempotent. Other SlurmErrors are raised at once.
+    `commands_run` counts every command started, retries included.
     """
 
     def __init__(
@@ -63,6 +67,7 @@ class ScontrolBackend:
         backoff: float = 0.5,
         *,
         max_backoff: float = 5.0,
+        jitter: float = 0.2,
         tz: tzinfo = timezone.utc,
         requeue_settle: float = 30.0,
     ) -> None:
@@ -72,6 +77,7 @@ class ScontrolBackend:
         self.retries = max(0, retries)
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.retry_backoff = Backoff(backoff, max_backoff, jitter)
         self.tz = tz  # zone of the times Slurm prints; runners pin TZ=UTC, so UTC by default
         self.requeue_settle = requeue_settle
         self.commands_run = 0
@@ -85,7 +91,7 @@ class ScontrolBackend:
             except SlurmUnavailable as e:
                 if attempt == self.retries:
                     raise
-                delay = min(self.max_backoff, self.backoff * 2**attempt)
+                delay = self.retry_backoff.delay(attempt + 1)
                 log.warning("%s unavailable (attempt %d), retrying in %.2fs: %s", argv[0], attempt + 1, delay, e)
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")
@@ -224,7 +230,8 @@ class ScontrolBackend:
         26.05 releasing the leader leaves the other parts waiting out their BeginTime)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.requeue_settle
-        delay = 0.1
+        polls = SETTLE_POLL.delays()
+        delay = next(polls)
         parts = list(ids)
         while True:
             try:
@@ -242,7 +249,7 @@ class ScontrolBackend:
                 log.warning("requeued jobs %s still settling after %.0fs", ",".join(ids), self.requeue_settle)
                 return parts
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            delay = next(polls)
 
     async def cancel(self, job_ids: Sequence[str]) -> None:
         ids = validate.job_ids(job_ids)

@@ -59,7 +59,8 @@ from typing import Any
 from urllib.parse import quote
 
 from . import validate
-from .backend import _RELEASE_ALREADY, _REQUEUE_ALREADY, _RESERVATION_GONE, _RESUME_ALREADY, _SETTLING
+from .backend import _RELEASE_ALREADY, _REQUEUE_ALREADY, _RESERVATION_GONE, _RESUME_ALREADY, _SETTLING, SETTLE_POLL
+from .backoff import Backoff
 from .errors import UNAVAILABLE_MARKERS, SlurmError, SlurmUnavailable
 from .http import HttpClient, HttpProtocolError
 from .models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup, gpu_count
@@ -167,7 +168,7 @@ class StaticToken:
 class RestBackend:
     """SlurmBackend over slurmrestd. One HttpClient (a pool of keep-alive connections, see
     http.py for why not aiohttp) per backend, made on first use inside the running loop. Every call is retried on
-    SlurmUnavailable with exponential backoff, as ScontrolBackend does; `commands_run` counts
+    SlurmUnavailable with exponential backoff and jitter, as ScontrolBackend does; `commands_run` counts
     HTTP requests, retries included."""
 
     def __init__(
@@ -180,6 +181,7 @@ class RestBackend:
         retries: int = 2,
         backoff: float = 0.5,
         max_backoff: float = 5.0,
+        jitter: float = 0.2,
         requeue_settle: float = 30.0,
         versions: Sequence[str] = KNOWN_VERSIONS,
         connections: int = 8,
@@ -193,6 +195,7 @@ class RestBackend:
         self.retries = max(0, retries)
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.retry_backoff = Backoff(backoff, max_backoff, jitter)
         self.requeue_settle = requeue_settle
         self.versions = tuple(versions)
         self.connections = connections
@@ -255,7 +258,7 @@ class RestBackend:
             except SlurmUnavailable as e:
                 if attempt == self.retries:
                     raise
-                delay = min(self.max_backoff, self.backoff * 2**attempt)
+                delay = self.retry_backoff.delay(attempt + 1)
                 log.warning("slurmrestd unavailable (attempt %d), retrying in %.2fs: %s", attempt + 1, delay, e)
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")
@@ -524,7 +527,8 @@ class RestBackend:
         releases the leader only: measured on 26.05, its other parts kept BeginTime +120 s)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.requeue_settle
-        delay = 0.1
+        polls = SETTLE_POLL.delays()
+        delay = next(polls)
         while True:
             data = await self._call("GET", "/jobs/")
             seen: dict[str, list[tuple[int, str, set[str]]]] = {}
@@ -543,7 +547,7 @@ class RestBackend:
                                 self.requeue_settle)
                 return [number for i in ids for (number, state, _) in seen.get(i, ()) if state == "PENDING" and number]
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            delay = next(polls)
 
     async def _each(self, items: list, call: Callable[[Any], Awaitable[Any]]) -> None:
         """Run one call per item concurrently; every call runs, then the first failure is raised

@@ -20,6 +20,8 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
+from slurmbridge.backoff import Backoff
+
 from slurmpool.adapters import metrics
 from slurmpool.core.demand import is_pending_gpu_pod, pending_pod
 from slurmpool.core.models import SlurmNodePoolSpec
@@ -37,6 +39,8 @@ API_THREADS = 48
 # worker fell behind 500 moves at once and dropped thousands (e2e/load.py). An entry is a compact
 # tuple (the body is built when it is posted), so a full queue holds a few MiB.
 EVENT_WORKERS, EVENT_QUEUE = 4, 20000
+# A failed Event post is tried again after 1, 2, 4 ... 10 s; a failed watch lists again after 0.5 ... 5 s.
+EVENT_BACKOFF, RELIST_BACKOFF = Backoff(1.0, 10.0), Backoff(0.5, 5.0)
 # Writes no pass waits for (Events, Slurm's state published on nodes) go through threads of their
 # own: in the same queue as the record and status writes, a burst of them (100 moves publish on
 # hundreds of nodes) made every pool's pass wait seconds for its own writes.
@@ -101,20 +105,21 @@ class ListWatch:
         threading.Thread(target=self._run, name=f"{self.KIND.lower()}-watch", daemon=True).start()
 
     def _run(self) -> None:
-        delay = 0.5
+        failures = 0
         while True:
             try:
                 version = self._list()
-                delay = 0.5
+                failures = 0
                 while not self._relist.is_set():
                     version = self._watch(version)
             except Exception as err:  # noqa: BLE001 - relist after any failure, as kopf does
                 gone = isinstance(err, ApiException) and err.status == 410  # too old a version: relist now
                 if not gone:
                     # Short waits: while the API server is away the views are stale (as kopf's would be).
+                    failures += 1
+                    delay = RELIST_BACKOFF.delay(failures)
                     log.warning("watch of %s failed (%s); listing again in %.1f s", self.KIND, err, delay)
                     threading.Event().wait(delay)
-                    delay = min(delay * 2, 5.0)
 
     def _list(self) -> str:
         self._relist.clear()
@@ -445,7 +450,7 @@ class KubeAdapter:
     async def _post_events(self, retry_for: float = 120.0) -> None:
         while True:
             namespace, body = _event_body(*await self._events.get())
-            delay, waited = 1.0, 0.0
+            delays, waited = EVENT_BACKOFF.delays(), 0.0
             while True:
                 try:
                     await self._call(self.core.create_namespaced_event, namespace, body, later=True)
@@ -458,8 +463,9 @@ class KubeAdapter:
                         metrics.EVENTS_DROPPED.labels(why="refused" if refused else "gave_up").inc()
                         log.warning("could not post event %s (%s): %s", body["reason"], _status_of(err), err)
                         break
+                    delay = next(delays)
                     await asyncio.sleep(max(delay, _retry_after(err)))
-                    waited, delay = waited + delay, min(delay * 2, 10.0)
+                    waited += delay
 
     async def patch_pool_status(self, pool: PoolRef, status: dict) -> None:
         await self._call(

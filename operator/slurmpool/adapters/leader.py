@@ -45,10 +45,6 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _micro(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 class LeaderElector:
     def __init__(
         self,

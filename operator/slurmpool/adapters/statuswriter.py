@@ -8,7 +8,8 @@ status here and goes on:
 - one write in flight per pool; a status handed in meanwhile waits, and only the newest is
   written (a pool that takes five quick passes writes two statuses, not five);
 - a failed write is tried again after a backoff (1, 2, 4 ... x `backoff_base` (0.5) seconds, at
-  most `backoff_max` (10)), with the newest status by then; `on_error` hears of each distinct failure;
+  most `backoff_max` (10), shortened by up to `jitter` of it), with the newest status by then;
+  `on_error` hears of each distinct failure;
 - the status a pool's next pass builds on (`wanted`) is the newest handed in, not what the watch
   last showed, which lags our own writes.
 """
@@ -22,6 +23,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from kubernetes.client.exceptions import ApiException
+
+from slurmbridge.backoff import Backoff
 
 from slurmpool.adapters import metrics
 from slurmpool.core.interfaces import PoolRef
@@ -45,9 +48,10 @@ class _Pool:
 class StatusWriter:
     def __init__(self, write: Callable[[PoolRef, dict], Awaitable[None]],
                  on_error: Callable[[PoolRef, str], Awaitable[None]] | None = None,
-                 backoff_base: float = 0.5, backoff_max: float = 10.0):
+                 backoff_base: float = 0.5, backoff_max: float = 10.0, jitter: float = 0.2):
         self._write, self._on_error = write, on_error
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
+        self.backoff = Backoff(backoff_base, backoff_max, jitter)
         self._pools: dict[tuple[str, str, str], _Pool] = {}
 
     @staticmethod
@@ -123,7 +127,7 @@ class StatusWriter:
         """Count and report the failure, wait out the backoff; the newest wanted status is tried next."""
         metrics.STATUS_WRITES.labels(result="error").inc()
         state.failures, state.dirty = state.failures + 1, True
-        delay = min(self.backoff_max, self.backoff_base * 2 ** (state.failures - 1))
+        delay = self.backoff.delay(state.failures)
         log.warning("could not write the status of %s (try %d; again in %.1fs): %s",
                     state.ref.key, state.failures, delay, message)
         if self._on_error is not None and message != state.error:  # once per distinct failure

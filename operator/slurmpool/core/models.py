@@ -749,10 +749,3 @@ class SlurmNodePoolStatus(Model):
     last_error: str | None = None
     target: TargetStatus | None = Field(default=None, description="The current target and its source (an audit).")
     handover: HandoverStatus | None = Field(default=None, description="The planned handover ahead of the next schedule edge, if any.")
-
-
-class SlurmNodePool(Model):
-    api_version: Literal["slurmpool.io/v1alpha1"] = "slurmpool.io/v1alpha1"
-    kind: Literal["SlurmNodePool"] = "SlurmNodePool"
-    spec: SlurmNodePoolSpec
-    status: SlurmNodePoolStatus | None = None

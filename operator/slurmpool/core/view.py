@@ -266,7 +266,6 @@ class NodeView:
     taints: tuple[dict, ...] = ()
     unschedulable: bool = False
     ready: bool = True
-    exists: bool = True
     pods: tuple[PodView, ...] = ()
     gpus: int = 0  # allocatable nvidia.com/gpu (metrics only)
     conditions: tuple[NodeCondition, ...] = ()  # status.conditions (health.py)
@@ -333,9 +332,6 @@ class NodeView:
 
     def condition(self, type_: str) -> NodeCondition | None:
         return next((c for c in self.conditions if c.type == type_), None)
-
-    def hold_until(self) -> datetime | None:
-        return self.held_until
 
     @property
     def cordon_kept(self) -> bool:
