@@ -49,12 +49,12 @@ sys.path.insert(0, str(REPO))
 from slurmbridge import ScontrolBackend, SlurmJob  # noqa: E402
 from slurmpool.core.planner import plan  # noqa: E402
 from slurmpool.adapters.access import observe_slurm  # noqa: E402
-from slurmpool.controller.apply import apply  # noqa: E402
+from slurmpool.controller.apply import ApplyContext, apply  # noqa: E402
 from slurmpool.core.decide import decide, slurm_annotation  # noqa: E402
 from slurmpool.core.interfaces import PoolRef  # noqa: E402
 from slurmpool.core.snapshot import PoolSnapshot  # noqa: E402
-from slurmpool.core.topology import whole_slurm_blocks  # noqa: E402
 from slurmpool.core.view import ANN_PLACEMENT, ANN_SLURM, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView  # noqa: E402
+from tests.blocks import whole_slurm_blocks  # noqa: E402
 from tests.factories import NOW, make_spec, slurm_node  # noqa: E402
 
 RESULTS: dict[str, dict] = {}
@@ -160,7 +160,7 @@ async def _cycle(n: int, moves: int) -> tuple[int, int]:
     kube = CountingKube()
     pool = PoolRef("ns", "p")
     decision = decide(PoolSnapshot(pool=pool, spec=spec, nodes=tuple(nodes), slurm=view, now=NOW))
-    await apply(pool, spec, nodes, decision, kube, backend)
+    await apply(ApplyContext(pool, spec, nodes, kube, backend), decision)
     # + 1: the status write, at most once per cycle (only when the status changed)
     return backend.commands_run, kube.requests + 1
 

@@ -19,7 +19,7 @@ from slurmpool.core.phases import Phase
 from slurmpool.core.planner import current_placement, healthy_split, plan
 from slurmpool.core.snapshot import ApplyResult, PoolSnapshot
 from slurmpool.core.status import build_status
-from slurmpool.core.topology import whole_slurm_blocks
+from .blocks import whole_slurm_blocks
 from slurmpool.core.view import (
     ANN_DRAIN,
     ANN_FORCE,

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmpool.core.planner import plan
-from slurmpool.core.topology import whole_slurm_blocks
+from .blocks import whole_slurm_blocks
 from slurmpool.core.view import ANN_PLACEMENT, SLURM, NodeView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node

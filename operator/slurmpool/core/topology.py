@@ -125,15 +125,3 @@ def whole_block_sizes(
         if block is not None and movable(node):
             sizes[block] += 1
     return dict(sizes)
-
-
-def whole_slurm_blocks(
-    topology: TopologySpec, nodes: Iterable[NodeView], slurm: SlurmView, placement_of, broken: Collection[str] = ()
-) -> int:
-    """How many blocks Slurm can use whole (the benchmark's fragmentation figure)."""
-    blocks: dict[str, bool] = {}
-    for node in nodes:
-        block = block_of(topology, node, slurm)
-        if block is not None:
-            blocks[block] = blocks.get(block, True) and usable_in_slurm(node, placement_of(node), slurm, broken)
-    return sum(blocks.values())
