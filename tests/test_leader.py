@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from slurmpool.adapters.leader import LeaderElector
+from slurmpool.adapters.leader import Lease, LeaderElector
 
 
 class FakeLeases:
@@ -55,7 +55,7 @@ class Clock:
 
 
 def elector(leases: FakeLeases, clock: Clock, identity="b") -> LeaderElector:
-    e = LeaderElector(client.ApiClient(), namespace="ns", identity=identity, clock=clock)
+    e = LeaderElector(client.ApiClient(), Lease(namespace="ns", identity=identity), clock=clock)
     e.api = leases
     return e
 

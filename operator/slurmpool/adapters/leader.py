@@ -18,6 +18,7 @@ import asyncio
 import logging
 import socket
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from kubernetes import client
@@ -45,24 +46,26 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+@dataclass(frozen=True)
+class Lease:
+    """Which Lease, held by whom, for how long (settings.py: SLURMPOOL_LEASE_*)."""
+
+    name: str = "slurmpool"
+    namespace: str | None = None  # default: the pod's namespace
+    identity: str | None = None  # default: the host name
+    duration: float = 15.0  # taken over only once not renewed for this long
+    renew_every: float = 3.0
+
+
 class LeaderElector:
-    def __init__(
-        self,
-        api_client: client.ApiClient,
-        name: str = "slurmpool",
-        namespace: str | None = None,
-        identity: str | None = None,
-        duration: float = 15.0,
-        renew_every: float = 3.0,
-        clock=time.monotonic,
-    ):
+    def __init__(self, api_client: client.ApiClient, lease: Lease = Lease(), clock=time.monotonic):
         self.api = client.CoordinationV1Api(api_client)
-        self.name = name
-        self.namespace = namespace or default_namespace()
-        self.identity = identity or default_identity()
-        self.duration = duration
-        self.renew_every = renew_every
-        self.renew_deadline = duration * 2 / 3  # stop acting well before others may take over
+        self.name = lease.name
+        self.namespace = lease.namespace or default_namespace()
+        self.identity = lease.identity or default_identity()
+        self.duration = lease.duration
+        self.renew_every = lease.renew_every
+        self.renew_deadline = lease.duration * 2 / 3  # stop acting well before others may take over
         self._renewed_at = 0.0  # monotonic time of our last successful write
         self._leading = False
         self._clock = clock

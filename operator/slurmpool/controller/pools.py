@@ -23,7 +23,7 @@ from slurmbridge.backoff import Backoff
 from slurmpool.adapters import metrics
 from slurmpool.adapters.access import SlurmAccessPool, lists_reservations
 from slurmpool.adapters.kube import KubeAdapter, NodeWatch, PodWatch
-from slurmpool.adapters.leader import LeaderElector
+from slurmpool.adapters.leader import Lease, LeaderElector
 from slurmpool.adapters.statuswriter import StatusWriter
 from slurmpool.controller import poolmetrics, records, reports, snapshots
 from slurmpool.controller.apply import ApplyContext, apply
@@ -81,8 +81,8 @@ class PoolController:
     @classmethod
     def connect(cls, settings: Settings, api_client, pools_index) -> PoolController:
         kube = KubeAdapter(api_client)
-        leader = LeaderElector(kube.api, namespace=settings.lease_namespace, identity=settings.identity,
-                               duration=settings.lease_duration, renew_every=settings.lease_renew)
+        leader = LeaderElector(kube.api, Lease(namespace=settings.lease_namespace, identity=settings.identity,
+                                               duration=settings.lease_duration, renew_every=settings.lease_renew))
         controller = cls(settings, kube, leader, SlurmAccessPool(kube.read_secret))
         controller.status = StatusWriter(kube.patch_pool_status, controller.status_failed)
         controller.nodes = NodeWatch(kube.api, controller.node_changed)
