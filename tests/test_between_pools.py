@@ -12,7 +12,7 @@ from slurmpool.core.demand import PendingPod, Signals, decide_demand, signals
 from slurmpool.core.fit import PodNeeds, misfit, needs_of
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.moves import Drain, Resume, advance, disturbed_pods, first_phase
-from slurmpool.core.planner import desired_split, plan
+from slurmpool.core.planner import Goal, desired_split, plan
 from slurmpool.core.target import decide_target
 from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, LABEL_SIDE, Direction, MoveRecord, NodeView, PodView, SlurmView
 
@@ -149,7 +149,7 @@ def settled_nodes(llm: int, batch: int) -> list[NodeView]:
 def test_the_planner_moves_nodes_between_pools_and_turns_them_back():
     spec = make_spec(slurm_nodes=0, max_moves=4, pools=TWO_POOLS)
     nodes = settled_nodes(4, 0)
-    result = plan(spec, nodes, SlurmView(True), NOW, pool_counts={"batch": 2})
+    result = plan(spec, nodes, SlurmView(True), NOW, Goal(pool_counts={"batch": 2}))
     assert [(s.source, s.target) for s in result.starts] == [(LLM, BATCH)] * 2
     # The count drops back while those moves are in flight: they are turned back.
     moving = [
@@ -158,7 +158,7 @@ def test_the_planner_moves_nodes_between_pools_and_turns_them_back():
         if n.name in {s.node for s in result.starts} else n
         for n in nodes
     ]
-    again = plan(spec, moving, SlurmView(True), NOW, pool_counts={})
+    again = plan(spec, moving, SlurmView(True), NOW, Goal(pool_counts={}))
     assert sorted(again.aborts) == sorted(s.node for s in result.starts) and not again.starts
 
 
@@ -202,7 +202,7 @@ def test_demand_counts_pending_pods_per_pool_and_asks_for_that_pool():
     assert out.changed and out.slurm_nodes == 4  # at its bound: nodes come from the pools instead
     assert out.status.pools == {"batch": 2}
     # The planner then moves llm nodes to batch (llm keeps what is left).
-    result = plan(spec, nodes, slurm, NOW, 4, out.status.pools)
+    result = plan(spec, nodes, slurm, NOW, Goal(4, out.status.pools))
     assert result.desired[BATCH] == 2 and {(s.source, s.target) for s in result.starts} == {(LLM, BATCH)}
     # Once the moves are on their way, nothing more is asked, and the counts hold.
     sig2 = Signals(**{**sig.__dict__, "pool_incoming": (("batch", 2),), "pool_here": (("batch", 2), ("llm", 2))})
