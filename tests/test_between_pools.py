@@ -8,7 +8,7 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmpool.core.demand import PendingPod, Signals, decide_demand, signals
+from slurmpool.core.demand import Base, PendingPod, Signals, decide_demand, signals
 from slurmpool.core.fit import PodNeeds, misfit, needs_of
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.moves import Drain, Resume, advance, disturbed_pods, first_phase
@@ -193,12 +193,12 @@ def test_demand_counts_pending_pods_per_pool_and_asks_for_that_pool():
     both = signals(spec, nodes, slurm, [waiting("b-0", 8, "batch"), waiting("b-1", 8, "batch"), waiting("l-0", 4, "llm")])
     assert dict(both.pool_nodes) == {"batch": 2, "llm": 1} and dict(both.pool_here) == {"llm": 4}
     # Both pools wait and Slurm may not shrink: the higher priority keeps its nodes.
-    out = decide_demand(spec, 8, 4, "k", NOW - timedelta(hours=1), None, both, NOW)
+    out = decide_demand(spec, 8, Base(4, "k", NOW - timedelta(hours=1)), None, both, NOW)
     assert out.status.pools == {"batch": 2, "llm": 5}
     assert desired_split(spec, 8, 4, out.status.pools)[0] == {"slurm": 4, LLM: 4, BATCH: 0}
     # Only batch waits: it asks for its count, and llm gives.
     sig = signals(spec, nodes, slurm, [waiting("b-0", 8, "batch"), waiting("b-1", 8, "batch")])
-    out = decide_demand(spec, 8, 4, "k", NOW - timedelta(hours=1), None, sig, NOW)
+    out = decide_demand(spec, 8, Base(4, "k", NOW - timedelta(hours=1)), None, sig, NOW)
     assert out.changed and out.slurm_nodes == 4  # at its bound: nodes come from the pools instead
     assert out.status.pools == {"batch": 2}
     # The planner then moves llm nodes to batch (llm keeps what is left).
@@ -206,7 +206,7 @@ def test_demand_counts_pending_pods_per_pool_and_asks_for_that_pool():
     assert result.desired[BATCH] == 2 and {(s.source, s.target) for s in result.starts} == {(LLM, BATCH)}
     # Once the moves are on their way, nothing more is asked, and the counts hold.
     sig2 = Signals(**{**sig.__dict__, "pool_incoming": (("batch", 2),), "pool_here": (("batch", 2), ("llm", 2))})
-    again = decide_demand(spec, 8, 4, "k", NOW - timedelta(hours=1), out.status, sig2, NOW + timedelta(minutes=5))
+    again = decide_demand(spec, 8, Base(4, "k", NOW - timedelta(hours=1)), out.status, sig2, NOW + timedelta(minutes=5))
     assert not again.changed
     assert again.status.pools == {"batch": 2} and again.status.pool_wants == {}
 
