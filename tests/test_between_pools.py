@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from slurmpool.core.demand import Base, PendingPod, Signals, decide_demand, signals
 from slurmpool.core.fit import PodNeeds, misfit, needs_of
 from slurmpool.core.models import SlurmNodePoolSpec
-from slurmpool.core.moves import Drain, Resume, advance, disturbed_pods, first_phase
+from slurmpool.core.moves import Drain, Pass, Resume, advance, disturbed_pods, first_phase
 from slurmpool.core.planner import Goal, desired_split, plan
 from slurmpool.core.target import decide_target
 from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, LABEL_SIDE, Direction, MoveRecord, NodeView, PodView, SlurmView
@@ -91,7 +91,7 @@ def test_a_refused_eviction_blocks_then_rolls_back_to_the_old_pool():
     start(world, LLM, BATCH, NOW)
     # Relabel, then the refused eviction names the pod.
     run_move(world, spec, NOW, rounds=3)
-    step = advance(world.node.move, world.node, world.view(), spec, NOW + timedelta(seconds=3))
+    step = advance(world.node.move, world.node, Pass(world.view(), spec, NOW + timedelta(seconds=3)))
     assert world.node.move.phase == "EvictingMisfits" and step.blocked_by == ["pod/serve/llm-0"]
     assert "nodeSelector pool=llm" in step.message
     run_move(world, spec, NOW + timedelta(seconds=3), rounds=30)
