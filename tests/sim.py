@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 from slurmbridge import SlurmJob, SlurmNode
-from slurmpool.core.moves import Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, PatchNode, Requeue, Resume, advance
+from slurmpool.core.moves import Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, Pass, PatchNode, Requeue, Resume, advance
 from slurmpool.core.view import ANN_DRAIN, ANN_MOVE, ANN_PLACEMENT, DrainClaim, MoveRecord, NodeView, PodView, SlurmView
 
 VERSIONS = ("22.05", "24.11")
@@ -171,7 +171,7 @@ def run_move(world: World, spec, now: datetime, rounds=40, crash_at: int | None 
         if move is None:
             return world
         world.clock = now
-        step = advance(move, world.node, world.view(), spec, now)
+        step = advance(move, world.node, Pass(world.view(), spec, now))
         world.record(step.move, step.settled, step)
         groups = [
             [a for a in step.actions if isinstance(a, PatchNode)],

@@ -8,11 +8,11 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmpool.core.demand import PendingPod, Signals, decide_demand, signals
+from slurmpool.core.demand import Base, PendingPod, Signals, decide_demand, signals
 from slurmpool.core.fit import PodNeeds, misfit, needs_of
 from slurmpool.core.models import SlurmNodePoolSpec
-from slurmpool.core.moves import Drain, Resume, advance, disturbed_pods, first_phase
-from slurmpool.core.planner import desired_split, plan
+from slurmpool.core.moves import Drain, Pass, Resume, advance, disturbed_pods, first_phase
+from slurmpool.core.planner import Goal, desired_split, plan
 from slurmpool.core.target import decide_target
 from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, LABEL_SIDE, Direction, MoveRecord, NodeView, PodView, SlurmView
 
@@ -91,7 +91,7 @@ def test_a_refused_eviction_blocks_then_rolls_back_to_the_old_pool():
     start(world, LLM, BATCH, NOW)
     # Relabel, then the refused eviction names the pod.
     run_move(world, spec, NOW, rounds=3)
-    step = advance(world.node.move, world.node, world.view(), spec, NOW + timedelta(seconds=3))
+    step = advance(world.node.move, world.node, Pass(world.view(), spec, NOW + timedelta(seconds=3)))
     assert world.node.move.phase == "EvictingMisfits" and step.blocked_by == ["pod/serve/llm-0"]
     assert "nodeSelector pool=llm" in step.message
     run_move(world, spec, NOW + timedelta(seconds=3), rounds=30)
@@ -149,7 +149,7 @@ def settled_nodes(llm: int, batch: int) -> list[NodeView]:
 def test_the_planner_moves_nodes_between_pools_and_turns_them_back():
     spec = make_spec(slurm_nodes=0, max_moves=4, pools=TWO_POOLS)
     nodes = settled_nodes(4, 0)
-    result = plan(spec, nodes, SlurmView(True), NOW, pool_counts={"batch": 2})
+    result = plan(spec, nodes, SlurmView(True), NOW, Goal(pool_counts={"batch": 2}))
     assert [(s.source, s.target) for s in result.starts] == [(LLM, BATCH)] * 2
     # The count drops back while those moves are in flight: they are turned back.
     moving = [
@@ -158,7 +158,7 @@ def test_the_planner_moves_nodes_between_pools_and_turns_them_back():
         if n.name in {s.node for s in result.starts} else n
         for n in nodes
     ]
-    again = plan(spec, moving, SlurmView(True), NOW, pool_counts={})
+    again = plan(spec, moving, SlurmView(True), NOW, Goal(pool_counts={}))
     assert sorted(again.aborts) == sorted(s.node for s in result.starts) and not again.starts
 
 
@@ -193,20 +193,20 @@ def test_demand_counts_pending_pods_per_pool_and_asks_for_that_pool():
     both = signals(spec, nodes, slurm, [waiting("b-0", 8, "batch"), waiting("b-1", 8, "batch"), waiting("l-0", 4, "llm")])
     assert dict(both.pool_nodes) == {"batch": 2, "llm": 1} and dict(both.pool_here) == {"llm": 4}
     # Both pools wait and Slurm may not shrink: the higher priority keeps its nodes.
-    out = decide_demand(spec, 8, 4, "k", NOW - timedelta(hours=1), None, both, NOW)
+    out = decide_demand(spec, 8, Base(4, "k", NOW - timedelta(hours=1)), None, both, NOW)
     assert out.status.pools == {"batch": 2, "llm": 5}
     assert desired_split(spec, 8, 4, out.status.pools)[0] == {"slurm": 4, LLM: 4, BATCH: 0}
     # Only batch waits: it asks for its count, and llm gives.
     sig = signals(spec, nodes, slurm, [waiting("b-0", 8, "batch"), waiting("b-1", 8, "batch")])
-    out = decide_demand(spec, 8, 4, "k", NOW - timedelta(hours=1), None, sig, NOW)
+    out = decide_demand(spec, 8, Base(4, "k", NOW - timedelta(hours=1)), None, sig, NOW)
     assert out.changed and out.slurm_nodes == 4  # at its bound: nodes come from the pools instead
     assert out.status.pools == {"batch": 2}
     # The planner then moves llm nodes to batch (llm keeps what is left).
-    result = plan(spec, nodes, slurm, NOW, 4, out.status.pools)
+    result = plan(spec, nodes, slurm, NOW, Goal(4, out.status.pools))
     assert result.desired[BATCH] == 2 and {(s.source, s.target) for s in result.starts} == {(LLM, BATCH)}
     # Once the moves are on their way, nothing more is asked, and the counts hold.
     sig2 = Signals(**{**sig.__dict__, "pool_incoming": (("batch", 2),), "pool_here": (("batch", 2), ("llm", 2))})
-    again = decide_demand(spec, 8, 4, "k", NOW - timedelta(hours=1), out.status, sig2, NOW + timedelta(minutes=5))
+    again = decide_demand(spec, 8, Base(4, "k", NOW - timedelta(hours=1)), out.status, sig2, NOW + timedelta(minutes=5))
     assert not again.changed
     assert again.status.pools == {"batch": 2} and again.status.pool_wants == {}
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmbridge import SlurmJob
-from slurmpool.core.demand import PendingPod, Signals, bounds, decide_demand, job_waits_for_nodes, signals
+from slurmpool.core.demand import Base, PendingPod, Signals, bounds, decide_demand, job_waits_for_nodes, signals
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.demand import is_pending_gpu_pod, pending_pod
 from slurmpool.core.target import decide_target
@@ -85,29 +85,29 @@ def sig(jobs_nodes=0, pod_nodes=0, slurm_ready=4, inference_ready=4, idle=0) -> 
 def test_slurm_grows_up_to_its_max_and_waits_for_the_cooldown():
     spec = spec_with({"slurm": {"maxNodes": 6}, "cooldown": "1m"})
     start = NOW - timedelta(minutes=5)
-    out = decide_demand(spec, 8, 4, "k", start, None, sig(jobs_nodes=5), NOW)
+    out = decide_demand(spec, 8, Base(4, "k", start), None, sig(jobs_nodes=5), NOW)
     assert out.changed and out.slurm_nodes == 6 and "pending job" in out.message
     # the nodes are promised: the same jobs do not ask for more (and the bound holds anyway)
-    again = decide_demand(spec, 8, 4, "k", start, out.status, sig(jobs_nodes=5), NOW + timedelta(minutes=2))
+    again = decide_demand(spec, 8, Base(4, "k", start), out.status, sig(jobs_nodes=5), NOW + timedelta(minutes=2))
     assert not again.changed and again.slurm_nodes == 6
     # inference asks right after: the cooldown holds the count
-    held = decide_demand(spec, 8, 4, "k", start, out.status, sig(pod_nodes=3, slurm_ready=6, inference_ready=2), NOW + timedelta(seconds=30))
+    held = decide_demand(spec, 8, Base(4, "k", start), out.status, sig(pod_nodes=3, slurm_ready=6, inference_ready=2), NOW + timedelta(seconds=30))
     assert not held.changed and held.slurm_nodes == 6 and "cooldown until" in held.status.message
-    later = decide_demand(spec, 8, 4, "k", start, out.status, sig(pod_nodes=3, slurm_ready=6, inference_ready=2), NOW + timedelta(minutes=1))
+    later = decide_demand(spec, 8, Base(4, "k", start), out.status, sig(pod_nodes=3, slurm_ready=6, inference_ready=2), NOW + timedelta(minutes=1))
     assert later.changed and later.slurm_nodes == 3
 
 
 def test_idle_and_incoming_slurm_nodes_are_subtracted():
     spec = spec_with({"cooldown": "0s"})
-    assert not decide_demand(spec, 8, 4, "k", NOW, None, sig(jobs_nodes=2, idle=2), NOW).changed
-    assert decide_demand(spec, 8, 4, "k", NOW, None, sig(jobs_nodes=3, idle=2), NOW).slurm_nodes == 5
-    assert not decide_demand(spec, 8, 6, "k", NOW, None, sig(jobs_nodes=2, slurm_ready=4), NOW).changed  # 2 already coming
+    assert not decide_demand(spec, 8, Base(4, "k", NOW), None, sig(jobs_nodes=2, idle=2), NOW).changed
+    assert decide_demand(spec, 8, Base(4, "k", NOW), None, sig(jobs_nodes=3, idle=2), NOW).slurm_nodes == 5
+    assert not decide_demand(spec, 8, Base(6, "k", NOW), None, sig(jobs_nodes=2, slurm_ready=4), NOW).changed  # 2 already coming
 
 
 def test_hysteresis_ignores_small_needs():
     spec = spec_with({"cooldown": "0s", "hysteresis": 2})
-    assert not decide_demand(spec, 8, 4, "k", NOW, None, sig(jobs_nodes=1), NOW).changed
-    assert decide_demand(spec, 8, 4, "k", NOW, None, sig(jobs_nodes=2), NOW).slurm_nodes == 6
+    assert not decide_demand(spec, 8, Base(4, "k", NOW), None, sig(jobs_nodes=1), NOW).changed
+    assert decide_demand(spec, 8, Base(4, "k", NOW), None, sig(jobs_nodes=2), NOW).slurm_nodes == 6
 
 
 def test_bounds_combine_demand_and_pool_floors():
@@ -119,20 +119,20 @@ def test_both_sides_want_nodes():
     both = sig(jobs_nodes=4, pod_nodes=4)
     for policy, expected in (("PreferSlurm", 8), ("PreferInference", 0), ("Share", 4)):
         spec = spec_with({"cooldown": "0s", "whenBothWant": policy, "slurmShare": 50})
-        assert decide_demand(spec, 8, 4, "k", NOW, None, both, NOW).slurm_nodes == expected, policy
+        assert decide_demand(spec, 8, Base(4, "k", NOW), None, both, NOW).slurm_nodes == expected, policy
     spec = spec_with({"cooldown": "0s", "whenBothWant": "Share", "slurmShare": 75})
-    out = decide_demand(spec, 8, 2, "k", NOW, None, sig(jobs_nodes=1, pod_nodes=1, slurm_ready=2, inference_ready=6), NOW)
+    out = decide_demand(spec, 8, Base(2, "k", NOW), None, sig(jobs_nodes=1, pod_nodes=1, slurm_ready=2, inference_ready=6), NOW)
     assert out.slurm_nodes == 3  # toward 6 (75%), by what Slurm needs
     # at the share both stay put: a fixed point, no back and forth
-    at_share = decide_demand(spec, 8, 6, "k", NOW, None, sig(jobs_nodes=3, pod_nodes=3, slurm_ready=6, inference_ready=2), NOW)
+    at_share = decide_demand(spec, 8, Base(6, "k", NOW), None, sig(jobs_nodes=3, pod_nodes=3, slurm_ready=6, inference_ready=2), NOW)
     assert not at_share.changed
 
 
 def test_a_new_base_resets_demand_and_restarts_the_cooldown():
     spec = spec_with({"cooldown": "5m"})
-    first = decide_demand(spec, 8, 4, "manual:a", NOW - timedelta(hours=1), None, sig(jobs_nodes=2), NOW)
+    first = decide_demand(spec, 8, Base(4, "manual:a", NOW - timedelta(hours=1)), None, sig(jobs_nodes=2), NOW)
     assert first.slurm_nodes == 6
-    reset = decide_demand(spec, 8, 3, "schedule:night", NOW, first.status, sig(jobs_nodes=2, slurm_ready=3, inference_ready=5), NOW + timedelta(seconds=1))
+    reset = decide_demand(spec, 8, Base(3, "schedule:night", NOW), first.status, sig(jobs_nodes=2, slurm_ready=3, inference_ready=5), NOW + timedelta(seconds=1))
     assert reset.slurm_nodes == 3 and not reset.changed and "cooldown" in reset.status.message
 
 
@@ -151,7 +151,7 @@ def test_alternating_demand_never_changes_faster_than_the_cooldown(cooldown, tic
     changes = []
     for gap, jobs, pods in ticks:
         now += timedelta(seconds=gap)
-        out = decide_demand(spec, 8, 4, "k", base_since, status, sig(jobs_nodes=jobs, pod_nodes=pods, slurm_ready=count, inference_ready=8 - count), now)
+        out = decide_demand(spec, 8, Base(4, "k", base_since), status, sig(jobs_nodes=jobs, pod_nodes=pods, slurm_ready=count, inference_ready=8 - count), now)
         if out.changed:
             changes.append(now)
         status, count = out.status, out.slurm_nodes
@@ -186,11 +186,11 @@ def test_a_gang_job_needs_its_nodes_less_the_usable_ones_busy_or_idle():
     desc = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions"
     sig_ = signals(spec, nodes, SlurmView(True, nodes=states, jobs=(pending("1", nodes=8, reason=desc),)), [])
     assert sig_.gang_nodes == 3 and sig_.job_nodes == 0 and sig_.pending_jobs == 1
-    out = decide_demand(spec, 8, 5, "k", NOW, None, sig_, NOW)
+    out = decide_demand(spec, 8, Base(5, "k", NOW), None, sig_, NOW)
     assert out.slurm_nodes == 8 and "one asks for 3 node(s) more than Slurm has usable" in out.message
     # bounded as every need is
     capped = spec_with({"cooldown": "0s", "slurm": {"maxNodes": 7}}, slurm_nodes=5)
-    assert decide_demand(capped, 8, 5, "k", NOW, None, sig_, NOW).slurm_nodes == 7
+    assert decide_demand(capped, 8, Base(5, "k", NOW), None, sig_, NOW).slurm_nodes == 7
 
 
 def test_drained_and_unresponsive_slurm_nodes_do_not_serve_a_gang_job():
@@ -208,7 +208,7 @@ def test_small_jobs_keep_counting_by_gpus_beside_a_gang_job():
     jobs = (pending("1", nodes=6, reason="Resources"), *(pending(str(i), reason="Priority") for i in range(2, 7)))
     sig_ = signals(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [])
     assert sig_.gang_nodes == 2 and sig_.job_nodes == 5 and sig_.pending_jobs == 6
-    assert decide_demand(spec, 8, 4, "k", NOW, None, sig_, NOW).status.slurm_wants == 5  # the larger need, not the sum
+    assert decide_demand(spec, 8, Base(4, "k", NOW), None, sig_, NOW).status.slurm_wants == 5  # the larger need, not the sum
 
 
 def test_jobs_no_split_could_start_are_reported_not_counted():
@@ -223,7 +223,7 @@ def test_jobs_no_split_could_start_are_reported_not_counted():
         "job 3: Slurm says it can never run as configured (BadConstraints)",
     )
     assert sig_.pending_jobs == 1 and sig_.gang_nodes == 1  # job 4: more than the partition has now, fewer than the pool
-    out = decide_demand(spec, 8, 4, "k", NOW, None, sig_, NOW)
+    out = decide_demand(spec, 8, Base(4, "k", NOW), None, sig_, NOW)
     assert out.status.unstartable_jobs == list(sig_.unstartable) and out.status.slurm_wants == 1
 
 

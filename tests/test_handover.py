@@ -7,10 +7,14 @@ from dataclasses import replace
 from datetime import timedelta
 
 from slurmbridge import SlurmJob
-from slurmpool.core.handover import free_at, is_ours, leaving_nodes, planned, reservation_name
+from slurmpool.core.handover import Edge, PoolView, free_at, is_ours, leaving_nodes, planned, reservation_name
+from slurmpool.core.interfaces import PoolRef
+from slurmpool.core.planner import Goal
 from slurmpool.core.view import ANN_PLACEMENT, SLURM, NodeView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
+
+POOL = PoolRef("ns", "gpu")
 
 
 def running(job_id, node, minutes):
@@ -37,22 +41,26 @@ def test_the_forecast_is_the_latest_end_of_a_nodes_jobs_and_none_without_a_limit
 def test_the_planner_chooses_the_leaving_nodes_idle_ones_first_then_soonest_free():
     nodes, slurm = lab([running("1", "gpu01", 50), running("2", "gpu02", 5), running("3", "gpu03", 20), running("4", "gpu04", 40)])
     spec = make_spec(slurm_nodes=5, max_moves=1)  # one move a wave: the waves still reach the split
-    assert leaving_nodes(spec, nodes, slurm, NOW, 2) == ["gpu05", "gpu02", "gpu03"]
+    assert leaving_nodes(PoolView(spec, nodes, slurm, NOW), Goal(2)) == ["gpu05", "gpu02", "gpu03"]
 
 
 def test_a_handover_is_planned_only_for_an_edge_within_the_lead_time_that_takes_nodes_from_slurm():
     nodes, slurm = lab([running("1", "gpu01", 50), running("2", "gpu02", 5), running("3", "gpu03", None)])
     spec = make_spec(slurm_nodes=5, max_moves=8)
     edge = NOW + timedelta(minutes=30)
-    h = planned("ns", "gpu", spec, nodes, slurm, NOW, edge, 2, timedelta(hours=1))
+
+    def at_edge(count, lead, view=slurm):
+        return planned(POOL, PoolView(spec, nodes, view, NOW), Edge(edge, count, edge + timedelta(hours=1)), lead)
+
+    h = at_edge(2, timedelta(hours=1))
     assert h is not None and h.reservation == "slurmpool-ns-gpu" and h.start == edge and h.flags == ("MAINT", "IGNORE_JOBS")
     assert h.nodes == ("gpu04", "gpu05", "gpu02")
     assert h.forecast == {"gpu04": NOW, "gpu05": NOW, "gpu02": NOW + timedelta(minutes=5)} and h.late == []
-    assert planned("ns", "gpu", spec, nodes, slurm, NOW, edge, 2, timedelta(minutes=10)) is None  # too far ahead
-    assert planned("ns", "gpu", spec, nodes, slurm, NOW, edge, 6, timedelta(hours=1)) is None  # Slurm grows
-    assert planned("ns", "gpu", spec, nodes, SlurmView(False), NOW, edge, 2, timedelta(hours=1)) is None
+    assert at_edge(2, timedelta(minutes=10)) is None  # too far ahead
+    assert at_edge(6, timedelta(hours=1)) is None  # Slurm grows
+    assert at_edge(2, timedelta(hours=1), SlurmView(False)) is None
     # jobs without a limit or past the edge are named ahead of it
-    late = planned("ns", "gpu", spec, nodes, slurm, NOW, edge, 0, timedelta(hours=1))
+    late = at_edge(0, timedelta(hours=1))
     assert set(late.late) == {"gpu01", "gpu03"}
 
 
@@ -95,8 +103,8 @@ def busy():
     return lab([running("1", "gpu01", 50), running("2", "gpu02", 5), running("3", "gpu03", None)])
 
 
-def decide_at(spec, nodes, slurm, now=NOW, count=5, **kw):
-    return reconcile("ns", "gpu", spec, nodes, slurm, now, count, **kw)
+def decide_at(spec, nodes, slurm, now=NOW, count=5, health=None, **kw):
+    return reconcile(POOL, PoolView(spec, nodes, slurm, now, health), count, **kw)
 
 
 def test_the_next_edge_sets_the_windows_count_until_its_end():
@@ -222,8 +230,8 @@ def test_reservations_that_could_not_be_read_change_nothing():
 def test_at_the_edge_the_planner_takes_the_reserved_nodes_first_among_idle_ones():
     nodes, slurm = lab()  # all idle: by name, gpu01.. would go first
     view = with_reservations(slurm, ours(["gpu03", "gpu04", "gpu05"], start=NOW))
-    assert sorted(leaving_nodes(make_spec(slurm_nodes=5, max_moves=8), nodes, view, NOW, 2)) == ["gpu03", "gpu04", "gpu05"]
-    assert sorted(leaving_nodes(make_spec(slurm_nodes=5, max_moves=8), nodes, slurm, NOW, 2)) != ["gpu03", "gpu04", "gpu05"]
+    assert sorted(leaving_nodes(PoolView(make_spec(slurm_nodes=5, max_moves=8), nodes, view, NOW), Goal(2))) == ["gpu03", "gpu04", "gpu05"]
+    assert sorted(leaving_nodes(PoolView(make_spec(slurm_nodes=5, max_moves=8), nodes, slurm, NOW), Goal(2))) != ["gpu03", "gpu04", "gpu05"]
 
 
 def test_slurm_time_limits_parse_as_scontrol_prints_them():

@@ -14,7 +14,7 @@ from slurmpool.core import health as H
 from slurmpool.core.decide import decide
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import SlurmNodePoolSpec, UnhealthyNode
-from slurmpool.core.moves import Drain, PatchNode, Resume, advance, stop_side
+from slurmpool.core.moves import Drain, Pass, PatchNode, Resume, advance, stop_side
 from slurmpool.core.phases import Phase
 from slurmpool.core.planner import current_placement, healthy_split, plan
 from slurmpool.core.snapshot import ApplyResult, PoolSnapshot
@@ -194,18 +194,18 @@ def test_an_unhealthy_node_draining_out_of_slurm_stays_in_slurm_and_is_never_rel
     spec = make_spec()
     n = _slurm_shaped(moving("a", SLURM, INF, Phase.DRAINING))
     sn = slurm_node("a", "IDLE", {"DRAIN"}, reason=ADMIN)
-    step = advance(n.move, n, SlurmView(True, nodes={"a": sn}), spec, NOW, unhealthy=f"drained in Slurm by others: {ADMIN}")
+    step = advance(n.move, n, Pass(SlurmView(True, nodes={"a": sn}), spec, NOW), unhealthy=f"drained in Slurm by others: {ADMIN}")
     assert step.move is None and step.settled == SLURM and step.stopped is not None
     assert not any(isinstance(a, PatchNode) for a in step.actions)  # still cordoned and tainted: Slurm's
     assert [e.reason for e in step.events] == ["MoveStopped"]
     # healthy, the same move would have gone on to StoppingSlurmd
-    assert advance(n.move, n, SlurmView(True, nodes={"a": sn}), spec, NOW).move is not None
+    assert advance(n.move, n, Pass(SlurmView(True, nodes={"a": sn}), spec, NOW)).move is not None
 
 
 def test_an_unhealthy_node_moving_to_slurm_before_slurmd_stays_in_inference_cordoned():
     spec = make_spec()
     n = _slurm_shaped(moving("a", INF, SLURM, Phase.EVICTING, pods=(PodView("web", "p", "u", owner_kinds=("ReplicaSet",)),)))
-    step = advance(n.move, n, SlurmView(True), spec, NOW, unhealthy="Kubernetes: NotReady")
+    step = advance(n.move, n, Pass(SlurmView(True), spec, NOW), unhealthy="Kubernetes: NotReady")
     assert step.settled == INF and step.move is None
     shape = next(a for a in step.actions if isinstance(a, PatchNode))
     assert n.unschedulable and shape.unschedulable is None, "the cordon is left as it is: cordoned"
@@ -218,16 +218,16 @@ def test_an_unhealthy_node_about_to_resume_stays_drained_in_slurm():
     spec = make_spec()
     n = _slurm_shaped(moving("a", INF, SLURM, Phase.RESUMING, pods=(PodView("slurm", "slurmd-a", "u", slurmd=True),)))
     sn = slurm_node("a", "IDLE", {"DRAIN"}, reason="slurmpool: moving to slurm")
-    step = advance(n.move, n, SlurmView(True, nodes={"a": sn}), spec, NOW, unhealthy="condition GpuXid=True")
+    step = advance(n.move, n, Pass(SlurmView(True, nodes={"a": sn}), spec, NOW), unhealthy="condition GpuXid=True")
     assert step.settled == SLURM and not any(isinstance(a, Resume) for a in step.actions)
-    healthy = advance(n.move, n, SlurmView(True, nodes={"a": sn}), spec, NOW)
+    healthy = advance(n.move, n, Pass(SlurmView(True, nodes={"a": sn}), spec, NOW))
     assert any(isinstance(a, Resume) for a in healthy.actions)
 
 
 def test_relabeling_already_sent_finishes():
     spec = make_spec()
     n = moving("a", SLURM, INF, Phase.RELABELING)
-    step = advance(n.move, n, SlurmView(True), spec, NOW, unhealthy="Kubernetes: NotReady")
+    step = advance(n.move, n, Pass(SlurmView(True), spec, NOW), unhealthy="Kubernetes: NotReady")
     assert step.stopped is None and step.move is not None and step.move.phase == Phase.RELABELING
 
 

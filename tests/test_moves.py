@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmpool.core.moves import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, Drain, PatchNode, advance
+from slurmpool.core.moves import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, Drain, PatchNode, Pass, advance
 from slurmpool.core.view import ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, MoveRecord, NodeView, PodView
 
 from .factories import NOW, make_spec, slurm_node
@@ -85,7 +85,7 @@ def test_running_job_holds_the_drain_until_it_ends():
     start(world, SLURM, INFERENCE, NOW)
     run_move(world, spec, NOW, rounds=10)
     assert world.node.move.phase == "Draining" and world.node.slurmd_pod is not None
-    step = advance(world.node.move, world.node, world.view(), spec, NOW + timedelta(seconds=10))
+    step = advance(world.node.move, world.node, Pass(world.view(), spec, NOW + timedelta(seconds=10)))
     assert step.blocked_by == ["job/42"]
     world.finish_jobs()
     run_move(world, spec, NOW + timedelta(seconds=20))
@@ -129,7 +129,7 @@ def test_pdb_refused_eviction_blocks_and_names_the_pod_never_forced():
     start(world, INFERENCE, SLURM, NOW)
     run_move(world, spec, NOW, rounds=10)
     assert world.node.move.phase == "Evicting"
-    step = advance(world.node.move, world.node, world.view(), spec, NOW + timedelta(seconds=11))
+    step = advance(world.node.move, world.node, Pass(world.view(), spec, NOW + timedelta(seconds=11)))
     assert step.blocked_by == ["pod/web/web-1"]
     assert world.node.slurmd_pod is None and "CreateSlurmdPod" not in world.log
     world.protected.clear()  # the PDB is relaxed
@@ -212,12 +212,12 @@ def test_a_hand_uncordon_mid_move_to_slurm_is_restored_and_reported_once():
     start(world, INFERENCE, SLURM, NOW)
     run_move(world, spec, NOW, rounds=3)
     assert world.node.move.phase == "Evicting" and world.node.unschedulable
-    step = advance(world.node.move, _uncordoned(world.node), world.view(), spec, NOW)
+    step = advance(world.node.move, _uncordoned(world.node), Pass(world.view(), spec, NOW))
     assert _events(step).count("CordonRestored") == 1
     patch = next(a for a in step.actions if isinstance(a, PatchNode))
     assert patch.unschedulable and any(t["key"] == SLURM_TAINT_KEY for t in patch.taints)
     assert "pool" not in patch.labels  # the pool's labels are neither removed nor changed here
-    step = advance(world.node.move, world.node, world.view(), spec, NOW)
+    step = advance(world.node.move, world.node, Pass(world.view(), spec, NOW))
     assert "CordonRestored" not in _events(step)  # cordoned: nothing to say
 
 
@@ -225,9 +225,9 @@ def test_a_rollback_towards_inference_does_not_restore_a_cordon():
     spec = make_spec()
     world = slurm_world()
     move = MoveRecord(id="m1-rb", source=SLURM, target=INFERENCE, phase="Draining", since=NOW, started=NOW, rollback=True)
-    step = advance(move, _uncordoned(world.node), world.view(), spec, NOW)
+    step = advance(move, _uncordoned(world.node), Pass(world.view(), spec, NOW))
     assert "CordonRestored" not in _events(step)
-    step = advance(move.model_copy(update={"rollback": False}), _uncordoned(world.node), world.view(), spec, NOW)
+    step = advance(move.model_copy(update={"rollback": False}), _uncordoned(world.node), Pass(world.view(), spec, NOW))
     assert "CordonRestored" in _events(step)
 
 
@@ -236,7 +236,7 @@ def test_a_foreign_drain_mid_move_to_inference_is_reported_and_left():
     world = slurm_world()
     world.slurm_node = slurm_node("gpu01", "IDLE", {"DRAIN"}, reason="maintenance: fan")
     start(world, SLURM, INFERENCE, NOW)
-    step = advance(world.node.move, world.node, world.view(), spec, NOW)
+    step = advance(world.node.move, world.node, Pass(world.view(), spec, NOW))
     assert "ForeignDrain" in _events(step) and not any(isinstance(a, Drain) for a in step.actions)
     run_move(world, spec, NOW)
     assert world.node.placement == INFERENCE and world.slurm_node.reason == "maintenance: fan"
@@ -254,10 +254,10 @@ def test_a_stale_registration_from_the_stopped_slurmd_is_not_taken_for_the_new_o
     move = MoveRecord(id="m1", source=INFERENCE, target=SLURM, phase="Registering", since=NOW, started=NOW)
     from slurmpool.core.view import SlurmView
 
-    step = advance(move, node, SlurmView(True, nodes={"gpu01": stale}), spec, NOW)
+    step = advance(move, node, Pass(SlurmView(True, nodes={"gpu01": stale}), spec, NOW))
     assert step.move.phase == "Registering" and "before pod" in step.message
     fresh = replace(stale, slurmd_start=pod_made + timedelta(seconds=1))
-    step = advance(move, node, SlurmView(True, nodes={"gpu01": fresh}), spec, NOW)
+    step = advance(move, node, Pass(SlurmView(True, nodes={"gpu01": fresh}), spec, NOW))
     assert step.move.phase == "Resuming"
     assert stale_slurmd(replace(stale, slurmd_start=None), pod) is None  # nothing to compare: trust the state
 
@@ -272,7 +272,7 @@ def test_slurmd_is_not_stopped_while_slurm_runs_an_epilog_on_the_node():
     start(world, SLURM, INFERENCE, NOW)
     run_move(world, spec, NOW, rounds=10)
     assert world.node.move.phase == "Draining" and world.node.slurmd_pod is not None
-    assert advance(world.node.move, world.node, world.view(), spec, NOW).blocked_by == ["job/42"]
+    assert advance(world.node.move, world.node, Pass(world.view(), spec, NOW)).blocked_by == ["job/42"]
     world.jobs = []  # the job left squeue; this node's epilog is still running
     run_move(world, spec, NOW + timedelta(seconds=5), rounds=10)
     assert world.node.move.phase == "Draining" and world.node.slurmd_pod is not None

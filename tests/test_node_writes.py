@@ -10,7 +10,7 @@ from slurmpool.controller.apply import ApplyContext, apply
 from slurmpool.core.patch import node_patch, shape_write
 from slurmpool.core.decide import decide
 from slurmpool.core.interfaces import Conflict, PoolRef
-from slurmpool.core.moves import PatchNode, Step, advance, inference_shape, slurm_shape
+from slurmpool.core.moves import Pass, PatchNode, Step, advance, inference_shape, slurm_shape
 from slurmpool.core.phases import Phase
 from slurmpool.core.snapshot import PoolSnapshot
 from slurmpool.core.view import ANN_CORDON_KEPT, ANN_MOVE, ANN_PLACEMENT, SLURM, SLURM_TAINT_KEY, MoveRecord, NodeView, SlurmView
@@ -61,7 +61,7 @@ def test_labels_are_written_key_by_key_never_as_a_whole_map():
 def test_a_cordon_found_when_a_move_takes_the_node_to_slurm_is_kept_for_its_owner():
     spec = make_spec()
     node = NodeView("a", annotations={ANN_PLACEMENT: INF, ANN_MOVE: _move(INF, SLURM, Phase.CORDONING)}, unschedulable=True, version="5")
-    step = advance(node.move, node, SlurmView(True, nodes={"a": slurm_node("a", "IDLE", {"DRAIN"})}), spec, NOW)
+    step = advance(node.move, node, Pass(SlurmView(True, nodes={"a": slurm_node("a", "IDLE", {"DRAIN"})}), spec, NOW))
     patch = node_patch(POOL, node, step, NOW)
     assert patch["metadata"]["annotations"][ANN_CORDON_KEPT] == "true"
     assert "unschedulable" not in patch["spec"] and OURS in patch["spec"]["taints"]
@@ -69,13 +69,13 @@ def test_a_cordon_found_when_a_move_takes_the_node_to_slurm_is_kept_for_its_owne
     # back to inference later: the cordon stays, the mark goes once the node settles
     back = NodeView("a", annotations={ANN_PLACEMENT: SLURM, ANN_CORDON_KEPT: "true", ANN_MOVE: _move(SLURM, INF, Phase.RELABELING)},
                     unschedulable=True, taints=(OURS, NPD), labels={"slurmpool.io/side": "slurm"})
-    step = advance(back.move, back, SlurmView(True), spec, NOW)
+    step = advance(back.move, back, Pass(SlurmView(True), spec, NOW))
     shape = next(a for a in step.actions if isinstance(a, PatchNode))
     assert shape.unschedulable is None
     patch = node_patch(POOL, back, step, NOW)
     assert "unschedulable" not in patch["spec"] and patch["spec"]["taints"] == [NPD, POOL_TAINT]
     shaped_node = replace(back, taints=(NPD, POOL_TAINT), labels={"slurmpool.io/side": "inference", "pool": "default"})
-    step = advance(shaped_node.move, shaped_node, SlurmView(True), spec, NOW)
+    step = advance(shaped_node.move, shaped_node, Pass(SlurmView(True), spec, NOW))
     assert step.settled == INF
     assert node_patch(POOL, shaped_node, step, NOW)["metadata"]["annotations"][ANN_CORDON_KEPT] is None
 
@@ -84,7 +84,7 @@ def test_our_own_cordon_is_lifted_when_the_node_returns_to_inference():
     spec = make_spec()
     node = NodeView("a", annotations={ANN_PLACEMENT: SLURM, ANN_MOVE: _move(SLURM, INF, Phase.RELABELING)},
                     unschedulable=True, taints=(OURS,), labels={"slurmpool.io/side": "slurm"})
-    patch = node_patch(POOL, node, advance(node.move, node, SlurmView(True), spec, NOW), NOW)
+    patch = node_patch(POOL, node, advance(node.move, node, Pass(SlurmView(True), spec, NOW)), NOW)
     assert patch["spec"]["unschedulable"] is False
 
 
@@ -110,7 +110,7 @@ def test_between_pools_the_cordon_is_never_written():
     for cordoned in (False, True):
         node = NodeView("a", annotations={ANN_PLACEMENT: INF, ANN_MOVE: _move(INF, "inference:llm", Phase.RELABELING)},
                         unschedulable=cordoned, labels={"slurmpool.io/side": "inference"})
-        patch = node_patch(POOL, node, advance(node.move, node, SlurmView(True), spec, NOW), NOW)
+        patch = node_patch(POOL, node, advance(node.move, node, Pass(SlurmView(True), spec, NOW)), NOW)
         assert "unschedulable" not in patch["spec"] and patch["metadata"]["labels"]["pool"] == "llm"
 
 

@@ -179,7 +179,8 @@ async def test_the_poll_reads_reservations_only_where_slurmrestd_can_make_them(r
 async def test_the_handover_over_slurmrestd_is_planned_where_it_can_reserve_and_unavailable_where_not(rest):
     """The pass's decision on the view a REST poll gives: 26.05 (v0.0.45) creates the reservation
     through slurmrestd, as scontrol would; 24.11 (v0.0.42) says HandoverUnavailable and sends nothing."""
-    from slurmpool.core.handover import UNAVAILABLE, reconcile
+    from slurmpool.core.handover import UNAVAILABLE, PoolView, reconcile
+    from slurmpool.core.interfaces import PoolRef
 
     from .factories import NOW
     from .test_handover import busy, windowed
@@ -189,7 +190,7 @@ async def test_the_handover_over_slurmrestd_is_planned_where_it_can_reserve_and_
         fake, backend = await rest(versions)
         fake.nodes = [rest_node(n.name, ["IDLE"]) for n in nodes[:5]]
         view = await access.observe_slurm(backend, None, reservations=True)
-        plan = reconcile("ns", "gpu", windowed(), nodes, view, NOW, 5)
+        plan = reconcile(PoolRef("ns", "gpu"), PoolView(windowed(), nodes, view, NOW), 5)
         assert plan.outcome == outcome, plan
         if outcome == "unavailable":
             assert plan.status.message == UNAVAILABLE and [e.reason for e in plan.events] == ["HandoverUnavailable"]

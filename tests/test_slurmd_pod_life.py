@@ -9,7 +9,7 @@ from slurmpool.controller.apply import ApplyContext, apply
 from slurmpool.core.decide import decide
 from slurmpool.core.interfaces import PoolRef, Refused
 from slurmpool.core.models import MoveStatus, SlurmNodePoolStatus
-from slurmpool.core.moves import REFUSED, CreateSlurmdPod, DeleteSlurmdPod, advance
+from slurmpool.core.moves import REFUSED, CreateSlurmdPod, DeleteSlurmdPod, Pass, advance
 from slurmpool.core.phases import Phase
 from slurmpool.core.snapshot import PoolSnapshot
 from slurmpool.core.status import build_status
@@ -67,14 +67,14 @@ REFUSAL = f"{REFUSED} create slurmd pod on gpu01: (403) pods \"slurmd-gpu01\" is
 
 def test_starting_slurmd_waits_within_its_bound_and_says_why():
     node = _starting(NOW - timedelta(minutes=1))
-    step = advance(node.move, node, DRAINED, make_spec(), NOW, refusal=REFUSAL)
+    step = advance(node.move, node, Pass(DRAINED, make_spec(), NOW), refusal=REFUSAL)
     assert step.move.phase == Phase.STARTING_SLURMD and step.message == REFUSAL
     assert any(isinstance(a, CreateSlurmdPod) for a in step.actions)
 
 
 def test_starting_slurmd_past_its_bound_rolls_back_naming_the_refusal():
     node = _starting(NOW - timedelta(minutes=6))  # registerTimeout 5m
-    step = advance(node.move, node, DRAINED, make_spec(), NOW, refusal=REFUSAL)
+    step = advance(node.move, node, Pass(DRAINED, make_spec(), NOW), refusal=REFUSAL)
     assert step.rolled_back is not None and step.move.rollback and step.move.target == INF
     (event,) = [e for e in step.events if e.reason == "MoveRolledBack"]
     assert "no PriorityClass with name gold" in event.message
@@ -83,14 +83,14 @@ def test_starting_slurmd_past_its_bound_rolls_back_naming_the_refusal():
 
 def test_a_rollback_that_cannot_start_slurmd_waits_rather_than_rolling_back_again():
     node = _starting(NOW - timedelta(hours=2), rollback=True)
-    step = advance(node.move, node, DRAINED, make_spec(), NOW, refusal=REFUSAL)
+    step = advance(node.move, node, Pass(DRAINED, make_spec(), NOW), refusal=REFUSAL)
     assert step.rolled_back is None and step.move.phase == Phase.STARTING_SLURMD and step.message == REFUSAL
 
 
 def test_a_failed_pod_in_starting_slurmd_is_replaced_not_taken_for_running():
     failed = PodView("slurm", "slurmd-gpu01", "u1", slurmd=True, phase="Failed", reason="UnexpectedAdmissionError")
     node = _starting(NOW - timedelta(minutes=1), pods=(failed,))
-    step = advance(node.move, node, DRAINED, make_spec(), NOW)
+    step = advance(node.move, node, Pass(DRAINED, make_spec(), NOW))
     assert step.move.phase == Phase.STARTING_SLURMD
     assert any(isinstance(a, DeleteSlurmdPod) for a in step.actions)
     assert any(e.reason == "SlurmdPodReplaced" and "UnexpectedAdmissionError" in e.message for e in step.events)
@@ -102,7 +102,7 @@ def test_relabeling_refused_past_its_bound_rolls_back_to_slurm():
     node = NodeView("gpu01", annotations={ANN_PLACEMENT: SLURM, ANN_MOVE: move.to_annotation()}, labels={LABEL_SIDE: "slurm"},
                     taints=(OURS,), unschedulable=True)
     refusal = f"{REFUSED} patch node gpu01: (422) metadata.labels: Invalid value"
-    step = advance(node.move, node, DRAINED, make_spec(), NOW, refusal=refusal)
+    step = advance(node.move, node, Pass(DRAINED, make_spec(), NOW), refusal=refusal)
     assert step.rolled_back is not None and step.move.target == SLURM and step.move.rollback
     assert any(e.reason == "MoveRolledBack" and "(422)" in e.message for e in step.events)
 

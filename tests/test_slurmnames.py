@@ -90,13 +90,13 @@ def test_through_the_mapping_the_nodes_drain_under_their_slurm_names_and_move():
 
 
 def test_a_move_out_of_slurm_on_a_node_slurm_stops_listing_waits_and_says_so():
-    from slurmpool.core.moves import advance
+    from slurmpool.core.moves import Pass, advance
     from slurmpool.core.view import MoveRecord
 
     world = slurm_world(FQDN[0], "gpu01")
     move = MoveRecord(id="m1", source=SLURM, target="inference:default", phase="Draining", since=NOW, started=NOW)
     node = replace(world.node, annotations={**world.node.annotations})
-    step = advance(move, node, SlurmView(True, nodes={}), spec_with(), NOW, None)
+    step = advance(move, node, Pass(SlurmView(True, nodes={}), spec_with(), NOW), None)
     assert step.move is not None and step.move.phase == "Draining" and step.blocked_by == ["slurm-unlisted"]
     assert not step.actions or not any(isinstance(a, Drain) for a in step.actions)
 

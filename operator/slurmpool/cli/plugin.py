@@ -44,12 +44,13 @@ from slurmbridge.models import SlurmJob, SlurmNode
 
 from slurmpool.core import health
 from slurmpool.core import schedule as sched
-from slurmpool.core.handover import edge_at, free_at, planned
+from slurmpool.core.handover import Edge, PoolView, edge_at, free_at, planned
+from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import GROUP, PLURAL, VERSION, LabelSelector, SlurmNodePoolSpec
 from slurmpool.core.models import parse_at as parse_rfc3339
 from slurmpool.core.moves import disturbed_pods
 from slurmpool.core.phases import Phase
-from slurmpool.core.planner import current_placement, desired_split, plan
+from slurmpool.core.planner import Goal, current_placement, desired_split, plan
 from slurmpool.core.view import (
     ANN_MOVE,
     ANN_MOVE_NOW,
@@ -361,7 +362,7 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
     # A paused pool is planned as on resume: the planner itself starts nothing while paused.
     unpaused = spec.model_copy(update={"paused": False})
     for wave in range(1, MAX_WAVES + 1):
-        result = plan(unpaused, current, slurm, now, target, pool_counts, sick)
+        result = plan(unpaused, current, slurm, now, Goal(target, pool_counts), sick)
         problems = result.problems
         if not result.starts and not result.aborts:
             break
@@ -400,7 +401,8 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
         "unhealthy": sorted(sick),
         "inFlight": in_flight,
         # the operator's planned handover (status.handover), if any; with --at, the one an edge then gets
-        "handover": status.get("handover") if at is None else at_handover(spec, pool, nodes, slurm, now, edge, target, sick),
+        "handover": status.get("handover") if at is None else at_handover(pool, PoolView(spec, nodes, slurm, now, sick),
+                                                                              replace(edge, slurm_nodes=target)),
         "at": iso(at) if at is not None else None,
         "moves": moves,
         "waves": max([m["wave"] for m in moves] or [0]),
@@ -408,16 +410,15 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
     }
 
 
-def at_handover(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], slurm: SlurmView, now: datetime, edge,
-                target: int, sick) -> dict[str, Any] | None:
-    """The planned handover an edge at `edge.at` to `target` Slurm nodes gets, as the operator would
-    plan it (handover.planned: same leaving nodes, reservation, forecasts), in status.handover's shape
-    plus each node's forecast; None when the edge takes no node out of Slurm."""
+def at_handover(pool: dict, view: PoolView, edge: Edge) -> dict[str, Any] | None:
+    """The planned handover an edge at `edge.at` to `edge.slurm_nodes` Slurm nodes gets, as the operator
+    would plan it (handover.planned: same leaving nodes, reservation, forecasts), in status.handover's
+    shape plus each node's forecast; None when the edge takes no node out of Slurm."""
     meta = pool.get("metadata", {})
-    h = planned(meta.get("namespace", ""), meta.get("name", ""), spec, nodes, slurm, now, edge.at, target, edge.at - now, sick)
+    h = planned(PoolRef(meta.get("namespace", ""), meta.get("name", "")), view, edge, edge.at - view.now)
     if h is None:
         return None
-    off = "" if spec.handover.enabled else "spec.handover.enabled is false: no reservation, the edge drains as before"
+    off = "" if view.spec.handover.enabled else "spec.handover.enabled is false: no reservation, the edge drains as before"
     return {"reservation": h.reservation, "flags": list(h.flags), "nodes": list(h.nodes), "start": iso(h.start),
             "end": iso(edge.until), "state": "Forecast", "late": sorted(h.late), "message": off,
             "forecast": {n: (iso(t) if t else None) for n, t in h.forecast.items()}}

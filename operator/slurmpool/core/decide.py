@@ -24,13 +24,13 @@ from dataclasses import replace
 from slurmpool.core import health as healthmod
 from slurmpool.core import slurmnames
 from slurmpool.core.demand import signals
-from slurmpool.core.handover import reconcile as reconcile_handover
+from slurmpool.core.handover import PoolView, reconcile as reconcile_handover
 from slurmpool.core.health import HEALTHY, NodeHealth
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import SlurmNodePoolSpec, seconds
 from slurmpool.core.patch import after, node_patch
-from slurmpool.core.moves import REFUSED, Cancel, Requeue, Resume, Step, advance, drain, ensure_slurmd_pod, first_phase, restore_cordon, reverse
-from slurmpool.core.planner import current_placement, desired_split, move_now_done, move_now_target, placements, plan
+from slurmpool.core.moves import REFUSED, Cancel, Pass, Requeue, Resume, Step, advance, drain, ensure_slurmd_pod, first_phase, restore_cordon, reverse
+from slurmpool.core.planner import Goal, current_placement, desired_split, move_now_done, move_now_target, placements, plan
 from slurmpool.core.events import Event, Reason
 from slurmpool.core.snapshot import PoolDecision, PoolSnapshot
 from slurmpool.core.target import Decision, decide_target
@@ -57,6 +57,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     names = slurmnames.names_of(snap.spec.slurm, snap.nodes, (p.node for p in snap.orphans))
     snap = replace(snap, slurm=slurmnames.by_node(snap.slurm, names))
     spec, slurm, now = snap.spec, snap.slurm, snap.now
+    at = Pass(slurm, spec, now)  # what every move of this pass is advanced against
     nodes = [_flag(spec, n) for n in snap.nodes]
     target = _target(snap, nodes)
     node_events = _record_events(snap, nodes)
@@ -69,7 +70,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
         if node.problems:
             continue  # left alone: no step, never a victim (planner), reported above
         if node.move is not None:
-            steps[node.name] = advance(node.move, node, slurm, spec, now, _unhealthy(node, health), refusals.get(node.name, ""))
+            steps[node.name] = advance(node.move, node, at, _unhealthy(node, health), refusals.get(node.name, ""))
         elif node.placement == SLURM:
             repair = _repair_slurm_node(node, slurm, health.get(node.name, HEALTHY), now, spec)
             restore_cordon(node, spec, repair, "while settled in Slurm")
@@ -84,7 +85,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     by_name = {n.name: n for n in nodes}
     for name, step in steps.items():
         by_name[name] = _after(snap.pool, by_name[name], step, now)
-    result = plan(spec, list(by_name.values()), slurm, now, target.slurm_nodes, target.pool_counts, health)
+    result = plan(spec, list(by_name.values()), slurm, now, Goal(target.slurm_nodes, target.pool_counts), health)
     decision.desired, decision.problems = result.desired, result.problems
     decision.held = sorted(set(result.refused))
     was_held = {r.node for r in snap.previous.unhealthy_nodes if r.held} if snap.previous else set()
@@ -96,7 +97,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     for name in result.aborts:
         node = by_name[name]
         back = reverse(node.move, spec, now, cause="abort")
-        step = advance(back, node, slurm, spec, now)
+        step = advance(back, node, at)
         step.events.insert(0, Event.normal(Reason.MoveAborted, f"{name}: the split no longer wants move {node.move.id}; returning to {back.target}"))
         steps[name] = step
         by_name[name] = _after(snap.pool, node, step, now)
@@ -111,7 +112,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
             started=now,
             cause=start.cause,
         )
-        step = advance(move, node, slurm, spec, now, _unhealthy(node, health))
+        step = advance(move, node, at, _unhealthy(node, health))
         step.entered.insert(0, move.phase)
         if start.node in result.forced:
             step.events.insert(0, Event.warning(Reason.UnhealthyNodeForced, f"{node.name} is unhealthy ({health[node.name].reason}) and "
@@ -123,8 +124,8 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     decision.nodes_after = list(by_name.values())
     before = {n.name: n for n in nodes}
     decision.patches = {name: p for name, step in steps.items() if (p := node_patch(snap.pool, before[name], step, now))}
-    decision.handover = reconcile_handover(snap.pool.namespace, snap.pool.name, spec, decision.nodes_after, slurm, now, target.slurm_nodes,
-                                           health, snap.owned_reservations, snap.previous.handover if snap.previous else None)
+    decision.handover = reconcile_handover(snap.pool, PoolView(spec, decision.nodes_after, slurm, now, health), target.slurm_nodes,
+                                           snap.owned_reservations, snap.previous.handover if snap.previous else None)
     decision.invalid = {n.name: n.problems for n in nodes if n.problems}
     decision.publish = _published(nodes, slurm)
     decision.clear_move_now = _fulfilled_move_now(spec, nodes, target)

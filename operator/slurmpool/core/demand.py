@@ -244,6 +244,16 @@ def bounds(spec: SlurmNodePoolSpec, total: int) -> tuple[int, int]:
     return lo, hi
 
 
+@dataclass(frozen=True)
+class Base:
+    """The count demand works on top of (the manual or schedule count, target.py): its Slurm
+    nodes, the key naming it (a new key: demand starts over) and since when it holds."""
+
+    slurm_nodes: int
+    key: str
+    since: datetime
+
+
 @dataclass
 class DemandOutcome:
     slurm_nodes: int
@@ -255,20 +265,18 @@ class DemandOutcome:
 def decide_demand(
     spec: SlurmNodePoolSpec,
     total: int,
-    base: int,
-    base_key: str,
-    base_since: datetime,
+    base: Base,
     previous: DemandStatus | None,
     sig: Signals,
     now: datetime,
 ) -> DemandOutcome:
     """Demand's count for this pass, from the base, the previous state and the signals."""
     d = spec.demand or DemandSpec()
-    if previous is not None and previous.base_key == base_key and previous.slurm_nodes is not None:
+    if previous is not None and previous.base_key == base.key and previous.slurm_nodes is not None:
         current, current_pools = previous.slurm_nodes, dict(previous.pools)
-        last = parse_time(previous.last_change) or base_since
+        last = parse_time(previous.last_change) or base.since
     else:
-        current, current_pools, last = base, {}, base_since  # a new base: demand starts over, after a cooldown
+        current, current_pools, last = base.slurm_nodes, {}, base.since  # a new base: demand starts over, after a cooldown
     incoming_slurm = max(0, current - sig.slurm_ready)
     incoming_inf = max(0, (total - current) - sig.inference_ready)
     slurm_wants = max(0, max(sig.job_nodes - sig.slurm_idle, sig.gang_nodes) - incoming_slurm)
@@ -277,8 +285,8 @@ def decide_demand(
     pool_wants = {p: w for p, need in sig.pool_nodes if (w := max(0, need - incoming_pool.get(p, 0))) > 0}
     status = DemandStatus(
         slurm_nodes=current,
-        base=base,
-        base_key=base_key,
+        base=base.slurm_nodes,
+        base_key=base.key,
         last_change=iso(last),
         pending_jobs=sig.pending_jobs,
         pending_job_gpus=sig.job_gpus,

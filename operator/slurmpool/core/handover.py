@@ -29,8 +29,9 @@ from slurmbridge.models import SlurmReservation
 from slurmpool.core import schedule as sched
 from slurmpool.core.events import Event, Reason
 from slurmpool.core.health import HEALTHY, NodeHealth
+from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import HandoverStatus, SlurmNodePoolSpec, seconds
-from slurmpool.core.planner import plan
+from slurmpool.core.planner import Goal, plan
 from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, SLURM, NodeView, SlurmView, iso
 
 RESERVATION_PREFIX = "slurmpool-"
@@ -62,6 +63,18 @@ def free_at(node: str, slurm: SlurmView, now: datetime) -> datetime | None:
 
 
 @dataclass(frozen=True)
+class PoolView:
+    """The pool as the planner sees it in a pass: the spec, its nodes (as this pass's steps and
+    starts leave them), Slurm, the clock and each node's health (None: all healthy)."""
+
+    spec: SlurmNodePoolSpec
+    nodes: list[NodeView]
+    slurm: SlurmView
+    now: datetime
+    health: Mapping[str, NodeHealth] | None = None
+
+
+@dataclass(frozen=True)
 class Handover:
     """The planned handover for the next edge that takes nodes out of Slurm."""
 
@@ -77,19 +90,11 @@ class Handover:
         return [n for n, t in self.forecast.items() if t is None or t > self.start]
 
 
-def leaving_nodes(
-    spec: SlurmNodePoolSpec,
-    nodes: list[NodeView],
-    slurm: SlurmView,
-    now: datetime,
-    slurm_count: int,
-    pool_counts: dict[str, int] | None = None,
-    health: Mapping[str, NodeHealth] | None = None,
-) -> list[str]:
-    """Nodes the planner would move out of Slurm to reach `slurm_count`, wave after wave."""
-    current, leaving = list(nodes), []
+def leaving_nodes(view: PoolView, goal: Goal) -> list[str]:
+    """Nodes the planner would move out of Slurm to reach the goal, wave after wave."""
+    current, leaving = list(view.nodes), []
     for _ in range(MAX_WAVES):
-        result = plan(spec, current, slurm, now, slurm_count, pool_counts, health)
+        result = plan(view.spec, current, view.slurm, view.now, goal, view.health)
         if not result.starts:
             break
         moved = {s.node: s for s in result.starts}
@@ -104,28 +109,19 @@ def _settled(node: NodeView, placement: str) -> NodeView:
     return replace(node, annotations={**annotations, ANN_PLACEMENT: placement})
 
 
-def planned(
-    namespace: str,
-    pool: str,
-    spec: SlurmNodePoolSpec,
-    nodes: list[NodeView],
-    slurm: SlurmView,
-    now: datetime,
-    edge: datetime | None,
-    count_at_edge: int | None,
-    lead: timedelta,
-    health: Mapping[str, NodeHealth] | None = None,
-) -> Handover | None:
-    """The handover to prepare now: an edge within `lead` that takes nodes out of Slurm."""
-    if edge is None or count_at_edge is None or not (now < edge <= now + lead) or not slurm.available:
+def planned(pool: PoolRef, view: PoolView, edge: Edge | None, lead: timedelta) -> Handover | None:
+    """The handover to prepare now: an edge within `lead` that takes nodes out of Slurm (to
+    `edge.slurm_nodes`; the inference pools at the spec's own counts)."""
+    now, slurm = view.now, view.slurm
+    if edge is None or not (now < edge.at <= now + lead) or not slurm.available:
         return None
-    leaving = leaving_nodes(spec, nodes, slurm, now, count_at_edge, None, health)
+    leaving = leaving_nodes(view, Goal(edge.slurm_nodes))
     if not leaving:
         return None
     return Handover(
-        reservation=reservation_name(namespace, pool),
+        reservation=reservation_name(pool.namespace, pool.name),
         nodes=tuple(leaving),
-        start=edge,
+        start=edge.at,
         forecast={n: free_at(n, slurm, now) for n in leaving},
     )
 
@@ -204,29 +200,25 @@ class HandoverPlan:
 
 
 def reconcile(
-    namespace: str,
-    pool: str,
-    spec: SlurmNodePoolSpec,
-    nodes: list[NodeView],
-    slurm: SlurmView,
-    now: datetime,
+    pool: PoolRef,
+    view: PoolView,
     slurm_count: int,
-    health: Mapping[str, NodeHealth] | None = None,
     owned: Collection[str] | None = None,
     previous: HandoverStatus | None = None,
 ) -> HandoverPlan:
     """Level-triggered: the reservation wanted now against ours as Slurm reports it (its name is
-    the record a fresh operator finds). `nodes`: the pool's nodes as this pass's steps and starts
-    leave them; `slurm_count`: the count in force now; `owned`: the reservation names of every
-    pool that exists (a `slurmpool-<namespace>-...` name none of them owns is an orphan; None:
-    unknown, nothing is swept)."""
-    name = reservation_name(namespace, pool)
+    the record a fresh operator finds). `view.nodes`: the pool's nodes as this pass's steps and
+    starts leave them; `slurm_count`: the count in force now; `owned`: the reservation names of
+    every pool that exists (a `slurmpool-<namespace>-...` name none of them owns is an orphan;
+    None: unknown, nothing is swept)."""
+    spec, slurm, namespace = view.spec, view.slurm, pool.namespace
+    name = reservation_name(namespace, pool.name)
     if not slurm.available:
         return HandoverPlan("unknown", status=previous)
-    edge = next_edge(spec, len(nodes), now) if spec.handover.enabled else None
+    edge = next_edge(spec, len(view.nodes), view.now) if spec.handover.enabled else None
     lowers = edge is not None and edge.slurm_nodes < slurm_count
     lead, lead_why = lead_time(spec, slurm)
-    wanted = planned(namespace, pool, spec, nodes, slurm, now, edge.at, edge.slurm_nodes, lead, health) if lowers else None
+    wanted = planned(pool, view, edge, lead) if lowers else None
     if not slurm.reservations_api:
         if wanted is None:
             return HandoverPlan("none")
@@ -239,7 +231,7 @@ def reconcile(
     orphans = tuple(sorted(r.name for r in slurm.reservations
                            if owned is not None and r.name != name and r.name.startswith(f"{RESERVATION_PREFIX}{namespace}-")
                            and r.name not in owned))
-    plan_ = _against(name, wanted, edge, _ours(slurm.reservations, namespace, pool), nodes, health or {}, slurm, now)
+    plan_ = _against(name, wanted, edge, _ours(slurm.reservations, namespace, pool.name), view)
     plan_.delete = tuple(dict.fromkeys((*plan_.delete, *orphans)))
     plan_.reported = previous.message if previous is not None else ""
     if plan_.status is not None:
@@ -253,8 +245,8 @@ def _ours(reservations, namespace: str, pool: str) -> SlurmReservation | None:
     return next((r for r in reservations if is_ours(r.name, namespace, pool)), None)
 
 
-def _against(name: str, wanted: Handover | None, edge: Edge | None, ours: SlurmReservation | None, nodes: list[NodeView],
-             health: Mapping[str, NodeHealth], slurm: SlurmView, now: datetime) -> HandoverPlan:
+def _against(name: str, wanted: Handover | None, edge: Edge | None, ours: SlurmReservation | None, view: PoolView) -> HandoverPlan:
+    nodes, now = view.nodes, view.now
     if ours is not None and ours.start is not None and ours.start <= now:
         # Past its edge: it keeps new jobs off the leaving nodes until their moves are done.
         going = sorted(n.name for n in nodes if n.name in ours.nodes and n.move is not None and n.move.source == SLURM)
@@ -275,7 +267,7 @@ def _against(name: str, wanted: Handover | None, edge: Edge | None, ours: SlurmR
     if wanted is None:
         return HandoverPlan("delete", delete=(name,), events=[
             Event.normal(Reason.HandoverCancelled, f"deleting reservation {name}: no edge within the lead time takes these nodes out of Slurm now")])
-    kept = _sticky(ours, wanted, nodes, health, slurm, now)
+    kept = _sticky(ours, wanted, view)
     if kept is not None and ours.start == wanted.start.replace(microsecond=0):
         return HandoverPlan("keep", status=_status(kept, ours.end or edge.until, "Reserved", ""))
     return HandoverPlan("replace", create=wanted, until=edge.until, delete=(name,), status=_status(wanted, edge.until, "Planned", ""),
@@ -284,19 +276,19 @@ def _against(name: str, wanted: Handover | None, edge: Edge | None, ours: SlurmR
                                  + _late(wanted))])
 
 
-def _sticky(ours: SlurmReservation, wanted: Handover, nodes: list[NodeView], health: Mapping[str, NodeHealth],
-            slurm: SlurmView, now: datetime) -> Handover | None:
+def _sticky(ours: SlurmReservation, wanted: Handover, view: PoolView) -> Handover | None:
     """The reserved nodes, while they still do as the leaving ones: as many as wanted, each settled
     in Slurm, healthy and not pinned there. The planner's order changes as jobs end (idle first);
     choosing again each time would move the reservation back and forth."""
-    by_name = {n.name: n for n in nodes}
+    health = view.health or {}
+    by_name = {n.name: n for n in view.nodes}
     reserved = [by_name.get(n) for n in sorted(ours.nodes)]
     if len(reserved) != len(wanted.nodes) or any(
             n is None or n.move is not None or n.placement != SLURM or n.pin == SLURM or health.get(n.name, HEALTHY).unhealthy
             for n in reserved):
         return None
     names = tuple(n.name for n in reserved)
-    return replace(wanted, nodes=names, forecast={n: free_at(n, slurm, now) for n in names})
+    return replace(wanted, nodes=names, forecast={n: free_at(n, view.slurm, view.now) for n in names})
 
 
 def _late(h: Handover) -> str:

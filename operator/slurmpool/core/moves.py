@@ -251,22 +251,24 @@ def _bound_reached(move: MoveRecord, spec: SlurmNodePoolSpec, now: datetime) -> 
 # ---------------------------------------------------------------- the machine
 
 
-def advance(
-    move: MoveRecord,
-    node: NodeView,
-    slurm: SlurmView,
-    spec: SlurmNodePoolSpec,
-    now: datetime,
-    unhealthy: str | None = None,
-    refusal: str = "",
-) -> Step:
+@dataclass(frozen=True)
+class Pass:
+    """What every move of a pass is advanced against: Slurm as observed, the spec and the clock."""
+
+    slurm: SlurmView
+    spec: SlurmNodePoolSpec
+    now: datetime
+
+
+def advance(move: MoveRecord, node: NodeView, at: Pass, unhealthy: str | None = None, refusal: str = "") -> Step:
     """Take the move as far as the current observations allow. `unhealthy`: why the node is
     broken (health.py); its move stops at the first phase where stopping is safe (stop_side).
     `refusal`: a write of this node the API server refused last pass (named by a bound's rollback)."""
+    slurm, spec, now = at.slurm, at.spec, at.now
     step = Step(move=move, refusal=refusal)
     for _ in range(len(TO_SLURM) + len(TO_INFERENCE) + len(BETWEEN_POOLS) + 2):
         if unhealthy and (side := stop_side(move)) is not None:
-            return _stop(move, node, slurm, spec, now, step, side, unhealthy)
+            return _stop(move, node, at, step, side, unhealthy)
         outcome: Outcome = PHASE_FUNCTIONS[move.phase](move, node, slurm, spec, now, step)
         match outcome:
             case Wait():
@@ -312,7 +314,8 @@ def stop_side(move: MoveRecord) -> str | None:
     return None
 
 
-def _stop(move: MoveRecord, node: NodeView, slurm: SlurmView, spec, now: datetime, step: Step, side: str, why: str) -> Step:
+def _stop(move: MoveRecord, node: NodeView, at: Pass, step: Step, side: str, why: str) -> Step:
+    slurm, spec, now = at.slurm, at.spec, at.now
     step.move, step.stopped, step.blocked_by = None, move, []
     step.settled = side if side != NONE else None
     step.actions = [a for a in step.actions if not isinstance(a, Resume)]

@@ -1,7 +1,7 @@
 """The planner: given the pool's nodes, Slurm's state, the spec and the clock, which moves
 to start now. Pure and O(n log n) in the number of nodes.
 
-1. The desired split: `target_slurm` nodes serve Slurm; the rest go to the inference pools,
+1. The desired split: the Goal's `slurm_nodes` serve Slurm; the rest go to the inference pools,
    each first up to its minNodes, then to explicit per-pool counts, then by priority
    (highest first) up to its maxNodes (desired_split). So when Slurm grows, the
    lowest-priority pool is the first to give nodes back.
@@ -39,6 +39,16 @@ class Start:
     source: str
     target: str
     cause: str  # rebalance | pin | move-now
+
+
+@dataclass(frozen=True)
+class Goal:
+    """The split a plan works toward: Slurm's count (None: spec.slurmNodes) and the per-pool
+    counts (None: the spec's own, `inference.pools[].nodes`). decide passes the target's
+    (target.py); the plugin and the handover pass the count an edge sets."""
+
+    slurm_nodes: int | None = None
+    pool_counts: dict[str, int] | None = None
 
 
 @dataclass
@@ -227,17 +237,17 @@ def plan(
     nodes: list[NodeView],
     slurm: SlurmView,
     now: datetime,
-    target_slurm: int | None = None,
-    pool_counts: dict[str, int] | None = None,
+    goal: Goal | None = None,
     health: Mapping[str, NodeHealth] | None = None,
 ) -> Plan:
-    desired, problems = desired_split(spec, len(nodes), target_slurm, pool_counts)
+    goal = goal or Goal()
+    desired, problems = desired_split(spec, len(nodes), goal.slurm_nodes, goal.pool_counts)
     health = health or {}
     keep = {n.name for n in nodes if n.name in health and health[n.name].unhealthy}  # never chosen
     # With replace, broken nodes count on no side: the split is of healthy nodes.
     broken = set(keep) if spec.health.replace else set()
     if broken and not problems:
-        split = healthy_split(spec, len(nodes) - len(broken), target_slurm, pool_counts)
+        split = healthy_split(spec, len(nodes) - len(broken), goal.slurm_nodes, goal.pool_counts)
         if split is None:
             broken = set()
         else:

@@ -116,15 +116,23 @@ def _handover(decision: PoolDecision, result: ApplyResult) -> HandoverStatus | N
     return status
 
 
-def set_condition(
-    conditions: list[Condition], type_: str, status: bool, reason: str, message: str, now: datetime, generation: int | None
-) -> list[Condition]:
+@dataclass(frozen=True)
+class Verdict:
+    """What a condition says: its status, its CamelCase reason and the message."""
+
+    status: bool
+    reason: str
+    message: str = ""
+
+
+def set_condition(conditions: list[Condition], type_: str, verdict: Verdict, now: datetime, generation: int | None) -> list[Condition]:
     """Replace one condition, keeping lastTransitionTime while its status holds."""
-    value = "True" if status else "False"
+    value = "True" if verdict.status else "False"
     old = next((c for c in conditions if c.type == type_), None)
     since = old.last_transition_time if old and old.status == value else iso(now)
     new = Condition(
-        type=type_, status=value, reason=reason, message=message[:1024], last_transition_time=since, observed_generation=generation
+        type=type_, status=value, reason=verdict.reason, message=verdict.message[:1024], last_transition_time=since,
+        observed_generation=generation,
     )
     return [c for c in conditions if c.type != type_] + [new]
 
@@ -243,33 +251,31 @@ def _conditions(basis: StatusBasis, status: SlurmNodePoolStatus, seen: Observed,
     c = set_condition(
         c,
         "Degraded",
-        bool(degraded),
-        degraded[0][0] if degraded else "AsExpected",
-        "; ".join(m for _, m in degraded) if degraded else "",
+        Verdict(bool(degraded), degraded[0][0] if degraded else "AsExpected", "; ".join(m for _, m in degraded) if degraded else ""),
         now,
         generation,
     )
     if blocked:
         parts = [f"{m.node} ({m.phase}): {', '.join(b for b in m.blocked_by if b.startswith(('job/', 'pod/')))}" for m in blocked]
         reason = "EvictionRefused" if any(b.startswith("pod/") for m in blocked for b in m.blocked_by) else "JobsRunning"
-        c = set_condition(c, "DrainBlocked", True, reason, "; ".join(parts), now, generation)
+        c = set_condition(c, "DrainBlocked", Verdict(True, reason, "; ".join(parts)), now, generation)
     else:
-        c = set_condition(c, "DrainBlocked", False, "NotBlocked", "", now, generation)
+        c = set_condition(c, "DrainBlocked", Verdict(False, "NotBlocked"), now, generation)
     if status.moving:
-        c = set_condition(c, "Progressing", True, "MovesInFlight", f"{status.moving} move(s) in flight", now, generation)
+        c = set_condition(c, "Progressing", Verdict(True, "MovesInFlight", f"{status.moving} move(s) in flight"), now, generation)
     elif basis.paused:
-        c = set_condition(c, "Progressing", False, "Paused", "spec.paused is set: no new moves start", now, generation)
+        c = set_condition(c, "Progressing", Verdict(False, "Paused", "spec.paused is set: no new moves start"), now, generation)
     else:
-        c = set_condition(c, "Progressing", False, "Idle", "", now, generation)
+        c = set_condition(c, "Progressing", Verdict(False, "Idle"), now, generation)
     settled = _split_reached(basis, status)
     if degraded:
-        ready = (False, degraded[0][0], "; ".join(m for _, m in degraded))
+        ready = Verdict(False, degraded[0][0], "; ".join(m for _, m in degraded))
     elif not settled or status.moving:
-        ready = (False, "Progressing", f"Slurm {status.slurm.ready}/{status.slurm.desired}, inference {status.inference.ready}/{status.inference.desired}")
+        ready = Verdict(False, "Progressing", f"Slurm {status.slurm.ready}/{status.slurm.desired}, inference {status.inference.ready}/{status.inference.desired}")
     else:
-        ready = (True, "SplitReached", f"Slurm {status.slurm.ready}, inference {status.inference.ready}" + (
+        ready = Verdict(True, "SplitReached", f"Slurm {status.slurm.ready}, inference {status.inference.ready}" + (
             f" ({status.unhealthy} unhealthy: see status.unhealthyNodes)" if status.unhealthy else ""))
-    c = set_condition(c, "Ready", *ready, now, generation)
+    c = set_condition(c, "Ready", ready, now, generation)
     order = {"Ready": 0, "Progressing": 1, "DrainBlocked": 2, "Degraded": 3}
     return sorted(c, key=lambda x: order.get(x.type, 9))
 

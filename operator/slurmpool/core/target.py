@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from slurmpool.core import schedule as sched
-from slurmpool.core.demand import DemandOutcome, Signals, decide_demand
+from slurmpool.core.demand import Base, DemandOutcome, Signals, decide_demand
 from slurmpool.core.events import Event, Reason
 from slurmpool.core.models import DemandStatus, SlurmNodePoolSpec, TargetStatus
 from slurmpool.core.view import iso, parse_time
@@ -152,7 +152,7 @@ def decide_target(
     if spec.demand is not None and spec.demand.enabled:
         prev_demand = previous.demand if previous else None
         if signals is not None:
-            outcome = decide_demand(spec, total, base, base_key, since if source == "Schedule" else manual_since, prev_demand, signals, now)
+            outcome = decide_demand(spec, total, Base(base, base_key, since if source == "Schedule" else manual_since), prev_demand, signals, now)
         elif prev_demand is not None and prev_demand.base_key == base_key and prev_demand.slurm_nodes is not None:
             held = prev_demand.model_copy(update={"message": "no fresh signals (Slurm unreachable): demand's count holds"})
             outcome = DemandOutcome(prev_demand.slurm_nodes, held)
