@@ -7,6 +7,7 @@ from datetime import datetime
 
 from slurmpool.core.models import (
     Condition,
+    HandoverStatus,
     InferenceStatus,
     InvalidRecord,
     MoveStatus,
