@@ -3,6 +3,8 @@ a growing back-off while Slurm fails, reset by a success."""
 
 from __future__ import annotations
 
+import asyncio
+
 from slurmbridge import SlurmUnavailable, TopologyGroup
 from slurmbridge.backoff import Backoff
 from slurmpool.adapters import access
@@ -299,6 +301,8 @@ async def test_a_rotated_ssh_key_or_host_key_is_read_again_without_a_restart(mon
     assert not any(getattr(r, "closed", False) for r in runners)
     clock.t += access.RETIRE_AFTER
     assert await pool.backend("ns", spec) is third
+    assert not any(getattr(r, "closed", False) for r in runners)  # closed in tasks of their own, never inside the poll
+    await asyncio.gather(*pool._closing)
     assert [getattr(r, "closed", False) for r in runners] == [True, True, False]
 
 

@@ -92,8 +92,8 @@ def test_a_replica_that_does_not_lead_only_looks_again_later(monkeypatch):
 def test_a_pass_waits_while_the_index_lags_our_own_record_writes(monkeypatch):
     from slurmpool.core.view import ANN_MOVE, NodeView
 
-    state, watch = PoolState(), FakeNodeWatch()
-    state.expected = {"gpu01": ({ANN_MOVE: '{"id":"m2"}'}, 1.0)}
+    state, watch = records.Written(), FakeNodeWatch()
+    state.wrote({"gpu01": {ANN_MOVE: '{"id":"m2"}'}}, 1.0)
     old = NodeView("gpu01", annotations={ANN_MOVE: '{"id":"m1"}'})
     assert records.lags(state, [old], watch, 1.0)  # the watch has not brought m2 back: no pass on m1
     new = NodeView("gpu01", annotations={ANN_MOVE: '{"id":"m2"}'})
@@ -162,14 +162,25 @@ def test_a_deleted_pool_takes_its_reservation_with_it_and_only_its_own():
 def test_a_pool_state_starts_empty():
     state = PoolState()
     assert (state.generation, state.failures, state.reconcile_error) == (None, 0, None)
-    assert state.expected == {} and state.relisting == set() and state.overlaps == frozenset() and state.exported == set()
+    assert state.overlaps == frozenset() and state.exported == set()
     assert state.spec.raw is None and state.spec.parsed == (None, "")
     assert (state.slurm.changed_at, state.slurm.last_poll, state.slurm.waiting) == (None, None, False)
     other = PoolState()
-    other.expected["gpu01"] = ({}, 1.0)
-    other.relisting.add("gpu01")
     other.exported.add(("slurm", "Settled"))
-    assert state.expected == {} and state.relisting == set() and state.exported == set()  # nothing shared between pools
+    assert state.exported == set()  # nothing shared between pools
+
+
+def test_a_record_written_by_one_pool_is_waited_for_by_the_pool_that_has_the_node_now():
+    """The records this process wrote are kept by node, not by pool: a node whose pool was deleted
+    and made again, or that a selector edit moved to another pool, is not moved again on its old
+    record by the new pool."""
+    from slurmpool.core.view import ANN_MOVE, NodeView
+
+    controller = controller_for({})
+    controller.written.wrote({"gpu01": {ANN_MOVE: '{"id":"m2"}'}}, 1.0)  # by pool A's pass
+    controller.pools.pop(("ns", "a"), None)  # pool A deleted
+    old = NodeView("gpu01", annotations={ANN_MOVE: '{"id":"m1"}'})
+    assert records.lags(controller.written, [old], FakeNodeWatch(), 1.0)  # pool B's pass waits too
 
 
 def test_the_spec_is_parsed_once_per_uid_generation_and_content():

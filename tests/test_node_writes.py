@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from slurmpool.controller.apply import ApplyContext, apply
-from slurmpool.core.patch import node_patch, shape_write
+from slurmpool.core.patch import node_patch, rebuilt, shape_write
 from slurmpool.core.decide import decide
 from slurmpool.core.interfaces import Conflict, PoolRef
 from slurmpool.core.moves import Pass, PatchNode, Step, advance, inference_shape, slurm_shape
@@ -112,6 +112,24 @@ def test_between_pools_the_cordon_is_never_written():
                         unschedulable=cordoned, labels={"slurmpool.io/side": "inference"})
         patch = node_patch(POOL, node, advance(node.move, node, Pass(SlurmView(True), spec, NOW)), NOW)
         assert "unschedulable" not in patch["spec"] and patch["metadata"]["labels"]["pool"] == "llm"
+
+
+def test_a_cordon_lifted_before_a_conflict_is_ours_on_the_rebuilt_write():
+    """Found in review: the pass read an admin's cordon and marked it kept; they uncordoned before
+    the write met a conflict. The rebuilt write cordons the node itself: that cordon is ours, not
+    kept for them (else the node would stay cordoned once back in inference)."""
+    spec = make_spec(slurm_nodes=1)
+    before = NodeView("a", annotations={ANN_PLACEMENT: INF, ANN_MOVE: _move(INF, SLURM, Phase.CORDONING)}, unschedulable=True,
+                      labels={"slurmpool.io/side": "inference"}, version="1")
+    step = advance(before.move, before, Pass(SlurmView(True), spec, NOW))
+    first = node_patch(POOL, before, step, NOW)
+    assert first["metadata"]["annotations"][ANN_CORDON_KEPT] == "true"  # theirs, as the pass saw it
+    current = replace(before, unschedulable=False, version="2")
+    again = rebuilt(before, current, step, first)
+    assert again["spec"]["unschedulable"] is True and ANN_CORDON_KEPT not in again["metadata"]["annotations"]
+    assert again["metadata"]["resourceVersion"] == "2"
+    assert {k: v for k, v in again["metadata"]["annotations"].items()} == {
+        k: v for k, v in first["metadata"]["annotations"].items() if k != ANN_CORDON_KEPT}  # the record is the step's
 
 
 class ConflictingKube:

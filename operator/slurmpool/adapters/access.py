@@ -26,8 +26,9 @@ TOPOLOGY_MAX_AGE = 60.0  # seconds: slurm.conf's topology changes with a reconfi
 SECRET_MAX_AGE = 30.0  # seconds: SSH keys are read again this often (the REST token too: restaccess.py)
 PENDING_FOR = 60.0  # seconds: a pool's partition is polled for pending jobs this long after it last looked
 RETIRE_AFTER = 60.0  # seconds: an SSH connection replaced by a new key is closed this much later
+RETIRE_CLOSE_TIMEOUT = 10.0  # seconds a close of such a connection may take
 STALE_WHILE_POLLING = 3  # x max_age: how much older a view may be, rather than wait for a poll in progress
-log = logging.getLogger("slurmpool.adapters.access")
+log = logging.getLogger("slurmpool.access")
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,13 @@ class Instrumented:
         return timed
 
 
+async def _close_quietly(backend: SlurmBackend) -> None:
+    try:
+        await asyncio.wait_for(backend.close(), RETIRE_CLOSE_TIMEOUT)
+    except Exception as err:  # noqa: BLE001 - the connection is dropped either way
+        log.warning("closing a replaced Slurm connection failed: %s", err)
+
+
 class SlurmAccessPool:
     """`backoff`: after a failed poll, the next one waits 1, 2, 4 ... 10 seconds (jittered: a
     little less), munge or slurmctld down: no hammering, one SSH login per pass; the failed view,
@@ -177,6 +185,7 @@ class SlurmAccessPool:
         self._read_secret = read_secret
         self._backends: dict[tuple, SlurmBackend] = {}
         self._retired: list[tuple[float, SlurmBackend]] = []  # (close at, backend): replaced by a new key
+        self._closing: set[asyncio.Task] = set()
         self._views: dict[tuple, tuple[float, SlurmView]] = {}  # key -> (when its poll began, view)
         self._topology: dict[tuple, tuple[float, tuple]] = {}  # key -> (when, groups): changes rarely
         self._failing: dict[tuple, tuple[int, float, SlurmView]] = {}  # key -> (failures, retry at, view)
@@ -192,7 +201,7 @@ class SlurmAccessPool:
 
     async def backend(self, namespace: str, access: SlurmAccess) -> SlurmBackend:
         key = access_key(namespace, access)
-        await self._close_retired()
+        self._close_retired()
         if key in self._backends and access.ssh and self.clock() - self._ssh_read.get(key, float("-inf")) >= SECRET_MAX_AGE:
             await self._reread_ssh_secret(key, namespace, access)
         if key not in self._backends:
@@ -212,11 +221,15 @@ class SlurmAccessPool:
         log.info("Secret %s/%s changed: a new SSH connection to %s", namespace, s.secret_ref.name, s.host)
         self._retired.append((self.clock() + RETIRE_AFTER, self._backends.pop(key)))
 
-    async def _close_retired(self) -> None:
+    def _close_retired(self) -> None:
+        """Connections replaced by a new key, due now, are closed in tasks of their own: a slow or
+        failing close never holds the poll (nor every pool on that Slurm) that found them due."""
         due = [b for at, b in self._retired if self.clock() >= at]
         self._retired = [(at, b) for at, b in self._retired if self.clock() < at]
         for backend in due:
-            await backend.close()
+            task = asyncio.create_task(_close_quietly(backend))
+            self._closing.add(task)  # held until done: a task nothing references may be collected mid-close
+            task.add_done_callback(self._closing.discard)
 
     async def _build(self, namespace: str, access: SlurmAccess) -> SlurmBackend:
         if access.rest:

@@ -29,7 +29,7 @@ from slurmpool.core.interfaces import Conflict, PoolRef, Refused
 from slurmpool.core.bodies import node_view, pod_view
 from slurmpool.core.view import LABEL_COMPONENT, LABEL_POOL, SLURM_TAINT_KEY, NodeView, PodView
 
-log = logging.getLogger("slurmpool.adapters.kube")
+log = logging.getLogger("slurmpool.kube")
 SLURMD_CONTAINER = "slurmd"
 MERGE_PATCH = "application/merge-patch+json"
 # API calls in flight at once. Our own threads, not the default executor that kopf also uses,

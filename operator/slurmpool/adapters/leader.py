@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-log = logging.getLogger("slurmpool.adapters.leader")
+log = logging.getLogger("slurmpool.leader")
 
 
 def default_namespace() -> str:

@@ -29,7 +29,7 @@ from slurmbridge.backoff import Backoff
 from slurmpool.adapters import metrics
 from slurmpool.core.interfaces import PoolRef
 
-log = logging.getLogger("slurmpool.core.status")
+log = logging.getLogger("slurmpool.status")  # logger names stay as before the layout: sites filter on them
 WATCH_LAG = 10.0  # seconds: a status written this recently is not written again for the watch to show it
 
 

@@ -30,11 +30,11 @@ from slurmpool.core.events import Event, Reason
 from slurmpool.core.interfaces import Conflict, Kube, PoolRef, Refused, node_object, pool_object
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.moves import REFUSED, Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, Requeue, Resume, Step
-from slurmpool.core.patch import RECORD, annotations_of, shape_of, shape_write
+from slurmpool.core.patch import RECORD, annotations_of, rebuilt, shape_of
 from slurmpool.core.snapshot import ApplyResult, PoolDecision
 from slurmpool.core.view import ANN_MOVE, ANN_MOVE_NOW, ANN_SLURM, NONE, Direction, NodeView
 
-log = logging.getLogger("slurmpool.controller.apply")
+log = logging.getLogger("slurmpool.apply")
 PUBLISH_LAG = 10.0  # seconds: a value written this recently is not written again (the watch lags)
 CONFLICT_RETRIES = 5  # a node's write whose precondition failed is rebuilt on the Node read again, this often
 
@@ -283,6 +283,4 @@ async def _write_node(kube: Kube, before: NodeView, step: Step, patch: dict) -> 
             current = await kube.read_node(before.name)
             if current is None:
                 raise
-            record = annotations_of(patch)
-            patch = shape_write(before, current, shape)
-            patch["metadata"].setdefault("annotations", {}).update(record)
+            patch = rebuilt(before, current, step, patch)

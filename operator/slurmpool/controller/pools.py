@@ -51,8 +51,6 @@ class PoolState:
     generation: int | None = None  # of the spec last seen: a new one wakes the pool at once
     failures: int = 0  # failed passes in a row: the backoff
     reconcile_error: str | None = None  # the last ReconcileError posted (one Event per distinct failure)
-    expected: dict[str, tuple[dict, float]] = field(default_factory=dict)  # node -> (record we wrote, when): until the watch shows it
-    relisting: set[str] = field(default_factory=set)  # nodes whose lag asked the Node watch to list again (once per write)
     overlaps: frozenset[str] = frozenset()  # the overlap last posted as an Event
     spec: snapshots.SpecCache = field(default_factory=snapshots.SpecCache)
     exported: set[tuple[str, str]] = field(default_factory=set)  # (placement, phase) gauges set above 0
@@ -75,6 +73,7 @@ class PoolController:
         self.pools_index: dict = {}
         self.pools: dict[Key, PoolState] = {}
         self.published: dict = {}  # node -> Slurm state last published on it (apply.py)
+        self.written = records.Written()  # node records not yet back through the Node watch
         self.indexed = asyncio.Event()  # kopf's indexes are filled
         self.tasks: list[asyncio.Task] = []
 
@@ -229,7 +228,7 @@ class PoolController:
             return config.interval
         t0 = time.monotonic()
         snap, backend = await self.snapshot(pool, spec, raw, state)
-        if records.lags(state, snap.nodes, self.nodes, time.monotonic()):
+        if records.lags(self.written, snap.nodes, self.nodes, time.monotonic()):
             return records.INDEX_LAG_RETRY  # our last writes have not come back through the watch yet
         t1 = time.monotonic()
         decision = decide(snap)
@@ -244,10 +243,7 @@ class PoolController:
         context = ApplyContext(pool, spec, list(snap.nodes), self.kube, backend or snapshots.NoSlurm(), self.published,
                                config.crash_after_phase)
         result = await apply(context, decision)
-        now = time.monotonic()
-        for name, record in result.records.items():
-            state.expected[name] = (record, now)
-            state.relisting.discard(name)
+        self.written.wrote(result.records, time.monotonic())
         if result.slurm_changed:
             state.slurm.changed(self.access.clock())  # its next look must see what it did
         t3 = time.monotonic()

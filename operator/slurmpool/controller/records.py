@@ -4,13 +4,29 @@ it has: a pass on the old record would redo its step, or start a move on a node 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
 log = logging.getLogger("slurmpool")
 INDEX_LAG_RETRY = 0.05  # seconds: look again this soon when the watch has not brought our writes back
 EXPECT_FOR = 10.0  # seconds: after this, a write the index has not shown makes the Node watch list again
 
 
-def lags(state, nodes, watch, now: float) -> bool:
+@dataclass
+class Written:
+    """The node records this process wrote and the watch has not shown yet. Keyed by node, not by
+    pool: a node that changes pool (a selector edit, a pool deleted and made again) is still waited
+    for by whichever pool has it now."""
+
+    expected: dict[str, tuple[dict, float]] = field(default_factory=dict)  # node -> (record we wrote, when)
+    relisting: set[str] = field(default_factory=set)  # nodes whose lag asked the Node watch to list again (once per write)
+
+    def wrote(self, records: dict[str, dict], now: float) -> None:
+        for name, record in records.items():
+            self.expected[name] = (record, now)
+            self.relisting.discard(name)
+
+
+def lags(state: Written, nodes, watch, now: float) -> bool:
     """True while a node's record we wrote (`state.expected`: node -> (record, when)) is not yet in
     the index. A lagging watch waits, never acts: after EXPECT_FOR the watch lists again (once per
     write: `state.relisting`), and the index wins only once a full list begun after the write is in

@@ -44,6 +44,19 @@ def after(node: NodeView, patch: dict) -> NodeView:
     return replace(node, annotations={k: v for k, v in annotations.items() if v})
 
 
+def rebuilt(before: NodeView, current: NodeView, step: Step, patch: dict) -> dict:
+    """The step's patch written again on `current`, the Node read after a conflict: its shape is
+    rebuilt on the Node as it is now; its record is the step's. The cordon-kept mark the first shape
+    drew from the stale Node is not carried over (a cordon someone lifted meanwhile is no longer
+    theirs to keep); only the record's own drop of it, when the node settles in inference, is."""
+    settles_in_inference = bool(step.settled and pool_of(step.settled))
+    record = {k: v for k, v in annotations_of(patch).items() if k != ANN_CORDON_KEPT or settles_in_inference}
+    fresh = shape_write(before, current, shape_of(step))
+    if record:
+        fresh["metadata"].setdefault("annotations", {}).update(record)
+    return fresh
+
+
 def shape_of(step: Step) -> PatchNode | None:
     shapes = [a for a in step.actions if isinstance(a, PatchNode)]
     return shapes[-1] if shapes else None
