@@ -199,3 +199,12 @@ def test_decide_hands_apply_the_patches_it_derived_its_views_from():
     by_name = {n.name: n for n in decision.nodes_after}
     for name, patch in decision.patches.items():
         assert by_name[name] == after(next(n for n in nodes if n.name == name), patch)
+
+
+def test_the_plugin_sends_any_inference_pool_name_on_for_the_admission_policy_to_judge():
+    """`kubectl slurmpool move --to`: the side is checked here, the pool name by the apiserver,
+    whose refusal names the pools allowed (e2e/test_oncall_role.py)."""
+    from slurmpool.core.placement import names_a_side
+
+    assert all(names_a_side(t) for t in ("slurm", "inference", "inference:llm", "inference:Llm"))
+    assert not any(names_a_side(t) for t in ("kubernetes", "Slurm", "", "inf"))

@@ -7,8 +7,9 @@ set -euo pipefail
 # python3-venv: `make venv` (the node agent runs in the repo's virtualenv)
 # containerd, runc, containernetworking-plugins: the real kubelet nodes (real-nodes.sh, LAB_REAL_NODES);
 # debootstrap: the images' Debian base (deploy/docker/build-images.sh); curl: health checks
+# libslurm-dev: spank.h of the host's 22.05, which e2e/lab/build-pyxis.sh builds pyxis against (LAB_PYXIS=1)
 pkgs=(slurmctld slurmd slurm-client munge openssh-server openssh-client openssl iproute2 procps util-linux
-      python3-venv containerd runc containernetworking-plugins debootstrap curl)
+      python3-venv containerd runc containernetworking-plugins debootstrap curl libslurm-dev)
 
 # LAB_SLURMDBD=1: accounting on (slurmdbd with MariaDB from Debian)
 [ "${LAB_SLURMDBD:-0}" = 0 ] || pkgs+=(slurmdbd mariadb-server mariadb-client)

@@ -64,9 +64,9 @@ from slurmpool.core.view import (
     PodView,
     SlurmView,
     iso,
-    placement_problem,
     pool_of,
 )
+from slurmpool.core.placement import names_a_side
 
 MAX_WAVES = 100
 OUTPUTS = ("table", "wide", "json", "yaml")
@@ -1017,7 +1017,7 @@ def main(argv: list[str] | None = None) -> int:
             at = parse_at(args.at, datetime.now(timezone.utc))
         except ValueError as err:
             parser.error(str(err))
-    if args.command == "move" and placement_problem(args.to, allow=("inference",)) is not None:
+    if args.command == "move" and not names_a_side(args.to):
         parser.error("--to must be slurm, inference or inference:POOL")
 
     try:

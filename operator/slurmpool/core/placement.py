@@ -93,6 +93,12 @@ def placement_problem(value: str, allow: tuple[str, ...] = ()) -> str | None:
     return None
 
 
+def names_a_side(text: str) -> bool:
+    """`slurm`, `inference` or `inference:<anything>`: what `kubectl slurmpool move --to` sends on,
+    leaving the pool name to the admission policy, whose refusal names the pools allowed."""
+    return text in (SLURM, str(Side.INFERENCE)) or text.startswith(_PREFIX)
+
+
 def _read(text: str) -> Placement | None:
     try:
         return Placement.parse(text)
