@@ -681,3 +681,34 @@ def test_a_reader_gone_is_no_error(monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     assert cli.main(["move", "n1", "--to", "slurm"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_plan_asks_for_whole_pods_only_where_a_move_between_inference_pools_needs_them():
+    """`plan` reads pods as status does (Table rows: no spec, so no needs); what a pod needs of a
+    node is read, node by node, only for a move between inference pools (which evicts the misfits):
+    the same plan as from whole pods, and no other node's pods asked for."""
+    spec = make_spec(slurm_nodes=1, max_moves=8, pools=[("llm", 10, 0, None), ("batch", 0, 0, None)])
+    fits_llm = {"nodeSelector": {"pool": "llm"}, "tolerations": [{"key": "inference", "operator": "Exists"}]}
+    anywhere = {"tolerations": [{"operator": "Exists"}]}
+    pods = [{**pod_body(f"{kind}-{node}", node), "spec": {"nodeName": node, **needs}}
+            for node in ("n2", "n3", "n4") for kind, needs in (("llm", fits_llm), ("any", anywhere))]
+    bodies = [node_body("n1", SLURM), *(node_body(n, "inference:llm") for n in ("n2", "n3", "n4"))]
+    pool = {"metadata": {"name": "gpu", "namespace": "ns"}, "spec": spec.model_dump(by_alias=True, exclude_none=True),
+            "status": {"target": {"slurmNodes": 2, "inference": {"llm": 1, "batch": 1}}}}
+    whole = cli.pool_nodes(spec, bodies, pods)
+    rows = [replace(n, pods=tuple(replace(p, needs=cli.PodView("", "", "").needs) for p in n.pods)) for n in whole]
+    asked = []
+
+    def pods_of(name):
+        asked.append(name)
+        return next(n for n in whole if n.name == name).pods
+
+    expected = cli.plan_view(spec, pool, whole, NOW, None)
+    got = cli.plan_view(spec, pool, rows, NOW, None, pods_of=pods_of)
+    assert got == expected
+    between = [m for m in got["moves"] if m["from"].startswith("inference:") and m["to"].startswith("inference:")]
+    assert [(m["to"], m["pods"]) for m in between] == [("inference:batch", [f"serve/llm-{between[0]['node']}"])]
+    assert asked == [between[0]["node"]]  # the node moving to Slurm evicts every evictable pod: no spec needed
+    to_slurm = [m for m in got["moves"] if m["to"] == SLURM]
+    assert [len(m["pods"]) for m in to_slurm] == [2]
+    assert cli.plan_view(spec, pool, rows, NOW, None)["moves"] != expected  # without them: no toleration read, every pod a misfit

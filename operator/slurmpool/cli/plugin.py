@@ -47,7 +47,7 @@ from slurmpool.core import schedule as sched
 from slurmpool.core.handover import edge_at, free_at, planned
 from slurmpool.core.models import GROUP, PLURAL, VERSION, LabelSelector, SlurmNodePoolSpec
 from slurmpool.core.models import parse_at as parse_rfc3339
-from slurmpool.core.moves import disturbed_pods
+from slurmpool.core.moves import between_pools, disturbed_pods
 from slurmpool.core.phases import Phase
 from slurmpool.core.planner import current_placement, desired_split, plan
 from slurmpool.core.view import (
@@ -330,10 +330,22 @@ def status_view(pool: dict, nodes: list[NodeView], now: datetime) -> dict[str, A
 
 
 def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: datetime, slurm_nodes: int | None,
-              at: datetime | None = None) -> dict[str, Any]:
+              at: datetime | None = None, pods_of: Callable[[str], Iterable[PodView]] | None = None) -> dict[str, Any]:
     """Run the planner wave after wave (each wave's moves assumed done) until the split is reached.
     `at`: the plan for that time instead: the count the schedule sets then (unless `slurm_nodes`),
-    and the planned handover an edge then gets (`at_handover`)."""
+    and the planned handover an edge then gets (`at_handover`).
+    `pods_of(node)`: the node's pods whole (what each needs of a node), asked for only where a move
+    needs them, when `nodes` carry their pods as Table rows (no spec): a move between inference
+    pools evicts the pods the new pool does not admit. The planner's choice and every other move
+    need only what a row has (which pods are evictable)."""
+    whole: dict[str, tuple[PodView, ...]] = {}
+
+    def with_needs(node: NodeView, target: str) -> NodeView:
+        if pods_of is None or not between_pools(node.placement, target) or not any(p.evictable for p in node.pods):
+            return node
+        if node.name not in whole:
+            whole[node.name] = tuple(pods_of(node.name))
+        return replace(node, pods=whole[node.name])
     status = pool.get("status") or {}
     target = slurm_nodes
     if target is None:
@@ -367,7 +379,7 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
         for start in result.starts:
             node = by_name[start.node]
             disturbs_jobs = jobs_by_node.get(node.name, []) if node.placement == SLURM else []
-            disturbs_pods = [p.key for p in disturbed_pods(spec, node, start.target)]
+            disturbs_pods = [p.key for p in disturbed_pods(spec, with_needs(node, start.target), start.target)]
             free = free_at(node.name, slurm, now) if node.placement == SLURM else now
             moves.append(
                 {
@@ -908,6 +920,11 @@ class Api:
         finally:
             pages.close()
 
+    def whole_pods_on(self, node_name: str) -> list[PodView]:
+        """The pods not ended on one node, whole (what each needs of a node): `plan`, for a move
+        between inference pools."""
+        return list(self._pods(f"spec.nodeName={node_name},{self.RUNNING}", whole=True))
+
     def _pods(self, field_selector: str, whole: bool) -> Iterator[PodView]:
         for pods in self._pod_pages(field_selector, whole):
             yield from pods
@@ -1029,8 +1046,8 @@ def main(argv: list[str] | None = None) -> int:
             view = status_view(pool, nodes, now)
             _emit(view, render_status(view, width(), wide=args.output == "wide"), args.output)
         elif args.command == "plan":
-            pool, spec, nodes = _load(api, namespace, args.pool, whole_pods=True)
-            view = plan_view(spec, pool, nodes, now, args.slurm_nodes, at)
+            pool, spec, nodes = _load(api, namespace, args.pool)
+            view = plan_view(spec, pool, nodes, now, args.slurm_nodes, at, pods_of=api.whole_pods_on)
             _emit(view, render_plan(view, 10**6 if args.output == "wide" else width()), args.output)
         elif args.command == "move":
             body = api.patch_node(args.node, {"metadata": {"annotations": {ANN_MOVE_NOW: args.to}}})
