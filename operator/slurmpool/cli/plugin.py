@@ -375,6 +375,7 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
         if n.move
     ]
     current = list(nodes)
+    place = {n.name: i for i, n in enumerate(current)}  # the same order wave after wave: only the nodes a wave moves change
     # A paused pool is planned as on resume: the planner itself starts nothing while paused.
     unpaused = spec.model_copy(update={"paused": False})
     for wave in range(1, MAX_WAVES + 1):
@@ -382,7 +383,7 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
         problems = result.problems
         if not result.starts and not result.aborts:
             break
-        by_name = {n.name: n for n in current}
+        by_name = _Lookup(current, place)
         for start in result.starts:
             node = by_name[start.node]
             disturbs_jobs = jobs_by_node.get(node.name, []) if node.placement == SLURM else []
@@ -405,7 +406,9 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
         for name in result.aborts:
             moves.append({"wave": wave, "node": name, "from": by_name[name].move.target, "to": by_name[name].move.source,
                           "cause": "abort", "jobs": [], "jobDetails": [], "pods": []})
-        current = [_settle(n, result) for n in current]
+        starts = {s.node: s for s in result.starts}
+        for name in {*starts, *result.aborts, *(n.name for n in current if n.move)}:  # the rest stay as they are
+            current[place[name]] = _settle(current[place[name]], result, starts.get(name))
     return {
         "pool": pool.get("metadata", {}).get("name"),
         "namespace": pool.get("metadata", {}).get("namespace"),
@@ -447,9 +450,18 @@ def _counts(nodes: list[NodeView]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def _settle(node: NodeView, result) -> NodeView:
-    """The node once this wave (and any move in flight) is done."""
-    start = next((s for s in result.starts if s.node == node.name), None)
+class _Lookup:
+    """`current[name]`, by the index of its place."""
+
+    def __init__(self, current: list[NodeView], at: dict[str, int]):
+        self.current, self.at = current, at
+
+    def __getitem__(self, name: str) -> NodeView:
+        return self.current[self.at[name]]
+
+
+def _settle(node: NodeView, result, start=None) -> NodeView:
+    """The node once this wave (and any move in flight) is done; `start`: this wave's start of it."""
     target = start.target if start else (node.move.source if node.name in result.aborts else (node.move.target if node.move else None))
     if target is None:
         return node
