@@ -14,9 +14,10 @@ changes nothing. No kopf import here: the command starts fast.
 It reads only the pool's Nodes (its nodeSelector as a label selector) and only the pods not ended
 on them (a field selector per node for small pools, else pages of the cluster's pods kept only when
 on a pool node), each answer parsed once as JSON (no client models), the next page asked for while
-one is used, with the garbage collector off meanwhile. `status` reads pods as the apiserver's
-Table (each row's metadata and Node column: half the bytes, and less work on both sides);
-`plan` reads whole pods (what each needs of a node). No import of kopf, asyncssh or the client's
+one is used, with the garbage collector off meanwhile. `status` and `plan` read pods as the
+apiserver's Table (each row's metadata and Node column: half the bytes, and less work on both
+sides); `plan` reads whole pods (what each needs of a node) only for the nodes of a move between
+inference pools, node by node, the one place a pod's spec counts. No import of kopf, asyncssh or the client's
 CoreV1Api (`CoreCalls`): `make bench` times `status` on 5,000 Nodes and 50,000 pods.
 Shell completion: the console script `kubectl_complete-slurmpool` (kubectl 1.26+ calls it).
 """
@@ -188,7 +189,7 @@ def table_pods(page: dict) -> Iterator[PodView]:
     """Pods from a page of the apiserver's Table of pods (`Accept: ...;as=Table`): each row's
     metadata and its Node column, as views. No spec and no status: `phase` is not read (the field
     selector asked only for pods not ended), nor what a pod needs of a node, nor its creation time
-    (`plan` reads whole pods). Strings repeated from pod to pod are held once."""
+    (`plan` reads whole pods where a move needs them). Strings repeated from pod to pod are held once."""
     rows = page.get("rows") or ()
     columns = [c.get("name") for c in page.get("columnDefinitions") or ()]
     if rows and "Node" not in columns:
