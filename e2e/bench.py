@@ -849,6 +849,23 @@ def bench_plugin(lab=None, node_count: int = 5000, pods_per_node: int = 10, runs
               "metadata": {"name": n, "labels": {label: "true"},
                            "annotations": {ANN_PLACEMENT: SLURM if i % 2 else "inference:llm", ANN_SLURM: published}},
               "status": {"capacity": {"nvidia.com/gpu": "8"}}} for i, n in enumerate(names)]
+    # The namespace, its default ServiceAccount (the controller-manager makes it: before the pause)
+    # and the pods' owner first.
+    lab.kubectl("create", "namespace", namespace, check=False)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            api.read_namespaced_service_account("default", namespace, _preload_content=False)
+            break
+        except client.exceptions.ApiException as err:
+            if err.status != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    owner = apps.create_namespaced_replica_set(namespace, {
+        "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "llm"},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"slurmpool.io/bench-owner": "none"}},
+                 "template": {"metadata": {"labels": {"slurmpool.io/bench-owner": "none"}},
+                              "spec": {"containers": [{"name": "server", "image": "vllm:latest"}]}}}})
     paused = _Paused(lab, "kube-controller-manager")
     settle_names = ("kube-apiserver", "etcd", "kube-scheduler", "agent")
     with paused:
@@ -856,12 +873,6 @@ def bench_plugin(lab=None, node_count: int = 5000, pods_per_node: int = 10, runs
         print(f"     kube-controller-manager paused (pid {paused.pid}); control plane quiet after {waited:.1f} s ({share:.2f} of a core)")
         try:
             print(f"     created {node_count} nodes in {_create_all(api.create_node, nodes):.1f} s")
-            lab.kubectl("create", "namespace", namespace, check=False)
-            owner = apps.create_namespaced_replica_set(namespace, {
-                "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "llm"},
-                "spec": {"replicas": 0, "selector": {"matchLabels": {"slurmpool.io/bench-owner": "none"}},
-                         "template": {"metadata": {"labels": {"slurmpool.io/bench-owner": "none"}},
-                                      "spec": {"containers": [{"name": "server", "image": "vllm:latest"}]}}}})
             # Bound to Nodes with no kubelet: they stay Pending. Tolerating everything keeps them
             # off any taint's eviction.
             pods = [{"apiVersion": "v1", "kind": "Pod",
