@@ -97,7 +97,7 @@ def test_every_line_fits(width):
     view["nodes"][0]["jobs"] = many
     for line in cli.render_status(view, width).splitlines():
         assert len(line) <= width
-    plan = cli.plan_view(SPEC, pool, nodes, NOW, 1)
+    plan = cli.plan_view(SPEC, pool, nodes, NOW, cli.Asked(1))
     for line in cli.render_plan(plan, width).splitlines():
         assert len(line) <= width
 
@@ -105,13 +105,13 @@ def test_every_line_fits(width):
 def test_plan_lists_the_nodes_and_what_they_disturb_and_changes_nothing():
     pool, nodes = world()
     before = [n.annotations.copy() for n in nodes]
-    plan = cli.plan_view(SPEC, pool, nodes, NOW, 1)
+    plan = cli.plan_view(SPEC, pool, nodes, NOW, cli.Asked(1))
     moves = [(m["node"], m["to"], m["jobs"]) for m in plan["moves"]]
     # n5's move to Slurm (still evicting) turns back; n3 idle first, then n2 (its jobs end sooner than n1's)
     assert moves == [("n3", "inference:default", []), ("n2", "inference:default", ["102", "103"]), ("n5", "inference:default", [])]
     assert plan["moves"][-1]["cause"] == "abort"
     assert plan["inFlight"][0]["node"] == "n5"
-    grow = cli.plan_view(SPEC, pool, nodes, NOW, 5)
+    grow = cli.plan_view(SPEC, pool, nodes, NOW, cli.Asked(5))
     assert [(m["node"], m["pods"]) for m in grow["moves"]] == [("n4", ["serve/llm-1", "serve/llm-2"])]
     assert [n.annotations for n in nodes] == before
     text = cli.render_plan(plan, 100)
@@ -120,7 +120,7 @@ def test_plan_lists_the_nodes_and_what_they_disturb_and_changes_nothing():
 
 def test_plan_forecasts_when_each_leaving_node_is_free_by_its_jobs_time_limits():
     pool, nodes = world()
-    plan = cli.plan_view(SPEC, pool, nodes, NOW, 0)
+    plan = cli.plan_view(SPEC, pool, nodes, NOW, cli.Asked(0))
     free = {m["node"]: m["freeAt"] for m in plan["moves"] if m["from"] == "slurm" and m["cause"] != "abort"}
     assert free == {"n3": "2026-11-29T12:00:00Z", "n2": "2026-11-29T12:07:00Z", "n1": "2026-11-29T12:50:00Z"}  # idle: now; n2: its later job
     text = cli.render_plan(plan, 120)
@@ -132,10 +132,10 @@ def test_plan_shows_the_planned_handover_from_the_status():
     pool = {**pool, "status": {**(pool.get("status") or {}), "handover": {
         "reservation": "slurmpool-ns-gpu", "flags": ["MAINT", "IGNORE_JOBS"], "nodes": ["n2", "n3"], "start": "2026-11-29T12:30:00Z",
         "end": "2026-11-29T13:30:00Z", "state": "Reserved", "late": ["n2"], "message": ""}}}
-    text = cli.render_plan(cli.plan_view(SPEC, pool, nodes, NOW, 1), 200)
+    text = cli.render_plan(cli.plan_view(SPEC, pool, nodes, NOW, cli.Asked(1)), 200)
     assert "planned handover (Reserved): reservation slurmpool-ns-gpu (MAINT,IGNORE_JOBS) from 2026-11-29T12:30:00Z" in text
     assert "jobs on n2 have no time limit or end after the edge: drain.onTimeout decides" in text
-    assert "planned handover" not in cli.render_plan(cli.plan_view(SPEC, world()[0], nodes, NOW, 1), 200)
+    assert "planned handover" not in cli.render_plan(cli.plan_view(SPEC, world()[0], nodes, NOW, cli.Asked(1)), 200)
 
 
 def test_a_paused_pool_is_planned_as_on_resume_every_wave():
@@ -143,8 +143,8 @@ def test_a_paused_pool_is_planned_as_on_resume_every_wave():
     paused = spec.model_copy(update={"paused": True})
     pool, nodes = world()
     nodes = [n for n in nodes if n.name != "n5"]
-    plan = cli.plan_view(paused, pool, nodes, NOW, 0)
-    assert plan["paused"] and plan["moves"] == cli.plan_view(spec, pool, nodes, NOW, 0)["moves"]
+    plan = cli.plan_view(paused, pool, nodes, NOW, cli.Asked(0))
+    assert plan["paused"] and plan["moves"] == cli.plan_view(spec, pool, nodes, NOW, cli.Asked(0))["moves"]
     assert [m["node"] for m in plan["moves"]] == ["n3", "n2", "n1"]
     assert "these moves start on `kubectl slurmpool resume`" in cli.render_plan(plan, 120)
 
@@ -153,7 +153,7 @@ def test_plan_in_waves_when_the_budget_is_small():
     spec = make_spec(slurm_nodes=3, max_moves=1)
     pool, nodes = world()
     nodes = [n for n in nodes if n.name != "n5"]
-    plan = cli.plan_view(spec, pool, nodes, NOW, 0)
+    plan = cli.plan_view(spec, pool, nodes, NOW, cli.Asked(0))
     assert [m["wave"] for m in plan["moves"]] == [1, 2, 3]
     assert [m["node"] for m in plan["moves"]] == ["n3", "n2", "n1"]
 
@@ -188,11 +188,11 @@ def test_unhealthy_nodes_are_shown_and_never_planned():
     text = cli.render_status(view, 120)
     assert "unhealthy: Slurm 1, inference 0" in text and "n3: drained in Slurm by others: admin: bad HBM" in text
     # n3 is idle, the cheapest victim when healthy; unhealthy, it is never chosen
-    plan = cli.plan_view(SPEC, pool, nodes, NOW, 1)
+    plan = cli.plan_view(SPEC, pool, nodes, NOW, cli.Asked(1))
     assert "n3" not in [m["node"] for m in plan["moves"]] and plan["unhealthy"] == ["n3"]
     assert "never moved (unhealthy" in cli.render_plan(plan, 120)
     pool["status"]["unhealthyNodes"] = []
-    assert "n3" in [m["node"] for m in cli.plan_view(SPEC, pool, nodes, NOW, 1)["moves"]]
+    assert "n3" in [m["node"] for m in cli.plan_view(SPEC, pool, nodes, NOW, cli.Asked(1))["moves"]]
 
 
 def test_status_names_pending_jobs_demand_does_not_count():
@@ -601,7 +601,7 @@ def scheduled(window: dict):
 
 def test_plan_at_an_edge_plans_the_schedules_count_then_and_the_handover_it_gets():
     spec, pool, nodes = scheduled({"name": "day", "cron": "30 12 * * *", "slurmNodes": 1})
-    plan = cli.plan_view(spec, pool, nodes, NOW, None, NOW + timedelta(minutes=30))
+    plan = cli.plan_view(spec, pool, nodes, NOW, cli.Asked(None, NOW + timedelta(minutes=30)))
     assert plan["slurmNodes"] == 1 and plan["at"] == "2026-11-29T12:30:00Z"
     h = plan["handover"]
     assert h["reservation"] == "slurmpool-ns-gpu" and h["flags"] == ["MAINT", "IGNORE_JOBS"] and h["state"] == "Forecast"
@@ -613,21 +613,21 @@ def test_plan_at_an_edge_plans_the_schedules_count_then_and_the_handover_it_gets
     assert "reservation slurmpool-ns-gpu (MAINT,IGNORE_JOBS) from 2026-11-29T12:30:00Z" in text
     assert "free by their jobs' time limits: n3 now, n2 2026-11-29T12:07:00Z" in text
     # before the window, the spec's count holds: nothing leaves, no handover
-    quiet = cli.plan_view(spec, pool, nodes, NOW, None, NOW + timedelta(minutes=10))
+    quiet = cli.plan_view(spec, pool, nodes, NOW, cli.Asked(None, NOW + timedelta(minutes=10)))
     assert quiet["slurmNodes"] == 3 and quiet["handover"] is None and not [m for m in quiet["moves"] if m["cause"] != "abort"]
 
 
 def test_plan_at_names_the_nodes_whose_jobs_outlast_the_edge():
     spec, pool, nodes = scheduled({"name": "day", "cron": "30 12 * * *", "slurmNodes": 0})
-    h = cli.plan_view(spec, pool, nodes, NOW, None, NOW + timedelta(minutes=30))["handover"]
+    h = cli.plan_view(spec, pool, nodes, NOW, cli.Asked(None, NOW + timedelta(minutes=30)))["handover"]
     assert h["late"] == ["n1"] and h["forecast"]["n1"] == "2026-11-29T12:50:00Z"
     assert "jobs on n1 have no time limit or end after the edge" in "\n".join(cli.handover_lines(h))
 
 
 def test_a_one_off_window_plans_the_same_handover_as_a_recurring_one():
     at = NOW + timedelta(minutes=30)
-    recurring = cli.plan_view(*scheduled({"name": "day", "cron": "30 12 * * *", "slurmNodes": 1}), NOW, None, at)
-    one_off = cli.plan_view(*scheduled({"name": "once", "at": "2026-11-29T13:30:00+01:00", "slurmNodes": 1}), NOW, None, at)
+    recurring = cli.plan_view(*scheduled({"name": "day", "cron": "30 12 * * *", "slurmNodes": 1}), NOW, cli.Asked(None, at))
+    one_off = cli.plan_view(*scheduled({"name": "once", "at": "2026-11-29T13:30:00+01:00", "slurmNodes": 1}), NOW, cli.Asked(None, at))
     assert one_off["handover"] == recurring["handover"] and one_off["slurmNodes"] == 1
 
 
@@ -681,3 +681,34 @@ def test_a_reader_gone_is_no_error(monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     assert cli.main(["move", "n1", "--to", "slurm"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_plan_asks_for_whole_pods_only_where_a_move_between_inference_pools_needs_them():
+    """`plan` reads pods as status does (Table rows: no spec, so no needs); what a pod needs of a
+    node is read, node by node, only for a move between inference pools (which evicts the misfits):
+    the same plan as from whole pods, and no other node's pods asked for."""
+    spec = make_spec(slurm_nodes=1, max_moves=8, pools=[("llm", 10, 0, None), ("batch", 0, 0, None)])
+    fits_llm = {"nodeSelector": {"pool": "llm"}, "tolerations": [{"key": "inference", "operator": "Exists"}]}
+    anywhere = {"tolerations": [{"operator": "Exists"}]}
+    pods = [{**pod_body(f"{kind}-{node}", node), "spec": {"nodeName": node, **needs}}
+            for node in ("n2", "n3", "n4") for kind, needs in (("llm", fits_llm), ("any", anywhere))]
+    bodies = [node_body("n1", SLURM), *(node_body(n, "inference:llm") for n in ("n2", "n3", "n4"))]
+    pool = {"metadata": {"name": "gpu", "namespace": "ns"}, "spec": spec.model_dump(by_alias=True, exclude_none=True),
+            "status": {"target": {"slurmNodes": 2, "inference": {"llm": 1, "batch": 1}}}}
+    whole = cli.pool_nodes(spec, bodies, pods)
+    rows = [replace(n, pods=tuple(replace(p, needs=cli.PodView("", "", "").needs) for p in n.pods)) for n in whole]
+    asked = []
+
+    def pods_of(name):
+        asked.append(name)
+        return next(n for n in whole if n.name == name).pods
+
+    expected = cli.plan_view(spec, pool, whole, NOW)
+    got = cli.plan_view(spec, pool, rows, NOW, pods_of=pods_of)
+    assert got == expected
+    between = [m for m in got["moves"] if m["from"].startswith("inference:") and m["to"].startswith("inference:")]
+    assert [(m["to"], m["pods"]) for m in between] == [("inference:batch", [f"serve/llm-{between[0]['node']}"])]
+    assert asked == [between[0]["node"]]  # the node moving to Slurm evicts every evictable pod: no spec needed
+    to_slurm = [m for m in got["moves"] if m["to"] == SLURM]
+    assert [len(m["pods"]) for m in to_slurm] == [2]
+    assert cli.plan_view(spec, pool, rows, NOW)["moves"] != expected  # without them: no toleration read, every pod a misfit
