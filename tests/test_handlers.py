@@ -177,8 +177,10 @@ def test_a_record_written_by_one_pool_is_waited_for_by_the_pool_that_has_the_nod
     from slurmpool.core.view import ANN_MOVE, NodeView
 
     controller = controller_for({})
+    controller.state(("ns", "a"))
     controller.written.wrote({"gpu01": {ANN_MOVE: '{"id":"m2"}'}}, 1.0)  # by pool A's pass
-    controller.pools.pop(("ns", "a"), None)  # pool A deleted
+    controller.pools.pop(("ns", "a"))  # pool A deleted (pool_changed drops its state so)
+    assert "gpu01" in controller.written.expected and not hasattr(PoolState(), "expected")
     old = NodeView("gpu01", annotations={ANN_MOVE: '{"id":"m1"}'})
     assert records.lags(controller.written, [old], FakeNodeWatch(), 1.0)  # pool B's pass waits too
 
