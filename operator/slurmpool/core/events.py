@@ -52,7 +52,7 @@ class Reason(StrEnum):
     HandoverOrphanDeleted = "HandoverOrphanDeleted"
     HandoverUnavailable = "HandoverUnavailable"
     HandoverFailed = "HandoverFailed"
-    # the controller (handlers.py, statuswriter)
+    # the controller (controller/pools.py)
     ReconcileError = "ReconcileError"
     NodeOverlap = "NodeOverlap"
     StatusWriteFailed = "StatusWriteFailed"
