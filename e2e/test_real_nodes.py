@@ -226,6 +226,10 @@ def test_kubelet_restarts_the_killed_operator_and_the_move_completes_once(lab, r
         rec = (node_json(lab, node)["metadata"].get("annotations") or {}).get("slurmpool.io/move")
         return json.loads(rec)["phase"] if rec else None
     wait(lambda: phase() == "Draining", 60, what=f"{node} Draining")
+    # Events are posted by workers after the record is written: a SIGKILL in between loses the
+    # queued ones (a SIGTERM flushes them). The kill comes once the move's start is on record.
+    wait(lambda: [m for m in events(lab, "MoveStarted") if m.startswith(f"{node}: slurm -> inference")], 30,
+         what="the MoveStarted Event")
     pod = operator_pod(chart)
     name, on = pod["metadata"]["name"], pod["spec"]["nodeName"]
     restarts = pod["status"]["containerStatuses"][0]["restartCount"]

@@ -87,6 +87,47 @@ def test_refused_and_transient_statuses():
     assert not kube._refused(ApiException(status=500)) and not kube._refused(ConnectionError())
 
 
+def flush(answers, queued: int, timeout: float) -> tuple[FakeCore, int]:
+    """Queue `queued` Events through KubeAdapter.event (its workers start on the first), then flush."""
+    async def run():
+        adapter = kube.KubeAdapter.__new__(kube.KubeAdapter)
+        adapter.requests, adapter.core = 0, FakeCore(answers)
+        adapter._later_pool = ThreadPoolExecutor(1)
+        adapter._events, adapter._events_unposted, adapter._event_tasks = None, 0, []
+        for i in range(queued):
+            await adapter.event(NODE, "Normal", "MoveStarted", f"m{i}")
+        left = await adapter.flush_events(timeout)
+        for task in adapter._event_tasks:
+            task.cancel()
+        return adapter.core, left
+
+    return asyncio.run(run())
+
+
+def test_a_graceful_stop_posts_what_is_queued_first():
+    before = dropped("shutdown")
+    core, left = flush([], queued=30, timeout=5.0)
+    assert left == 0 and len(core.created) == 30
+    assert dropped("shutdown") == before
+
+
+def test_a_graceful_stop_waits_a_bounded_time_and_counts_what_it_left(monkeypatch):
+    async def slow_sleep(seconds, *args):  # the apiserver answers 503 to every try: the workers back off
+        await _real_sleep(0.05)
+
+    monkeypatch.setattr(kube.asyncio, "sleep", slow_sleep)
+    before = dropped("shutdown")
+    core, left = flush([503] * 1000, queued=10, timeout=0.3)
+    assert core.created == [] and core.calls >= kube.EVENT_WORKERS  # each worker tried its first
+    assert left == 10  # six queued, four being posted again
+    assert dropped("shutdown") - before == 10
+
+
+def test_nothing_queued_flushes_at_once():
+    core, left = flush([], queued=0, timeout=5.0)
+    assert (core.calls, left) == (0, 0)
+
+
 _real_sleep = asyncio.sleep
 
 

@@ -84,7 +84,7 @@ def test_event_drop_reasons_are_every_why_counted():
             calls += 1
             why = next(k.value for k in call.keywords if k.arg == "why")
             whys |= {c.value for c in ast.walk(why) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
-    assert calls == 2 and whys == set(metrics.EVENT_DROP_REASONS)
+    assert calls == 3 and whys == set(metrics.EVENT_DROP_REASONS)
 
 
 def test_a_full_event_queue_counts_what_it_drops():

@@ -338,6 +338,7 @@ class KubeAdapter:
         self.custom = client.CustomObjectsApi(self.api)
         self.requests = 0  # API requests made (the benchmark counts them per reconcile)
         self._events: asyncio.Queue | None = None
+        self._events_unposted = 0
         self._event_tasks: list[asyncio.Task] = []
 
     async def _call(self, fn, *args, later: bool = False, keep: bool = False, **kwargs):
@@ -443,29 +444,53 @@ class KubeAdapter:
             self._event_tasks = [asyncio.create_task(self._post_events()) for _ in range(EVENT_WORKERS)]
         try:
             self._events.put_nowait(_queued_event(obj, type_, reason, message))
+            self._events_unposted += 1
         except asyncio.QueueFull:
             metrics.EVENTS_DROPPED.labels(why="queue_full").inc()
             log.warning("event queue full; dropped %s %s", reason, message)
 
+    async def flush_events(self, timeout: float) -> int:
+        """On a graceful stop, give the workers `timeout` seconds to post what is queued (a rollout
+        of the operator must not swallow the MoveStarted of a move it just began); returns how
+        many were left, counted as dropped (`shutdown`). A SIGKILL still loses the queue."""
+        if self._events is None:
+            return 0
+        try:
+            await asyncio.wait_for(self._events.join(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        left = self._events_unposted  # queued, or being posted
+        if left:
+            metrics.EVENTS_DROPPED.labels(why="shutdown").inc(left)
+            log.warning("stopping with %d Events not posted after %.0f s", left, timeout)
+        return left
+
     async def _post_events(self, retry_for: float = 120.0) -> None:
         while True:
-            namespace, body = _event_body(*await self._events.get())
-            delays, waited = EVENT_BACKOFF.delays(), 0.0
-            while True:
-                try:
-                    await self._call(self.core.create_namespaced_event, namespace, body, later=True)
-                    break
-                except Exception as err:  # noqa: BLE001 - an Event is best effort
-                    # Kept (in order) while the apiserver restarts or sheds load: MoveCompleted must
-                    # not vanish. Only a request the apiserver will never take is given up at once.
-                    refused = _refused(err)
-                    if refused or waited >= retry_for:
-                        metrics.EVENTS_DROPPED.labels(why="refused" if refused else "gave_up").inc()
-                        log.warning("could not post event %s (%s): %s", body["reason"], _status_of(err), err)
-                        break
-                    delay = next(delays)
-                    await asyncio.sleep(max(delay, _retry_after(err)))
-                    waited += delay
+            item = await self._events.get()
+            try:
+                await self._post_event(*_event_body(*item), retry_for)
+            finally:
+                self._events_unposted -= 1
+                self._events.task_done()
+
+    async def _post_event(self, namespace: str, body: dict, retry_for: float) -> None:
+        delays, waited = EVENT_BACKOFF.delays(), 0.0
+        while True:
+            try:
+                await self._call(self.core.create_namespaced_event, namespace, body, later=True)
+                return
+            except Exception as err:  # noqa: BLE001 - an Event is best effort
+                # Kept (in order) while the apiserver restarts or sheds load: MoveCompleted must
+                # not vanish. Only a request the apiserver will never take is given up at once.
+                refused = _refused(err)
+                if refused or waited >= retry_for:
+                    metrics.EVENTS_DROPPED.labels(why="refused" if refused else "gave_up").inc()
+                    log.warning("could not post event %s (%s): %s", body["reason"], _status_of(err), err)
+                    return
+                delay = next(delays)
+                await asyncio.sleep(max(delay, _retry_after(err)))
+                waited += delay
 
     async def patch_pool_status(self, pool: PoolRef, status: dict) -> None:
         await self._call(

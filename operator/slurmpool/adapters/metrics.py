@@ -65,7 +65,7 @@ SLURM_COMMAND_SECONDS = Histogram(
 SLURM_COMMAND_ERRORS = Counter("slurmpool_slurm_command_errors_total", "Slurm commands that failed", ["command"])
 # Events are best effort (kube.py): one not posted is counted, not silently lost.
 EVENTS_DROPPED = Counter("slurmpool_events_dropped_total", "Kubernetes Events not posted", ["why"])
-EVENT_DROP_REASONS = ("queue_full", "refused", "gave_up")  # kube.KubeAdapter.event / _post_events
+EVENT_DROP_REASONS = ("queue_full", "refused", "gave_up", "shutdown")  # kube.KubeAdapter.event / _post_events / flush_events
 # Per pool, from each reconcile pass (poolmetrics.py): for the dashboard and the alerts.
 GPUS = Gauge("slurmpool_gpus", "GPUs (nvidia.com/gpu allocatable) per pool, placement and phase", ["pool", "placement", "phase"])
 GPU_SECONDS = Counter(

@@ -42,6 +42,7 @@ from slurmpool.core.status import build_status
 log = logging.getLogger("slurmpool")
 QUICK_INTERVAL = 0.2  # seconds: the next look of a pool whose move waits on Slurm (freshness.waiting_on_slurm)
 Key = tuple[str, str]  # (namespace, name)
+EVENT_FLUSH_SECONDS = 5.0  # of the pod's 30 s grace: the Events queued when SIGTERM came
 
 
 @dataclass
@@ -102,6 +103,7 @@ class PoolController:
             task.cancel()
         if self.status is not None:
             self.status.close()
+        await self.kube.flush_events(EVENT_FLUSH_SECONDS)
         await self.access.close()
 
     # ------------------------------------------------------------ events
