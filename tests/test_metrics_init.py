@@ -97,7 +97,7 @@ def test_a_full_event_queue_counts_what_it_drops():
 
     async def fill():
         adapter = kube.KubeAdapter.__new__(kube.KubeAdapter)  # no API client: only the queue is used
-        adapter._events = asyncio.Queue(maxsize=2)
+        adapter._events, adapter._events_unposted = asyncio.Queue(maxsize=2), 0
         obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu01", "uid": "u"}}
         for _ in range(5):
             await adapter.event(obj, "Normal", "Test", "m")
