@@ -1,10 +1,11 @@
-"""Small builders for specs and Slurm states shared by the unit tests."""
+"""Small builders for specs, Slurm states and API answers shared by the unit tests."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
 from slurmbridge import SlurmNode
+from slurmpool.cli import podproto
 from slurmpool.core.models import SlurmNodePoolSpec
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
@@ -45,3 +46,16 @@ def slurm_node(name, state="IDLE", flags=(), reason=None, gres="gpu:h100:8") -> 
         name=name, state=state, flags=frozenset(flags), reason=reason, gres=gres, gres_used="gpu:h100:0",
         features=(), partitions=("gpu",),
     )
+
+
+def pod_list_page(pods: list[tuple[str, str, str]], token: str | None = None, kind: str = "PodList") -> bytes:
+    """A PodList page as the apiserver frames it: the magic, a runtime.Unknown, the list in it."""
+    listed = podproto.PodList()
+    for namespace, name, node in pods:
+        pod = listed.items.add()
+        pod.metadata.namespace, pod.metadata.name, pod.spec.nodeName = namespace, name, node
+    if token:
+        listed.metadata.continue_token = token
+    envelope = podproto.Unknown(raw=listed.SerializeToString())
+    envelope.typeMeta.kind = kind
+    return podproto.MAGIC + envelope.SerializeToString()

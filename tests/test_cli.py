@@ -303,69 +303,28 @@ def test_completion_prints_kubectls_directive_last(capsys, monkeypatch):
     assert capsys.readouterr().out.splitlines() == ["plan", ":4"]
 
 
-# ---------------------------------------------------------------- reads: Table rows, raw requests, pages ahead
-
-COLUMNS = [{"name": n, "type": "string"} for n in ("Name", "Ready", "Status", "Restarts", "Age", "IP", "Node", "Nominated Node",
-                                                     "Readiness Gates")]
+# ---------------------------------------------------------------- reads: protobuf pages, raw requests, pages ahead
 
 
-def table_row(namespace, name, node, kind="ReplicaSet", labels=None):
-    """A row of the apiserver's Table of pods (includeObject=Metadata, its default), as the lab sends it."""
-    meta = {"name": name, "namespace": namespace, "uid": f"uid-{name}", "creationTimestamp": "2026-11-29T11:00:00Z",
-            "labels": labels or {"app": "llm"}, "ownerReferences": [{"apiVersion": "apps/v1", "kind": kind, "name": "x", "uid": "u"}],
-            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]}
-    return {"cells": [name, "1/1", "Running", "0", "3h", "10.0.0.1", node, "<none>", "<none>"],
-            "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}}
+def test_pods_read_in_protobuf_are_the_pods_on_each_node():
+    from tests.factories import pod_list_page as page
 
-
-def test_table_rows_are_read_as_the_pods_on_each_node():
-    page = {"kind": "Table", "columnDefinitions": COLUMNS, "rows": [
-        table_row("serve", "llm-1", "n4"), table_row("serve", "llm-2", "n4"), table_row("kube-system", "agent", "n4", kind="DaemonSet"),
-        table_row("slurm", "slurmd-n1", "n1", labels={"slurmpool.io/component": "slurmd"}), table_row("serve", "pending", "<none>"),
-        table_row("serve", "elsewhere", "cpu01")]}
-    nodes = cli.with_pods(cli.pool_node_views(SPEC, [node_body("n1", SLURM), node_body("n4", "inference:default")]), cli.table_pods(page))
+    pods = page([("serve", "llm-1", "n4"), ("serve", "llm-2", "n4"), ("slurm", "slurmd-n1", "n1"), ("serve", "pending", ""),
+                 ("serve", "elsewhere", "cpu01")])
+    views, _ = cli._pod_page(pods)
+    nodes = cli.with_pods(cli.pool_node_views(SPEC, [node_body("n1", SLURM), node_body("n4", "inference:default")]), views)
     n1, n4 = nodes
-    assert [p.key for p in n4.pods] == ["serve/llm-1", "serve/llm-2", "kube-system/agent"]
-    assert [p.evictable for p in n4.pods] == [True, True, False]  # the DaemonSet's pod stays, as by kubectl drain
-    assert [(p.key, p.slurmd) for p in n1.pods] == [("slurm/slurmd-n1", True)]
+    assert [p.key for p in n4.pods] == ["serve/llm-1", "serve/llm-2"] and [p.key for p in n1.pods] == ["slurm/slurmd-n1"]
     rows = cli.node_rows(nodes, NOW)
-    assert rows[0]["pods"] == [] and rows[1]["pods"] == ["serve/llm-1", "serve/llm-2", "kube-system/agent"]
-    assert list(cli.table_pods({"columnDefinitions": COLUMNS, "rows": []})) == []
-    with pytest.raises(ValueError, match="no Node column"):
-        list(cli.table_pods({"columnDefinitions": COLUMNS[:5], "rows": [table_row("serve", "x", "n1")]}))
+    assert rows[1]["pods"] == ["serve/llm-1", "serve/llm-2"]
 
 
-def test_table_rows_read_as_pod_view_reads_their_metadata():
-    """A Table row's view is what pod_view makes of a pod with that metadata and node, but for what
-    the row does not carry: phase (not ended, by the field selector), needs, creation time."""
-    from slurmpool.core.bodies import pod_view
-
-    labels = {"slurmpool.io/component": "slurmd", "slurmpool.io/pool": "gpu"}
-    rows = [table_row("slurm", "slurmd-n1", "n1", labels=labels), table_row("serve", "llm", "n2", kind="DaemonSet")]
-    rows[1]["object"]["metadata"].update(deletionTimestamp="2026-11-29T12:00:00Z", annotations={"kubernetes.io/config.mirror": "x"})
-    for row, got in zip(rows, cli.table_pods({"columnDefinitions": COLUMNS, "rows": rows})):
-        body = {"metadata": row["object"]["metadata"], "spec": {"nodeName": row["cells"][6]}}
-        assert got == replace(pod_view(body), created=None)
-        assert got.ended is False
-    slurmd, llm = cli.table_pods({"columnDefinitions": COLUMNS, "rows": rows})
-    assert (slurmd.slurmd, slurmd.pool, llm.deleting, llm.mirror, llm.evictable) == (True, "gpu", True, True, False)
-
-
-def test_a_tables_managed_fields_are_left_unparsed_and_nothing_else():
-    rows = [table_row("serve", f"llm-{i}", "n1") for i in range(4)]
-    # What a manager's name or a field's key may hold: brackets, braces and quotes within strings.
-    rows[1]["object"]["metadata"]["managedFields"] = [
-        {"manager": 'odd]}}}]} "cells" ]}}},{', "operation": "Update", "fieldsV1": {'k:{"name":"a]}}}"}': {".": {}}}}]
-    del rows[2]["object"]["metadata"]["managedFields"]  # none at all: the row is kept as it is; the last one has some
-    table = {"kind": "Table", "metadata": {"continue": "x"}, "columnDefinitions": COLUMNS, "rows": rows}
-    data = json.dumps(table, separators=(",", ":")).encode() + b"\n"  # as the apiserver writes it
-    stripped = json.loads(cli.without_managed_fields(data))
-    for row in table["rows"]:
-        row["object"]["metadata"].pop("managedFields", None)
-    assert stripped == table
-    pretty = json.dumps(table, indent=1).encode()  # not the shape it reads: returned as it came
-    assert cli.without_managed_fields(pretty) == pretty
-    assert cli.without_managed_fields(b'{"rows":[]}') == b'{"rows":[]}'
+def test_a_server_that_answers_json_is_read_as_whole_pods():
+    body = {"metadata": {"name": "llm", "namespace": "serve", "uid": "u"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}
+    data = json.dumps({"kind": "PodList", "metadata": {"continue": "x"}, "items": [body]}, separators=(",", ":")).encode()
+    views, token = cli._pod_page(data)
+    assert [(v.key, v.node, v.phase) for v in views] == [("serve/llm", "n1", "Running")] and token == "x"
+    assert cli._pod_page_head(data) == "x"
 
 
 class PagedCalls:
@@ -379,25 +338,32 @@ class PagedCalls:
 
         self.calls.append(kwargs)
         index = int(kwargs["_continue"] or 0)
-        # As the apiserver writes a list: its metadata (and `continue`) ahead of its items or rows.
-        page = {"kind": "Table", "metadata": {"continue": str(index + 1)} if index + 1 < len(self.pages) else {}, **self.pages[index]}
+        token = str(index + 1) if index + 1 < len(self.pages) else None
+        if isinstance(self.pages[index], list):  # pods: (namespace, name, node), in protobuf
+            from tests.factories import pod_list_page as page
+
+            return SimpleNamespace(data=page(self.pages[index], token))
+        # As the apiserver writes a list: its metadata (and `continue`) ahead of its items.
+        page = {"kind": "List", "metadata": {"continue": token} if token else {}, **self.pages[index]}
         return SimpleNamespace(data=json.dumps(page, separators=(",", ":")).encode())
 
 
-def test_large_pools_read_the_pods_not_ended_as_table_pages_and_keep_those_on_their_nodes():
+def test_large_pools_read_the_pods_not_ended_in_protobuf_pages_and_keep_those_on_their_nodes():
     from types import SimpleNamespace
 
-    rows = [table_row("serve", f"llm-{i}", f"n{i % 100}") for i in range(300)]
-    pods = PagedCalls([{"columnDefinitions": COLUMNS, "rows": rows[i:i + 120]} for i in range(0, 300, 120)])
+    from slurmpool.cli import podproto
+
+    rows = [("serve", f"llm-{i}", f"n{i % 100}") for i in range(300)]
+    pods = PagedCalls([rows[i:i + 120] for i in range(0, 300, 120)])
     api = object.__new__(cli.Api)
     api.core = SimpleNamespace(list_pod_for_all_namespaces=pods)
     names = {f"n{i}" for i in range(70)}  # more than PODS_BY_NODE_UP_TO: one list of the whole cluster's pods
     got = list(api.pods_on(names))
-    assert sorted(p.name for p in got) == sorted(r["cells"][0] for r in rows if r["cells"][6] in names)
+    assert sorted(p.name for p in got) == sorted(name for _, name, node in rows if node in names)
     assert {(p.namespace, p.node in names) for p in got} == {("serve", True)}
     assert [c["_continue"] for c in pods.calls] == [None, "1", "2"]  # every page, in order
     assert {c["field_selector"] for c in pods.calls} == {cli.Api.RUNNING}
-    assert {c["_headers"]["Accept"] for c in pods.calls} == {cli.Api.TABLE}
+    assert {c["_headers"]["Accept"] for c in pods.calls} == {podproto.ACCEPT}
 
 
 def test_the_next_page_is_asked_for_by_the_continue_read_from_the_answers_head():
@@ -408,8 +374,8 @@ def test_the_next_page_is_asked_for_by_the_continue_read_from_the_answers_head()
         with pytest.raises(ValueError):
             cli.list_continue(head)
     # An answer written otherwise (metadata last) is parsed before the next page is asked for: same pages.
-    rows = [table_row("serve", f"llm-{i}", "n1") for i in range(5)]
-    pages = [{"columnDefinitions": COLUMNS, "rows": rows[i:i + 2]} for i in range(0, 5, 2)]
+    items = [{"metadata": {"name": f"n{i}"}} for i in range(5)]
+    pages = [{"items": items[i:i + 2]} for i in range(0, 5, 2)]
 
     direct, reordered = PagedCalls(pages), PagedCalls(pages)
 
@@ -421,8 +387,8 @@ def test_the_next_page_is_asked_for_by_the_continue_read_from_the_answers_head()
 
     api = object.__new__(cli.Api)
     for call in (direct, metadata_last):
-        got = list(api._pages(call, 2, table=True, convert=lambda page: [r["cells"][0] for r in page["rows"]]))
-        assert got == [["llm-0", "llm-1"], ["llm-2", "llm-3"], ["llm-4"]]
+        got = [[item["metadata"]["name"] for item in items] for items in api._pages(call, 2)]
+        assert got == [["n0", "n1"], ["n2", "n3"], ["n4"]]
     assert [c["_continue"] for c in direct.calls] == [c["_continue"] for c in reordered.calls] == [None, "1", "2"]
 
 
@@ -461,7 +427,7 @@ def test_ahead_keeps_order_raises_the_threads_error_and_stops_with_its_consumer(
         return SimpleNamespace(data=json.dumps({"kind": "PodList", "metadata": {"continue": str(len(made))}, "items": []}).encode())
 
     pages = object.__new__(cli.Api)._pages(endless_list, 10)
-    assert next(pages)["metadata"]["continue"] == "1"
+    assert next(pages) == [] and made[0] is None
     pages.close()
     for thread in [t for t in threading.enumerate() if t.name == "slurmpool-pages"]:
         thread.join(timeout=30)
@@ -504,16 +470,18 @@ def core_calls(status=200, answer=None):
 def test_core_calls_send_what_the_client_methods_would():
     from urllib.parse import parse_qsl, urlsplit
 
+    from slurmpool.cli import podproto
+
     core, sent = core_calls()
     core.list_pod_for_all_namespaces(limit=2000, _continue="tok", field_selector=cli.Api.RUNNING, _preload_content=False,
-                                     _request_timeout=(30, 120), _headers={"Accept": cli.Api.TABLE})
+                                     _request_timeout=(30, 120), _headers={"Accept": podproto.ACCEPT})
     core.list_node(limit=500, _continue=None, label_selector="gpu=true,zone in (a,b)", _preload_content=False)
     core.patch_node("gpu 01", {"metadata": {"annotations": {"slurmpool.io/move-now": "slurm"}}})
     pods, nodes, patch = sent
     url = urlsplit(pods.url)
     assert (pods.method, url.netloc, url.path) == ("GET", "apiserver.test:6443", "/api/v1/pods")
     assert dict(parse_qsl(url.query)) == {"limit": "2000", "continue": "tok", "fieldSelector": cli.Api.RUNNING}
-    assert pods.headers["Accept"] == cli.Api.TABLE and pods.headers["authorization"] == "Bearer t0ken"
+    assert pods.headers["Accept"] == podproto.ACCEPT and pods.headers["authorization"] == "Bearer t0ken"
     assert pods.timeout == (30, 120)
     assert dict(parse_qsl(urlsplit(nodes.url).query)) == {"limit": "500", "labelSelector": "gpu=true,zone in (a,b)"}
     assert nodes.headers["Accept"] == "application/json"

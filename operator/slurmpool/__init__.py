@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 
 def _installed_version() -> str:
     # The one place the version is written is pyproject.toml; the chart's version and appVersion
     # follow it (tests/test_version.py).
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("slurmpool")
     except PackageNotFoundError:  # run from a checkout that was never installed
         return "0+unknown"
 
 
-__version__ = _installed_version()
+def __getattr__(name: str) -> str:
+    # Read when asked for: importlib.metadata costs each `kubectl slurmpool status` 40 ms otherwise.
+    if name == "__version__":
+        globals()["__version__"] = value = _installed_version()
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

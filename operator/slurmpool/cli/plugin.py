@@ -39,27 +39,20 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from slurmbridge.models import SlurmJob, SlurmNode
 
-from slurmpool.core import health
-from slurmpool.core import schedule as sched
-from slurmpool.core.handover import Edge, PoolView, edge_at, free_at, planned
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import GROUP, PLURAL, VERSION, LabelSelector, SlurmNodePoolSpec
 from slurmpool.core.models import parse_at as parse_rfc3339
-from slurmpool.core.moves import between_pools, disturbed_pods
 from slurmpool.core.phases import Phase
-from slurmpool.core.planner import Goal, current_placement, desired_split, plan
 from slurmpool.core.view import (
     ANN_MOVE,
     ANN_MOVE_NOW,
     ANN_PLACEMENT,
     ANN_SETTLED,
     ANN_SLURM,
-    LABEL_COMPONENT,
-    LABEL_POOL,
     SLURM,
     NodeView,
     PodView,
@@ -68,6 +61,12 @@ from slurmpool.core.view import (
     pool_of,
 )
 from slurmpool.core.placement import names_a_side
+
+if TYPE_CHECKING:
+    from slurmpool.core.handover import Edge, PoolView
+
+# `status` runs on every look at a pool: what only `plan` needs (the planner, schedules, handovers,
+# moves, health) is imported where `plan` uses it, not by each `status` (0.1 s of its start).
 
 MAX_WAVES = 100
 OUTPUTS = ("table", "wide", "json", "yaml")
@@ -188,34 +187,6 @@ def with_pods(nodes: list[NodeView], pod_views: Iterable[PodView], in_place: boo
     return [replace(n, pods=tuple(pods[n.name])) for n in nodes]
 
 
-def table_pods(page: dict) -> Iterator[PodView]:
-    """Pods from a page of the apiserver's Table of pods (`Accept: ...;as=Table`): each row's
-    metadata and its Node column, as views. No spec and no status: `phase` is not read (the field
-    selector asked only for pods not ended), nor what a pod needs of a node, nor its creation time
-    (`plan` reads whole pods where a move needs them). Strings repeated from pod to pod are held once."""
-    rows = page.get("rows") or ()
-    columns = [c.get("name") for c in page.get("columnDefinitions") or ()]
-    if rows and "Node" not in columns:
-        raise ValueError("the apiserver's Table of pods has no Node column")
-    node_at = columns.index("Node") if rows else 0
-    intern = sys.intern
-    for row in rows:
-        meta = (row.get("object") or {}).get("metadata") or {}
-        labels = meta.get("labels") or {}
-        yield PodView(
-            namespace=intern(meta.get("namespace") or ""),
-            name=meta["name"],
-            uid=meta.get("uid", ""),
-            owner_kinds=tuple(intern(o.get("kind") or "") for o in meta.get("ownerReferences") or ()),
-            phase="Pending",  # as pod_view reads a pod without status: not ended, by the field selector
-            deleting=bool(meta.get("deletionTimestamp")),
-            slurmd=labels.get(LABEL_COMPONENT) == "slurmd",
-            mirror="kubernetes.io/config.mirror" in (meta.get("annotations") or {}),
-            node=intern(row["cells"][node_at] or ""),
-            pool=labels.get(LABEL_POOL, ""),
-        )
-
-
 def list_continue(data: bytes) -> str | None:
     """The `continue` token of a list's answer, read from its head: the list's metadata comes
     before its items or rows (Go's field order), so the next page can be asked for before this one
@@ -228,29 +199,29 @@ def list_continue(data: bytes) -> str | None:
     return token or None
 
 
-MANAGED_FIELDS = b',"managedFields":['
-ROW_END = b']}}},{"cells":'  # managedFields, metadata, object and row end; the next row begins
-LAST_ROW_END = b']}}}]}'  # ... and the rows and the Table end
+def _json_page(data: bytes) -> tuple[list[dict], str | None]:
+    """A JSON list's items and its `continue`."""
+    page = json.loads(data)
+    return page.get("items") or [], (page.get("metadata") or {}).get("continue") or None
 
 
-def without_managed_fields(data: bytes) -> bytes:
-    """A Table of pods as the apiserver wrote it, less each row's `metadata.managedFields`: most
-    of a row's bytes (every field each manager set), and most of the parse, for nothing the plugin
-    shows. ObjectMeta ends with managedFields, a row with its object and the object with its
-    metadata, so each runs up to the first ROW_END after it: that text, with its unescaped quotes,
-    cannot be inside a string, nor is it inside managedFields (no "cells" key, no arrays). A
-    Table not written that way (pretty-printed, say) is returned as it came, parsed whole."""
-    pieces, at = [], 0
-    while (start := data.find(MANAGED_FIELDS, at)) >= 0:
-        end = data.find(ROW_END, start)
-        if end < 0:
-            end = data.rfind(LAST_ROW_END)
-            if end < start:
-                return data
-        pieces.append(data[at:start])
-        at = end + 1  # from the "}}}" that closes metadata, object and row
-    pieces.append(data[at:])
-    return b"".join(pieces)
+def _json_pods(data: bytes) -> tuple[list[PodView], str | None]:
+    from slurmpool.core.bodies import pod_view
+
+    items, token = _json_page(data)
+    return [pod_view(body) for body in items], token
+
+
+def _pod_page(data: bytes) -> tuple[list[PodView], str | None]:
+    from slurmpool.cli import podproto
+
+    return podproto.pod_page(data) if podproto.is_protobuf(data) else _json_pods(data)
+
+
+def _pod_page_head(data: bytes) -> str | None:
+    from slurmpool.cli import podproto
+
+    return podproto.continue_token(data) if podproto.is_protobuf(data) else list_continue(data)
 
 
 def age(since: datetime | None, now: datetime) -> str:
@@ -309,6 +280,10 @@ def draining_forecast(nodes: list[NodeView], now: datetime) -> dict[str, str | N
     move out of Slurm in flight that still drains: the latest end of its jobs by their time
     limits, as the operator published them (the same forecast as `plan`'s FREE)."""
     draining = [n for n in nodes if n.move and n.move.source == SLURM and n.move.phase == Phase.DRAINING]
+    if not draining:
+        return {}
+    from slurmpool.core.handover import free_at
+
     slurm = slurm_view(draining)  # a node's forecast reads only its own published jobs: not every node's parsed again
     out: dict[str, str | None] = {}
     for node in draining:
@@ -358,6 +333,12 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
     needs them, when `nodes` carry their pods as Table rows (no spec): a move between inference
     pools evicts the pods the new pool does not admit. The planner's choice and every other move
     need only what a row has (which pods are evictable)."""
+    from slurmpool.core import health
+    from slurmpool.core import schedule as sched
+    from slurmpool.core.handover import PoolView, edge_at, free_at
+    from slurmpool.core.moves import between_pools, disturbed_pods
+    from slurmpool.core.planner import Goal, desired_split, plan
+
     slurm_nodes, at = asked.slurm_nodes, asked.at
     whole: dict[str, tuple[PodView, ...]] = {}
 
@@ -447,6 +428,8 @@ def at_handover(pool: dict, view: PoolView, edge: Edge) -> dict[str, Any] | None
     """The planned handover an edge at `edge.at` to `edge.slurm_nodes` Slurm nodes gets, as the operator
     would plan it (handover.planned: same leaving nodes, reservation, forecasts), in status.handover's
     shape plus each node's forecast; None when the edge takes no node out of Slurm."""
+    from slurmpool.core.handover import planned
+
     meta = pool.get("metadata", {})
     h = planned(PoolRef(meta.get("namespace", ""), meta.get("name", "")), view, edge, edge.at - view.now)
     if h is None:
@@ -458,6 +441,8 @@ def at_handover(pool: dict, view: PoolView, edge: Edge) -> dict[str, Any] | None
 
 
 def _counts(nodes: list[NodeView]) -> dict[str, int]:
+    from slurmpool.core.planner import current_placement
+
     out: dict[str, int] = {}
     for n in nodes:
         out[current_placement(n)] = out.get(current_placement(n), 0) + 1
@@ -869,53 +854,48 @@ class Api:
         return json.loads(answer.data)
 
     PAGE = 500  # Nodes per request: a page of bodies is held at a time
-    POD_PAGE = 2000  # pods per request, as Table rows (about 1.3 kB each)
+    POD_PAGE = 2000  # pods per request, in protobuf (about 1.3 kB each)
     PODS_BY_NODE_UP_TO = 64  # nodes; a larger pool reads the pods not ended in pages (fewer round trips)
     RUNNING = "status.phase!=Succeeded,status.phase!=Failed"
-    TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"  # rows: the printer's columns and each object's metadata
 
-    def _pages(self, list_call: Callable, limit: int, table: bool = False, convert: Callable[[dict], T] | None = None,
-               **kwargs) -> Ahead[T]:
-        """Every page of a list, each parsed once (no client models); `table`: the apiserver's Table
-        of it, less managedFields; `convert`: what each page is reduced to (a parsed page is let go
-        before the next one comes). Two threads: one asks for the next page as soon as this one
-        has come (its `continue` read from its head), one parses: the apiserver prepares a page
+    def _pages(self, list_call: Callable, limit: int, read: Callable[[bytes], tuple[T, str | None]] | None = None,
+               head: Callable[[bytes], str | None] = list_continue, **kwargs) -> Ahead[T]:
+        """Every page of a list, each parsed once (no client models): by `read`, to what the page
+        is reduced and its `continue` (a JSON page, whole, by default), a parsed page let go before
+        the next one comes. Two threads: one asks for the next page as soon as this one has come
+        (its `continue` read from its head by `head`), one parses: the apiserver prepares a page
         while the one before is parsed and the one before that is used."""
-        if table:
-            kwargs["_headers"] = {"Accept": self.TABLE}
+        read = read or _json_page
 
-        def read(data: bytes) -> dict:
-            return json.loads(without_managed_fields(data) if table else data)
-
-        def answers() -> Iterator[tuple[bytes | dict, str | None]]:
+        def answers() -> Iterator[tuple[bytes | tuple, str | None]]:
             token = None
             while True:
                 data = list_call(limit=limit, _continue=token, _preload_content=False, _request_timeout=(30, 120), **kwargs).data
                 try:
-                    token = list_continue(data)
+                    token = head(data)
                     yield data, token
                 except ValueError:  # not written as expected: parsed here, before the next page is asked for
                     page = read(data)
-                    token = (page.get("metadata") or {}).get("continue")
+                    token = page[1]
                     yield page, token
                 if not token:
                     return
 
-        def parsed(answers: Ahead[tuple[bytes | dict, str | None]]) -> Iterator:
+        def parsed(answers: Ahead[tuple[bytes | tuple, str | None]]) -> Iterator[T]:
             try:
                 for data, token in answers:
-                    page = data if isinstance(data, dict) else read(data)
-                    if (page.get("metadata") or {}).get("continue") != token:
+                    page, parsed_token = data if isinstance(data, tuple) else read(data)
+                    if parsed_token != token:
                         raise ValueError("the list's continue token read from its head is not the one parsed")
-                    yield convert(page) if convert else page
+                    yield page
             finally:
                 answers.close()
 
         return ahead(parsed(ahead(answers())))
 
     def _items(self, list_call: Callable, **kwargs) -> Iterator[dict]:
-        for page in self._pages(list_call, self.PAGE, **kwargs):
-            yield from page.get("items") or ()
+        for items in self._pages(list_call, self.PAGE, **kwargs):
+            yield from items
 
     def nodes(self, label_selector: str) -> Iterator[dict]:
         return self._items(self.core.list_node, label_selector=label_selector)
@@ -964,13 +944,15 @@ class Api:
             yield from pods
 
     def _pod_pages(self, field_selector: str, whole: bool) -> Ahead[list[PodView]]:
-        if whole:
-            from slurmpool.core.bodies import pod_view
+        """Pages of pods, as views. `whole`: from JSON, whole (what each needs of a node); else in
+        protobuf (podproto.py: the apiserver writes them a quarter as fast as JSON), or from JSON
+        where the server answers that instead."""
+        from slurmpool.cli import podproto
 
-            return self._pages(self.core.list_pod_for_all_namespaces, self.PAGE, field_selector=field_selector,
-                               convert=lambda page: [pod_view(body) for body in page.get("items") or ()])
-        return self._pages(self.core.list_pod_for_all_namespaces, self.POD_PAGE, table=True, field_selector=field_selector,
-                           convert=lambda page: list(table_pods(page)))
+        if whole:
+            return self._pages(self.core.list_pod_for_all_namespaces, self.PAGE, read=_json_pods, field_selector=field_selector)
+        return self._pages(self.core.list_pod_for_all_namespaces, self.POD_PAGE, read=_pod_page, head=_pod_page_head,
+                           field_selector=field_selector, _headers={"Accept": podproto.ACCEPT})
 
     def pool_names(self, namespace: str) -> list[str]:
         answer = self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, _preload_content=False)
@@ -1030,11 +1012,20 @@ def watch_status(api: Api, namespace: str, name: str, output: str, interval: flo
         time.sleep(max(0.0, interval - (time.monotonic() - started)))
 
 
+class _Version(argparse.Action):
+    """--version, read only when asked for (importlib.metadata: 40 ms of every other command)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from slurmpool import __version__
+
+        print(f"kubectl-slurmpool {__version__}")
+        parser.exit()
+
+
 def main(argv: list[str] | None = None) -> int:
-    from slurmpool import __version__
 
     parser = argparse.ArgumentParser(prog="kubectl slurmpool", description="On-call tools for SlurmNodePools.")
-    parser.add_argument("--version", action="version", version=f"kubectl-slurmpool {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
     parser.add_argument("--context", default=None)
     common = argparse.ArgumentParser(add_help=False)

@@ -1,0 +1,62 @@
+"""Pods read in protobuf (cli/podproto.py) are the pods read in JSON (core/bodies.pod_view), but for
+what the plugin does not read (what a pod needs of a node: `plan` reads whole JSON pods where a
+move needs it; readiness, the kubelet's reason, creation time). The
+fixtures are one list of the lab's apiserver (Kubernetes 1.37) in both encodings: seven pods made
+to cover what the views read (a ReplicaSet's, a DaemonSet's, a slurmd pod of a pool, a static
+pod, one being deleted, one Ready, one evicted); podlist-page1.pb is its first page of three."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from slurmpool.cli import podproto
+from slurmpool.core.bodies import pod_view
+from slurmpool.core.view import PodNeeds
+from tests.factories import pod_list_page as page
+
+FIXTURES = Path(__file__).parent / "fixtures" / "pods"
+
+
+def test_the_apiservers_protobuf_list_reads_as_its_json_list():
+    views, token = podproto.pod_page((FIXTURES / "podlist.pb").read_bytes())
+    items = json.loads((FIXTURES / "podlist.json").read_text())["items"]
+    assert token is None
+    # What the plugin does not read: needs, readiness, the kubelet's reason and message, creation time.
+    unread = {"needs": PodNeeds(), "ready": False, "reason": "", "message": "", "created": None}
+    assert views == [replace(pod_view(body), **unread) for body in items]
+    by_name = {v.name: v for v in views}
+    # Each field the fixture was made to show, read as its pod has it:
+    assert by_name["slurmd-bp-00001"].slurmd and by_name["slurmd-bp-00001"].pool == "gpu"
+    assert by_name["agent-x"].owner_kinds == ("DaemonSet",) and not by_name["agent-x"].evictable
+    assert by_name["static-y"].mirror and not by_name["static-y"].evictable
+    assert by_name["going"].deleting and not by_name["llm-0"].deleting
+    assert by_name["ready-z"].phase == "Running" and by_name["failed-w"].phase == "Failed" and by_name["failed-w"].ended
+    assert {v.node for v in views} == {"bp-00000", "bp-00001", "bp-00002", "bp-00003"}
+
+
+def test_a_pages_continue_is_read_from_its_head_alone():
+    first = (FIXTURES / "podlist-page1.pb").read_bytes()
+    views, token = podproto.pod_page(first)
+    assert len(views) == 3 and token and podproto.continue_token(first) == token
+    assert podproto.continue_token((FIXTURES / "podlist.pb").read_bytes()) is None
+    assert podproto.continue_token(page([("a", "b", "n1")], token="eyJ2")) == "eyJ2"
+    # A list whose head comes after its items (not as Go writes it) is still read: the slow way.
+    items, head = podproto.PodList(), podproto.ListHead()
+    items.items.add().metadata.name = "x"
+    head.metadata.continue_token = "late"
+    envelope = podproto.Unknown(raw=items.SerializeToString() + head.SerializeToString())
+    envelope.typeMeta.kind = "PodList"
+    late = podproto.MAGIC + envelope.SerializeToString()
+    assert podproto.continue_token(late) == "late" and podproto.pod_page(late)[1] == "late"
+
+
+def test_an_answer_of_another_kind_is_refused_not_read_as_pods():
+    assert podproto.is_protobuf(page([])) and not podproto.is_protobuf(b'{"kind":"PodList"}')
+    with pytest.raises(ValueError, match="NodeList"):
+        podproto.pod_page(page([("a", "b", "n1")], kind="NodeList"))
+    with pytest.raises(ValueError, match="NodeList"):
+        podproto.continue_token(page([], kind="NodeList"))
