@@ -225,18 +225,19 @@ class RecordingApi:
     def pool(self, namespace, name):
         return self._pool
 
-    def start_pods(self, whole=False):
-        self.asked.append(("start pods", whole))
+    def start_pods(self, read=cli.Api.VIEWS):
+        self.asked.append(("start pods", read))
 
     def nodes(self, label_selector):
         self.asked.append(("nodes", label_selector))
         return [n for n in self._nodes if n["metadata"]["labels"].get("gpu") == "true"]
 
-    def pods_on(self, names):
+    def pods_on(self, names, read=cli.Api.VIEWS):
         from slurmpool.core.bodies import pod_view
 
-        self.asked.append(("pods", sorted(names)))
-        return iter([pod_view(p) for p in self._pods if p["spec"]["nodeName"] in names])
+        self.asked.append(("pods", sorted(names), read))
+        views = [pod_view(p) for p in self._pods if p["spec"]["nodeName"] in names]
+        return iter([(v.node, v.key) for v in views if not v.slurmd] if read == cli.Api.KEYS else views)
 
 
 def test_status_asks_only_for_the_pools_nodes_and_their_pods():
@@ -244,9 +245,16 @@ def test_status_asks_only_for_the_pools_nodes_and_their_pods():
     nodes = [node_body(f"n{i}", SLURM) for i in (1, 2)] + [{"metadata": {"name": "other", "labels": {}}}]
     pods = [pod_body("llm-1", "n1"), pod_body("elsewhere", "other")]
     api = RecordingApi(pool, nodes, pods)
+    _, views, keys = cli._load_status(api, "ns", "gpu")
+    selector = cli.label_selector_query(SPEC.node_selector)
+    assert api.asked == [("start pods", "keys"), ("nodes", selector), ("pods", ["n1", "n2"], "keys")]
+    assert [v.name for v in views] == ["n1", "n2"] and keys == {"n1": ["serve/llm-1"], "n2": []}
+    # plan: the same reads, of views
+    api.asked.clear()
     _, _, views = cli._load(api, "ns", "gpu")
-    assert api.asked == [("start pods", False), ("nodes", cli.label_selector_query(SPEC.node_selector)), ("pods", ["n1", "n2"])]
-    assert [v.name for v in views] == ["n1", "n2"] and [p.name for p in views[0].pods] == ["llm-1"]
+    assert api.asked == [("start pods", "views"), ("nodes", selector), ("pods", ["n1", "n2"], "views")]
+    assert [p.name for p in views[0].pods] == ["llm-1"]
+    assert cli.status_view(pool, views, NOW)["nodes"] == cli.status_view(pool, views, NOW, keys)["nodes"]
 
 
 def test_wide_status_shows_since_and_move_and_every_pod():
@@ -364,6 +372,9 @@ def test_large_pools_read_the_pods_not_ended_in_protobuf_pages_and_keep_those_on
     assert [c["_continue"] for c in pods.calls] == [None, "1", "2"]  # every page, in order
     assert {c["field_selector"] for c in pods.calls} == {cli.Api.RUNNING}
     assert {c["_headers"]["Accept"] for c in pods.calls} == {podproto.ACCEPT}
+    # status: each pod's node and key, the same pods
+    keys = list(api.pods_on(names, cli.Api.KEYS))
+    assert sorted(keys) == sorted((p.node, p.key) for p in got)
 
 
 def test_the_next_page_is_asked_for_by_the_continue_read_from_the_answers_head():

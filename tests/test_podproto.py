@@ -60,3 +60,11 @@ def test_an_answer_of_another_kind_is_refused_not_read_as_pods():
         podproto.pod_page(page([("a", "b", "n1")], kind="NodeList"))
     with pytest.raises(ValueError, match="NodeList"):
         podproto.continue_token(page([], kind="NodeList"))
+
+
+def test_status_reads_each_pods_key_and_node_but_our_slurmd_pods():
+    data = (FIXTURES / "podlist.pb").read_bytes()
+    views, _ = podproto.pod_page(data)
+    keys, token = podproto.pod_keys_page(data)
+    assert token is None and keys == [(v.node, v.key) for v in views if not v.slurmd]
+    assert ("bp-00001", "podproto-fixture/slurmd-bp-00001") not in keys and len(keys) == 6

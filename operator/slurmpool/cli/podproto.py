@@ -145,3 +145,15 @@ def pod_page(data: bytes) -> tuple[list[PodView], str | None]:
             pool=labels.get(LABEL_POOL, ""),
         ))
     return views, page.metadata.continue_token or None
+
+
+def pod_keys_page(data: bytes) -> tuple[list[tuple[str, str]], str | None]:
+    """(node, "namespace/name") of each pod of a page but our slurmd pods: all `status` shows of
+    pods, read without a view of each."""
+    page = PodList.FromString(_raw(data, "PodList"))
+    keys = []
+    for pod in page.items:
+        meta = pod.metadata
+        if meta.labels.get(LABEL_COMPONENT) != "slurmd":
+            keys.append((pod.spec.nodeName, f"{meta.namespace}/{meta.name}"))
+    return keys, page.metadata.continue_token or None
