@@ -95,16 +95,18 @@ def test_a_pass_waits_while_the_index_lags_our_own_record_writes(monkeypatch):
     state, watch = records.Written(), FakeNodeWatch()
     state.wrote({"gpu01": {ANN_MOVE: '{"id":"m2"}'}}, 1.0)
     old = NodeView("gpu01", annotations={ANN_MOVE: '{"id":"m1"}'})
-    assert records.lags(state, [old], watch, 1.0)  # the watch has not brought m2 back: no pass on m1
+    assert records.lags(state, [old], watch, 1.0, watch.list_began)  # the watch has not brought m2 back: no pass on m1
     new = NodeView("gpu01", annotations={ANN_MOVE: '{"id":"m2"}'})
-    assert not records.lags(state, [new], watch, 1.0) and state.expected == {}
+    assert not records.lags(state, [new], watch, 1.0, watch.list_began) and state.expected == {}
     state.expected = {"gpu01": ({ANN_MOVE: None}, 1.0)}  # a removal: seen once the annotation is gone
-    assert records.lags(state, [old], watch, 1.0)
-    assert records.lags(state, [old], watch, 100.0)  # a lagging watch waits, never acts (issue 25) ...
+    assert records.lags(state, [old], watch, 1.0, watch.list_began)
+    assert records.lags(state, [old], watch, 100.0, watch.list_began)  # a lagging watch waits, never acts (issue 25) ...
     assert watch.relists == 1  # ... and lists the Nodes again, once
-    assert records.lags(state, [old], watch, 100.0) and watch.relists == 1
-    watch.list_began = 50.0  # a full list begun after the write still shows the old record: someone changed it
-    assert not records.lags(state, [old], watch, 100.0) and state.expected == {}
+    assert records.lags(state, [old], watch, 100.0, watch.list_began) and watch.relists == 1
+    watch.list_began = 50.0  # a full list began after the write: the views read before it say nothing of it ...
+    assert records.lags(state, [old], watch, 100.0, 0.0) and watch.relists == 1
+    # ... the views read after it, still with the old record, say someone changed it since
+    assert not records.lags(state, [old], watch, 100.0, watch.list_began) and state.expected == {}
 
 
 class FakeNodeWatch:
@@ -182,7 +184,7 @@ def test_a_record_written_by_one_pool_is_waited_for_by_the_pool_that_has_the_nod
     controller.pools.pop(("ns", "a"))  # pool A deleted (pool_changed drops its state so)
     assert "gpu01" in controller.written.expected and not hasattr(PoolState(), "expected")
     old = NodeView("gpu01", annotations={ANN_MOVE: '{"id":"m1"}'})
-    assert records.lags(controller.written, [old], FakeNodeWatch(), 1.0)  # pool B's pass waits too
+    assert records.lags(controller.written, [old], FakeNodeWatch(), 1.0, 0.0)  # pool B's pass waits too
 
 
 def test_the_spec_is_parsed_once_per_uid_generation_and_content():

@@ -229,15 +229,15 @@ class PoolController:
             self.report_invalid(pool, raw, "; ".join(refused), policy=True)
             return config.interval
         t0 = time.monotonic()
-        snap, backend = await self.snapshot(pool, spec, raw, state)
-        if records.lags(self.written, snap.nodes, self.nodes, time.monotonic()):
+        snap, backend, listed = await self.snapshot(pool, spec, raw, state)
+        if records.lags(self.written, snap.nodes, self.nodes, time.monotonic(), listed):
             return records.INDEX_LAG_RETRY  # our last writes have not come back through the watch yet
         t1 = time.monotonic()
         decision = decide(snap)
         snapshot_s, decide_s = t1 - t0, time.monotonic() - t1
         if state.slurm.decide_again(snap.slurm, t0, decision):  # on a poll begun after this pass did
             again = time.monotonic()
-            snap, backend = await self.snapshot(pool, spec, raw, state, newer_than=t0)
+            snap, backend, _ = await self.snapshot(pool, spec, raw, state, newer_than=t0)
             decided = time.monotonic()
             decision = decide(snap)
             snapshot_s, decide_s = snapshot_s + decided - again, decide_s + time.monotonic() - decided
@@ -264,16 +264,19 @@ class PoolController:
         return config.interval
 
     async def snapshot(self, pool: PoolRef, spec: SlurmNodePoolSpec, raw, state: PoolState, newer_than: float | None = None):
-        """The snapshot, on the poll freshness.py allows; then the overlap's Event, if it changed."""
+        """The snapshot, on the poll freshness.py allows; then the overlap's Event, if it changed.
+        Also the Node watch's `list_began` as it was when the snapshot's nodes were read (records.lags)."""
         if self.membership.selectors_stale:
             parse = lambda key, pool_raw: self.state(key).spec.parse(pool_raw)  # noqa: E731
             self.membership.set_selectors(snapshots.selectors(self.pools_index, parse, self.settings.pool_policy))
-        src = snapshots.Sources(self.nodes.nodes, self.pods, self.pools_index, self.membership, self.access, self.status)
+        nodes = self.nodes
+        src = snapshots.Sources(nodes.nodes, self.pods, self.pools_index, self.membership, self.access, self.status,
+                                listed=lambda: nodes.list_began)
         fresh = state.slurm.want(spec, self.settings.interval, newer_than)
-        snap, backend = await snapshots.snapshot(src, pool, spec, raw, fresh)
+        snap, backend, listed = await snapshots.snapshot(src, pool, spec, raw, fresh)
         state.slurm.used(snap.slurm)
         await self.report_overlaps(pool, state, set(snap.overlaps))
-        return snap, backend
+        return snap, backend, listed
 
     async def report_overlaps(self, pool: PoolRef, state: PoolState, overlaps: set[str]) -> None:
         """One Event per change of the overlap, not one per pass."""

@@ -26,18 +26,23 @@ class Written:
             self.relisting.discard(name)
 
 
-def lags(state: Written, nodes, watch, now: float) -> bool:
+def lags(state: Written, nodes, watch, now: float, listed: float) -> bool:
     """True while a node's record we wrote (`state.expected`: node -> (record, when)) is not yet in
     the index. A lagging watch waits, never acts: after EXPECT_FOR the watch lists again (once per
     write: `state.relisting`), and the index wins only once a full list begun after the write is in
-    (someone else changed the record since)."""
+    (someone else changed the record since).
+
+    `listed`: the watch's `list_began` when `nodes` were read from it, not as it is now. A pass
+    reads its nodes, then awaits its Slurm poll; a relist landing meanwhile shows our writes, but
+    not in the views the pass holds: taken as theirs, it let the pass start every move again on the
+    old views (CI, `make load`: a pool of 25 nodes adopted twice while the watch lagged)."""
     lagging = False
     for node in nodes:
         expected = state.expected.get(node.name)
         if expected is None:
             continue
         record, at = expected
-        if all(node.annotations.get(k) == v for k, v in record.items()) or watch.list_began > at:
+        if all(node.annotations.get(k) == v for k, v in record.items()) or listed > at:
             del state.expected[node.name]  # seen, or a consistent list after our write says otherwise
             continue
         lagging = True

@@ -5,6 +5,7 @@ and how fresh the poll must be is freshness.py's to say."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
@@ -89,6 +90,7 @@ class Sources:
     membership: Membership  # with fresh selectors
     access: SlurmAccessPool
     status: StatusWriter
+    listed: Callable[[], float] = lambda: 0.0  # the Node watch's list_began now (records.lags)
 
 
 def previous_status(status: StatusWriter, pool: PoolRef, raw) -> SlurmNodePoolStatus | None:
@@ -122,8 +124,11 @@ def members(src: Sources, key: tuple[str, str]) -> tuple[list[NodeView], list[st
 
 
 async def snapshot(src: Sources, pool: PoolRef, spec: SlurmNodePoolSpec, raw, fresh: Freshness):
-    """The pool's snapshot and the Slurm backend of its access (None: none could be built)."""
+    """The pool's snapshot, the Slurm backend of its access (None: none could be built), and the
+    Node watch's list_began as its nodes were read: a list that lands while the poll below is
+    awaited shows the Nodes after them, not the views this snapshot holds."""
     mine, overlaps = members(src, (pool.namespace, pool.name))
+    listed = src.listed()  # with the nodes, before any await
     # Pods bound to a node that is no Node (deleted): this pool's slurmd pods are reported and cleaned up.
     orphans = tuple(p for node in list(src.pods.by_node) if node not in src.nodes for p in src.pods.on(node)
                     if p.slurmd and p.pool == pool.name and p.namespace == pool.namespace)
@@ -137,4 +142,4 @@ async def snapshot(src: Sources, pool: PoolRef, spec: SlurmNodePoolSpec, raw, fr
         pending=tuple(src.pods.pending.values()) if demand else (), author=raw.get("author"),
         owned_reservations=frozenset(reservation_name(ns, name) for ns, name in list(src.pools)),
     )
-    return snap, backend
+    return snap, backend, listed
