@@ -12,6 +12,7 @@ import pytest
 from slurmpool.cli import plugin as cli
 from slurmpool.core.decide import slurm_annotation
 from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, ANN_SETTLED, ANN_SLURM, SLURM, MoveRecord, SlurmView
+from tests.factories import pod_list_page as page
 
 from slurmbridge import SlurmJob
 
@@ -315,8 +316,6 @@ def test_completion_prints_kubectls_directive_last(capsys, monkeypatch):
 
 
 def test_pods_read_in_protobuf_are_the_pods_on_each_node():
-    from tests.factories import pod_list_page as page
-
     pods = page([("serve", "llm-1", "n4"), ("serve", "llm-2", "n4"), ("slurm", "slurmd-n1", "n1"), ("serve", "pending", ""),
                  ("serve", "elsewhere", "cpu01")])
     views, _ = cli._pod_page(pods)
@@ -348,33 +347,68 @@ class PagedCalls:
         index = int(kwargs["_continue"] or 0)
         token = str(index + 1) if index + 1 < len(self.pages) else None
         if isinstance(self.pages[index], list):  # pods: (namespace, name, node), in protobuf
-            from tests.factories import pod_list_page as page
-
             return SimpleNamespace(data=page(self.pages[index], token))
         # As the apiserver writes a list: its metadata (and `continue`) ahead of its items.
-        page = {"kind": "List", "metadata": {"continue": token} if token else {}, **self.pages[index]}
-        return SimpleNamespace(data=json.dumps(page, separators=(",", ":")).encode())
+        answer = {"kind": "List", "metadata": {"continue": token} if token else {}, **self.pages[index]}
+        return SimpleNamespace(data=json.dumps(answer, separators=(",", ":")).encode())
 
 
-def test_large_pools_read_the_pods_not_ended_in_protobuf_pages_and_keep_those_on_their_nodes():
+class StreamedList:
+    """list_pod_for_all_namespaces answering `_stream=True` with the whole list in one answer (as
+    urllib3's response: headers, read(amt), close), in `content_type`; else in pages (PagedCalls)."""
+
+    def __init__(self, rows, content_type=None):
+        from slurmpool.cli import podproto
+
+        self.rows, self.calls, self.closed = rows, [], 0
+        self.content_type = content_type or podproto.PROTOBUF
+        self.paged = PagedCalls([rows[i:i + 120] for i in range(0, len(rows), 120)])
+
+    def __call__(self, **kwargs):
+        import io
+        from types import SimpleNamespace
+
+        self.calls.append(kwargs)
+        if not kwargs.get("_stream"):
+            return self.paged(**kwargs)
+        body = io.BytesIO(page(self.rows))
+        return SimpleNamespace(headers={"Content-Type": self.content_type}, read=body.read, close=self._close)
+
+    def _close(self):
+        self.closed += 1
+
+
+def test_large_pools_read_the_pods_not_ended_in_one_answer_as_it_comes_and_keep_those_on_their_nodes():
     from types import SimpleNamespace
 
     from slurmpool.cli import podproto
 
-    rows = [("serve", f"llm-{i}", f"n{i % 100}") for i in range(300)]
-    pods = PagedCalls([rows[i:i + 120] for i in range(0, 300, 120)])
+    rows = [("serve", f"llm-{i}", f"n{i % 100}") for i in range(4500)]  # more than a batch (POD_PAGE)
+    pods = StreamedList(rows)
     api = object.__new__(cli.Api)
     api.core = SimpleNamespace(list_pod_for_all_namespaces=pods)
     names = {f"n{i}" for i in range(70)}  # more than PODS_BY_NODE_UP_TO: one list of the whole cluster's pods
     got = list(api.pods_on(names))
     assert sorted(p.name for p in got) == sorted(name for _, name, node in rows if node in names)
     assert {(p.namespace, p.node in names) for p in got} == {("serve", True)}
-    assert [c["_continue"] for c in pods.calls] == [None, "1", "2"]  # every page, in order
-    assert {c["field_selector"] for c in pods.calls} == {cli.Api.RUNNING}
-    assert {c["_headers"]["Accept"] for c in pods.calls} == {podproto.ACCEPT}
+    assert len(pods.calls) == 1 and pods.calls[0]["_stream"] and pods.closed == 1  # one request, not in pages
+    assert pods.calls[0]["field_selector"] == cli.Api.RUNNING and pods.calls[0]["_headers"]["Accept"] == podproto.ACCEPT
     # status: each pod's node and key, the same pods
     keys = list(api.pods_on(names, cli.Api.KEYS))
     assert sorted(keys) == sorted((p.node, p.key) for p in got)
+
+
+def test_a_server_that_answers_the_whole_list_in_json_is_read_in_pages_instead():
+    from types import SimpleNamespace
+
+    rows = [("serve", f"llm-{i}", f"n{i % 100}") for i in range(300)]
+    pods = StreamedList(rows, content_type="application/json")
+    api = object.__new__(cli.Api)
+    api.core = SimpleNamespace(list_pod_for_all_namespaces=pods)
+    names = {f"n{i}" for i in range(70)}
+    got = list(api.pods_on(names))
+    assert sorted(p.name for p in got) == sorted(name for _, name, node in rows if node in names)
+    assert pods.closed == 1 and [c.get("_continue") for c in pods.calls[1:]] == [None, "1", "2"]
 
 
 def test_the_next_page_is_asked_for_by_the_continue_read_from_the_answers_head():

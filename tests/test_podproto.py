@@ -68,3 +68,33 @@ def test_status_reads_each_pods_key_and_node_but_our_slurmd_pods():
     keys, token = podproto.pod_keys_page(data)
     assert token is None and keys == [(v.node, v.key) for v in views if not v.slurmd]
     assert ("bp-00001", "podproto-fixture/slurmd-bp-00001") not in keys and len(keys) == 6
+
+
+def chunked(data: bytes, size: int) -> list[bytes]:
+    return [data[i:i + size] for i in range(0, len(data), size)]
+
+
+def test_a_whole_list_read_as_it_comes_is_the_list_in_batches_however_it_is_cut():
+    data = (FIXTURES / "podlist.pb").read_bytes()
+    views, _ = podproto.pod_page(data)
+    to_views = lambda raw: podproto.pod_views(podproto.PodList.FromString(raw))  # noqa: E731
+    for size in (1, 3, 7, 100, 4096, len(data)):
+        for batch in (1, 2, 3, 7, 100):
+            pages = list(podproto.stream_pages(chunked(data, size), batch, to_views))
+            assert [v for page in pages for v in page] == views, (size, batch)
+            assert [len(p) for p in pages] == [min(batch, 7 - i) for i in range(0, 7, batch)], (size, batch)
+    keys = [k for page in podproto.stream_pages(chunked(data, 50), 3, lambda raw: podproto.pod_keys(podproto.PodList.FromString(raw)))
+            for k in page]
+    assert keys == podproto.pod_keys_page(data)[0]
+    assert list(podproto.stream_pages([page([])], 10, to_views)) == []  # an empty list: no batch
+
+
+def test_a_list_cut_short_or_not_a_list_is_an_error_not_fewer_pods():
+    data = (FIXTURES / "podlist.pb").read_bytes()
+    to_views = lambda raw: podproto.pod_views(podproto.PodList.FromString(raw))  # noqa: E731
+    with pytest.raises(ValueError, match="ended before"):
+        list(podproto.stream_pages(chunked(data[:-10], 100), 2, to_views))
+    with pytest.raises(ValueError, match="not a protobuf"):
+        list(podproto.stream_pages([b'{"kind":"PodList"}'], 2, to_views))
+    with pytest.raises(ValueError, match="NodeList"):
+        list(podproto.stream_pages([page([("a", "b", "n1")], kind="NodeList")], 2, to_views))

@@ -12,13 +12,18 @@ generated.proto, proto2), which Kubernetes never renumbers: a field's number is 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
+
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from slurmpool.core.view import LABEL_COMPONENT, LABEL_POOL, PodView
 
 MAGIC = b"k8s\x00"  # ahead of every protobuf answer: then a runtime.Unknown wrapping the object
-ACCEPT = "application/vnd.kubernetes.protobuf, application/json;q=0.5"  # JSON if the server has no protobuf for it
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+ACCEPT = f"{PROTOBUF}, application/json;q=0.5"  # JSON if the server has no protobuf for it
 MIRROR = "kubernetes.io/config.mirror"
+T = TypeVar("T")
 
 _F = descriptor_pb2.FieldDescriptorProto
 _OPT, _REP = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
@@ -122,11 +127,16 @@ def continue_token(data: bytes) -> str | None:
 
 
 def pod_page(data: bytes) -> tuple[list[PodView], str | None]:
-    """A page of a PodList: its pods as views, and its `continue`. Read as the plugin needs them:
+    """A page of a PodList answer: its pods as views (pod_views), and its `continue`."""
+    page = PodList.FromString(_raw(data, "PodList"))
+    return pod_views(page), page.metadata.continue_token or None
+
+
+def pod_views(page) -> list[PodView]:
+    """A parsed PodList's pods as views, read as the plugin needs them:
     not what a pod needs of a node (`plan` reads whole pods where a move needs that), nor its
     readiness, the kubelet's reason and message, or its creation time (each read costs: 0.1 s
     of 50,000 pods apiece)."""
-    page = PodList.FromString(_raw(data, "PodList"))
     intern = sys.intern
     views = []
     for pod in page.items:
@@ -144,16 +154,86 @@ def pod_page(data: bytes) -> tuple[list[PodView], str | None]:
             node=intern(pod.spec.nodeName),
             pool=labels.get(LABEL_POOL, ""),
         ))
-    return views, page.metadata.continue_token or None
+    return views
 
 
 def pod_keys_page(data: bytes) -> tuple[list[tuple[str, str]], str | None]:
-    """(node, "namespace/name") of each pod of a page but our slurmd pods: all `status` shows of
-    pods, read without a view of each."""
+    """A page of a PodList answer: pod_keys of its pods, and its `continue`."""
     page = PodList.FromString(_raw(data, "PodList"))
+    return pod_keys(page), page.metadata.continue_token or None
+
+
+def pod_keys(page) -> list[tuple[str, str]]:
+    """(node, "namespace/name") of each pod but our slurmd pods: all `status` shows of pods,
+    read without a view of each."""
     keys = []
     for pod in page.items:
         meta = pod.metadata
         if meta.labels.get(LABEL_COMPONENT) != "slurmd":
             keys.append((pod.spec.nodeName, f"{meta.namespace}/{meta.name}"))
-    return keys, page.metadata.continue_token or None
+    return keys
+
+
+def _header_in(buf: bytearray, at: int) -> tuple[int, int, int] | None:
+    """(number, start, size) of the length-delimited field at `at`, once its key and its length
+    have come (None before)."""
+    key = _varint_in(buf, at)
+    size = key and _varint_in(buf, key[1])
+    if not size:
+        return None
+    if key[0] & 7 != 2:
+        raise ValueError(f"a protobuf field of wire type {key[0] & 7} where a list's envelope or item was expected")
+    return key[0] >> 3, size[1], size[0]
+
+
+def _varint_in(buf: bytearray, at: int) -> tuple[int, int] | None:
+    value = shift = 0
+    while at < len(buf):
+        byte = buf[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        if byte < 0x80:
+            return value, at
+        shift += 7
+    return None
+
+
+def stream_pages(chunks: Iterable[bytes], batch: int, convert: Callable[[bytes], T]) -> Iterator[T]:
+    """A whole PodList answer read as it comes, `convert`ed (from a PodList's bytes) `batch`
+    items at a time. The answer is cut between its items (each carries its length), and a run of
+    whole items is itself the encoding of a PodList of them: so one request reads every pod, and
+    no more than `batch` items and a read's bytes are held at once."""
+    buf, chunks = bytearray(), iter(chunks)
+    at, first, count, raw_end = 4, 4, 0, None  # raw_end: where the list ends, once inside it
+
+    def more() -> bool:
+        chunk = next(chunks, b"")
+        buf.extend(chunk)
+        return bool(chunk)
+
+    while len(buf) < 4 and more():
+        pass
+    if buf[:4] != MAGIC:
+        raise ValueError("not a protobuf answer")
+    while raw_end is None or at < raw_end:
+        header = _header_in(buf, at)
+        if header is None or (header[1] + header[2] > len(buf) and (raw_end is not None or header[0] != 2)):
+            if not more():
+                raise ValueError("the list's answer ended before its last item")
+            continue
+        number, start, size = header
+        if raw_end is None:  # the envelope, a runtime.Unknown
+            if number == 2:  # raw: the list; its items are read as they come
+                raw_end, at, first = start + size, start, start
+                continue
+            if number == 1 and (kind := TypeMeta.FromString(bytes(buf[start:start + size])).kind) != "PodList":
+                raise ValueError(f"a protobuf answer of kind {kind!r} where a PodList was asked for")
+            at = start + size
+            continue
+        at, count = start + size, count + (number == 2)
+        if count >= batch:
+            yield convert(bytes(buf[first:at]))
+            del buf[:at]
+            raw_end, at, first, count = raw_end - at, 0, 0, 0
+    if count or first < at:
+        yield convert(bytes(buf[first:at]))
