@@ -697,7 +697,7 @@ def test_a_reader_gone_is_no_error(monkeypatch, capsys):
 
 
 def test_plan_asks_for_whole_pods_only_where_a_move_between_inference_pools_needs_them():
-    """`plan` reads pods as status does (Table rows: no spec, so no needs); what a pod needs of a
+    """`plan` reads pods without their spec (so no needs); what a pod needs of a
     node is read, node by node, only for a move between inference pools (which evicts the misfits):
     the same plan as from whole pods, and no other node's pods asked for."""
     spec = make_spec(slurm_nodes=1, max_moves=8, pools=[("llm", 10, 0, None), ("batch", 0, 0, None)])

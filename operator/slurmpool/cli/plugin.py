@@ -11,13 +11,14 @@ no Slurm access: the operator publishes each node's Slurm state and jobs in the 
 annotation `slurmpool.io/slurm`. `plan` runs the operator's own planner on that state and
 changes nothing. No kopf import here: the command starts fast.
 
-It reads only the pool's Nodes (its nodeSelector as a label selector) and only the pods not ended
-on them (a field selector per node for small pools, else pages of the cluster's pods kept only when
-on a pool node), each answer parsed once as JSON (no client models), the next page asked for while
-one is used, with the garbage collector off meanwhile. `status` and `plan` read pods as the
-apiserver's Table (each row's metadata and Node column: half the bytes, and less work on both
-sides); `plan` reads whole pods (what each needs of a node) only for the nodes of a move between
-inference pools, node by node, the one place a pod's spec counts. No import of kopf, asyncssh or the client's
+It reads only the pool's Nodes (its nodeSelector as a label selector, pages of JSON, the next asked
+for while one is parsed) and only the pods not ended on them: a field selector per node for small
+pools, else the cluster's pods in one answer, kept only when on a pool node. Pods come in the
+apiserver's protobuf (podproto.py: a quarter of the apiserver's CPU of JSON), read as they arrive
+and parsed in batches in C, describing only the fields read; `status` keeps each pod's key and
+node, `plan` a view of each. `plan` reads whole pods (what each needs of a node) only for the
+nodes of a move between inference pools, node by node, the one place a pod's spec counts. No client
+models, and the garbage collector off meanwhile. No import of kopf, asyncssh or the client's
 CoreV1Api (`CoreCalls`): `make bench` times `status` on 5,000 Nodes and 50,000 pods.
 Shell completion: the console script `kubectl_complete-slurmpool` (kubectl 1.26+ calls it).
 """
@@ -346,9 +347,9 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
     `asked.at`: the plan for that time instead: the count the schedule sets then (unless
     `asked.slurm_nodes`), and the planned handover an edge then gets (`at_handover`).
     `pods_of(node)`: the node's pods whole (what each needs of a node), asked for only where a move
-    needs them, when `nodes` carry their pods as Table rows (no spec): a move between inference
+    needs them, when `nodes` carry their pods as read without their spec: a move between inference
     pools evicts the pods the new pool does not admit. The planner's choice and every other move
-    need only what a row has (which pods are evictable)."""
+    need only which pods are evictable."""
     from slurmpool.core import health
     from slurmpool.core import schedule as sched
     from slurmpool.core.handover import PoolView, edge_at, free_at
