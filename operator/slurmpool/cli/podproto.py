@@ -80,14 +80,10 @@ def is_protobuf(data: bytes) -> bool:
 
 
 def _varint(data: memoryview, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[at]
-        value |= (byte & 0x7F) << shift
-        at += 1
-        if byte < 0x80:
-            return value, at
-        shift += 7
+    read = _varint_in(data, at)
+    if read is None:
+        raise ValueError("a protobuf answer cut short")
+    return read
 
 
 def _fields(data: memoryview, at: int = 0):
@@ -186,7 +182,8 @@ def _header_in(buf: bytearray, at: int) -> tuple[int, int, int] | None:
     return key[0] >> 3, size[1], size[0]
 
 
-def _varint_in(buf: bytearray, at: int) -> tuple[int, int] | None:
+def _varint_in(buf: bytearray | memoryview, at: int) -> tuple[int, int] | None:
+    """A varint at `at` of what has come so far; None if it has not all come yet."""
     value = shift = 0
     while at < len(buf):
         byte = buf[at]
