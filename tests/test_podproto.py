@@ -98,3 +98,26 @@ def test_a_list_cut_short_or_not_a_list_is_an_error_not_fewer_pods():
         list(podproto.stream_pages([b'{"kind":"PodList"}'], 2, to_views))
     with pytest.raises(ValueError, match="NodeList"):
         list(podproto.stream_pages([page([("a", "b", "n1")], kind="NodeList")], 2, to_views))
+
+
+def test_a_refusal_in_protobuf_reads_as_the_json_status_the_plugin_reports():
+    """The apiserver answers a refusal in the encoding asked for: the lab's 403 to a user with no
+    rights, as the plugin's error line and the e2e role tests read it."""
+    from kubernetes.client.rest import ApiException
+
+    from slurmpool.cli import plugin
+    from tests.test_cli import Answer, core_calls
+
+    data = (FIXTURES / "forbidden.pb").read_bytes()
+    status = json.loads(podproto.status_json(data))
+    assert status["code"] == 403 and status["reason"] == "Forbidden"
+    assert status["message"] == 'pods is forbidden: User "nobody" cannot list resource "pods" in API group "" at the cluster scope'
+    assert json.loads(plugin._error_body(data)) == status
+    assert plugin._error_body(b'{"kind":"Status"}') == '{"kind":"Status"}'
+    assert plugin._error_body(podproto.MAGIC + b"\xff\xff") == (podproto.MAGIC + b"\xff\xff").decode("utf-8", "replace")
+    # As CoreCalls raises it: the client's exception, with that JSON as its body.
+    core, _ = core_calls(status=403)
+    core.api.call_api = lambda *args, **kwargs: Answer(403, data)
+    with pytest.raises(ApiException) as refused:
+        core.list_pod_for_all_namespaces(limit=5, _preload_content=False)
+    assert json.loads(refused.value.body) == status and refused.value.status == 403

@@ -840,8 +840,20 @@ class CoreCalls:
             return response.response
         response.read()
         if not 200 <= response.status <= 299:
-            raise ApiException.from_response(http_resp=response, body=response.data.decode("utf-8", "replace"), data=None)
+            raise ApiException.from_response(http_resp=response, body=_error_body(response.data), data=None)
         return response if not _preload_content else json.loads(response.data)
+
+
+def _error_body(data: bytes) -> str:
+    """A refusal's body as JSON text, though the request asked for protobuf first."""
+    from slurmpool.cli import podproto
+
+    if podproto.is_protobuf(data):
+        try:
+            return podproto.status_json(data)
+        except Exception:  # noqa: BLE001 - not a Status after all: its bytes, as they came
+            pass
+    return data.decode("utf-8", "replace")
 
 
 class Api:

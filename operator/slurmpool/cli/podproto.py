@@ -11,6 +11,7 @@ generated.proto, proto2), which Kubernetes never renumbers: a field's number is 
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
@@ -48,6 +49,10 @@ _MESSAGES = {
     "Pod": [("metadata", 1, _MSG, _OPT, "ObjectMeta"), ("spec", 2, _MSG, _OPT, "PodSpec"), ("status", 3, _MSG, _OPT, "PodStatus")],
     "PodList": [("metadata", 1, _MSG, _OPT, "ListMeta"), ("items", 2, _MSG, _REP, "Pod")],
     "ListHead": [("metadata", 1, _MSG, _OPT, "ListMeta")],  # a PodList read for its `continue` only
+    "Status": [  # meta/v1: what a refusal answers, in the encoding asked for
+        ("status", 2, _STR, _OPT, None), ("message", 3, _STR, _OPT, None), ("reason", 4, _STR, _OPT, None),
+        ("code", 6, _F.TYPE_INT32, _OPT, None),
+    ],
 }
 _MAPS = {"ObjectMeta": ("LabelsEntry", "AnnotationsEntry")}
 
@@ -72,7 +77,7 @@ def _classes() -> dict[str, type]:
 
 _CLASSES = _classes()
 Unknown, TypeMeta, ListMeta = _CLASSES["Unknown"], _CLASSES["TypeMeta"], _CLASSES["ListMeta"]
-PodList, ListHead = _CLASSES["PodList"], _CLASSES["ListHead"]
+PodList, ListHead, Status = _CLASSES["PodList"], _CLASSES["ListHead"], _CLASSES["Status"]
 
 
 def is_protobuf(data: bytes) -> bool:
@@ -110,6 +115,14 @@ def _raw(data: bytes, kind: str) -> memoryview:
     if found != kind or raw is None:
         raise ValueError(f"a protobuf answer of kind {found!r} where a {kind} was asked for")
     return raw
+
+
+def status_json(data: bytes) -> str:
+    """A refusal answered in protobuf (a meta/v1 Status), as the JSON the apiserver would have
+    written: what ApiException's body and the plugin's error line read."""
+    status = Status.FromString(_raw(data, "Status"))
+    return json.dumps({"kind": "Status", "apiVersion": "v1", "status": status.status, "message": status.message,
+                       "reason": status.reason, "code": status.code})
 
 
 def continue_token(data: bytes) -> str | None:
