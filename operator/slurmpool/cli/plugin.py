@@ -887,7 +887,7 @@ class Api:
 
     PAGE = 500  # Nodes per request: a page of bodies is held at a time
     POD_PAGE = 2000  # pods per request or batch, in protobuf (about 1.3 kB each)
-    PODS_BY_NODE_UP_TO = 64  # nodes; a larger pool reads the pods not ended in pages (fewer round trips)
+    PODS_BY_NODE_UP_TO = 64  # nodes; a larger pool reads the cluster's pods not ended in one answer (fewer round trips)
     RUNNING = "status.phase!=Succeeded,status.phase!=Failed"
 
     def _pages(self, list_call: Callable, limit: int, read: Callable[[bytes], tuple[T, str | None]] | None = None,
@@ -940,8 +940,8 @@ class Api:
     def start_pods(self, read: str = VIEWS) -> None:
         """Start reading the cluster's pods not ended now, while the pool's Nodes are read (the
         apiserver is asked for both at once). `pods_on` keeps those on a large pool's nodes; for a
-        small pool it drops this read, of which a few pages may have been asked for (the cost of not
-        waiting for the Nodes on a large cluster), and asks node by node."""
+        small pool it drops this read, of which a batch may have been read (the cost of not waiting
+        for the Nodes on a large cluster), and asks node by node."""
         self._cluster_pods = (read, self._cluster_pods_read(read))
 
     def pods_on(self, node_names: set[str], read: str = VIEWS) -> Iterator:
@@ -956,7 +956,7 @@ class Api:
                 pages.close()
 
             def on(name: str) -> list:
-                return [pod for pods in self._pod_pages(f"spec.nodeName={name},{self.RUNNING}", read) for pod in pods]
+                return self._pods_of_node(name, read)
 
             with ThreadPoolExecutor(8) as threads:
                 for items in threads.map(on, sorted(node_names)):
@@ -976,7 +976,10 @@ class Api:
     def whole_pods_on(self, node_name: str) -> list[PodView]:
         """The pods not ended on one node, whole (what each needs of a node): `plan`, for a move
         between inference pools."""
-        return list(self.pods_on({node_name}, self.WHOLE))
+        return self._pods_of_node(node_name, self.WHOLE)
+
+    def _pods_of_node(self, node_name: str, read: str) -> list:
+        return [pod for pods in self._pod_pages(f"spec.nodeName={node_name},{self.RUNNING}", read) for pod in pods]
 
     def _cluster_pods_read(self, read: str) -> Ahead[list]:
         """The cluster's pods not ended, in batches: one request, read as it comes (podproto.
