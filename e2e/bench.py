@@ -39,7 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -348,7 +348,7 @@ def bench_gang() -> None:
       first. Measured on the lab (load 7-16): resume to RUNNING took 2.0 to 4.7 s with the
       operator, whose own part (submit to resumed) was 0.9 to 2.2 s; nothing the operator does
       after the resume hastens Slurm's next pass."""
-    from harness import (NAMESPACE, Operator, apply, ensure_namespace_and_secret, install_crd, job_state, pool_manifest,
+    from harness import (NAMESPACE, Operator, apply, ensure_namespace_and_secret, install_crd, pool_manifest,
                          reset_lab, split_reached, wait)
 
     lab = lab_env()
@@ -922,42 +922,55 @@ def _delete_collection(delete, left, tries: int = 20) -> None:
 
 def _measure_plugin(lab, namespace: str, node_count: int, runs: int) -> None:
     env = {**lab.env, "PATH": f"{Path(sys.executable).parent}:{lab.env['PATH']}", "COLUMNS": "120"}
-    walls, peaks = [], []
     apiserver = _lab_pid(lab, "kube-apiserver")
+    walls, peaks = [], []
     for _ in range(runs):
-        t0, served = time.monotonic(), _cpu_seconds(apiserver)
-        out = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", str(lab.bin_dir / "kubectl"), "slurmpool", "status", "bench-plugin",
-                              "-n", namespace], env=env, capture_output=True, text=True, timeout=600)
-        walls.append(time.monotonic() - t0)
-        served = _cpu_seconds(apiserver) - served
-        if out.returncode != 0:
-            raise RuntimeError(f"kubectl slurmpool status failed: {out.stderr[-2000:]}")
-        rows = sum(1 for line in out.stdout.splitlines() if line.startswith("bp-"))
+        run = _run_plugin(lab, env, apiserver, "status", "bench-plugin", "-n", namespace)
+        rows = sum(1 for line in run.stdout.splitlines() if line.startswith("bp-"))
         if rows != node_count:
             raise RuntimeError(f"status showed {rows} of {node_count} nodes")
-        rss, user, system = out.stderr.strip().splitlines()[-1].split()
-        peaks.append(int(rss) / 1024)
-        # Its CPU time (user+sys, every thread): what the wall time comes down to on a quiet machine,
-        # but for the apiserver's share (2 shared cores: the wall time also waits for other processes).
-        print(f"     run: {walls[-1]:.2f} s, peak RSS {peaks[-1]:.0f} MiB, CPU {float(user) + float(system):.2f} s "
-              f"(user {user}, sys {system}), the apiserver's CPU meanwhile {served:.2f} s, load {os.getloadavg()[0]:.1f}")
+        walls.append(run.wall)
+        peaks.append(run.rss)
+        print(f"     run: {run.describe()}")
     wall, peak = statistics.median(walls), max(peaks)
     record("plugin_status_5000_nodes_50000_pods_seconds", wall, "s", "< 2 s", wall < 2)
     record("plugin_status_5000_nodes_50000_pods_rss", peak, "MiB", "< 150 MiB", peak < 150)
     # `plan` on the same pool: pods, what each needs of a node where a move needs it, and planner
     # passes; paused, so nothing starts: the figure is the read. Once, as the on-call runs it before a change.
+    run = _run_plugin(lab, env, apiserver, "plan", "bench-plugin", "-n", namespace, "--slurm-nodes", str(node_count // 4))
+    if "Plan for" not in run.stdout:
+        raise RuntimeError(f"kubectl slurmpool plan printed no plan: {run.stdout[-500:]}")
+    print(f"     plan: {run.describe()}")
+    record("plugin_plan_5000_nodes_50000_pods_seconds", run.wall, "s", "< 5 s", run.wall < 5)
+    record("plugin_plan_5000_nodes_50000_pods_rss", run.rss, "MiB", "< 150 MiB", run.rss < 150)
+
+
+@dataclass
+class _PluginRun:
+    wall: float  # seconds
+    rss: float  # MiB, the peak (kubectl execs the plugin in place)
+    user: float
+    system: float
+    served: float  # the apiserver's CPU seconds meanwhile
+    stdout: str
+
+    def describe(self) -> str:
+        # Its CPU time (user+sys, every thread): what the wall time comes down to on a quiet machine,
+        # but for the apiserver's share (2 shared cores: the wall time also waits for other processes).
+        return (f"{self.wall:.2f} s, peak RSS {self.rss:.0f} MiB, CPU {self.user + self.system:.2f} s (user {self.user:.2f}, "
+                f"sys {self.system:.2f}), the apiserver's CPU meanwhile {self.served:.2f} s, load {os.getloadavg()[0]:.1f}")
+
+
+def _run_plugin(lab, env: dict, apiserver: int, *args: str) -> _PluginRun:
+    """`kubectl slurmpool ARGS` under /usr/bin/time; RuntimeError if it fails."""
     t0, served = time.monotonic(), _cpu_seconds(apiserver)
-    out = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", str(lab.bin_dir / "kubectl"), "slurmpool", "plan", "bench-plugin", "-n", namespace,
-                          "--slurm-nodes", str(node_count // 4)], env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", str(lab.bin_dir / "kubectl"), "slurmpool", *args],
+                         env=env, capture_output=True, text=True, timeout=600)
     wall, served = time.monotonic() - t0, _cpu_seconds(apiserver) - served
-    if out.returncode != 0 or "Plan for" not in out.stdout:
-        raise RuntimeError(f"kubectl slurmpool plan failed: {out.stdout[-500:]} {out.stderr[-2000:]}")
+    if out.returncode != 0:
+        raise RuntimeError(f"kubectl slurmpool {args[0]} failed: {out.stderr[-2000:]}")
     rss, user, system = out.stderr.strip().splitlines()[-1].split()
-    peak = int(rss) / 1024
-    print(f"     plan: {wall:.2f} s, peak RSS {peak:.0f} MiB, CPU {float(user) + float(system):.2f} s, "
-          f"the apiserver's CPU meanwhile {served:.2f} s, load {os.getloadavg()[0]:.1f}")
-    record("plugin_plan_5000_nodes_50000_pods_seconds", wall, "s", "< 5 s", wall < 5)
-    record("plugin_plan_5000_nodes_50000_pods_rss", peak, "MiB", "< 150 MiB", peak < 150)
+    return _PluginRun(wall, int(rss) / 1024, float(user), float(system), served, out.stdout)
 
 
 def _rss_mib(pid: int) -> float:
