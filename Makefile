@@ -74,6 +74,8 @@ release: deps venv tools
 
 unit: venv tools
 	$(BIN)/lint-imports
+	$(BIN)/ruff check operator bridge tests e2e
+	$(BIN)/mypy
 	SLURMPOOL_REQUIRE_TOOLS=1 $(BIN)/pytest -q tests
 
 # LAB_PROMETHEUS=1: the lab's Prometheus runs (e2e/test_alerts_lab.py, e2e/test_dashboard_lab.py).
