@@ -1,0 +1,77 @@
+"""What a Slurm node's state means to the operator: the one place that reads `SlurmNode.state`
+and `.flags`. Pure. Health, ownership, demand, the planner and topology ask here, never the
+flags themselves.
+
+Slurm prints a base state and flags (`scontrol`: `IDLE+DRAIN+POWERED_DOWN`; slurmrestd: a list;
+`sinfo`: `idle~`, `drain%`, `mix#`). The parsers (slurmbridge/parse.py, rest.py) give both in
+upper case, the same on every version and path; the meaning below is read from them only.
+"""
+
+from __future__ import annotations
+
+from slurmbridge.models import BUSY_STATES, UNREACHABLE_STATES, SlurmNode
+
+# Power saving (power_save.shtml): a node powered down, on its way down, or asked back by Slurm
+# (POWERING_UP: a job is allocated on it and waits for its slurmd). None of them runs a slurmd
+# that could take work now.
+POWER_FLAGS = frozenset({"POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "POWER_DOWN"})
+# Slurm's own judgement of the node: it registered with less than configured (INVALID_REG).
+VERDICT_FLAGS = frozenset({"INVALID_REG", "INVALID"})
+FAILED = "FAIL"
+
+
+def drain_set(sn: SlurmNode) -> bool:
+    """A drain is set (DRAIN flag; `drng`/`drain` in sinfo): no new job starts there."""
+    return "DRAIN" in sn.flags
+
+
+def busy(sn: SlurmNode) -> bool:
+    """Jobs hold the node (ALLOCATED, MIXED) or are still completing on it."""
+    return sn.state in BUSY_STATES or "COMPLETING" in sn.flags
+
+
+def powered(sn: SlurmNode) -> bool:
+    """Not powered down, nor on the way down or up (power saving)."""
+    return not POWER_FLAGS & sn.flags
+
+
+def responding(sn: SlurmNode) -> bool:
+    """A slurmd answers for the node: not NOT_RESPONDING, not DOWN, UNKNOWN or FUTURE, and not
+    powered down or powering up or down (Slurm keeps a powered-down node IDLE without
+    NOT_RESPONDING, but no slurmd runs there: power_save.shtml)."""
+    return "NOT_RESPONDING" not in sn.flags and sn.state not in UNREACHABLE_STATES and powered(sn)
+
+
+def parked(sn: SlurmNode) -> bool:
+    """Powered down in Slurm (lendable `idle~`, or held `drain~`), or on its way down."""
+    return bool({"POWERED_DOWN", "POWERING_DOWN"} & sn.flags)
+
+
+def usable(sn: SlurmNode) -> bool:
+    """A job could be given the node now, busy or idle: responding and not drained."""
+    return responding(sn) and not drain_set(sn)
+
+
+def idle(sn: SlurmNode) -> bool:
+    """Usable and holding no job (the caller also checks squeue: scontrol can lag it)."""
+    return sn.state == "IDLE" and usable(sn) and not busy(sn)
+
+
+def drained(sn: SlurmNode) -> bool:
+    """Drained and no longer busy (the caller also checks that no job lists the node)."""
+    return drain_set(sn) and not busy(sn)
+
+
+def down(sn: SlurmNode) -> bool:
+    """Slurm cannot reach or will not use the node: not responding, or FAIL."""
+    return not responding(sn) or FAILED in sn.flags or sn.state == FAILED
+
+
+def verdict(sn: SlurmNode) -> frozenset[str]:
+    """Slurm's own verdict flags on the node (empty: none)."""
+    return VERDICT_FLAGS & sn.flags
+
+
+def text(sn: SlurmNode) -> str:
+    """The state as scontrol prints it, flags sorted: `IDLE+DRAIN+NOT_RESPONDING`."""
+    return sn.state + "".join("+" + f for f in sorted(sn.flags))
