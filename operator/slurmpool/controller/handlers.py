@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from typing import Any
 
 import kopf
 
@@ -45,7 +46,9 @@ async def pool_changed(memo: kopf.Memo, type, namespace, name, body, **_):
 
 
 @kopf.on.startup()
-async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, pools_index, **_):
+async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
+    # kopf hands each index in by its function's name; its ActivityFn Protocol has no slot for one.
+    pools_index = kwargs["pools_index"]
     # Watches can stall silently; bound them so kopf re-lists (nolar/kopf#585).
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300

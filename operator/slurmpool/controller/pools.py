@@ -13,9 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
+from kubernetes.client import ApiClient
 from pydantic import ValidationError
 
 from slurmbridge.backoff import Backoff
@@ -42,6 +45,7 @@ from slurmpool.core.status import build_status
 log = logging.getLogger("slurmpool")
 QUICK_INTERVAL = 0.2  # seconds: the next look of a pool whose move waits on Slurm (freshness.waiting_on_slurm)
 Key = tuple[str, str]  # (namespace, name)
+PoolsIndex = Mapping[Key, Iterable[dict[str, Any]]]  # kopf's index of the pools: key -> a store of one body (handlers.pools_index)
 EVENT_FLUSH_SECONDS = 5.0  # of the pod's 30 s grace: the Events queued when SIGTERM came
 
 
@@ -59,36 +63,32 @@ class PoolState:
 
 
 class PoolController:
-    """One per operator process (handlers.py makes it at startup). `pools_index`: kopf's index of
-    the SlurmNodePools; Nodes and pods come from `nodes` and `pods`, watches of our own."""
+    """One per operator process (handlers.py makes it at startup, by `connect`). `pools_index`:
+    kopf's index of the SlurmNodePools. Complete once made: the services that call back into the
+    controller (the Node and pod watches of our own, the status writer) are made here, with it."""
 
     def __init__(self, settings: Settings, kube: KubeAdapter, leader: LeaderElector, access: SlurmAccessPool,
-                 queue: WorkQueue | None = None, backoff: Backoff | None = None):
+                 pools_index: PoolsIndex, queue: WorkQueue[Key] | None = None, backoff: Backoff | None = None):
         self.settings, self.kube, self.leader, self.access = settings, kube, leader, access
-        self.queue = queue if queue is not None else WorkQueue()
+        self.pools_index = pools_index
+        self.queue: WorkQueue[Key] = queue if queue is not None else WorkQueue()
         self.backoff = backoff if backoff is not None else Backoff(settings.backoff_base, settings.backoff_max)
         self.membership = Membership(exclude_control_plane=not settings.pool_policy.allow_control_plane)
-        self.status: StatusWriter | None = None
-        self.nodes: NodeWatch | None = None
-        self.pods: PodWatch | None = None
-        self.pools_index: dict = {}
+        self.status = StatusWriter(kube.patch_pool_status, self.status_failed)
+        self.nodes = NodeWatch(kube.api, self.node_changed)
+        self.pods = PodWatch(kube.api, self.kick_node)
         self.pools: dict[Key, PoolState] = {}
-        self.published: dict = {}  # node -> Slurm state last published on it (apply.py)
+        self.published: dict[str, tuple[str, float]] = {}  # node -> Slurm state last published on it, and when (apply.py)
         self.written = records.Written()  # node records not yet back through the Node watch
         self.indexed = asyncio.Event()  # kopf's indexes are filled
-        self.tasks: list[asyncio.Task] = []
+        self.tasks: list[asyncio.Task[None]] = []
 
     @classmethod
-    def connect(cls, settings: Settings, api_client, pools_index) -> PoolController:
+    def connect(cls, settings: Settings, api_client: ApiClient, pools_index: PoolsIndex) -> PoolController:
         kube = KubeAdapter(api_client)
         leader = LeaderElector(kube.api, Lease(namespace=settings.lease_namespace, identity=settings.identity,
                                                duration=settings.lease_duration, renew_every=settings.lease_renew))
-        controller = cls(settings, kube, leader, SlurmAccessPool(kube.read_secret))
-        controller.status = StatusWriter(kube.patch_pool_status, controller.status_failed)
-        controller.nodes = NodeWatch(kube.api, controller.node_changed)
-        controller.pods = PodWatch(kube.api, controller.kick_node)
-        controller.pools_index = pools_index
-        return controller
+        return cls(settings, kube, leader, SlurmAccessPool(kube.read_secret), pools_index)
 
     def state(self, key: Key) -> PoolState:
         return self.pools.setdefault(key, PoolState())
@@ -101,8 +101,7 @@ class PoolController:
     async def close(self) -> None:
         for task in self.tasks:
             task.cancel()
-        if self.status is not None:
-            self.status.close()
+        self.status.close()
         await self.kube.flush_events(EVENT_FLUSH_SECONDS)
         await self.access.close()
 
