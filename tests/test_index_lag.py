@@ -16,6 +16,7 @@ from slurmbridge.backoff import Backoff
 from slurmpool.adapters import metrics
 from slurmpool.controller import records
 from slurmpool.controller.pools import PoolController
+from slurmpool.controller.services import Services
 from slurmpool.controller.settings import Settings
 from slurmpool.controller.workqueue import WorkQueue
 from slurmpool.core.interfaces import PoolRef
@@ -113,7 +114,7 @@ def test_a_relist_landing_during_the_slurm_poll_does_not_let_the_pass_start_agai
         settings = Settings(pool_policy=PoolPolicy(image_prefixes=("slurmd:",)))
         spec = make_spec(slurm_nodes=0, max_moves=4).model_dump(by_alias=True, exclude_none=True)
         raw = {"spec": spec, "uid": "u1", "generation": 1, "status": {}}
-        controller = PoolController(settings, kube, Leader(), access, {KEY: [raw]}, queue=WorkQueue(), backoff=Backoff(1, 8, jitter=0))
+        controller = PoolController(settings, Services(kube, Leader(), access), {KEY: [raw]}, queue=WorkQueue(), backoff=Backoff(1, 8, jitter=0))
         pool = PoolRef(*KEY, "u1", 1)
         controller.nodes._replace(dict(kube.nodes), began=time.monotonic())  # the first list
 

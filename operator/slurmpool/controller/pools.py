@@ -1,5 +1,5 @@
-"""The controller: the services every pass uses, each pool's state, and the pass of one pool:
-snapshot -> decide -> apply -> status.
+"""The controller: each pool's state, and the pass of one pool: snapshot -> decide -> apply ->
+status (the adapters it uses: services.py).
 
 Each pool is reconciled on its own (workqueue.py): after a watch event that can make progress
 possible (a Node or a pod of its nodes changed, its spec changed), at once after a pass that
@@ -18,19 +18,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from kubernetes.client import ApiClient
 from pydantic import ValidationError
 
 from slurmbridge.backoff import Backoff
 
 from slurmpool.adapters import metrics
-from slurmpool.adapters.access import SlurmAccessPool, lists_reservations
-from slurmpool.adapters.kube import KubeAdapter, NodeWatch, PodWatch
-from slurmpool.adapters.leader import Lease, LeaderElector
+from slurmpool.adapters.access import lists_reservations
+from slurmpool.adapters.kube import NodeWatch, PodWatch
 from slurmpool.adapters.statuswriter import StatusWriter
 from slurmpool.controller import poolmetrics, records, reports, snapshots
 from slurmpool.controller.apply import ApplyContext, apply
 from slurmpool.controller.freshness import SlurmFreshness
+from slurmpool.controller.services import Services
 from slurmpool.controller.settings import Settings
 from slurmpool.controller.workqueue import WorkQueue, run_workers
 from slurmpool.core.decide import decide
@@ -63,32 +62,25 @@ class PoolState:
 
 
 class PoolController:
-    """One per operator process (handlers.py makes it at startup, by `connect`). `pools_index`:
-    kopf's index of the SlurmNodePools. Complete once made: the services that call back into the
-    controller (the Node and pod watches of our own, the status writer) are made here, with it."""
+    """One per operator process (handlers.py makes it at startup). `pools_index`: kopf's index of
+    the SlurmNodePools. Complete once made: what calls back into the controller (the Node and pod
+    watches of our own, the status writer) is made here, with it; the rest comes in `services`."""
 
-    def __init__(self, settings: Settings, kube: KubeAdapter, leader: LeaderElector, access: SlurmAccessPool,
-                 pools_index: PoolsIndex, queue: WorkQueue[Key] | None = None, backoff: Backoff | None = None):
-        self.settings, self.kube, self.leader, self.access = settings, kube, leader, access
-        self.pools_index = pools_index
+    def __init__(self, settings: Settings, services: Services, pools_index: PoolsIndex,
+                 queue: WorkQueue[Key] | None = None, backoff: Backoff | None = None):
+        self.settings, self.pools_index = settings, pools_index
+        self.kube, self.leader, self.access = services.kube, services.leader, services.access
         self.queue: WorkQueue[Key] = queue if queue is not None else WorkQueue()
         self.backoff = backoff if backoff is not None else Backoff(settings.backoff_base, settings.backoff_max)
         self.membership = Membership(exclude_control_plane=not settings.pool_policy.allow_control_plane)
-        self.status = StatusWriter(kube.patch_pool_status, self.status_failed)
-        self.nodes = NodeWatch(kube.api, self.node_changed)
-        self.pods = PodWatch(kube.api, self.kick_node)
+        self.status = StatusWriter(self.kube.patch_pool_status, self.status_failed)
+        self.nodes = NodeWatch(self.kube.api, self.node_changed)
+        self.pods = PodWatch(self.kube.api, self.kick_node)
         self.pools: dict[Key, PoolState] = {}
         self.published: dict[str, tuple[str, float]] = {}  # node -> Slurm state last published on it, and when (apply.py)
         self.written = records.Written()  # node records not yet back through the Node watch
         self.indexed = asyncio.Event()  # kopf's indexes are filled
         self.tasks: list[asyncio.Task[None]] = []
-
-    @classmethod
-    def connect(cls, settings: Settings, api_client: ApiClient, pools_index: PoolsIndex) -> PoolController:
-        kube = KubeAdapter(api_client)
-        leader = LeaderElector(kube.api, Lease(namespace=settings.lease_namespace, identity=settings.identity,
-                                               duration=settings.lease_duration, renew_every=settings.lease_renew))
-        return cls(settings, kube, leader, SlurmAccessPool(kube.read_secret), pools_index)
 
     def state(self, key: Key) -> PoolState:
         return self.pools.setdefault(key, PoolState())
