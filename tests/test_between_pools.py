@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from slurmpool.core.demand import Base, PendingPod, Signals, decide_demand, signals
 from slurmpool.core.fit import PodNeeds, misfit, needs_of
 from slurmpool.core.models import SlurmNodePoolSpec
-from slurmpool.core.moves import Drain, Pass, Resume, advance, disturbed_pods, first_phase
+from slurmpool.core.moves import Pass, advance, disturbed_pods, first_phase
 from slurmpool.core.planner import Goal, desired_split, plan
 from slurmpool.core.target import decide_target
 from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, LABEL_SIDE, Direction, MoveRecord, NodeView, PodView, SlurmView

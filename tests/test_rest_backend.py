@@ -50,11 +50,14 @@ async def serve():
         await runner.cleanup()
 
 
+GOOD = RestAuth("good")  # frozen: one instance serves as every backend's default
+
+
 @pytest.fixture
 async def backends():
     made = []
 
-    def make(url, token=RestAuth("good"), **kw):
+    def make(url, token=GOOD, **kw):
         kw.setdefault("retries", 0)
         b = RestBackend(url, token, **kw)
         made.append(b)
@@ -608,7 +611,7 @@ async def raw_server(answer):
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")), 0)
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0)
                 body = await reader.readexactly(length) if length else b""
                 data, close = answer(head + body)
                 writer.write(data)
