@@ -238,7 +238,7 @@ def _conditions(basis: StatusBasis, status: SlurmNodePoolStatus, seen: Observed,
     if seen.overlaps:
         degraded.append(("NodeOverlap", f"selected by another SlurmNodePool too, never moved: {', '.join(sorted(seen.overlaps)[:20])}"))
     if seen.invalid:
-        degraded.append(("InvalidNodeRecord", f"nodes left alone, an annotation cannot be used (see status.invalidRecords and Events): "
+        degraded.append(("InvalidNodeRecord", "nodes left alone, an annotation cannot be used (see status.invalidRecords and Events): "
                           + "; ".join(f"{r.node} {r.annotation}: {r.message}" for r in seen.invalid[:5])
                           + (f" (and {len(seen.invalid) - 5} more)" if len(seen.invalid) > 5 else "")))
     if seen.slurm_error:
