@@ -49,6 +49,11 @@ class SlurmUnavailable(SlurmError):
     errors, timeouts. Worth retrying later; the operator reports it as Degraded."""
 
 
+class SlurmUnsupported(SlurmError):
+    """This backend cannot make the call at all (slurmrestd before the API version that has it):
+    retrying will not help; the caller reports the failed action or uses another way."""
+
+
 # A line of stderr that reports a failure although the command exited 0 ("scancel: error: Kill
 # job error on job id 7: Access/permission denied", "slurm_update error: ...").
 _STDERR_ERROR = re.compile(r"(?:^|[\s:])error\b", re.IGNORECASE)

@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from slurmbridge import SlurmBackend
+from slurmbridge.backend import SlurmBackend
 
 from slurmpool.adapters import metrics
 from slurmpool.adapters.metrics import Action
