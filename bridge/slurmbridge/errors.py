@@ -59,7 +59,7 @@ class SlurmUnsupported(SlurmError):
 _STDERR_ERROR = re.compile(r"(?:^|[\s:])error\b", re.IGNORECASE)
 
 
-def check_exit(argv: Sequence[str], returncode: int, stdout: str, stderr: str) -> None:
+def check_exit(argv: Sequence[str], returncode: int | None, stdout: str, stderr: str) -> None:
     """Raise when a command failed: a non-zero exit, or an exit 0 with an error on stderr (some
     Slurm commands report a refused request only there). Warnings on stderr pass."""
     if returncode != 0 or any(_STDERR_ERROR.search(line) for line in stderr.splitlines()):

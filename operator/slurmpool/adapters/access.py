@@ -12,12 +12,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Coroutine, TypeVar
 
 from slurmbridge import SlurmError, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
 from slurmbridge.backend import ScontrolBackend, SlurmBackend
 from slurmbridge.backoff import Backoff
-from slurmbridge.runner import LocalRunner
+from slurmbridge.runner import CommandRunner, LocalRunner
 from slurmbridge.ssh import SshRunner, load_client_key, load_known_hosts
 
 from slurmpool.adapters import metrics
@@ -77,17 +77,15 @@ async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = 
         calls = [backend.jobs(states=sorted(ACTIVE_JOB_STATES))] + [backend.jobs(partition=p, states=["PENDING"]) for p in sorted(pending)]
     else:
         calls = [backend.jobs()]
-    results = await asyncio.gather(backend.nodes(), *calls, _reservations(backend, reservations), return_exceptions=True)
-    listed = results.pop()
-    if isinstance(listed, BaseException):
-        raise listed
-    found, max_times, error, api = listed
-    for result in results:
-        if isinstance(result, SlurmError):
-            return SlurmView(available=False, error=str(result)[:500])
-        if isinstance(result, BaseException):
-            raise result
-    nodes, jobs = results[0], [j for found in results[1:] for j in found]
+    polled, answers, listed = await asyncio.gather(backend.nodes(), _settled(calls), _reservations(backend, reservations),
+                                                   return_exceptions=True)
+    found, max_times, error, api = _value(listed)
+    failed = next((r for r in (polled, *_value(answers)) if isinstance(r, BaseException)), None)
+    if isinstance(failed, SlurmError):
+        return SlurmView(available=False, error=str(failed)[:500])
+    if failed is not None:
+        raise failed
+    nodes, jobs = _value(polled), [j for answer in _value(answers) for j in _value(answer)]
     if pending is not None:
         jobs = [j for j in jobs if j.state in ACTIVE_JOB_STATES or (j.state == "PENDING" and pending & set(j.partition.split(",")))]
     return SlurmView(available=True, nodes=nodes, jobs=tuple(dict((j.job_id, j) for j in jobs).values()), pending_partitions=pending,
@@ -95,7 +93,21 @@ async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = 
                      max_times=max_times)
 
 
-async def _reservations(backend: SlurmBackend, wanted: bool) -> tuple[tuple | None, dict, str | None, bool]:
+async def _settled(calls: list[Coroutine[Any, Any, list[SlurmJob]]]) -> list[list[SlurmJob] | BaseException]:
+    """The job reads side by side, each its answer or its failure."""
+    return await asyncio.gather(*calls, return_exceptions=True)
+
+
+def _value(result: T | BaseException) -> T:
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+Listed = tuple[tuple[SlurmReservation, ...] | None, dict[str, timedelta | None], str | None, bool]
+
+
+async def _reservations(backend: SlurmBackend, wanted: bool) -> Listed:
     """The operator's reservations (planned handovers) and the partitions' MaxTime (the default
     lead time), beside the node poll: two more calls, made side by side; and whether the access
     can reserve at all. None without a reservation API (slurmrestd before v0.0.43); a failure is
@@ -248,18 +260,17 @@ class SlurmAccessPool:
         key = access_key(namespace, access)
         self._close_retired()
         if key in self._backends and access.ssh and self.clock() - self._ssh_read.get(key, float("-inf")) >= SECRET_MAX_AGE:
-            await self._reread_ssh_secret(key, namespace, access)
+            await self._reread_ssh_secret(key, namespace, access.ssh)
         if key not in self._backends:
             self._backends[key] = await self._build(namespace, access)
             self._ssh_read[key] = self.clock()
         return self._backends[key]
 
-    async def _reread_ssh_secret(self, key: tuple, namespace: str, access: SlurmAccess) -> None:
+    async def _reread_ssh_secret(self, key: tuple, namespace: str, s: SshAccess) -> None:
         """A rotated client key or host key is used without a restart: the Secret is read again
         every SECRET_MAX_AGE (and at once after a failed poll); a changed one builds a new
         connection. The old one is closed a little later (a drain may be running on it)."""
         self._ssh_read[key] = self.clock()
-        s = access.ssh
         secret = await self._read_secret(namespace, s.secret_ref.name)
         if _ssh_material(secret, s) == self._ssh_seen.get(key):
             return
@@ -280,6 +291,7 @@ class SlurmAccessPool:
         if access.rest:
             return Instrumented(await build_rest_backend(
                 self._read_secret, namespace, access.rest, timeout=self.command_timeout, retries=self.retries), self.clock)
+        runner: CommandRunner
         if access.ssh:
             s = access.ssh
             secret = await self._read_secret(namespace, s.secret_ref.name)
