@@ -1,4 +1,5 @@
-"""The Slurm backend the operator talks to: one command per call, validated and retried."""
+"""The Slurm interface (SlurmBackend: every call the operator makes) and its scontrol backend:
+one command per call, validated and retried."""
 
 from __future__ import annotations
 
