@@ -47,7 +47,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "e2e"))
 sys.path.insert(0, str(REPO))
 
-from slurmbridge import ScontrolBackend, SlurmJob  # noqa: E402
+from slurmbridge import SlurmJob  # noqa: E402
+from slurmbridge.backend import ScontrolBackend  # noqa: E402
 from slurmpool.core.planner import plan  # noqa: E402
 from slurmpool.adapters.access import observe_slurm  # noqa: E402
 from slurmpool.controller.apply import ApplyContext, apply  # noqa: E402

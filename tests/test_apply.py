@@ -16,6 +16,7 @@ from dataclasses import replace
 from slurmpool.core.view import ANN_DRAIN, ANN_MOVE, ANN_POOL, DrainClaim, ANN_PLACEMENT, ANN_SLURM, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
+from .slurmfake import Refusing
 
 
 class FakeKube:
@@ -45,7 +46,7 @@ class FakeKube:
         self.calls.append(("event", obj["kind"], reason))
 
 
-class FakeSlurm:
+class FakeSlurm(Refusing):
     def __init__(self):
         self.calls: list[tuple] = []
 

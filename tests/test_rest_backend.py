@@ -54,9 +54,9 @@ async def serve():
 async def backends():
     made = []
 
-    def make(url, token=RestAuth("good"), **kw):
+    def make(url, token=None, **kw):
         kw.setdefault("retries", 0)
-        b = RestBackend(url, token, **kw)
+        b = RestBackend(url, token or RestAuth("good"), **kw)
         made.append(b)
         return b
 
@@ -608,7 +608,7 @@ async def raw_server(answer):
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")), 0)
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0)
                 body = await reader.readexactly(length) if length else b""
                 data, close = answer(head + body)
                 writer.write(data)

@@ -16,6 +16,7 @@ from slurmpool.core.status import build_status
 from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, MoveRecord, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
+from .slurmfake import Refusing
 
 POOL = PoolRef("ns", "gpu", "uid-1", 3)
 OURS = {"key": SLURM_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
@@ -123,7 +124,7 @@ class RefusingKube:
         self.events.append((reason, message))
 
 
-class DrainOnly:
+class DrainOnly(Refusing):
     async def drain(self, nodes, reason): ...
 
 

@@ -12,6 +12,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from slurmbridge.backend import slurm_commands
+
 from slurmpool import __version__
 from slurmpool.core.placement import Direction
 
@@ -100,8 +102,7 @@ class Action(StrEnum):
 
 
 ACTIONS = tuple(a.value for a in Action)
-SLURM_COMMANDS = ("nodes", "jobs", "drain", "resume", "requeue", "cancel", "ping", "reservations", "partition_max_times",
-                  "create_reservation", "delete_reservation")  # access.Instrumented
+SLURM_COMMANDS = slurm_commands()  # the SlurmCommands Protocol's calls (slurmbridge/backend.py), as access.Instrumented times them
 for _direction in DIRECTIONS:
     MOVES_COMPLETED.labels(direction=_direction)
     MOVE_SECONDS.labels(direction=_direction)  # its buckets too: the dashboard's Move duration

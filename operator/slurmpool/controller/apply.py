@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from slurmbridge import SlurmBackend
+from slurmbridge.backend import SlurmBackend
 
 from slurmpool.adapters import metrics
 from slurmpool.adapters.metrics import Action
@@ -100,7 +100,9 @@ async def _write_nodes(ctx: ApplyContext, decision: PoolDecision, result: ApplyR
 async def _slurm(ctx: ApplyContext, decision: PoolDecision, steps: dict[str, Step], result: ApplyResult) -> None:
     """The steps' Slurm actions, batched (one command per kind), after their nodes' records."""
     drains: dict[str, list[str]] = defaultdict(list)
-    resumes, requeues, cancels = [], [], []
+    resumes: list[str] = []
+    requeues: list[str] = []
+    cancels: list[str] = []
     old = {n.name: n for n in ctx.nodes}
     for name, step in steps.items():
         _crash_point(ctx.crash_after_phase, decision.patches.get(name, {}), step)
