@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from slurmpool.core.models import SlurmNodePoolSpec
-from slurmpool.core.moves import Cancel, Requeue, Resume
+from slurmpool.core.expiry import Cancel, Requeue
+from slurmpool.core.moves import Blocker, BlockerKind, Resume
 from slurmpool.core.phases import Phase
 from slurmpool.core.view import SlurmView
 
@@ -24,7 +25,7 @@ SLURM_MAX_AGE = 2.0
 # Phases that wait on Slurm or the node agent rather than on a watch event: polled faster.
 QUICK_PHASES = frozenset({Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING, Phase.DRAINING})
 # What a move blocked only by these waits for is Slurm's to report soon (moves.py: Registering).
-SLURM_SOON = frozenset({"slurmd-registration"})
+SLURM_SOON = frozenset({Blocker(BlockerKind.SLURMD_REGISTRATION)})
 
 
 class Freshness(NamedTuple):
