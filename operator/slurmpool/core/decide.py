@@ -223,7 +223,7 @@ def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now
     if slurmstate.drain_set(sn) and not healthmod.drained_by_others(node, sn):
         if health.drain_condition and (sn.reason or "").startswith(healthmod.HEALTH_REASON):
             _health_drain_timeout(node, slurm, spec, now, step)
-        if slurmstate.responding(sn) and not health.suspect:
+        if slurmstate.resumable(sn) and not health.suspect:
             step.actions.append(Resume(node.name))
             if (sn.reason or "").startswith(healthmod.HEALTH_REASON):
                 step.events.append(Event.normal(Reason.HealthResume, f"{node.name} is healthy again; resuming it in Slurm (drain {sn.reason!r})"))

@@ -1,8 +1,9 @@
-"""Node health: is a node broken, and why. Pure: no I/O, no clock but the caller's.
+"""Node health: is a node broken, and why. Pure: no I/O, no clock but the caller's. What a Slurm
+state means is read from slurmstate.py; the kinds of finding are models.HealthKind.
 
 A node is *unhealthy* when
-- Slurm reports it DOWN, FAIL or NOT_RESPONDING for longer than `health.notRespondingGrace`,
-  while its slurmd should run: settled in Slurm, draining out of Slurm, or resuming into it.
+- Slurm reports it DOWN, FAIL or NOT_RESPONDING (slurmstate.down: power saving is no failure) for
+  longer than `health.notRespondingGrace`, while its slurmd should run: settled in Slurm, draining out of Slurm, or resuming into it.
   A node parked in inference (its slurmd stopped by slurmpool) or moving in before its slurmd
   registered is expected to look down to Slurm: that is no failure;
 - Slurm does not list it while its slurmd should run (its Slurm NodeName is wrong, or a REST
