@@ -1,4 +1,6 @@
-"""How fresh the Slurm view of one pool's pass must be: the whole rule, in one place.
+"""How fresh the Slurm view of one pool's pass must be: what the pool asks for. (The access pool,
+adapters/access.py, decides how to answer: it may hand out a view up to STALE_WHILE_POLLING times
+older rather than wait for a poll in progress.)
 
 Pools on one Slurm share a poll begun within SLURM_MAX_AGE (within the pass interval for a pool with
 demand on); a pool that changed Slurm sees only a poll begun after its change; a pool whose move
