@@ -92,7 +92,7 @@ def test_a_refused_eviction_blocks_then_rolls_back_to_the_old_pool():
     # Relabel, then the refused eviction names the pod.
     run_move(world, spec, NOW, rounds=3)
     step = advance(world.node.move, world.node, Pass(world.view(), spec, NOW + timedelta(seconds=3)))
-    assert world.node.move.phase == "EvictingMisfits" and step.blocked_by == ["pod/serve/llm-0"]
+    assert world.node.move.phase == "EvictingMisfits" and [str(b) for b in step.blocked_by] == ["pod/serve/llm-0"]
     assert "nodeSelector pool=llm" in step.message
     run_move(world, spec, NOW + timedelta(seconds=3), rounds=30)
     assert world.node.move is None and world.node.placement == LLM

@@ -97,7 +97,7 @@ def optimum(nodes, view, k, topology) -> int:
     best = 0
     for chosen in itertools.combinations([n.name for n in nodes], k):
         moved = set(chosen)
-        best = max(best, whole_slurm_blocks(topology, nodes, view, lambda n: INF if n.name in moved else n.placement))
+        best = max(best, whole_slurm_blocks(topology, nodes, view, lambda n, moved=moved: INF if n.name in moved else n.placement))
     return best
 
 

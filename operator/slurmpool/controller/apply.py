@@ -29,7 +29,8 @@ from slurmpool.adapters.metrics import Action
 from slurmpool.core.events import Event, Reason
 from slurmpool.core.interfaces import Conflict, Kube, PoolRef, Refused, node_object, pool_object
 from slurmpool.core.models import SlurmNodePoolSpec
-from slurmpool.core.moves import REFUSED, Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, Requeue, Resume, Step
+from slurmpool.core.expiry import Cancel, Requeue
+from slurmpool.core.moves import CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, Refusal, Resume, Step
 from slurmpool.core.patch import RECORD, annotations_of, rebuilt, shape_of
 from slurmpool.core.snapshot import ApplyResult, PoolDecision
 from slurmpool.core.view import ANN_MOVE, ANN_MOVE_NOW, ANN_SLURM, NONE, Direction, NodeView
@@ -248,7 +249,7 @@ def _written_lately(written: dict[str, tuple[str, float]], name: str, value: str
 async def _guard(result: ApplyResult, action: Action, what: str, coro, ok=None, node: str | None = None):
     """Run one action; a failure is reported (Degraded, lastError; slurmpool_action_errors_total
     by `action`) and retried next pass. A write the API server refused is also the node's move
-    message (`REFUSED ...`), which the next pass reads: a bounded phase's rollback names it.
+    message (moves.Refusal), which the next pass reads: a bounded phase's rollback names it.
     Returns the action's result (or `ok` when it has none), None on failure."""
     try:
         value = await coro
@@ -256,7 +257,7 @@ async def _guard(result: ApplyResult, action: Action, what: str, coro, ok=None, 
     except Exception as err:  # noqa: BLE001 - any failure of one action must not stop the others
         log.warning("%s failed: %s", what, err)
         if node is not None and isinstance(err, Refused):
-            result.refused[node] = f"{REFUSED} {what}: {err}"[:500]
+            result.refused[node] = Refusal.of(what, err)
         result.errors.append(f"{what}: {err}"[:500])
         metrics.ACTION_ERRORS.labels(action=action).inc()
         return None

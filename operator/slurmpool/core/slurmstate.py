@@ -63,8 +63,16 @@ def drained(sn: SlurmNode) -> bool:
 
 
 def down(sn: SlurmNode) -> bool:
-    """Slurm cannot reach or will not use the node: not responding, or FAIL."""
-    return not responding(sn) or FAILED in sn.flags or sn.state == FAILED
+    """Slurm cannot reach or will not use the node: DOWN, UNKNOWN or FUTURE, not responding, or
+    FAIL. Power saving is no failure: a node powered down, or on its way down or up, has no slurmd
+    to answer (Slurm itself marks it DOWN if it does not come back within ResumeTimeout)."""
+    return sn.state in UNREACHABLE_STATES or (powered(sn) and not responding(sn)) or FAILED in sn.flags or sn.state == FAILED
+
+
+def resumable(sn: SlurmNode) -> bool:
+    """A drain on the node may be lifted without sending jobs to a dead node: a slurmd answers,
+    or Slurm parked it (power saving powers it up when a job wants it)."""
+    return responding(sn) or parked(sn)
 
 
 def verdict(sn: SlurmNode) -> frozenset[str]:
