@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmbridge import SlurmJob
-from slurmpool.core.demand import Base, PendingPod, Placed, Signals, bounds, decide_demand, gpu_pods, signals, slurm_jobs
+from slurmpool.core.demand import Base, PendingPod, Placed, Signals, Want, bounds, decide_demand, gpu_pods, signals, slurm_jobs
 from slurmpool.core.demand.slurm_jobs import job_waits_for_nodes
 from slurmpool.core.demand.pendingpod import is_pending_gpu_pod, pending_pod
 from slurmpool.core.models import SlurmNodePoolSpec
@@ -257,3 +257,36 @@ def test_an_unstartable_job_gets_one_event_not_one_a_pass():
 )
 def test_reasons_are_matched_by_meaning(reason, waits):
     assert job_waits_for_nodes(reason) is waits
+
+
+# ---------------------------------------------------------------- sources (issue 35)
+
+
+def test_a_new_source_is_one_more_entry_and_its_wants_add_up(monkeypatch):
+    """A source the decision has never heard of (here: pod groups that start on 4 nodes at once)
+    is read from SOURCES, and its wants add to the other sources' for the same side and pool."""
+    import slurmpool.core.demand as demand
+
+    def pod_groups(seen):
+        return [Want(Side.INFERENCE, 4, 1, 32, "1 pod group(s) want 32 GPU(s) on 4 node(s) at once", (("default", 4),))]
+
+    monkeypatch.setattr(demand, "SOURCES", (*demand.SOURCES, pod_groups))
+    spec = spec_with({"cooldown": "0s"}, slurm_nodes=4)
+    nodes, states = cluster(4, 4, busy=4)
+    tol = (("inference", "Exists", "", ""),)
+    sig_ = signals(spec, nodes, SlurmView(True, nodes=states), [PendingPod("ns", "p", 8, (("pool", "default"),), tol)])
+    assert sig_.nodes(Side.INFERENCE) == 5 and sig_.pool_nodes == {"default": 5}
+    out = decide_demand(spec, 8, Base(4, "k", NOW), None, sig_, NOW)
+    assert out.status.pending_pods == 2 and out.status.pending_pod_gpus == 40 and out.status.inference_wants == 5
+    assert out.slurm_nodes == 0 and out.status.pools == {"default": 8}  # its 4 nodes and 5 more, within the 8 there are
+    assert "1 unschedulable pod(s) want 8 GPU(s); 1 pod group(s) want 32 GPU(s) on 4 node(s) at once: inference needs 5" in out.message
+
+
+def test_a_powered_down_slurm_node_is_neither_idle_nor_usable_for_jobs():
+    """What a node state means is core/slurmstate's: a node parked by power saving (idle~) runs
+    no slurmd, so it neither serves pending jobs now nor counts against a gang job."""
+    spec = spec_with({"cooldown": "0s"}, slurm_nodes=4)
+    nodes, states = cluster(4, 4)
+    states["s0"] = slurm_node("s0", "IDLE", flags={"POWERED_DOWN"})
+    sig_ = signals(spec, nodes, SlurmView(True, nodes=states, jobs=(pending("1", nodes=4), pending("2"))), [])
+    assert sig_.nodes(Side.SLURM) == 1 and "one asks for 1 node(s) more" in sig_.what(Side.SLURM)  # 3 usable, all idle
