@@ -49,6 +49,7 @@ def want(waiting: int, gpus: int, gpn: int, pool_gpus: dict[str, int] | None = N
 
 
 def wants(seen: Seen) -> list[Want]:
+    """The source (an entry of SOURCES): what the pods that fit an inference pool want from inference."""
     spec = seen.spec
     # Node labels as inference would see them: without the pool-managed ones, which fits() checks.
     managed = {k for p in spec.inference.pools for k in p.labels}

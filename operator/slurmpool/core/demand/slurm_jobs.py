@@ -78,6 +78,7 @@ def want(waiting: int, gpus: int, nodes: int, gang: int, unstartable: tuple[str,
 
 
 def wants(seen: Seen) -> list[Want]:
+    """The source (an entry of SOURCES): what the pool's pending jobs want from Slurm."""
     gpn = seen.gpus_per_node
     candidates = _pending(seen.slurm.jobs, seen.spec.slurm.partition)
     unstartable = {j.job_id: why for j in candidates if (why := never_starts(j, len(seen.nodes), gpn))}
