@@ -7,10 +7,10 @@ reservation through the pool's Slurm access (scontrol over SSH or locally, or sl
 i.e. Slurm 25.05+; an older slurmrestd cannot: the pool says so once and its edges drain as
 before); access.py polls our reservations with the nodes; `status.handover` and the plugin's `plan` show it.
 
-- The leaving nodes are chosen by the same planner (planner.plan, wave after wave, as the
-  plugin's `plan` does) with the count the edge sets, so health, pins and topology rules hold.
-- Drain forecast of a node: the latest end of its jobs by their time limits; None when a job
-  has no end (no time limit), which is what `drain.onTimeout` is for. Idle: free now.
+- The leaving nodes are chosen by the same planner, wave after wave (waves.py, as the plugin's
+  `plan` does), with the count the edge sets, so health, pins and topology rules hold.
+- Drain forecast of a node (forecast.py): the latest end of its jobs by their time limits; None
+  when a job has no end (no time limit), which is what `drain.onTimeout` is for. Idle: free now.
 - The reservation: named `slurmpool-<namespace>-<pool>` (a name no person would choose, one
   per pool, so a crash between creating it and recording it leaves nothing unfound), on the
   leaving nodes, starting at the edge, flags MAINT,IGNORE_JOBS: MAINT keeps Slurm from
@@ -28,15 +28,16 @@ from slurmbridge.models import SlurmReservation
 
 from slurmpool.core import schedule as sched
 from slurmpool.core.events import Event, Reason
+from slurmpool.core.forecast import free_at
 from slurmpool.core.health import HEALTHY, NodeHealth
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import HandoverStatus, SlurmNodePoolSpec, seconds
-from slurmpool.core.planner import Goal, plan
-from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, SLURM, NodeView, SlurmView, iso
+from slurmpool.core.planner import Goal
+from slurmpool.core.view import SLURM, NodeView, SlurmView, iso
+from slurmpool.core.waves import waves
 
 RESERVATION_PREFIX = "slurmpool-"
 RESERVATION_FLAGS = ("MAINT", "IGNORE_JOBS")
-MAX_WAVES = 100
 # A reservation whose edge opens no window (a window closing lowers the count) ends this long after
 # the edge at the latest; it is deleted as soon as the moves are done anyway.
 HOLD_PAST_EDGE = timedelta(hours=1)
@@ -52,14 +53,6 @@ def reservation_name(namespace: str, pool: str) -> str:
 def is_ours(name: str, namespace: str, pool: str) -> bool:
     """Only the pool's own reservation is ever changed or deleted; every other one is left alone."""
     return name == reservation_name(namespace, pool)
-
-
-def free_at(node: str, slurm: SlurmView, now: datetime) -> datetime | None:
-    """When the node's jobs end by their time limits (now when idle); None: a job has no end."""
-    ends = [j.end_time for j in slurm.jobs_on(node)]
-    if any(end is None for end in ends):
-        return None
-    return max([now, *ends])
 
 
 @dataclass(frozen=True)
@@ -92,21 +85,8 @@ class Handover:
 
 def leaving_nodes(view: PoolView, goal: Goal) -> list[str]:
     """Nodes the planner would move out of Slurm to reach the goal, wave after wave."""
-    current, leaving = list(view.nodes), []
-    for _ in range(MAX_WAVES):
-        result = plan(view.spec, current, view.slurm, view.now, goal, view.health)
-        if not result.starts:
-            break
-        moved = {s.node: s for s in result.starts}
-        leaving += [s.node for s in result.starts if s.source == SLURM]
-        current = [_settled(n, moved[n.name].target) if n.name in moved else n for n in current]
-    return leaving
-
-
-def _settled(node: NodeView, placement: str) -> NodeView:
-    """The node as if its move were done (the next wave plans on it)."""
-    annotations = {k: v for k, v in node.annotations.items() if k != ANN_MOVE}
-    return replace(node, annotations={**annotations, ANN_PLACEMENT: placement})
+    return [s.node for wave in waves(view.spec, view.nodes, view.slurm, view.now, goal, view.health)
+            for s in wave.plan.starts if s.source == SLURM]
 
 
 def planned(pool: PoolRef, view: PoolView, edge: Edge | None, lead: timedelta) -> Handover | None:
