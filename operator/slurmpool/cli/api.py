@@ -9,7 +9,7 @@ import gc
 import json
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from slurmpool.cli.pages import Ahead, ahead, json_page, json_pods, list_continue, pod_keys, pod_page, pod_page_head
 from slurmpool.cli.views import pool_node_views, with_pods
@@ -99,7 +99,7 @@ class Api:
             config.load_incluster_config()
         self.api = client.ApiClient()
         self.core = CoreCalls(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
+        self.custom: Any = client.CustomObjectsApi(self.api)
 
     @staticmethod
     def default_namespace(kubeconfig: str | None, context: str | None) -> str:
@@ -130,7 +130,7 @@ class Api:
         the next one comes. Two threads: one asks for the next page as soon as this one has come
         (its `continue` read from its head by `head`), one parses: the apiserver prepares a page
         while the one before is parsed and the one before that is used."""
-        read = read or json_page
+        parse: Callable[[bytes], tuple[Any, str | None]] = read or json_page
 
         def answers() -> Iterator[tuple[bytes | tuple, str | None]]:
             token = None
@@ -140,7 +140,7 @@ class Api:
                     token = head(data)
                     yield data, token
                 except ValueError:  # not written as expected: parsed here, before the next page is asked for
-                    page = read(data)
+                    page = parse(data)
                     token = page[1]
                     yield page, token
                 if not token:
@@ -149,7 +149,7 @@ class Api:
         def parsed(answers: Ahead[tuple[bytes | tuple, str | None]]) -> Iterator[T]:
             try:
                 for data, token in answers:
-                    page, parsed_token = data if isinstance(data, tuple) else read(data)
+                    page, parsed_token = data if isinstance(data, tuple) else parse(data)
                     if parsed_token != token:
                         raise ValueError("the list's continue token read from its head is not the one parsed")
                     yield page

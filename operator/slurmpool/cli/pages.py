@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Generic, TypeVar
 
 from slurmpool.core.view import PodView
@@ -102,10 +102,11 @@ class Ahead(Generic[T]):
         except BaseException as err:  # noqa: BLE001 - handed to the consumer, raised there
             self._put((self._DONE, err))
         finally:
-            if hasattr(items, "close"):
-                items.close()
+            close = getattr(items, "close", None)  # a generator's, or another Ahead's
+            if close is not None:
+                close()
 
-    def _consume(self) -> Iterator[T]:
+    def _consume(self) -> Generator[T, None, None]:
         try:
             while True:
                 item, err = self._handoff.get()

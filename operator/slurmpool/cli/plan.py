@@ -14,14 +14,15 @@ from typing import Any
 from slurmpool.core import health
 from slurmpool.core import schedule as sched
 from slurmpool.core.forecast import free_at
-from slurmpool.core.handover import Edge, PoolView, edge_at, planned
+from slurmpool.core.handover import Edge, edge_at, planned
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.moves import between_pools, disturbed_pods
 from slurmpool.core.planner import Goal, desired_split
 from slurmpool.core.published import published, slurm_view
-from slurmpool.core.view import SLURM, NodeView, PodView, counts_at, iso
-from slurmpool.core.waves import waves
+from slurmpool.core.placement import SLURM
+from slurmpool.core.view import NodeView, PodView, counts_at, iso
+from slurmpool.core.waves import PoolView, every_move_done, waves
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
     edge = edge_at(spec, len(nodes), at) if at is not None else None
     if edge is not None:
         target = edge.slurm_nodes if slurm_nodes is None else slurm_nodes
-        window = sched.active_at(spec.schedule, len(nodes), at) if spec.schedule else None
+        window = sched.active_at(spec.schedule, len(nodes), edge.at) if spec.schedule else None
         pool_counts = (spec.schedule[window.index].inference or None) if window else None  # the window's, else the spec's
     slurm = slurm_view(nodes)
     sick = health.from_status(status.get("unhealthyNodes") or [])  # never chosen, as by the operator
@@ -73,7 +74,7 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
     ]
     # A paused pool is planned as on resume: the planner itself starts nothing while paused.
     unpaused = spec.model_copy(update={"paused": False})
-    for wave in waves(unpaused, nodes, slurm, now, Goal(target, pool_counts), sick):
+    for wave in waves(PoolView(unpaused, nodes, slurm, now, sick), Goal(target, pool_counts), every_move_done):
         problems = wave.plan.problems
         for start in wave.plan.starts:
             node = wave.moved[start.node]

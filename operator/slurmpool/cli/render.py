@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from slurmpool.core.view import pool_of
+from slurmpool.core.placement import pool_of
 
 OUTPUTS = ("table", "wide", "json", "yaml")
 

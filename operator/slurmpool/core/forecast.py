@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from slurmpool.core.phases import Phase
-from slurmpool.core.view import SLURM, NodeView, SlurmView
+from slurmpool.core.placement import SLURM
+from slurmpool.core.view import NodeView, SlurmView
 
 
 @dataclass(frozen=True)
