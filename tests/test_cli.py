@@ -731,3 +731,11 @@ def test_plan_asks_for_whole_pods_only_where_a_move_between_inference_pools_need
     to_slurm = [m for m in got["moves"] if m["to"] == SLURM]
     assert [len(m["pods"]) for m in to_slurm] == [2]
     assert cli_plan.plan_view(spec, pool, rows, NOW)["moves"] != expected  # without them: no toleration read, every pod a misfit
+
+
+def test_no_module_of_the_plugin_is_over_400_lines():
+    from pathlib import Path
+
+    here = Path(cli_main.__file__).parent
+    long = {p.name: n for p in here.glob("*.py") if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, f"split these modules of cli/ by concern (at most 400 lines): {long}"
