@@ -32,7 +32,7 @@ def pool_node_views(spec: SlurmNodePoolSpec, node_bodies: Iterable[dict]) -> lis
 
 def with_pods(nodes: list[NodeView], pod_views: Iterable[PodView], in_place: bool = False) -> list[NodeView]:
     """The views with their pods. `in_place`: the views are the caller's own, just made and not
-    shared yet (`_load`'s), and get their pods in place: dataclasses.replace would build each view
+    shared yet (`api.load_pool`'s), and get their pods in place: dataclasses.replace would build each view
     again and read its annotations again (0.2 s of 5,000)."""
     pods: dict[str, list[PodView]] = {n.name: [] for n in nodes}
     for pod in pod_views:
@@ -62,7 +62,7 @@ def age(since: datetime | None, now: datetime) -> str:
 def node_rows(nodes: list[NodeView], now: datetime, sick: dict[str, str] | None = None,
               pod_keys: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
     """One row per node; `sick`: node -> why it is unhealthy (the pool's status.unhealthyNodes);
-    `pod_keys`: node -> its pods' keys as _load_status read them (else from each node's pods)."""
+    `pod_keys`: node -> its pods' keys as api.load_status read them (else from each node's pods)."""
     sick = sick or {}
     rows = []
     for node in nodes:
