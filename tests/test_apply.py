@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from slurmpool.controller.apply import ApplyContext, apply
-from slurmpool.core.decide import decide, slurm_annotation
+from slurmpool.core.decide import decide
+from slurmpool.core.published import slurm_annotation
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.snapshot import PoolSnapshot
 from slurmpool.core.status import build_status

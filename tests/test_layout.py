@@ -16,7 +16,7 @@ MAX_PARAMETERS = 6
 WIDE_ON_PURPOSE = {
     # CoreCalls stands in for CoreV1Api's methods, so it takes their keywords (_headers,
     # _request_timeout, _preload_content) as the client does; callers name each one.
-    "cli/plugin.py:_call",
+    "cli/api.py:_call",
 }
 
 

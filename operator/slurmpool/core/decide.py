@@ -18,7 +18,6 @@ In order:
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import replace
 from datetime import datetime
 
@@ -31,6 +30,7 @@ from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import SlurmNodePoolSpec, seconds
 from slurmpool.core.patch import after, node_patch
 from slurmpool.core.expiry import Overdue, expire
+from slurmpool.core.published import changed_annotations
 from slurmpool.core.moves import Pass, Refusal, Resume, Step, advance, drain, ensure_slurmd_pod, first_phase, restore_cordon, reverse
 from slurmpool.core.planner import Goal, current_placement, desired_split, move_now_done, move_now_target, placements, plan
 from slurmpool.core.events import Event, Reason
@@ -40,7 +40,6 @@ from slurmpool.core.view import (
     ANN_MOVE,
     ANN_PIN,
     ANN_PLACEMENT,
-    ANN_SLURM,
     NONE,
     SLURM,
     Cause,
@@ -48,11 +47,8 @@ from slurmpool.core.view import (
     NodeView,
     RecordProblem,
     SlurmView,
-    iso,
     pool_of,
 )
-
-MAX_JOBS_PUBLISHED = 32
 
 
 def decide(snap: PoolSnapshot) -> PoolDecision:
@@ -132,7 +128,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     decision.handover = reconcile_handover(snap.pool, PoolView(spec, decision.nodes_after, slurm, now, health), target.slurm_nodes,
                                            snap.owned_reservations, snap.previous.handover if snap.previous else None)
     decision.invalid = {n.name: n.problems for n in nodes if n.problems}
-    decision.publish = _published(nodes, slurm)
+    decision.publish = changed_annotations(nodes, slurm)
     decision.clear_move_now = _fulfilled_move_now(spec, nodes, target)
     return decision
 
@@ -287,39 +283,7 @@ def _gone(snap: PoolSnapshot, nodes: list[NodeView], decision: PoolDecision) -> 
             decision.missing.append(f"{pod.node} (slurmd pod {pod.key} kept: {why})")
 
 
-# ---------------------------------------------------------------- 6. published on nodes, move-now
-
-
-def slurm_annotation(name: str, slurm: SlurmView) -> str | None:
-    """Compact JSON of what Slurm says of the node: state (with flags), drain reason, jobs."""
-    sn = slurm.nodes.get(name)
-    jobs = slurm.jobs_on(name)
-    if sn is None and not jobs:
-        return None
-    body = {
-        "state": (sn.state + "".join("+" + f for f in sorted(sn.flags))) if sn else "UNKNOWN",
-        "reason": (sn.reason or "") if sn else "",
-        "jobs": [
-            {"id": j.job_id, "user": j.user, "name": j.name[:40], "state": j.state, "end": iso(j.end_time) if j.end_time else None}
-            for j in sorted(jobs, key=lambda j: j.job_id)[:MAX_JOBS_PUBLISHED]
-        ],
-    }
-    if len(jobs) > MAX_JOBS_PUBLISHED:
-        body["more"] = len(jobs) - MAX_JOBS_PUBLISHED
-    return json.dumps(body, sort_keys=True, separators=(",", ":"))
-
-
-def _published(nodes: list[NodeView], slurm: SlurmView) -> dict[str, str]:
-    """Each node's Slurm state as the annotation slurmpool.io/slurm, where it changed (so
-    `kubectl slurmpool` needs no Slurm access)."""
-    if not slurm.available:
-        return {}
-    changed = {}
-    for node in nodes:
-        value = slurm_annotation(node.name, slurm)
-        if value is not None and value != node.annotations.get(ANN_SLURM):
-            changed[node.name] = value
-    return changed
+# ---------------------------------------------------------------- 6. published on nodes (published.py), move-now
 
 
 def _fulfilled_move_now(spec: SlurmNodePoolSpec, nodes: list[NodeView], target: Decision) -> list[Event]:

@@ -19,9 +19,9 @@ from slurmpool.core.models import (
 )
 from slurmpool.core import health as healthmod
 from slurmpool.core import slurmnames
+from slurmpool.core.forecast import draining_out_of_slurm, forecast
 from slurmpool.core.health import NodeHealth
 from slurmpool.core.moves import Blocker, BlockerKind, Refusal
-from slurmpool.core.phases import Phase
 from slurmpool.core.snapshot import ApplyResult, PoolDecision, PoolSnapshot
 from slurmpool.core.view import LABEL_COMPONENT, LABEL_POOL, SLURM, MoveRecord, NodeView, counts_at, inference, iso, side_of
 
@@ -92,16 +92,16 @@ def draining_forecast(nodes: list[NodeView], snap: PoolSnapshot) -> dict[str, st
     """node -> when it will be free, for each node draining out of Slurm with jobs on it: the latest
     end of its jobs by their time limits (RFC 3339), or 'unlimited' when one has none. Not `now`
     for an idle node (it is about to leave): the status changes only when the jobs do."""
-    draining = [n for n in nodes if n.move is not None and n.move.source == SLURM and n.move.phase == Phase.DRAINING]
+    draining = draining_out_of_slurm(nodes)
     if not draining or not snap.slurm.available:
         return {}
     # Slurm read by Node name, as decide reads it (a pool's Slurm names may differ: slurmnames.py).
     slurm = slurmnames.by_node(snap.slurm, slurmnames.names_of(snap.spec.slurm, snap.nodes))
     out = {}
     for node in draining:
-        ends = [j.end_time for j in slurm.jobs_on(node.name)]
-        if ends:
-            out[node.name] = "unlimited" if any(end is None for end in ends) else iso(max(ends))
+        jobs = forecast(node.name, slurm)
+        if jobs.busy:
+            out[node.name] = iso(jobs.last_end) if jobs.last_end is not None else "unlimited"
     return out
 
 
