@@ -282,11 +282,16 @@ def test_a_new_source_is_one_more_entry_and_its_wants_add_up(monkeypatch):
     assert "1 unschedulable pod(s) want 8 GPU(s); 1 pod group(s) want 32 GPU(s) on 4 node(s) at once: inference needs 5" in out.message
 
 
-def test_a_powered_down_slurm_node_is_neither_idle_nor_usable_for_jobs():
-    """What a node state means is core/slurmstate's: a node parked by power saving (idle~) runs
-    no slurmd, so it neither serves pending jobs now nor counts against a gang job."""
+def test_a_powered_down_slurm_node_counts_as_idle_capacity_slurm_has():
+    """What a node state means is core/slurmstate's: Slurm powers a lendable parked node (idle~)
+    up for the job it chooses, so demand counts it as Slurm's own idle node, exactly as an IDLE
+    one; a held one (drain~) is no capacity."""
     spec = spec_with({"cooldown": "0s"}, slurm_nodes=4)
     nodes, states = cluster(4, 4)
-    states["s0"] = slurm_node("s0", "IDLE", flags={"POWERED_DOWN"})
-    sig_ = signals(spec, nodes, SlurmView(True, nodes=states, jobs=(pending("1", nodes=4), pending("2"))), [])
-    assert sig_.nodes(Side.SLURM) == 1 and "one asks for 1 node(s) more" in sig_.what(Side.SLURM)  # 3 usable, all idle
+    jobs = (pending("1", nodes=4), pending("2"))
+    plain = signals(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [])
+    parked = signals(spec, nodes, SlurmView(True, nodes={**states, "s0": slurm_node("s0", "IDLE", flags={"POWERED_DOWN"})}, jobs=jobs), [])
+    held = signals(spec, nodes, SlurmView(True, nodes={**states, "s0": slurm_node("s0", "IDLE", flags={"POWERED_DOWN", "DRAIN"})}, jobs=jobs), [])
+    assert parked == plain
+    assert "one asks for" not in parked.what(Side.SLURM)
+    assert held.nodes(Side.SLURM) == 1 and "one asks for 1 node(s) more" in held.what(Side.SLURM)  # 3 usable

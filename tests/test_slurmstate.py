@@ -36,7 +36,11 @@ def test_power_states_are_parked_and_not_responding():
     going = node("IDLE", "POWERING_DOWN")  # sinfo idle%
     asked = node("MIXED", "NOT_RESPONDING", "POWERING_UP")  # sinfo mix#
     for sn in (lendable, held, going):
-        assert slurmstate.parked(sn) and not slurmstate.responding(sn) and not slurmstate.usable(sn) and not slurmstate.idle(sn)
+        assert slurmstate.parked(sn) and not slurmstate.responding(sn)
+    # Slurm powers a lendable node up for the job it chose: capacity it has, idle; a held one is not.
+    assert slurmstate.usable(lendable) and slurmstate.idle(lendable) and slurmstate.usable(going)
+    assert not slurmstate.usable(held) and not slurmstate.idle(held)
+    assert not slurmstate.usable(asked) and not slurmstate.idle(asked)
     assert not slurmstate.parked(asked) and not slurmstate.powered(asked) and slurmstate.busy(asked)
 
 

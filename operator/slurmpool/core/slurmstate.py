@@ -48,12 +48,14 @@ def parked(sn: SlurmNode) -> bool:
 
 
 def usable(sn: SlurmNode) -> bool:
-    """A job could be given the node now, busy or idle: responding and not drained."""
-    return responding(sn) and not drain_set(sn)
+    """Slurm may give the node to a job, busy or idle: not drained, not DOWN, UNKNOWN, FUTURE or
+    NOT_RESPONDING. A node powered down without a drain (`idle~`) is usable: Slurm powers it up
+    for the job it chose (power_save.shtml), so it is capacity Slurm already has."""
+    return not drain_set(sn) and "NOT_RESPONDING" not in sn.flags and sn.state not in UNREACHABLE_STATES
 
 
 def idle(sn: SlurmNode) -> bool:
-    """Usable and holding no job (the caller also checks squeue: scontrol can lag it)."""
+    """Usable and holding no job, `idle~` included (the caller also checks squeue: scontrol can lag it)."""
     return sn.state == "IDLE" and usable(sn) and not busy(sn)
 
 
