@@ -71,6 +71,8 @@ async def apply(ctx: ApplyContext, decision: PoolDecision) -> ApplyResult:
     await _handover(ctx, decision, result)
     await _publish(ctx.kube, decision.publish, ctx.published)
     for ev in decision.clear_move_now:
+        if ev.node is None:  # never: each is about the node whose move-now it clears (decide)
+            continue
         try:
             await ctx.kube.patch_node(ev.node, {"metadata": {"annotations": {ANN_MOVE_NOW: None}}})
         except Exception as err:  # noqa: BLE001 - retried next pass
@@ -243,7 +245,7 @@ async def _publish(kube: Kube, values: dict[str, str], written: dict[str, tuple[
 
 def _written_lately(written: dict[str, tuple[str, float]], name: str, value: str) -> bool:
     last = written.get(name)
-    return bool(last) and last[0] == value and time.monotonic() - last[1] < PUBLISH_LAG
+    return last is not None and last[0] == value and time.monotonic() - last[1] < PUBLISH_LAG
 
 
 async def _guard(result: ApplyResult, action: Action, what: str, coro, ok=None, node: str | None = None):
