@@ -47,11 +47,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "e2e"))
 sys.path.insert(0, str(REPO))
 
-from slurmbridge import ScontrolBackend, SlurmJob  # noqa: E402
+from slurmbridge import SlurmJob  # noqa: E402
+from slurmbridge.backend import ScontrolBackend  # noqa: E402
 from slurmpool.core.planner import plan  # noqa: E402
 from slurmpool.adapters.access import observe_slurm  # noqa: E402
 from slurmpool.controller.apply import ApplyContext, apply  # noqa: E402
-from slurmpool.core.decide import decide, slurm_annotation  # noqa: E402
+from slurmpool.core.decide import decide  # noqa: E402
+from slurmpool.core.published import slurm_annotation  # noqa: E402
 from slurmpool.core.interfaces import PoolRef  # noqa: E402
 from slurmpool.core.snapshot import PoolSnapshot  # noqa: E402
 from slurmpool.core.view import ANN_PLACEMENT, ANN_SLURM, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView  # noqa: E402

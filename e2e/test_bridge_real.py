@@ -18,7 +18,11 @@ from contextlib import asynccontextmanager
 import asyncssh
 import pytest
 
-from slurmbridge import LocalRunner, RestAuth, RestBackend, ScontrolBackend, SlurmUnavailable, SshRunner
+from slurmbridge import SlurmUnavailable
+from slurmbridge.backend import ScontrolBackend
+from slurmbridge.rest import RestAuth, RestBackend
+from slurmbridge.runner import LocalRunner
+from slurmbridge.ssh import SshRunner
 from slurmbridge.validate import compress
 from slurmbridge.models import gres_shortfall
 

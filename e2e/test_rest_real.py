@@ -30,8 +30,10 @@ from pathlib import Path
 
 import pytest
 
-from slurmbridge import LocalRunner, RestAuth, RestBackend, ScontrolBackend, SlurmError, SlurmUnavailable
-from slurmbridge.rest import SlurmAuthError
+from slurmbridge import SlurmError, SlurmUnavailable
+from slurmbridge.backend import ScontrolBackend
+from slurmbridge.rest import RestAuth, RestBackend, SlurmAuthError
+from slurmbridge.runner import LocalRunner
 
 pytestmark = pytest.mark.e2e
 

@@ -12,13 +12,14 @@ from slurmpool.adapters.access import SlurmAccessPool, Wanted
 from slurmpool.core.models import SlurmAccess
 
 from .factories import slurm_node
+from .slurmfake import Refusing
 
 
-class CountingBackend:
+class CountingBackend(Refusing):
     def __init__(self):
         self.calls: list[str] = []
 
-    async def nodes(self):
+    async def nodes(self, names=None):
         self.calls.append("nodes")
         return {"n1": slurm_node("n1")}
 
@@ -68,11 +69,11 @@ class Clock:
         return self.t
 
 
-class Backend:
+class Backend(Refusing):
     def __init__(self):
         self.up, self.polls = False, 0
 
-    async def nodes(self):
+    async def nodes(self, names=None):
         self.polls += 1
         if not self.up:
             raise SlurmUnavailable("Munge encode failed")
@@ -177,13 +178,13 @@ async def test_while_a_pool_polls_another_takes_a_slightly_older_view_rather_tha
     await waiting
 
 
-class FilteringBackend:
+class FilteringBackend(Refusing):
     """squeue's filters, as ScontrolBackend passes them (-t, -p)."""
 
     def __init__(self, jobs, filters=True):
         self.all, self.asked, self.filters_jobs = jobs, [], filters
 
-    async def nodes(self):
+    async def nodes(self, names=None):
         return {"n1": slurm_node("n1")}
 
     async def jobs(self, partition=None, states=None):
@@ -321,6 +322,9 @@ class ReservingBackend(CountingBackend):
         self.calls.append("partition_max_times")
         return {"gpu": None}
 
+    async def can_reserve(self):
+        return True
+
     async def create_reservation(self, *args):
         raise AssertionError("not called by a poll")
 
@@ -334,7 +338,7 @@ async def test_reservations_are_read_only_for_pools_that_may_plan_a_handover_and
     assert "reservations" not in fake.calls and view.reservations is None
     _, view = await pool.observe("ns", spec, Wanted(max_age=0.5, pool="b", reservations=True))  # the cached view lacks them: polled again
     assert fake.calls.count("reservations") == 1 and view.reservations == () and view.max_times == {"gpu": None}
-    rest = await access.observe_slurm(CountingBackend(), None, reservations=True)  # no reservation API (slurmrestd)
+    rest = await access.observe_slurm(CountingBackend(), None, reservations=True)  # cannot reserve (slurmrestd before v0.0.43)
     assert rest.available and rest.reservations is None and not rest.reservations_api
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from slurmpool.controller.apply import ApplyContext, apply
-from slurmpool.core.decide import decide, slurm_annotation
+from slurmpool.core.decide import decide
+from slurmpool.core.published import slurm_annotation
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.snapshot import PoolSnapshot
 from slurmpool.core.status import build_status
@@ -16,6 +17,7 @@ from dataclasses import replace
 from slurmpool.core.view import ANN_DRAIN, ANN_MOVE, ANN_POOL, DrainClaim, ANN_PLACEMENT, ANN_SLURM, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
+from .slurmfake import Refusing
 
 
 class FakeKube:
@@ -45,7 +47,7 @@ class FakeKube:
         self.calls.append(("event", obj["kind"], reason))
 
 
-class FakeSlurm:
+class FakeSlurm(Refusing):
     def __init__(self):
         self.calls: list[tuple] = []
 

@@ -3,15 +3,17 @@ Slurm step), explicit per-pool counts, and schedules and demand that name pools.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmpool.core.demand import Base, PendingPod, Signals, decide_demand, signals
+from slurmpool.core.demand import Base, PendingPod, decide_demand, signals
 from slurmpool.core.fit import PodNeeds, misfit, needs_of
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.moves import Pass, advance, disturbed_pods, first_phase
+from slurmpool.core.placement import Side
 from slurmpool.core.planner import Goal, desired_split, plan
 from slurmpool.core.target import decide_target
 from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, LABEL_SIDE, Direction, MoveRecord, NodeView, PodView, SlurmView
@@ -92,7 +94,7 @@ def test_a_refused_eviction_blocks_then_rolls_back_to_the_old_pool():
     # Relabel, then the refused eviction names the pod.
     run_move(world, spec, NOW, rounds=3)
     step = advance(world.node.move, world.node, Pass(world.view(), spec, NOW + timedelta(seconds=3)))
-    assert world.node.move.phase == "EvictingMisfits" and step.blocked_by == ["pod/serve/llm-0"]
+    assert world.node.move.phase == "EvictingMisfits" and [str(b) for b in step.blocked_by] == ["pod/serve/llm-0"]
     assert "nodeSelector pool=llm" in step.message
     run_move(world, spec, NOW + timedelta(seconds=3), rounds=30)
     assert world.node.move is None and world.node.placement == LLM
@@ -191,7 +193,7 @@ def test_demand_counts_pending_pods_per_pool_and_asks_for_that_pool():
     nodes = settled_nodes(4, 0) + [NodeView(f"s{i}", annotations={ANN_PLACEMENT: "slurm"}) for i in range(4)]
     slurm = SlurmView(True, nodes={f"s{i}": slurm_node(f"s{i}", "ALLOCATED") for i in range(4)})
     both = signals(spec, nodes, slurm, [waiting("b-0", 8, "batch"), waiting("b-1", 8, "batch"), waiting("l-0", 4, "llm")])
-    assert dict(both.pool_nodes) == {"batch": 2, "llm": 1} and dict(both.pool_here) == {"llm": 4}
+    assert both.pool_nodes == {"batch": 2, "llm": 1} and dict(both.placed.pool_here) == {"llm": 4}
     # Both pools wait and Slurm may not shrink: the higher priority keeps its nodes.
     out = decide_demand(spec, 8, Base(4, "k", NOW - timedelta(hours=1)), None, both, NOW)
     assert out.status.pools == {"batch": 2, "llm": 5}
@@ -205,7 +207,7 @@ def test_demand_counts_pending_pods_per_pool_and_asks_for_that_pool():
     result = plan(spec, nodes, slurm, NOW, Goal(4, out.status.pools))
     assert result.desired[BATCH] == 2 and {(s.source, s.target) for s in result.starts} == {(LLM, BATCH)}
     # Once the moves are on their way, nothing more is asked, and the counts hold.
-    sig2 = Signals(**{**sig.__dict__, "pool_incoming": (("batch", 2),), "pool_here": (("batch", 2), ("llm", 2))})
+    sig2 = replace(sig, placed=replace(sig.placed, pool_incoming=(("batch", 2),), pool_here=(("batch", 2), ("llm", 2))))
     again = decide_demand(spec, 8, Base(4, "k", NOW - timedelta(hours=1)), out.status, sig2, NOW + timedelta(minutes=5))
     assert not again.changed
     assert again.status.pools == {"batch": 2} and again.status.pool_wants == {}
@@ -238,7 +240,7 @@ def test_demand_reads_the_node_affinity_of_waiting_pods():
         wants([{"key": "pool", "operator": "In", "values": ["batch"]}, {"key": "zone", "operator": "NotIn", "values": ["a"]}]),
     ])
     # The first fits llm (highest priority); the third only batch, on the zone-b node.
-    assert sig.pending_pods == 2 and dict(sig.pool_nodes) == {"llm": 1, "batch": 1}
+    assert sig.waiting(Side.INFERENCE) == 2 and sig.pool_nodes == {"llm": 1, "batch": 1}
 
 
 def test_a_move_to_a_pool_removed_from_the_spec_goes_back_whatever_its_phase():

@@ -15,10 +15,12 @@ from collections.abc import Callable
 import asyncssh
 import pytest
 
-from slurmbridge import LocalRunner, ScontrolBackend, SlurmBackend, SlurmError, SlurmUnavailable, SshRunner
+from slurmbridge import SlurmError, SlurmUnavailable
 from slurmbridge import backend as backend_module
+from slurmbridge.backend import ScontrolBackend, SlurmBackend
+from slurmbridge.runner import LocalRunner
 from slurmbridge.errors import command_failed
-from slurmbridge.ssh import remote_command
+from slurmbridge.ssh import SshRunner, remote_command
 
 NODE = (
     "NodeName={name} Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=16 CPUTot=16 CPULoad=1.21 "

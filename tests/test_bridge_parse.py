@@ -11,9 +11,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from slurmbridge import SlurmNode, parse_scontrol_nodes, parse_squeue, validate
+from slurmbridge import SlurmNode, validate
 from slurmbridge.models import gpu_count
-from slurmbridge.parse import DEFAULT_SEP, SQUEUE_FIELDS, node_fields, parse_state, parse_time, squeue_format
+from slurmbridge.parse import DEFAULT_SEP, SQUEUE_FIELDS, node_fields, parse_scontrol_nodes, parse_squeue, parse_state, parse_time, squeue_format
 from slurmbridge.ssh import remote_command
 
 # ---------------------------------------------------------------- captured `scontrol -o -d show node` lines

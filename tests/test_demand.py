@@ -9,11 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmbridge import SlurmJob
-from slurmpool.core.demand import Base, PendingPod, Signals, bounds, decide_demand, job_waits_for_nodes, signals
+from slurmpool.core.demand import Base, PendingPod, Placed, Signals, Want, bounds, decide_demand, gpu_pods, signals, slurm_jobs
+from slurmpool.core.demand.slurm_jobs import job_waits_for_nodes
+from slurmpool.core.demand.pendingpod import is_pending_gpu_pod, pending_pod
 from slurmpool.core.models import SlurmNodePoolSpec
-from slurmpool.core.demand import is_pending_gpu_pod, pending_pod
+from slurmpool.core.placement import SLURM, Side
 from slurmpool.core.target import decide_target
-from slurmpool.core.view import ANN_PLACEMENT, SLURM, NodeView, SlurmView
+from slurmpool.core.view import ANN_PLACEMENT, NodeView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 
@@ -45,9 +47,9 @@ def test_slurm_signal_counts_only_pending_gpu_jobs_of_the_partition_that_wait_fo
         pending("9", state="RUNNING"),
     )
     sig = signals(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [])
-    assert sig.pending_jobs == 4 and sig.job_gpus == 8 + 4 + 16 + 8
-    assert sig.job_nodes == 5  # ceil(36 / 8)
-    assert sig.slurm_idle == 0 and sig.slurm_ready == 4 and sig.inference_ready == 4
+    assert sig.waiting(Side.SLURM) == 4 and sig.gpus(Side.SLURM) == 8 + 4 + 16 + 8
+    assert sig.nodes(Side.SLURM) == 5  # ceil(36 / 8), no Slurm node idle
+    assert sig.placed.slurm_ready == 4 and sig.placed.inference_ready == 4
 
 
 def test_pod_signal_counts_pods_that_fit_an_inference_pool():
@@ -62,7 +64,7 @@ def test_pod_signal_counts_pods_that_fit_an_inference_pool():
         PendingPod("ns", "unknown-label", 8, (("zone", "x"),), tol),
     ]
     sig = signals(spec, nodes, SlurmView(True, nodes=states), pods)
-    assert sig.pending_pods == 2 and sig.pod_gpus == 12 and sig.pod_nodes == 2
+    assert sig.waiting(Side.INFERENCE) == 2 and sig.gpus(Side.INFERENCE) == 12 and sig.nodes(Side.INFERENCE) == 2
 
 
 def test_pending_pod_index_filter():
@@ -78,8 +80,8 @@ def test_pending_pod_index_filter():
 
 
 def sig(jobs_nodes=0, pod_nodes=0, slurm_ready=4, inference_ready=4, idle=0) -> Signals:
-    return Signals(pending_jobs=jobs_nodes, job_gpus=8 * jobs_nodes, job_nodes=jobs_nodes, pending_pods=pod_nodes,
-                   pod_gpus=8 * pod_nodes, pod_nodes=pod_nodes, slurm_idle=idle, slurm_ready=slurm_ready, inference_ready=inference_ready)
+    wants = (slurm_jobs.want(jobs_nodes, 8 * jobs_nodes, jobs_nodes - idle, 0), gpu_pods.want(pod_nodes, 8 * pod_nodes, 8))
+    return Signals(wants, Placed(slurm_ready, inference_ready))
 
 
 def test_slurm_grows_up_to_its_max_and_waits_for_the_cooldown():
@@ -164,6 +166,7 @@ def test_alternating_demand_never_changes_faster_than_the_cooldown(cooldown, tic
 def test_status_names_demand_as_the_source_and_an_event_explains_it():
     spec = spec_with({"cooldown": "1m", "slurm": {"maxNodes": 6}}, slurm_nodes=4)
     first = decide_target(spec, 8, NOW, None, by="kubectl", signals=sig())
+    assert first.status.demand is not None
     assert first.status.source == "Manual" and first.status.demand.slurm_nodes == 4
     nodes_pending = sig(jobs_nodes=3)
     early = decide_target(spec, 8, NOW + timedelta(seconds=30), first.status, "kubectl", nodes_pending)
@@ -185,7 +188,7 @@ def test_a_gang_job_needs_its_nodes_less_the_usable_ones_busy_or_idle():
     nodes, states = cluster(5, 3, busy=3)  # 2 idle, 3 busy: all 5 usable
     desc = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions"
     sig_ = signals(spec, nodes, SlurmView(True, nodes=states, jobs=(pending("1", nodes=8, reason=desc),)), [])
-    assert sig_.gang_nodes == 3 and sig_.job_nodes == 0 and sig_.pending_jobs == 1
+    assert sig_.nodes(Side.SLURM) == 3 and sig_.waiting(Side.SLURM) == 1  # the gang job only: no job fits
     out = decide_demand(spec, 8, Base(5, "k", NOW), None, sig_, NOW)
     assert out.slurm_nodes == 8 and "one asks for 3 node(s) more than Slurm has usable" in out.message
     # bounded as every need is
@@ -199,7 +202,7 @@ def test_drained_and_unresponsive_slurm_nodes_do_not_serve_a_gang_job():
     states["s0"] = slurm_node("s0", "IDLE", flags={"DRAIN"})
     states["s1"] = slurm_node("s1", "DOWN", flags={"NOT_RESPONDING"})
     sig_ = signals(spec, nodes, SlurmView(True, nodes=states, jobs=(pending("1", nodes=6, reason="Resources"),)), [])
-    assert sig_.gang_nodes == 3  # 6 asked, 3 usable
+    assert sig_.nodes(Side.SLURM) == 3 and "one asks for 3 node(s) more" in sig_.what(Side.SLURM)  # 6 asked, 3 usable
 
 
 def test_small_jobs_keep_counting_by_gpus_beside_a_gang_job():
@@ -207,7 +210,7 @@ def test_small_jobs_keep_counting_by_gpus_beside_a_gang_job():
     nodes, states = cluster(4, 4, busy=4)
     jobs = (pending("1", nodes=6, reason="Resources"), *(pending(str(i), reason="Priority") for i in range(2, 7)))
     sig_ = signals(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [])
-    assert sig_.gang_nodes == 2 and sig_.job_nodes == 5 and sig_.pending_jobs == 6
+    assert "one asks for 2 node(s) more" in sig_.what(Side.SLURM) and sig_.nodes(Side.SLURM) == 5 and sig_.waiting(Side.SLURM) == 6
     assert decide_demand(spec, 8, Base(4, "k", NOW), None, sig_, NOW).status.slurm_wants == 5  # the larger need, not the sum
 
 
@@ -222,17 +225,19 @@ def test_jobs_no_split_could_start_are_reported_not_counted():
         "job 2: asks for 16 GPUs per node, the pool's nodes have 8",
         "job 3: Slurm says it can never run as configured (BadConstraints)",
     )
-    assert sig_.pending_jobs == 1 and sig_.gang_nodes == 1  # job 4: more than the partition has now, fewer than the pool
+    assert sig_.waiting(Side.SLURM) == 1 and sig_.nodes(Side.SLURM) == 1  # job 4: more than the partition has now, fewer than the pool
+    assert "one asks for 1 node(s) more" in sig_.what(Side.SLURM)
     out = decide_demand(spec, 8, Base(4, "k", NOW), None, sig_, NOW)
     assert out.status.unstartable_jobs == list(sig_.unstartable) and out.status.slurm_wants == 1
 
 
 def test_an_unstartable_job_gets_one_event_not_one_a_pass():
     spec = spec_with({"cooldown": "0s"}, slurm_nodes=4)
-    reported = Signals(slurm_ready=4, inference_ready=4, unstartable=("job 1: asks for 9 nodes, the pool has 8",))
+    reported = Signals((slurm_jobs.want(0, 0, 0, 0, ("job 1: asks for 9 nodes, the pool has 8",)),), Placed(4, 4))
     first = decide_target(spec, 8, NOW, None, "kubectl", reported)
     assert [(e.type, e.reason) for e in first.events] == [("Warning", "UnstartableJobs")] and "job 1: asks for 9 nodes" in first.events[0].message
     again = decide_target(spec, 8, NOW + timedelta(seconds=5), first.status, "kubectl", reported)
+    assert again.status.demand is not None
     assert again.events == [] and again.status.demand.unstartable_jobs == list(reported.unstartable)
 
 
@@ -252,3 +257,41 @@ def test_an_unstartable_job_gets_one_event_not_one_a_pass():
 )
 def test_reasons_are_matched_by_meaning(reason, waits):
     assert job_waits_for_nodes(reason) is waits
+
+
+# ---------------------------------------------------------------- sources (issue 35)
+
+
+def test_a_new_source_is_one_more_entry_and_its_wants_add_up(monkeypatch):
+    """A source the decision has never heard of (here: pod groups that start on 4 nodes at once)
+    is read from SOURCES, and its wants add to the other sources' for the same side and pool."""
+    import slurmpool.core.demand as demand
+
+    def pod_groups(seen):
+        return [Want(Side.INFERENCE, 4, 1, 32, "1 pod group(s) want 32 GPU(s) on 4 node(s) at once", (("default", 4),))]
+
+    monkeypatch.setattr(demand, "SOURCES", (*demand.SOURCES, pod_groups))
+    spec = spec_with({"cooldown": "0s"}, slurm_nodes=4)
+    nodes, states = cluster(4, 4, busy=4)
+    tol = (("inference", "Exists", "", ""),)
+    sig_ = signals(spec, nodes, SlurmView(True, nodes=states), [PendingPod("ns", "p", 8, (("pool", "default"),), tol)])
+    assert sig_.nodes(Side.INFERENCE) == 5 and sig_.pool_nodes == {"default": 5}
+    out = decide_demand(spec, 8, Base(4, "k", NOW), None, sig_, NOW)
+    assert out.status.pending_pods == 2 and out.status.pending_pod_gpus == 40 and out.status.inference_wants == 5
+    assert out.slurm_nodes == 0 and out.status.pools == {"default": 8}  # its 4 nodes and 5 more, within the 8 there are
+    assert "1 unschedulable pod(s) want 8 GPU(s); 1 pod group(s) want 32 GPU(s) on 4 node(s) at once: inference needs 5" in out.message
+
+
+def test_a_powered_down_slurm_node_counts_as_idle_capacity_slurm_has():
+    """What a node state means is core/slurmstate's: Slurm powers a lendable parked node (idle~)
+    up for the job it chooses, so demand counts it as Slurm's own idle node, exactly as an IDLE
+    one; a held one (drain~) is no capacity."""
+    spec = spec_with({"cooldown": "0s"}, slurm_nodes=4)
+    nodes, states = cluster(4, 4)
+    jobs = (pending("1", nodes=4), pending("2"))
+    plain = signals(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [])
+    parked = signals(spec, nodes, SlurmView(True, nodes={**states, "s0": slurm_node("s0", "IDLE", flags={"POWERED_DOWN"})}, jobs=jobs), [])
+    held = signals(spec, nodes, SlurmView(True, nodes={**states, "s0": slurm_node("s0", "IDLE", flags={"POWERED_DOWN", "DRAIN"})}, jobs=jobs), [])
+    assert parked == plain
+    assert "one asks for" not in parked.what(Side.SLURM)
+    assert held.nodes(Side.SLURM) == 1 and "one asks for 1 node(s) more" in held.what(Side.SLURM)  # 3 usable

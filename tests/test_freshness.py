@@ -6,11 +6,15 @@ from datetime import datetime, timezone
 from types import SimpleNamespace
 
 from slurmpool.controller.freshness import SLURM_MAX_AGE, Freshness, SlurmFreshness, max_age, needs_fresh_slurm, waiting_on_slurm
-from slurmpool.core.moves import Cancel, Requeue, Resume, Step
+from slurmpool.core.expiry import Cancel, Requeue
+from slurmpool.core.moves import Blocker, BlockerKind, Resume, Step
 from slurmpool.core.phases import Phase
 from slurmpool.core.view import MoveRecord, SlurmView
 
 from .factories import make_spec
+
+
+REGISTRATION = Blocker(BlockerKind.SLURMD_REGISTRATION)
 
 
 def demand_on():
@@ -39,11 +43,11 @@ def test_a_pool_with_demand_on_sees_slurm_no_older_than_its_pass_interval():
 
 
 def test_a_slurmd_registering_is_looked_at_again_soon_a_move_blocked_by_jobs_is_not():
-    # Registering sets blocked_by ["slurmd-registration"]: that wait is Slurm's to end within a second
-    assert waiting_on_slurm(decision(Phase.REGISTERING, ["slurmd-registration"]))
+    # Registering waits for slurmd-registration: that wait is Slurm's to end within a second
+    assert waiting_on_slurm(decision(Phase.REGISTERING, [REGISTRATION]))
     assert waiting_on_slurm(decision(Phase.RESUMING, []))
-    assert not waiting_on_slurm(decision(Phase.DRAINING, ["job/42"]))  # jobs take minutes
-    assert not waiting_on_slurm(decision(Phase.REGISTERING, ["slurm-unavailable"]))  # polls back off
+    assert not waiting_on_slurm(decision(Phase.DRAINING, [Blocker(BlockerKind.JOB, "42")]))  # jobs take minutes
+    assert not waiting_on_slurm(decision(Phase.REGISTERING, [Blocker(BlockerKind.SLURM_UNAVAILABLE)]))  # polls back off
     assert not waiting_on_slurm(decision(Phase.EVICTING, []))  # a watch event wakes it
     assert not waiting_on_slurm(decision())
 
@@ -52,7 +56,7 @@ def test_a_move_to_start_or_a_resume_requeue_cancel_needs_a_fresh_poll():
     assert needs_fresh_slurm(decision(starts=["gpu01"]))
     for action in (Resume("gpu01"), Requeue(job_ids=("42",)), Cancel(job_ids=("42",))):
         assert needs_fresh_slurm(decision(Phase.RESUMING, actions=[action]))
-    assert not needs_fresh_slurm(decision(Phase.REGISTERING, ["slurmd-registration"]))
+    assert not needs_fresh_slurm(decision(Phase.REGISTERING, [REGISTRATION]))
     assert not needs_fresh_slurm(decision())
 
 
@@ -67,12 +71,12 @@ def test_a_pass_shares_any_recent_poll_until_its_pool_changes_slurm():
 def test_a_pool_waiting_on_slurm_asks_once_for_a_poll_newer_than_its_last():
     fresh = SlurmFreshness()
     fresh.used(SlurmView(available=True, polled_at=3.0))
-    assert not fresh.passed(decision(Phase.DRAINING, ["job/42"])) and not fresh.waiting
+    assert not fresh.passed(decision(Phase.DRAINING, [Blocker(BlockerKind.JOB, "42")])) and not fresh.waiting
     assert fresh.want(make_spec(), 1.0).newer_than is None
-    assert fresh.passed(decision(Phase.REGISTERING, ["slurmd-registration"]))
+    assert fresh.passed(decision(Phase.REGISTERING, [REGISTRATION]))
     assert fresh.want(make_spec(), 1.0).newer_than == 3.0  # newer than the poll it used
     assert fresh.want(make_spec(), 1.0).newer_than is None  # answered by that one look
-    fresh.passed(decision(Phase.REGISTERING, ["slurmd-registration"]))
+    fresh.passed(decision(Phase.REGISTERING, [REGISTRATION]))
     assert fresh.want(make_spec(), 1.0, newer_than=7.0).newer_than == 7.0  # the pass's second look wins
 
 

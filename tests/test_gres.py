@@ -4,7 +4,7 @@ from datetime import timezone
 from pathlib import Path
 
 import pytest
-from slurmbridge import parse_scontrol_nodes
+from slurmbridge.parse import parse_scontrol_nodes
 from slurmbridge.models import gpu_count, gres_shortfall, parse_gres
 from slurmpool.core.moves import usable_problem
 

@@ -15,6 +15,7 @@ from slurmpool.controller.settings import Settings
 from slurmpool.controller.workqueue import WorkQueue
 
 from .factories import make_spec
+from .slurmfake import Refusing
 
 
 class Recorder:
@@ -129,9 +130,12 @@ def test_no_handler_needs_the_diff_that_no_diff_base_skips():
     assert handlers.NoDiffBase().build(body=kopf.Body({"spec": {"a": 1}, "metadata": {"labels": {"x": "y"}}})) == {}
 
 
-class ReservationBackend:
+class ReservationBackend(Refusing):
     def __init__(self):
         self.deleted: list[str] = []
+
+    async def can_reserve(self):
+        return True
 
     async def reservations(self):
         return []
@@ -140,8 +144,8 @@ class ReservationBackend:
         self.deleted.append(name)
 
 
-class RestLike:
-    """slurmrestd: no reservation calls."""
+class RestLike(Refusing):
+    """slurmrestd before v0.0.43: cannot reserve."""
 
 
 class Access:

@@ -7,7 +7,8 @@ from dataclasses import replace
 from datetime import timedelta
 
 from slurmbridge import SlurmJob
-from slurmpool.core.handover import Edge, PoolView, free_at, is_ours, leaving_nodes, planned, reservation_name
+from slurmpool.core.forecast import free_at
+from slurmpool.core.handover import Edge, PoolView, is_ours, leaving_nodes, planned, reservation_name
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.planner import Goal
 from slurmpool.core.view import ANN_PLACEMENT, SLURM, NodeView, SlurmView

@@ -24,6 +24,7 @@ from slurmpool.core.poolpolicy import PoolPolicy
 from slurmpool.core.view import ANN_MOVE, NodeView, SlurmView
 
 from .factories import make_spec, slurm_node
+from .slurmfake import Refusing
 
 KEY = ("ns", "gpu")
 NAMES = ("gpu01", "gpu02", "gpu03", "gpu04")
@@ -72,7 +73,7 @@ class Kube:
         return None
 
 
-class Backend:
+class Backend(Refusing):
     async def drain(self, names, reason):
         return None
 

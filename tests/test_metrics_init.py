@@ -7,11 +7,20 @@ the labels, so a new action, direction or Slurm command without its zero series 
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 from pathlib import Path
 
+import pytest
 from prometheus_client import REGISTRY
 
-from slurmpool.adapters import metrics
+from slurmbridge import SlurmUnavailable, SlurmUnsupported
+from slurmbridge.backend import ScontrolBackend, SlurmBackend, SlurmCommands, slurm_commands
+from slurmbridge.rest import RestAuth, RestBackend
+from slurmpool.adapters import access, metrics
+from slurmpool.controller.snapshots import NoSlurm
+
+from .slurmfake import Refusing
 
 SRC = Path(metrics.__file__).parents[1]  # the slurmpool package
 
@@ -69,12 +78,77 @@ def test_failure_reasons_are_every_reason_counted():
     assert calls and reasons == set(metrics.FAILURE_REASONS)
 
 
-def test_slurm_commands_are_the_instrumented_backend_calls():
-    tree = ast.parse((SRC / "adapters" / "access.py").read_text())
-    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "Instrumented")
-    names = next(tuple(e.value for e in c.comparators[0].elts) for c in ast.walk(cls)
-                 if isinstance(c, ast.Compare) and isinstance(c.ops[0], ast.NotIn))
-    assert set(names) == set(metrics.SLURM_COMMANDS)
+def _seconds_and_errors(command: str) -> tuple[float, float]:
+    labels = {"command": command}
+    return (REGISTRY.get_sample_value("slurmpool_slurm_command_duration_seconds_count", labels) or 0.0,
+            REGISTRY.get_sample_value("slurmpool_slurm_command_errors_total", labels) or 0.0)
+
+
+def test_slurm_commands_are_the_protocols_calls_with_the_label_values_the_dashboards_use():
+    assert metrics.SLURM_COMMANDS == slurm_commands() == (
+        "nodes", "jobs", "drain", "resume", "requeue", "cancel", "ping", "reservations", "partition_max_times",
+        "create_reservation", "delete_reservation")
+
+
+async def test_instrumented_passes_every_slurm_command_on_and_times_and_counts_it_under_its_name():
+    inner, calls = Refusing(), []
+    instrumented = access.Instrumented(inner)
+    for command in slurm_commands():
+        arity = len(inspect.signature(getattr(SlurmCommands, command)).parameters) - 1  # self
+        args = tuple(object() for _ in range(arity))
+
+        async def record(*got, command=command):
+            calls.append((command, got))
+
+        setattr(inner, command, record)
+        seconds, errors = _seconds_and_errors(command)
+        await getattr(instrumented, command)(*args)
+        assert calls[-1] == (command, args) and _seconds_and_errors(command) == (seconds + 1, errors)
+        delattr(inner, command)  # the fake's own: it refuses
+        with pytest.raises(SlurmUnsupported):
+            await getattr(instrumented, command)(*args)
+        assert _seconds_and_errors(command) == (seconds + 2, errors + 1)
+    # the rest pass through, untimed
+    assert instrumented.filters_jobs is True and instrumented.commands_run == 0 and await instrumented.can_reserve() is False
+    assert await instrumented.close() is None
+
+
+def _fakes() -> list[type]:
+    """Every Slurm backend the tests define (a class with an async Slurm command)."""
+    found = []
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+            if any(isinstance(f, ast.AsyncFunctionDef) and f.name in slurm_commands() for f in cls.body):
+                found.append(getattr(importlib.import_module(f"tests.{path.stem}"), cls.name))
+    return found
+
+
+def test_every_backend_and_fake_has_every_call_of_the_protocol():
+    """A new call on SlurmBackend fails here until each backend makes it (or refuses it)."""
+    calls = [name for name, member in inspect.getmembers(SlurmBackend) if inspect.iscoroutinefunction(member)]
+    assert set(slurm_commands()) < set(calls)
+    fakes = _fakes()
+    assert len(fakes) >= 8
+    for backend in [ScontrolBackend, RestBackend, NoSlurm, access.Instrumented, Refusing, *fakes]:
+        for name in calls:
+            method = getattr(backend, name, None)
+            assert inspect.iscoroutinefunction(method), f"{backend.__name__}.{name}"
+            wanted = list(inspect.signature(getattr(SlurmBackend, name)).parameters)
+            inspect.signature(method).bind(*wanted)  # takes the Protocol's arguments
+
+
+async def test_every_backend_answers_the_capabilities():
+    backends = [ScontrolBackend(runner=None), RestBackend("http://slurmrestd", RestAuth(token="t")), NoSlurm(),
+                access.Instrumented(Refusing()), Refusing()]
+    for backend in backends:
+        assert isinstance(backend, SlurmBackend)
+        assert isinstance(backend.commands_run, int) and isinstance(backend.filters_jobs, bool)
+    assert [b.filters_jobs for b in backends] == [True, False, True, True, True]
+    assert await backends[0].can_reserve() is True and await backends[2].can_reserve() is False
+    for command in slurm_commands():  # NoSlurm fails closed
+        with pytest.raises(SlurmUnavailable):
+            await getattr(backends[2], command)(*[None] * (len(inspect.signature(getattr(SlurmCommands, command)).parameters) - 1))
 
 
 def test_event_drop_reasons_are_every_why_counted():

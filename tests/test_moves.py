@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmpool.core.moves import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, Drain, PatchNode, Pass, advance
+from slurmpool.core.moves import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, Blocker, BlockerKind, Drain, PatchNode, Pass, advance
 from slurmpool.core.view import ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, MoveRecord, NodeView, PodView
 
 from .factories import NOW, make_spec, slurm_node
@@ -86,7 +86,7 @@ def test_running_job_holds_the_drain_until_it_ends():
     run_move(world, spec, NOW, rounds=10)
     assert world.node.move.phase == "Draining" and world.node.slurmd_pod is not None
     step = advance(world.node.move, world.node, Pass(world.view(), spec, NOW + timedelta(seconds=10)))
-    assert step.blocked_by == ["job/42"]
+    assert [str(b) for b in step.blocked_by] == ["job/42"]
     world.finish_jobs()
     run_move(world, spec, NOW + timedelta(seconds=20))
     assert_inference(world)
@@ -130,7 +130,7 @@ def test_pdb_refused_eviction_blocks_and_names_the_pod_never_forced():
     run_move(world, spec, NOW, rounds=10)
     assert world.node.move.phase == "Evicting"
     step = advance(world.node.move, world.node, Pass(world.view(), spec, NOW + timedelta(seconds=11)))
-    assert step.blocked_by == ["pod/web/web-1"]
+    assert [str(b) for b in step.blocked_by] == ["pod/web/web-1"]
     assert world.node.slurmd_pod is None and "CreateSlurmdPod" not in world.log
     world.protected.clear()  # the PDB is relaxed
     run_move(world, spec, NOW + timedelta(seconds=12))
@@ -272,7 +272,7 @@ def test_slurmd_is_not_stopped_while_slurm_runs_an_epilog_on_the_node():
     start(world, SLURM, INFERENCE, NOW)
     run_move(world, spec, NOW, rounds=10)
     assert world.node.move.phase == "Draining" and world.node.slurmd_pod is not None
-    assert advance(world.node.move, world.node, Pass(world.view(), spec, NOW)).blocked_by == ["job/42"]
+    assert advance(world.node.move, world.node, Pass(world.view(), spec, NOW)).blocked_by == [Blocker(BlockerKind.JOB, "42")]
     world.jobs = []  # the job left squeue; this node's epilog is still running
     run_move(world, spec, NOW + timedelta(seconds=5), rounds=10)
     assert world.node.move.phase == "Draining" and world.node.slurmd_pod is not None

@@ -11,7 +11,7 @@ import logging
 import pytest
 from prometheus_client import REGISTRY, generate_latest
 
-from slurmbridge import RestAuth
+from slurmbridge.rest import RestAuth
 from slurmpool.adapters.access import SlurmAccessPool, Wanted
 from slurmpool.core.models import SlurmAccess
 

@@ -16,6 +16,7 @@ from slurmpool.core.snapshot import PoolSnapshot
 from slurmpool.core.view import ANN_CORDON_KEPT, ANN_MOVE, ANN_PLACEMENT, SLURM, SLURM_TAINT_KEY, MoveRecord, NodeView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
+from .slurmfake import Refusing
 
 POOL = PoolRef("ns", "gpu", "uid-1", 3)
 OURS = {"key": SLURM_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
@@ -161,7 +162,7 @@ class ConflictingKube:
     async def event(self, obj, type_, reason, message): ...
 
 
-class NoSlurm:
+class NoSlurm(Refusing):
     async def drain(self, nodes, reason): ...
     async def resume(self, nodes): ...
 

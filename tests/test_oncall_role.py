@@ -23,13 +23,14 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from slurmpool.cli import plugin as cli
+from slurmpool.cli import complete as cli_complete
+from slurmpool.cli import main as cli
 
 from .factories import make_spec
 from .test_rbac import api_method_names as _api_method_names
 
 REPO = Path(__file__).resolve().parents[1]
-CLI = REPO / "operator" / "slurmpool" / "cli" / "plugin.py"
+CLI = REPO / "operator" / "slurmpool" / "cli"
 ROLE = REPO / "deploy" / "manifests" / "oncall-role.yaml"
 DOCS = REPO / "docs" / "rbac.md"
 RUNBOOK_DOC = REPO / "docs" / "runbook.md"
@@ -80,7 +81,7 @@ RUNBOOK = {
 
 def called_api_methods() -> set[str]:
     known = api_method_names()
-    return {n.attr for n in ast.walk(ast.parse(CLI.read_text())) if isinstance(n, ast.Attribute) and n.attr in known}
+    return {n.attr for path in CLI.glob("*.py") for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute) and n.attr in known}
 
 
 def granted() -> set[tuple[str, str, str]]:
@@ -157,10 +158,10 @@ def test_each_command_needs_what_it_is_said_to(monkeypatch, capsys):
         seen |= calls
         assert {PLUGIN_CALLS[c] for c in calls} == rules, argv
     for argv, rules in COMPLETIONS.items():
-        calls = run_command(monkeypatch, argv, main=cli.complete_main)
+        calls = run_command(monkeypatch, argv, main=cli_complete.complete_main)
         seen |= calls
         assert {PLUGIN_CALLS[c] for c in calls} == rules, argv
-        assert capsys.readouterr().out.splitlines()[-1] == cli.NO_FILES
+        assert capsys.readouterr().out.splitlines()[-1] == cli_complete.NO_FILES
     assert seen == set(PLUGIN_CALLS)  # every call in the code is reached by some command
     assert {a[0] for a in COMMANDS} == set(cli_commands(capsys))  # every command is covered
 

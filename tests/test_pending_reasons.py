@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from slurmbridge.models import SlurmJob
 from slurmbridge.parse import DEFAULT_SEP, parse_squeue
 from slurmbridge.rest import parse_rest_job
-from slurmpool.core.demand import job_waits_for_nodes, never_starts, signals
+from slurmpool.core.demand import signals
+from slurmpool.core.demand.slurm_jobs import job_waits_for_nodes, never_starts
 from slurmpool.core.models import SlurmNodePoolSpec
-from slurmpool.core.view import ANN_PLACEMENT, SLURM, NodeView, SlurmView
+from slurmpool.core.placement import SLURM, Side
+from slurmpool.core.view import ANN_PLACEMENT, NodeView, SlurmView
 
 from .factories import make_spec, slurm_node
 
@@ -28,7 +31,7 @@ CAPTURES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 WAITS = {"gang": True, "pinned": True, "one": True, "two": True, "held": False, "later": False, "after": False}
 
 
-def reasons_from_squeue(capture: str) -> dict[str, tuple]:
+def reasons_from_squeue(capture: str) -> dict[str, SlurmJob]:
     path = FIXTURES / capture / "squeue.txt"
     return {j.name: j for j in parse_squeue(path.read_text(), DEFAULT_SEP)} if path.exists() else {}
 
@@ -44,7 +47,7 @@ def reasons_from_scontrol(capture: str) -> dict[str, str]:
     return out
 
 
-def jobs_from_rest(capture: str) -> dict[str, object]:
+def jobs_from_rest(capture: str) -> dict[str, SlurmJob]:
     path = FIXTURES / capture / "jobs.json"
     if not path.exists():
         return {}
@@ -90,6 +93,7 @@ def captured_pool(capture: str) -> tuple[SlurmNodePoolSpec, list[NodeView], dict
     nodes in inference (drained in Slurm), the others serving Slurm, busy with the filler job."""
     notes = (FIXTURES / capture / "notes.txt").read_text()
     listed = re.search(r"^nodes: (.*); parked \(drained\): (.*)$", notes, re.M)
+    assert listed is not None, f"{capture}/notes.txt names no nodes"
     names, parked = listed.group(1).split(), listed.group(2).split(",")
     body = make_spec(slurm_nodes=len(names) - len(parked)).model_dump(by_alias=True, exclude_none=True)
     body["demand"] = {"cooldown": "0s"}
@@ -109,8 +113,8 @@ def demand_sees_the_gang_job(capture: str, jobs: dict) -> None:
     spec, nodes, states = captured_pool(capture)
     sig = signals(spec, nodes, SlurmView(True, nodes=states, jobs=tuple(jobs.values())), [])
     # gang asks for every node; two are parked: it lacks 2, whatever else waits.
-    assert jobs["gang"].num_nodes == len(nodes) and sig.gang_nodes == 2
-    assert sig.pending_jobs == 4  # gang, pinned, one, two
+    assert jobs["gang"].num_nodes == len(nodes) and "one asks for 2 node(s) more" in sig.what(Side.SLURM)
+    assert sig.waiting(Side.SLURM) == 4  # gang, pinned, one, two
     # -N above the pool's node count: 22.05 and 26.05 keep it pending (PartitionNodeLimit) and
     # demand reports it; 24.11 refuses it at submit or fails it at once (BadConstraints): no demand.
     too_many = jobs.get("toomany")

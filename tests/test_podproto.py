@@ -105,16 +105,16 @@ def test_a_refusal_in_protobuf_reads_as_the_json_status_the_plugin_reports():
     rights, as the plugin's error line and the e2e role tests read it."""
     from kubernetes.client.rest import ApiException
 
-    from slurmpool.cli import plugin
+    from slurmpool.cli import api
     from tests.test_cli import Answer, core_calls
 
     data = (FIXTURES / "forbidden.pb").read_bytes()
     status = json.loads(podproto.status_json(data))
     assert status["code"] == 403 and status["reason"] == "Forbidden"
     assert status["message"] == 'pods is forbidden: User "nobody" cannot list resource "pods" in API group "" at the cluster scope'
-    assert json.loads(plugin._error_body(data)) == status
-    assert plugin._error_body(b'{"kind":"Status"}') == '{"kind":"Status"}'
-    assert plugin._error_body(podproto.MAGIC + b"\xff\xff") == (podproto.MAGIC + b"\xff\xff").decode("utf-8", "replace")
+    assert json.loads(api._error_body(data)) == status
+    assert api._error_body(b'{"kind":"Status"}') == '{"kind":"Status"}'
+    assert api._error_body(podproto.MAGIC + b"\xff\xff") == (podproto.MAGIC + b"\xff\xff").decode("utf-8", "replace")
     # As CoreCalls raises it: the client's exception, with that JSON as its body.
     core, _ = core_calls(status=403)
     core.api.call_api = lambda *args, **kwargs: Answer(403, data)

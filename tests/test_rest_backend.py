@@ -50,16 +50,13 @@ async def serve():
         await runner.cleanup()
 
 
-GOOD = RestAuth("good")  # frozen: one instance serves as every backend's default
-
-
 @pytest.fixture
 async def backends():
     made = []
 
-    def make(url, token=GOOD, **kw):
+    def make(url, token=None, **kw):
         kw.setdefault("retries", 0)
-        b = RestBackend(url, token, **kw)
+        b = RestBackend(url, token or RestAuth("good"), **kw)
         made.append(b)
         return b
 

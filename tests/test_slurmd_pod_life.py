@@ -9,13 +9,14 @@ from slurmpool.controller.apply import ApplyContext, apply
 from slurmpool.core.decide import decide
 from slurmpool.core.interfaces import PoolRef, Refused
 from slurmpool.core.models import MoveStatus, SlurmNodePoolStatus
-from slurmpool.core.moves import REFUSED, CreateSlurmdPod, DeleteSlurmdPod, Pass, advance
+from slurmpool.core.moves import CreateSlurmdPod, Refusal, DeleteSlurmdPod, Pass, advance
 from slurmpool.core.phases import Phase
 from slurmpool.core.snapshot import PoolSnapshot
 from slurmpool.core.status import build_status
 from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, MoveRecord, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
+from .slurmfake import Refusing
 
 POOL = PoolRef("ns", "gpu", "uid-1", 3)
 OURS = {"key": SLURM_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
@@ -62,13 +63,13 @@ def _starting(since, pods=(), rollback=False) -> NodeView:
 
 
 DRAINED = SlurmView(True, nodes={"gpu01": slurm_node("gpu01", "IDLE", {"DRAIN"}, reason="slurmpool: moving to slurm")})
-REFUSAL = f"{REFUSED} create slurmd pod on gpu01: (403) pods \"slurmd-gpu01\" is forbidden: no PriorityClass with name gold was found"
+REFUSAL = Refusal.of("create slurmd pod on gpu01", '(403) pods "slurmd-gpu01" is forbidden: no PriorityClass with name gold was found')
 
 
 def test_starting_slurmd_waits_within_its_bound_and_says_why():
     node = _starting(NOW - timedelta(minutes=1))
     step = advance(node.move, node, Pass(DRAINED, make_spec(), NOW), refusal=REFUSAL)
-    assert step.move.phase == Phase.STARTING_SLURMD and step.message == REFUSAL
+    assert step.move.phase == Phase.STARTING_SLURMD and step.message == str(REFUSAL)
     assert any(isinstance(a, CreateSlurmdPod) for a in step.actions)
 
 
@@ -84,7 +85,7 @@ def test_starting_slurmd_past_its_bound_rolls_back_naming_the_refusal():
 def test_a_rollback_that_cannot_start_slurmd_waits_rather_than_rolling_back_again():
     node = _starting(NOW - timedelta(hours=2), rollback=True)
     step = advance(node.move, node, Pass(DRAINED, make_spec(), NOW), refusal=REFUSAL)
-    assert step.rolled_back is None and step.move.phase == Phase.STARTING_SLURMD and step.message == REFUSAL
+    assert step.rolled_back is None and step.move.phase == Phase.STARTING_SLURMD and step.message == str(REFUSAL)
 
 
 def test_a_failed_pod_in_starting_slurmd_is_replaced_not_taken_for_running():
@@ -101,7 +102,7 @@ def test_relabeling_refused_past_its_bound_rolls_back_to_slurm():
     move = MoveRecord(id="m2", source=SLURM, target=INF, phase=Phase.RELABELING, since=since, started=since)
     node = NodeView("gpu01", annotations={ANN_PLACEMENT: SLURM, ANN_MOVE: move.to_annotation()}, labels={LABEL_SIDE: "slurm"},
                     taints=(OURS,), unschedulable=True)
-    refusal = f"{REFUSED} patch node gpu01: (422) metadata.labels: Invalid value"
+    refusal = Refusal.of("patch node gpu01", "(422) metadata.labels: Invalid value")
     step = advance(node.move, node, Pass(DRAINED, make_spec(), NOW), refusal=refusal)
     assert step.rolled_back is not None and step.move.target == SLURM and step.move.rollback
     assert any(e.reason == "MoveRolledBack" and "(422)" in e.message for e in step.events)
@@ -123,7 +124,7 @@ class RefusingKube:
         self.events.append((reason, message))
 
 
-class DrainOnly:
+class DrainOnly(Refusing):
     async def drain(self, nodes, reason): ...
 
 
@@ -134,7 +135,7 @@ async def test_a_refused_create_is_the_moves_message_and_a_degraded_condition_th
     result = await apply(ApplyContext(POOL, spec, [node], RefusingKube(), DrainOnly()), decision)
     status = build_status(snap, decision, result)
     (move,) = status.moves
-    assert move.message.startswith(REFUSED) and "PriorityClass" in move.message
+    assert Refusal.read(move.message) is not None and "PriorityClass" in move.message
     degraded = next(c for c in status.conditions if c.type == "Degraded")
     assert degraded.status == "True" and degraded.reason == "WriteRefused" and "gpu01" in degraded.message
 

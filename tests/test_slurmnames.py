@@ -97,7 +97,7 @@ def test_a_move_out_of_slurm_on_a_node_slurm_stops_listing_waits_and_says_so():
     move = MoveRecord(id="m1", source=SLURM, target="inference:default", phase="Draining", since=NOW, started=NOW)
     node = replace(world.node, annotations={**world.node.annotations})
     step = advance(move, node, Pass(SlurmView(True, nodes={}), spec_with(), NOW), None)
-    assert step.move is not None and step.move.phase == "Draining" and step.blocked_by == ["slurm-unlisted"]
+    assert step.move is not None and step.move.phase == "Draining" and [str(b) for b in step.blocked_by] == ["slurm-unlisted"]
     assert not step.actions or not any(isinstance(a, Drain) for a in step.actions)
 
 

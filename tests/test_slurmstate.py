@@ -36,7 +36,11 @@ def test_power_states_are_parked_and_not_responding():
     going = node("IDLE", "POWERING_DOWN")  # sinfo idle%
     asked = node("MIXED", "NOT_RESPONDING", "POWERING_UP")  # sinfo mix#
     for sn in (lendable, held, going):
-        assert slurmstate.parked(sn) and not slurmstate.responding(sn) and not slurmstate.usable(sn) and not slurmstate.idle(sn)
+        assert slurmstate.parked(sn) and not slurmstate.responding(sn)
+    # Slurm powers a lendable node up for the job it chose: capacity it has, idle; a held one is not.
+    assert slurmstate.usable(lendable) and slurmstate.idle(lendable) and slurmstate.usable(going)
+    assert not slurmstate.usable(held) and not slurmstate.idle(held)
+    assert not slurmstate.usable(asked) and not slurmstate.idle(asked)
     assert not slurmstate.parked(asked) and not slurmstate.powered(asked) and slurmstate.busy(asked)
 
 
@@ -45,3 +49,27 @@ def test_verdict_and_text():
     assert slurmstate.verdict(sn) == {"INVALID_REG"}
     assert slurmstate.text(sn) == "IDLE+DRAIN+INVALID_REG"
     assert slurmstate.verdict(node("IDLE")) == frozenset()
+
+
+def test_power_saving_is_no_failure_but_a_down_node_powered_off_is_down():
+    for parked in (node("IDLE", "POWERED_DOWN"), node("IDLE", "DRAIN", "POWERED_DOWN"), node("IDLE", "POWERING_DOWN")):
+        assert not slurmstate.down(parked) and slurmstate.resumable(parked)
+    assert not slurmstate.down(node("MIXED", "NOT_RESPONDING", "POWERING_UP"))  # asked back: Slurm's ResumeTimeout judges it
+    assert not slurmstate.resumable(node("MIXED", "NOT_RESPONDING", "POWERING_UP"))
+    assert slurmstate.down(node("DOWN", "POWERED_DOWN"))  # sinfo down~
+    assert slurmstate.resumable(node("IDLE", "DRAIN")) and not slurmstate.resumable(node("IDLE", "DRAIN", "NOT_RESPONDING"))
+
+
+def test_without_power_flags_every_meaning_is_what_the_node_record_said_before():
+    """The core asked SlurmNode's own properties until issue 35: on a cluster without power
+    saving (the lab's), each answer here is the same as theirs."""
+    import itertools
+
+    flags = ("DRAIN", "NOT_RESPONDING", "COMPLETING", "FAIL", "INVALID_REG", "RESERVED")
+    for state in ("IDLE", "MIXED", "ALLOCATED", "DOWN", "UNKNOWN", "FUTURE", "COMPLETING", "FAIL"):
+        for k in range(len(flags) + 1):
+            for chosen in itertools.combinations(flags, k):
+                sn = node(state, *chosen)
+                assert slurmstate.responding(sn) == sn.responding and slurmstate.resumable(sn) == sn.responding
+                assert slurmstate.drain_set(sn) == sn.drain_set and slurmstate.busy(sn) == sn.busy and slurmstate.drained(sn) == sn.drained
+                assert slurmstate.down(sn) == (not sn.responding or "FAIL" in sn.flags or sn.state == "FAIL")

@@ -208,3 +208,40 @@ def test_the_plugin_sends_any_inference_pool_name_on_for_the_admission_policy_to
 
     assert all(names_a_side(t) for t in ("slurm", "inference", "inference:llm", "inference:Llm"))
     assert not any(names_a_side(t) for t in ("kubernetes", "Slurm", "", "inf"))
+
+
+# ---------------------------------------------------------------- Blocker, Refusal, Cause, Settled (issue 35)
+
+
+def test_a_blocker_is_written_in_the_status_as_the_strings_it_replaced():
+    from slurmpool.core.moves import Blocker, BlockerKind
+
+    assert [str(b) for b in (Blocker(BlockerKind.JOB, "42"), Blocker(BlockerKind.POD, "web/web-1"), Blocker(BlockerKind.SLURMD_REGISTRATION),
+                             Blocker(BlockerKind.SLURM_UNAVAILABLE), Blocker(BlockerKind.SLURM_UNLISTED), Blocker(BlockerKind.MISSING_POOL))] == [
+        "job/42", "pod/web/web-1", "slurmd-registration", "slurm-unavailable", "slurm-unlisted", "missing-pool"]
+    assert [k for k in BlockerKind if Blocker(k, "x").workload] == [BlockerKind.JOB, BlockerKind.POD]
+
+
+def test_a_refusal_is_the_status_message_it_was_and_is_read_back_from_it():
+    from slurmpool.core.moves import Refusal
+
+    refusal = Refusal.of("patch node gpu01", "(422) metadata.labels: Invalid value")
+    assert str(refusal) == "refused by the API server: patch node gpu01: (422) metadata.labels: Invalid value"
+    assert Refusal.read(str(refusal)) == refusal
+    assert Refusal.read("eviction of web/web-1 refused: PDB") is None and Refusal.read("") is None
+    assert len(str(Refusal.of("patch node gpu01", "x" * 1000))) == 500
+
+
+def test_a_moves_cause_keeps_its_string_in_the_record():
+    from slurmpool.core.view import Cause
+
+    assert [c.value for c in Cause] == ["rebalance", "pin", "move-now", "rollback", "abort"]
+    move = MoveRecord(id="m", source="slurm", target="inference:a", phase=Phase.DRAINING, since=NOW, started=NOW, cause=Cause.MOVE_NOW)
+    assert '"cause":"move-now"' in move.to_annotation() and MoveRecord.parse(move.to_annotation()).cause is Cause.MOVE_NOW
+    assert MoveRecord.parse(move.to_annotation().replace('"cause":"move-now",', "")).cause is Cause.REBALANCE  # records without one
+
+
+def test_a_node_with_no_move_is_settled_in_the_phase_column():
+    from slurmpool.core.phases import SETTLED, phase_label
+
+    assert phase_label(None) == SETTLED == "Settled" and phase_label(Phase.DRAINING) == "Draining"

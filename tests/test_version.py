@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 
 import slurmpool
 import slurmpool.adapters.metrics  # noqa: F401 - registers slurmpool_build_info
-from slurmpool.cli import plugin as cli
+from slurmpool.cli import main as cli
 from slurmpool.__main__ import configure_logging
 from slurmpool.__main__ import main as operator_main
 

@@ -1,8 +1,10 @@
-"""The Slurm backend the operator talks to: one command per call, validated and retried."""
+"""The Slurm interface (SlurmBackend: every call the operator makes) and its scontrol backend:
+one command per call, validated and retried."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import secrets
 from collections.abc import Sequence
@@ -35,19 +37,57 @@ _RESERVATION_GONE = ("requested reservation is invalid", "invalid reservation", 
 SETTLE_POLL = Backoff(0.1, 2.0)
 
 
-@runtime_checkable
-class SlurmBackend(Protocol):
-    commands_run: int
+class SlurmCommands(Protocol):
+    """The calls that reach Slurm on a pool's pass, each timed and counted under its own name as
+    slurmpool_slurm_command_*{command=...} (adapters/access.Instrumented; docs/metrics.md).
+
+    A new call (a power state, a job signal) is a method here and in each backend: ScontrolBackend,
+    RestBackend (rest.py), NoSlurm (controller/snapshots.py) and the tests' fakes (tests/slurmfake.py);
+    its metric series and its timing follow from this list (slurm_commands). A backend that cannot
+    make a call raises SlurmUnsupported."""
 
     async def nodes(self, names: Sequence[str] | None = None) -> dict[str, SlurmNode]: ...
     async def jobs(self, partition: str | None = None, states: Sequence[str] | None = None) -> list[SlurmJob]: ...
-    async def topology(self) -> list[TopologyGroup]: ...
     async def drain(self, nodes: Sequence[str], reason: str) -> None: ...
     async def resume(self, nodes: Sequence[str]) -> None: ...
     async def requeue(self, job_ids: Sequence[str]) -> None: ...
     async def cancel(self, job_ids: Sequence[str]) -> None: ...
     async def ping(self) -> None: ...
+    async def reservations(self) -> list[SlurmReservation]: ...
+    async def partition_max_times(self) -> dict[str, timedelta | None]: ...
+    async def create_reservation(self, name: str, nodes: Sequence[str], start: datetime, minutes: int, flags: Sequence[str]) -> None: ...
+    async def delete_reservation(self, name: str) -> None: ...
+
+
+@runtime_checkable
+class SlurmBackend(SlurmCommands, Protocol):
+    """Every call the operator makes on Slurm: the commands, and what a caller asks before it
+    chooses its calls (capabilities), which are never looked up by name (no hasattr/getattr)."""
+
+    @property
+    def commands_run(self) -> int:
+        """Commands (or HTTP requests) started so far, retries included."""
+
+    @property
+    def filters_jobs(self) -> bool:
+        """Does jobs() filter at the source (squeue -p, -t)? False: every call answers every job
+        (slurmrestd), so a caller wanting several filters asks once and filters itself."""
+
+    async def can_reserve(self) -> bool:
+        """Can it list, create and delete reservations (the planned handover)? Asked every pass:
+        it must not cost a call to Slurm."""
+
+    async def topology(self) -> list[TopologyGroup]:
+        """Slurm's switches or blocks; read at most once a minute, and not timed (its series
+        would be a new label value of slurmpool_slurm_command_*)."""
+
     async def close(self) -> None: ...
+
+
+def slurm_commands() -> tuple[str, ...]:
+    """SlurmCommands' calls, in their order: the one list of the metric's label values and of
+    what Instrumented times."""
+    return tuple(name for name, member in vars(SlurmCommands).items() if inspect.iscoroutinefunction(member))
 
 
 class ScontrolBackend:
@@ -82,6 +122,12 @@ class ScontrolBackend:
         self.requeue_settle = requeue_settle
         self.commands_run = 0
         self._node_lines: dict[str, SlurmNode] = {}  # the last full `show node`, parsed (parse.py)
+
+    filters_jobs = True  # squeue -p, -t
+
+    async def can_reserve(self) -> bool:
+        """scontrol lists, creates and deletes reservations in every Slurm version it talks to."""
+        return True
 
     async def _run(self, argv: list[str]) -> str:
         for attempt in range(self.retries + 1):

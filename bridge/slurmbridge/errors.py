@@ -49,12 +49,17 @@ class SlurmUnavailable(SlurmError):
     errors, timeouts. Worth retrying later; the operator reports it as Degraded."""
 
 
+class SlurmUnsupported(SlurmError):
+    """This backend cannot make the call at all (slurmrestd before the API version that has it):
+    retrying will not help; the caller reports the failed action or uses another way."""
+
+
 # A line of stderr that reports a failure although the command exited 0 ("scancel: error: Kill
 # job error on job id 7: Access/permission denied", "slurm_update error: ...").
 _STDERR_ERROR = re.compile(r"(?:^|[\s:])error\b", re.IGNORECASE)
 
 
-def check_exit(argv: Sequence[str], returncode: int, stdout: str, stderr: str) -> None:
+def check_exit(argv: Sequence[str], returncode: int | None, stdout: str, stderr: str) -> None:
     """Raise when a command failed: a non-zero exit, or an exit 0 with an error on stderr (some
     Slurm commands report a refused request only there). Warnings on stderr pass."""
     if returncode != 0 or any(_STDERR_ERROR.search(line) for line in stderr.splitlines()):

@@ -34,7 +34,9 @@ def gpu_count(gres: str) -> int:
 
 def _split_gres(gres: str) -> list[str]:
     """Split on commas that are not inside parentheses ("gpu:h100:8(IDX:0,2-3)" has inner commas)."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in gres:
         if ch == "(":
             depth += 1

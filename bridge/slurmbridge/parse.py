@@ -248,9 +248,10 @@ def parse_duration(text: str) -> timedelta | None:
     m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", (text or "").strip())
     if not m:
         return None
-    days, a, b, c = (int(x) if x else None for x in m.groups())
+    days, b, c = (int(x) if x else None for x in m.group(1, 3, 4))
+    a = int(m.group(2))
     if c is not None:
-        h, mi, sec = a, b, c
+        h, mi, sec = a, b or 0, c  # seconds are printed only after minutes
     elif b is not None:
         h, mi, sec = (a, b, 0) if days is not None else (0, a, b)
     else:

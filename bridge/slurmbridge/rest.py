@@ -25,7 +25,7 @@ Calls:
   call that takes every squeue id form, as scancel does; per-job errors in `status` are failures
   except "already finished"/"invalid job id" (scancel exits 0 for those).
 - requeue: GET /slurm/V/job/ID/requeue, which only v0.0.45 (Slurm 26.05) serves. On older
-  versions there is no way to requeue over REST: `requeue` raises a SlurmError saying so (the
+  versions there is no way to requeue over REST: `requeue` raises SlurmUnsupported saying so (the
   operator reports the failed action; use drain.onTimeout Cancel, Wait or Rollback there). As with
   scontrol, a requeued job is then released (POST /slurm/V/job/ID {"begin_time":"now"}) once PENDING.
 - reservations (the planned handover's, named `slurmpool-...`; others are never returned, changed
@@ -61,7 +61,7 @@ from urllib.parse import quote
 from . import validate
 from .backend import _RELEASE_ALREADY, _REQUEUE_ALREADY, _RESERVATION_GONE, _RESUME_ALREADY, _SETTLING, SETTLE_POLL
 from .backoff import Backoff
-from .errors import UNAVAILABLE_MARKERS, SlurmError, SlurmUnavailable
+from .errors import UNAVAILABLE_MARKERS, SlurmError, SlurmUnavailable, SlurmUnsupported
 from .http import HttpClient, HttpProtocolError
 from .models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup, gpu_count
 
@@ -442,7 +442,7 @@ class RestBackend:
 
     async def _reserving(self) -> None:
         if not await self.can_reserve():
-            raise SlurmError(f"slurmrestd {self.version} cannot create or delete reservations (v0.0.43, Slurm 25.05, "
+            raise SlurmUnsupported(f"slurmrestd {self.version} cannot create or delete reservations (v0.0.43, Slurm 25.05, "
                              "and later can)", argv=("POST", "/reservations/"))
 
     # ------------------------------------------------------------------ writes
@@ -500,7 +500,7 @@ class RestBackend:
             return
         version = await self._version()
         if version not in REQUEUE_VERSIONS:
-            raise SlurmError(
+            raise SlurmUnsupported(
                 f"slurmrestd {version} has no requeue endpoint (Slurm 26.05's v0.0.45 has one): cannot requeue "
                 f"{','.join(ids)} over REST; use drain.onTimeout Cancel, Wait or Rollback, or SSH access",
                 argv=("GET", "/job/{id}/requeue"))

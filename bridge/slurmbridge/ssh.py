@@ -32,7 +32,7 @@ def _read_source(source: KeySource, looks_inline: bool) -> str:
     return source
 
 
-def load_known_hosts(known_hosts: KeySource) -> asyncssh.SSHKnownHosts:
+def load_known_hosts(known_hosts: KeySource | asyncssh.SSHKnownHosts) -> asyncssh.SSHKnownHosts:
     """known_hosts as a path or as text. Known_hosts lines always contain spaces, paths do not;
     an empty text trusts no host at all (never "accept anything")."""
     if isinstance(known_hosts, asyncssh.SSHKnownHosts):
@@ -46,7 +46,7 @@ def load_known_hosts(known_hosts: KeySource) -> asyncssh.SSHKnownHosts:
         raise ValueError(f"invalid known_hosts: {e}") from e
 
 
-def load_client_key(client_key: KeySource) -> asyncssh.SSHKey:
+def load_client_key(client_key: KeySource | asyncssh.SSHKey) -> asyncssh.SSHKey:
     """Private key as a path or as text (PEM/OpenSSH text contains "-----BEGIN"), or as bytes
     (always content). The error never quotes the content, only a path."""
     if isinstance(client_key, asyncssh.SSHKey):

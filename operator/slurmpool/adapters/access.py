@@ -9,12 +9,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any, Awaitable, Callable, Coroutine, TypeVar
 
-from slurmbridge import LocalRunner, ScontrolBackend, SlurmBackend, SlurmError, SshRunner
+from slurmbridge import SlurmError, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
+from slurmbridge.backend import ScontrolBackend, SlurmBackend
 from slurmbridge.backoff import Backoff
-from slurmbridge.ssh import load_client_key, load_known_hosts
+from slurmbridge.runner import CommandRunner, LocalRunner
+from slurmbridge.ssh import SshRunner, load_client_key, load_known_hosts
 
 from slurmpool.adapters import metrics
 from slurmpool.core.models import SlurmAccess, SshAccess
@@ -29,6 +33,7 @@ RETIRE_AFTER = 60.0  # seconds: an SSH connection replaced by a new key is close
 RETIRE_CLOSE_TIMEOUT = 10.0  # seconds a close of such a connection may take
 STALE_WHILE_POLLING = 3  # x max_age: how much older a view may be, rather than wait for a poll in progress
 log = logging.getLogger("slurmpool.access")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -68,21 +73,19 @@ async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = 
     planned handover asked lately)."""
     if pending is None:
         calls = [backend.jobs()]
-    elif getattr(backend, "filters_jobs", True):
+    elif backend.filters_jobs:
         calls = [backend.jobs(states=sorted(ACTIVE_JOB_STATES))] + [backend.jobs(partition=p, states=["PENDING"]) for p in sorted(pending)]
     else:
         calls = [backend.jobs()]
-    results = await asyncio.gather(backend.nodes(), *calls, _reservations(backend, reservations), return_exceptions=True)
-    listed = results.pop()
-    if isinstance(listed, BaseException):
-        raise listed
-    found, max_times, error, api = listed
-    for result in results:
-        if isinstance(result, SlurmError):
-            return SlurmView(available=False, error=str(result)[:500])
-        if isinstance(result, BaseException):
-            raise result
-    nodes, jobs = results[0], [j for found in results[1:] for j in found]
+    polled, answers, listed = await asyncio.gather(backend.nodes(), _settled(calls), _reservations(backend, reservations),
+                                                   return_exceptions=True)
+    found, max_times, error, api = _value(listed)
+    failed = next((r for r in (polled, *_value(answers)) if isinstance(r, BaseException)), None)
+    if isinstance(failed, SlurmError):
+        return SlurmView(available=False, error=str(failed)[:500])
+    if failed is not None:
+        raise failed
+    nodes, jobs = _value(polled), [j for answer in _value(answers) for j in _value(answer)]
     if pending is not None:
         jobs = [j for j in jobs if j.state in ACTIVE_JOB_STATES or (j.state == "PENDING" and pending & set(j.partition.split(",")))]
     return SlurmView(available=True, nodes=nodes, jobs=tuple(dict((j.job_id, j) for j in jobs).values()), pending_partitions=pending,
@@ -90,7 +93,21 @@ async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = 
                      max_times=max_times)
 
 
-async def _reservations(backend: SlurmBackend, wanted: bool) -> tuple[tuple | None, dict, str | None, bool]:
+async def _settled(calls: list[Coroutine[Any, Any, list[SlurmJob]]]) -> list[list[SlurmJob] | BaseException]:
+    """The job reads side by side, each its answer or its failure."""
+    return await asyncio.gather(*calls, return_exceptions=True)
+
+
+def _value(result: T | BaseException) -> T:
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+Listed = tuple[tuple[SlurmReservation, ...] | None, dict[str, timedelta | None], str | None, bool]
+
+
+async def _reservations(backend: SlurmBackend, wanted: bool) -> Listed:
     """The operator's reservations (planned handovers) and the partitions' MaxTime (the default
     lead time), beside the node poll: two more calls, made side by side; and whether the access
     can reserve at all. None without a reservation API (slurmrestd before v0.0.43); a failure is
@@ -108,11 +125,7 @@ async def _reservations(backend: SlurmBackend, wanted: bool) -> tuple[tuple | No
 async def lists_reservations(backend: SlurmBackend) -> bool:
     """Can this access list, create and delete reservations? scontrol (SSH, local) can; slurmrestd
     says from its API version (v0.0.43+, Slurm 25.05+), known once negotiated (no call per pass)."""
-    inner = getattr(backend, "inner", backend)
-    if not hasattr(inner, "reservations"):
-        return False
-    can = getattr(inner, "can_reserve", None)
-    return True if can is None else bool(await can())
+    return await backend.can_reserve()
 
 
 def _has_reservations(view: SlurmView, wanted: bool) -> bool:
@@ -142,29 +155,73 @@ def ssh_runner(namespace: str, ssh: SshAccess, secret: dict[str, str]) -> SshRun
 
 
 class Instrumented:
-    """Times every backend call and counts its failures (slurmpool_slurm_command_*)."""
+    """A SlurmBackend that times each Slurm command of the one it wraps and counts its failures
+    (slurmpool_slurm_command_*{command=...}, one method per name of slurm_commands()); the
+    capabilities, topology and close pass through untimed."""
 
     def __init__(self, backend: SlurmBackend, clock: Callable[[], float] = time.monotonic):
         self.inner = backend
         self.clock = clock
 
-    def __getattr__(self, name):
-        attr = getattr(self.inner, name)
-        if name not in ("nodes", "jobs", "drain", "resume", "requeue", "cancel", "ping", "reservations", "partition_max_times",
-                        "create_reservation", "delete_reservation"):
-            return attr
+    async def _timed(self, command: str, call: Awaitable[T]) -> T:
+        started = self.clock()
+        try:
+            return await call
+        except Exception:
+            metrics.SLURM_COMMAND_ERRORS.labels(command=command).inc()
+            raise
+        finally:
+            metrics.SLURM_COMMAND_SECONDS.labels(command=command).observe(self.clock() - started)
 
-        async def timed(*args, **kwargs):
-            started = self.clock()
-            try:
-                return await attr(*args, **kwargs)
-            except Exception:
-                metrics.SLURM_COMMAND_ERRORS.labels(command=name).inc()
-                raise
-            finally:
-                metrics.SLURM_COMMAND_SECONDS.labels(command=name).observe(self.clock() - started)
+    async def nodes(self, names: Sequence[str] | None = None) -> dict[str, SlurmNode]:
+        return await self._timed("nodes", self.inner.nodes(names))
 
-        return timed
+    async def jobs(self, partition: str | None = None, states: Sequence[str] | None = None) -> list[SlurmJob]:
+        return await self._timed("jobs", self.inner.jobs(partition, states))
+
+    async def drain(self, nodes: Sequence[str], reason: str) -> None:
+        await self._timed("drain", self.inner.drain(nodes, reason))
+
+    async def resume(self, nodes: Sequence[str]) -> None:
+        await self._timed("resume", self.inner.resume(nodes))
+
+    async def requeue(self, job_ids: Sequence[str]) -> None:
+        await self._timed("requeue", self.inner.requeue(job_ids))
+
+    async def cancel(self, job_ids: Sequence[str]) -> None:
+        await self._timed("cancel", self.inner.cancel(job_ids))
+
+    async def ping(self) -> None:
+        await self._timed("ping", self.inner.ping())
+
+    async def reservations(self) -> list[SlurmReservation]:
+        return await self._timed("reservations", self.inner.reservations())
+
+    async def partition_max_times(self) -> dict[str, timedelta | None]:
+        return await self._timed("partition_max_times", self.inner.partition_max_times())
+
+    async def create_reservation(self, name: str, nodes: Sequence[str], start: datetime, minutes: int, flags: Sequence[str]) -> None:
+        await self._timed("create_reservation", self.inner.create_reservation(name, nodes, start, minutes, flags))
+
+    async def delete_reservation(self, name: str) -> None:
+        await self._timed("delete_reservation", self.inner.delete_reservation(name))
+
+    @property
+    def commands_run(self) -> int:
+        return self.inner.commands_run
+
+    @property
+    def filters_jobs(self) -> bool:
+        return self.inner.filters_jobs
+
+    async def can_reserve(self) -> bool:
+        return await self.inner.can_reserve()
+
+    async def topology(self) -> list[TopologyGroup]:
+        return await self.inner.topology()
+
+    async def close(self) -> None:
+        await self.inner.close()
 
 
 async def _close_quietly(backend: SlurmBackend) -> None:
@@ -203,18 +260,17 @@ class SlurmAccessPool:
         key = access_key(namespace, access)
         self._close_retired()
         if key in self._backends and access.ssh and self.clock() - self._ssh_read.get(key, float("-inf")) >= SECRET_MAX_AGE:
-            await self._reread_ssh_secret(key, namespace, access)
+            await self._reread_ssh_secret(key, namespace, access.ssh)
         if key not in self._backends:
             self._backends[key] = await self._build(namespace, access)
             self._ssh_read[key] = self.clock()
         return self._backends[key]
 
-    async def _reread_ssh_secret(self, key: tuple, namespace: str, access: SlurmAccess) -> None:
+    async def _reread_ssh_secret(self, key: tuple, namespace: str, s: SshAccess) -> None:
         """A rotated client key or host key is used without a restart: the Secret is read again
         every SECRET_MAX_AGE (and at once after a failed poll); a changed one builds a new
         connection. The old one is closed a little later (a drain may be running on it)."""
         self._ssh_read[key] = self.clock()
-        s = access.ssh
         secret = await self._read_secret(namespace, s.secret_ref.name)
         if _ssh_material(secret, s) == self._ssh_seen.get(key):
             return
@@ -235,6 +291,7 @@ class SlurmAccessPool:
         if access.rest:
             return Instrumented(await build_rest_backend(
                 self._read_secret, namespace, access.rest, timeout=self.command_timeout, retries=self.retries), self.clock)
+        runner: CommandRunner
         if access.ssh:
             s = access.ssh
             secret = await self._read_secret(namespace, s.secret_ref.name)

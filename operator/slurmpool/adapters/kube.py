@@ -23,7 +23,7 @@ from kubernetes.client.rest import ApiException
 from slurmbridge.backoff import Backoff
 
 from slurmpool.adapters import metrics
-from slurmpool.core.demand import is_pending_gpu_pod, pending_pod
+from slurmpool.core.demand.pendingpod import is_pending_gpu_pod, pending_pod
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.interfaces import Conflict, PoolRef, Refused
 from slurmpool.core.bodies import node_view, pod_view

@@ -12,7 +12,10 @@ from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from slurmbridge.backend import slurm_commands
+
 from slurmpool import __version__
+from slurmpool.core.models import HealthKind
 from slurmpool.core.placement import Direction
 
 RECONCILE_TOTAL = Counter("slurmpool_reconcile_total", "Pool reconciles", ["result"])
@@ -20,7 +23,7 @@ RECONCILE_SECONDS = Histogram(
     "slurmpool_reconcile_duration_seconds", "Time of one pool reconcile",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 5, 10),  # fine around the 1 s target
 )
-# Where a pass's time goes (handlers._reconcile): the Slurm poll it waits for is in `snapshot`.
+# Where a pass's time goes (controller/pools.py, PoolController.reconcile): the Slurm poll it waits for is in `snapshot`.
 RECONCILE_STAGE_SECONDS = Histogram(
     "slurmpool_reconcile_stage_duration_seconds", "Time of one stage of a pool reconcile", ["stage"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 5, 10),
@@ -48,7 +51,7 @@ EVENT_LOOP_LAG = Histogram(
 )
 QUEUE_DEPTH = Gauge("slurmpool_workqueue_depth", "Pools waiting for a worker (due or scheduled)")
 NODES = Gauge("slurmpool_nodes", "Nodes per pool, placement and phase", ["pool", "placement", "phase"])
-MOVES_STARTED = Counter("slurmpool_moves_started_total", "Moves started", ["direction", "cause"])
+MOVES_STARTED = Counter("slurmpool_moves_started_total", "Moves started", ["direction", "cause"])  # cause: core/view.Cause
 MOVES_COMPLETED = Counter("slurmpool_moves_completed_total", "Moves completed", ["direction"])
 MOVES_FAILED = Counter("slurmpool_moves_failed_total", "Moves that failed or rolled back", ["direction", "reason"])
 MOVE_SECONDS = Histogram(
@@ -77,7 +80,7 @@ UNHEALTHY_NODES = Gauge(
     "slurmpool_unhealthy_nodes", "Unhealthy nodes per pool, side and kind of finding (docs/pools.md: Node health)", ["pool", "side", "kind"]
 )
 HEALTH_SIDES = ("slurm", "inference", "none")
-HEALTH_KINDS = ("SlurmDown", "DrainedByOthers", "SlurmUnlisted", "NotReady", "Condition")  # models.UnhealthyNode.kind
+HEALTH_KINDS = tuple(k.value for k in HealthKind)  # models.UnhealthyNode.kind
 
 # Counters start at 0 for every label value the code can set (Prometheus' advice). A series born
 # at 1 has no increase() or rate() in Prometheus: without this, SlurmPoolMovesFailing would miss
@@ -100,8 +103,7 @@ class Action(StrEnum):
 
 
 ACTIONS = tuple(a.value for a in Action)
-SLURM_COMMANDS = ("nodes", "jobs", "drain", "resume", "requeue", "cancel", "ping", "reservations", "partition_max_times",
-                  "create_reservation", "delete_reservation")  # access.Instrumented
+SLURM_COMMANDS = slurm_commands()  # the SlurmCommands Protocol's calls (slurmbridge/backend.py), as access.Instrumented times them
 for _direction in DIRECTIONS:
     MOVES_COMPLETED.labels(direction=_direction)
     MOVE_SECONDS.labels(direction=_direction)  # its buckets too: the dashboard's Move duration

@@ -12,8 +12,8 @@ from __future__ import annotations
 import ssl
 from typing import Awaitable, Callable
 
-from slurmbridge import CachedToken, RestAuth, RestBackend
 from slurmbridge import validate
+from slurmbridge.rest import CachedToken, RestAuth, RestBackend
 
 from slurmpool.core.models import RestAccess
 

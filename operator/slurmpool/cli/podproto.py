@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
@@ -32,7 +32,7 @@ _STR, _MSG, _BYTES, _INT64 = _F.TYPE_STRING, _F.TYPE_MESSAGE, _F.TYPE_BYTES, _F.
 _PKG = "slurmpool.k8s"
 
 # message: [(field, number, type, label, message type)], from the generated.proto files named above.
-_MESSAGES = {
+_MESSAGES: dict[str, list[tuple[str, int, int, int, str | None]]] = {
     "TypeMeta": [("kind", 2, _STR, _OPT, None)],  # runtime
     "Unknown": [("typeMeta", 1, _MSG, _OPT, "TypeMeta"), ("raw", 2, _BYTES, _OPT, None)],  # runtime
     "ListMeta": [("continue_token", 3, _STR, _OPT, None)],  # meta/v1: `continue`
@@ -57,7 +57,7 @@ _MESSAGES = {
 _MAPS = {"ObjectMeta": ("LabelsEntry", "AnnotationsEntry")}
 
 
-def _classes() -> dict[str, type]:
+def _classes() -> dict[str, Any]:  # message classes made at run time: no stubs to type them
     file = descriptor_pb2.FileDescriptorProto(name="slurmpool/k8s-pods.proto", package=_PKG, syntax="proto2")
     for name, fields in _MESSAGES.items():
         message = file.message_type.add(name=name)
@@ -187,8 +187,8 @@ def _header_in(buf: bytearray, at: int) -> tuple[int, int, int] | None:
     """(number, start, size) of the length-delimited field at `at`, once its key and its length
     have come (None before)."""
     key = _varint_in(buf, at)
-    size = key and _varint_in(buf, key[1])
-    if not size:
+    size = _varint_in(buf, key[1]) if key else None
+    if not key or not size:
         return None
     if key[0] & 7 != 2:
         raise ValueError(f"a protobuf field of wire type {key[0] & 7} where a list's envelope or item was expected")

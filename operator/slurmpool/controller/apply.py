@@ -22,14 +22,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from slurmbridge import SlurmBackend
+from slurmbridge.backend import SlurmBackend
 
 from slurmpool.adapters import metrics
 from slurmpool.adapters.metrics import Action
 from slurmpool.core.events import Event, Reason
 from slurmpool.core.interfaces import Conflict, Kube, PoolRef, Refused, node_object, pool_object
 from slurmpool.core.models import SlurmNodePoolSpec
-from slurmpool.core.moves import REFUSED, Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, Requeue, Resume, Step
+from slurmpool.core.expiry import Cancel, Requeue
+from slurmpool.core.moves import CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, Refusal, Resume, Step
 from slurmpool.core.patch import RECORD, annotations_of, rebuilt, shape_of
 from slurmpool.core.snapshot import ApplyResult, PoolDecision
 from slurmpool.core.view import ANN_MOVE, ANN_MOVE_NOW, ANN_SLURM, NONE, Direction, NodeView
@@ -70,6 +71,8 @@ async def apply(ctx: ApplyContext, decision: PoolDecision) -> ApplyResult:
     await _handover(ctx, decision, result)
     await _publish(ctx.kube, decision.publish, ctx.published)
     for ev in decision.clear_move_now:
+        if ev.node is None:  # never: each is about the node whose move-now it clears (decide)
+            continue
         try:
             await ctx.kube.patch_node(ev.node, {"metadata": {"annotations": {ANN_MOVE_NOW: None}}})
         except Exception as err:  # noqa: BLE001 - retried next pass
@@ -100,7 +103,9 @@ async def _write_nodes(ctx: ApplyContext, decision: PoolDecision, result: ApplyR
 async def _slurm(ctx: ApplyContext, decision: PoolDecision, steps: dict[str, Step], result: ApplyResult) -> None:
     """The steps' Slurm actions, batched (one command per kind), after their nodes' records."""
     drains: dict[str, list[str]] = defaultdict(list)
-    resumes, requeues, cancels = [], [], []
+    resumes: list[str] = []
+    requeues: list[str] = []
+    cancels: list[str] = []
     old = {n.name: n for n in ctx.nodes}
     for name, step in steps.items():
         _crash_point(ctx.crash_after_phase, decision.patches.get(name, {}), step)
@@ -240,13 +245,13 @@ async def _publish(kube: Kube, values: dict[str, str], written: dict[str, tuple[
 
 def _written_lately(written: dict[str, tuple[str, float]], name: str, value: str) -> bool:
     last = written.get(name)
-    return bool(last) and last[0] == value and time.monotonic() - last[1] < PUBLISH_LAG
+    return last is not None and last[0] == value and time.monotonic() - last[1] < PUBLISH_LAG
 
 
 async def _guard(result: ApplyResult, action: Action, what: str, coro, ok=None, node: str | None = None):
     """Run one action; a failure is reported (Degraded, lastError; slurmpool_action_errors_total
     by `action`) and retried next pass. A write the API server refused is also the node's move
-    message (`REFUSED ...`), which the next pass reads: a bounded phase's rollback names it.
+    message (moves.Refusal), which the next pass reads: a bounded phase's rollback names it.
     Returns the action's result (or `ok` when it has none), None on failure."""
     try:
         value = await coro
@@ -254,7 +259,7 @@ async def _guard(result: ApplyResult, action: Action, what: str, coro, ok=None, 
     except Exception as err:  # noqa: BLE001 - any failure of one action must not stop the others
         log.warning("%s failed: %s", what, err)
         if node is not None and isinstance(err, Refused):
-            result.refused[node] = f"{REFUSED} {what}: {err}"[:500]
+            result.refused[node] = Refusal.of(what, err)
         result.errors.append(f"{what}: {err}"[:500])
         metrics.ACTION_ERRORS.labels(action=action).inc()
         return None

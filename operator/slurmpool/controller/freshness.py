@@ -1,4 +1,6 @@
-"""How fresh the Slurm view of one pool's pass must be: the whole rule, in one place.
+"""How fresh the Slurm view of one pool's pass must be: what the pool asks for. (The access pool,
+adapters/access.py, decides how to answer: it may hand out a view up to STALE_WHILE_POLLING times
+older rather than wait for a poll in progress.)
 
 Pools on one Slurm share a poll begun within SLURM_MAX_AGE (within the pass interval for a pool with
 demand on); a pool that changed Slurm sees only a poll begun after its change; a pool whose move
@@ -13,7 +15,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from slurmpool.core.models import SlurmNodePoolSpec
-from slurmpool.core.moves import Cancel, Requeue, Resume
+from slurmpool.core.expiry import Cancel, Requeue
+from slurmpool.core.moves import Blocker, BlockerKind, Resume
 from slurmpool.core.phases import Phase
 from slurmpool.core.view import SlurmView
 
@@ -24,7 +27,7 @@ SLURM_MAX_AGE = 2.0
 # Phases that wait on Slurm or the node agent rather than on a watch event: polled faster.
 QUICK_PHASES = frozenset({Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING, Phase.DRAINING})
 # What a move blocked only by these waits for is Slurm's to report soon (moves.py: Registering).
-SLURM_SOON = frozenset({"slurmd-registration"})
+SLURM_SOON = frozenset({Blocker(BlockerKind.SLURMD_REGISTRATION)})
 
 
 class Freshness(NamedTuple):

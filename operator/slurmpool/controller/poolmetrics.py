@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 
 from slurmpool.adapters import metrics
 from slurmpool.core.models import SlurmNodePoolStatus
+from slurmpool.core.phases import Phase, phase_label
 from slurmpool.core.view import NONE, NodeView, counts_at, side_of
 
 
@@ -67,21 +68,21 @@ def export(
     wall = datetime.now(timezone.utc) if wall is None else wall
     last = _last.get(pool_key)
     if last is None:  # both sides' counters from 0, so increase() counts the first pass too
-        for side in ("slurm", "inference"):
-            metrics.GPU_SECONDS.labels(pool=pool_key, side=side)
+        for each in ("slurm", "inference"):
+            metrics.GPU_SECONDS.labels(pool=pool_key, side=each)
     sides = {n.name: (side, n.gpus) for n in nodes if (side := settled_side(n)) is not None}
     # GPU-seconds: only the time a node was on the same side at both ends of the interval.
     if last is not None and now > last.at:
         served: dict[str, float] = {}
-        for name, (side, gpus) in sides.items():
-            if last.sides.get(name, (None, 0))[0] == side and gpus:
-                served[side] = served.get(side, 0.0) + gpus * (now - last.at)
-        for side, value in served.items():
-            metrics.GPU_SECONDS.labels(pool=pool_key, side=side).inc(value)
+        for name, (at, count) in sides.items():
+            if last.sides.get(name, (None, 0))[0] == at and count:
+                served[at] = served.get(at, 0.0) + count * (now - last.at)
+        for at, value in served.items():
+            metrics.GPU_SECONDS.labels(pool=pool_key, side=at).inc(value)
     # GPUs per placement and phase, like slurmpool_nodes.
     gpus: dict[tuple[str, str], int] = dict.fromkeys(last.gpu_labels if last else (), 0)
     for node in nodes:
-        key = (counts_at(node), node.move.phase if node.move else "Settled")
+        key = (counts_at(node), phase_label(node.move.phase if node.move else None))
         gpus[key] = gpus.get(key, 0) + node.gpus
     for (placement, phase), value in gpus.items():
         metrics.GPUS.labels(pool=pool_key, placement=placement, phase=phase).set(value)
@@ -98,7 +99,7 @@ def export(
     draining: dict[str, tuple[str, datetime]] = {}
     for node in nodes:
         move = node.move
-        if move is not None and move.phase == "Draining":
+        if move is not None and move.phase == Phase.DRAINING:
             draining[node.name] = (move.id, move.since)
     for name, (move_id, since) in (last.draining if last else {}).items():
         if draining.get(name, (None,))[0] != move_id:

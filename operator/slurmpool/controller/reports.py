@@ -9,6 +9,7 @@ from datetime import datetime
 
 from slurmpool.adapters import metrics
 from slurmpool.core.membership import Membership
+from slurmpool.core.phases import phase_label
 from slurmpool.core.models import SlurmNodePoolStatus
 from slurmpool.core.status import Observed, StatusBasis, status_from
 from slurmpool.core.interfaces import PoolRef
@@ -43,7 +44,7 @@ def export_gauges(pool_key: str, nodes: list[NodeView], exported: set[tuple[str,
     Returns the pairs exported now."""
     counts: dict[tuple[str, str], int] = dict.fromkeys(exported, 0)
     for node in nodes:
-        placement, phase = counts_at(node), str(node.move.phase) if node.move else "Settled"
+        placement, phase = counts_at(node), phase_label(node.move.phase if node.move else None)
         counts[(placement, phase)] = counts.get((placement, phase), 0) + 1
     for (placement, phase), n in counts.items():
         metrics.NODES.labels(pool=pool_key, placement=placement, phase=phase).set(n)

@@ -8,6 +8,7 @@ import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from typing import NoReturn
 
 from pydantic import ValidationError
 
@@ -49,14 +50,22 @@ class SpecCache:
 
 
 class NoSlurm:
-    """Stands in when no backend could be built: every call fails closed."""
+    """The SlurmBackend that stands in when none could be built: it cannot reserve, and every call
+    to Slurm fails closed (SlurmUnavailable), as an unreachable Slurm does."""
 
-    async def _fail(self, *_, **__):
+    commands_run = 0
+    filters_jobs = True
+
+    async def _fail(self, *_: object, **__: object) -> NoReturn:
         raise SlurmUnavailable("no Slurm backend")
 
     nodes = jobs = drain = resume = requeue = cancel = ping = _fail
+    reservations = partition_max_times = create_reservation = delete_reservation = topology = _fail
 
-    async def close(self):
+    async def can_reserve(self) -> bool:
+        return False
+
+    async def close(self) -> None:
         return None
 
 

@@ -18,18 +18,20 @@ In order:
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import replace
+from datetime import datetime
 
 from slurmpool.core import health as healthmod
-from slurmpool.core import slurmnames
+from slurmpool.core import slurmnames, slurmstate
 from slurmpool.core.demand import signals
 from slurmpool.core.handover import PoolView, reconcile as reconcile_handover
 from slurmpool.core.health import HEALTHY, NodeHealth
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import SlurmNodePoolSpec, seconds
 from slurmpool.core.patch import after, node_patch
-from slurmpool.core.moves import REFUSED, Cancel, Pass, Requeue, Resume, Step, advance, drain, ensure_slurmd_pod, first_phase, restore_cordon, reverse
+from slurmpool.core.expiry import Overdue, expire
+from slurmpool.core.published import changed_annotations
+from slurmpool.core.moves import Pass, Refusal, Resume, Step, advance, drain, ensure_slurmd_pod, first_phase, restore_cordon, reverse
 from slurmpool.core.planner import Goal, current_placement, desired_split, move_now_done, move_now_target, placements, plan
 from slurmpool.core.events import Event, Reason
 from slurmpool.core.snapshot import PoolDecision, PoolSnapshot
@@ -38,18 +40,15 @@ from slurmpool.core.view import (
     ANN_MOVE,
     ANN_PIN,
     ANN_PLACEMENT,
-    ANN_SLURM,
     NONE,
     SLURM,
+    Cause,
     MoveRecord,
     NodeView,
     RecordProblem,
     SlurmView,
-    iso,
     pool_of,
 )
-
-MAX_JOBS_PUBLISHED = 32
 
 
 def decide(snap: PoolSnapshot) -> PoolDecision:
@@ -64,13 +63,13 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     health = healthmod.assess_all(spec.health, nodes, slurm, now, snap.previous.unhealthy_nodes if snap.previous else ())
 
     # A write the API server refused last pass, as the move's status said (apply.py puts it there).
-    refusals = {m.node: m.message for m in snap.previous.moves if m.message.startswith(REFUSED)} if snap.previous else {}
+    refusals = {m.node: r for m in snap.previous.moves if (r := Refusal.read(m.message))} if snap.previous else {}
     steps: dict[str, Step] = {}
     for node in nodes:
         if node.problems:
             continue  # left alone: no step, never a victim (planner), reported above
         if node.move is not None:
-            steps[node.name] = advance(node.move, node, at, _unhealthy(node, health), refusals.get(node.name, ""))
+            steps[node.name] = advance(node.move, node, at, _unhealthy(node, health), refusals.get(node.name))
         elif node.placement == SLURM:
             repair = _repair_slurm_node(node, slurm, health.get(node.name, HEALTHY), now, spec)
             restore_cordon(node, spec, repair, "while settled in Slurm")
@@ -96,9 +95,11 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
                                                   f"{what} waits until it is healthy; set slurmpool.io/force=true to move it anyway"))
     for name in result.aborts:
         node = by_name[name]
-        back = reverse(node.move, spec, now, cause="abort")
+        aborted = node.move
+        assert aborted is not None, "the planner aborts moves in flight only"
+        back = reverse(aborted, spec, now, cause=Cause.ABORT)
         step = advance(back, node, at)
-        step.events.insert(0, Event.normal(Reason.MoveAborted, f"{name}: the split no longer wants move {node.move.id}; returning to {back.target}"))
+        step.events.insert(0, Event.normal(Reason.MoveAborted, f"{name}: the split no longer wants move {aborted.id}; returning to {back.target}"))
         steps[name] = step
         by_name[name] = _after(snap.pool, node, step, now)
     for start in result.starts:
@@ -127,12 +128,12 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     decision.handover = reconcile_handover(snap.pool, PoolView(spec, decision.nodes_after, slurm, now, health), target.slurm_nodes,
                                            snap.owned_reservations, snap.previous.handover if snap.previous else None)
     decision.invalid = {n.name: n.problems for n in nodes if n.problems}
-    decision.publish = _published(nodes, slurm)
+    decision.publish = changed_annotations(nodes, slurm)
     decision.clear_move_now = _fulfilled_move_now(spec, nodes, target)
     return decision
 
 
-def move_id(pool: PoolRef, node: str, target: str, now) -> str:
+def move_id(pool: PoolRef, node: str, target: str, now: datetime) -> str:
     """Deterministic, so the same snapshot decides the same move; unique per node and instant."""
     return hashlib.sha1(f"{pool.uid}/{pool.key}/{node}/{target}/{now.isoformat()}".encode()).hexdigest()[:8]
 
@@ -183,7 +184,7 @@ def _target(snap: PoolSnapshot, nodes: list[NodeView]) -> Decision:
     spec = snap.spec
     sig = None
     if spec.demand is not None and spec.demand.enabled and snap.slurm.available and snap.slurm.has_pending(spec.slurm.partition):
-        sig = signals(spec, nodes, snap.slurm, list(snap.pending))
+        sig = signals(spec, nodes, snap.slurm, snap.pending)
     previous = snap.previous.target if snap.previous else None
     return decide_target(spec, len(nodes), snap.now, previous, snap.author, sig)
 
@@ -197,7 +198,7 @@ def _unhealthy(node: NodeView, health: dict[str, NodeHealth]) -> str | None:
     return h.reason if h.unhealthy and not node.force else None
 
 
-def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now, spec: SlurmNodePoolSpec) -> Step:
+def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now: datetime, spec: SlurmNodePoolSpec) -> Step:
     """Level-triggered upkeep of a settled Slurm node: its slurmd pod runs; a listed condition
     drains it (`slurmpool: health: <type>`, claimed first: running jobs end, no new job starts);
     and no drain of ours outlives its cause: the move that set it (a crash between the two
@@ -209,16 +210,16 @@ def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now
     sn = slurm.nodes.get(node.name) if slurm.available else None
     if sn is None:
         return step
-    if (condition := health.drain_condition) and not sn.drain_set:
+    if (condition := health.drain_condition) and not slurmstate.drain_set(sn):
         drain(step, node, healthmod.health_drain_reason(condition), now)
         step.events.append(Event.warning(Reason.HealthDrain, f"{node.name}: {health.reason}; draining it in Slurm (running jobs end, no new job starts)"))
         return step
     if node.drain_claim is None:
         return step
-    if sn.drain_set and not healthmod.drained_by_others(node, sn):
+    if slurmstate.drain_set(sn) and not healthmod.drained_by_others(node, sn):
         if health.drain_condition and (sn.reason or "").startswith(healthmod.HEALTH_REASON):
             _health_drain_timeout(node, slurm, spec, now, step)
-        if sn.responding and not health.suspect:
+        if slurmstate.resumable(sn) and not health.suspect:
             step.actions.append(Resume(node.name))
             if (sn.reason or "").startswith(healthmod.HEALTH_REASON):
                 step.events.append(Event.normal(Reason.HealthResume, f"{node.name} is healthy again; resuming it in Slurm (drain {sn.reason!r})"))
@@ -227,26 +228,26 @@ def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now
     return step
 
 
-def _health_drain_timeout(node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now, step: Step) -> None:
-    """A health drain's jobs end by the drain policy: after `drain.timeout` (from the claim),
-    `onTimeout` Requeue or Cancel ends them; Wait (and Rollback, which has no move to undo) lets
-    them run."""
+def _health_drain_timeout(node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> None:
+    """A health drain's jobs end by the drain policy (expiry.py) once `drain.timeout` has passed
+    since the claim: Requeue or Cancel ends them; Wait (and Rollback, which has no move to undo)
+    lets them run."""
     claim = node.drain_claim
     running = tuple(j.job_id for j in slurm.jobs_on(node.name) if j.state == "RUNNING")
-    if not running or claim is None or claim.at is None or (now - claim.at).total_seconds() < seconds(spec.drain.timeout):
+    if not running or claim is None or claim.at is None:
         return
+    late = (now - claim.at).total_seconds() - seconds(spec.drain.timeout)
     policy = spec.drain.on_timeout
-    if policy == "Requeue":
-        step.actions.append(Requeue(running))
-    elif policy == "Cancel":
-        step.actions.append(Cancel(running))
-    else:
+    ended = expire(policy, Overdue(running, late)).ended if late >= 0 else None
+    if ended is None:
         return
-    step.events.append(Event.warning(Reason.JobsRequeued if policy == "Requeue" else Reason.JobsCancelled,
-                                     f"{node.name}: health drain timed out after {spec.drain.timeout}; {policy.lower()}ed job(s) {', '.join(running)}"))
+    step.actions.append(ended.action)
+    # The Event's wording as it always was ("requeueed", "canceled"): changing it is not this refactor's.
+    step.events.append(Event.warning(ended.reason, f"{node.name}: health drain timed out after {spec.drain.timeout}; "
+                                     f"{policy.lower()}ed job(s) {', '.join(running)}"))
 
 
-def _after(pool: PoolRef, node: NodeView, step: Step, now) -> NodeView:
+def _after(pool: PoolRef, node: NodeView, step: Step, now: datetime) -> NodeView:
     """The node's view once the step's record is written (labels follow next round): the record
     of the very patch apply.py sends (patch.py)."""
     return after(node, node_patch(pool, node, step, now))
@@ -271,7 +272,7 @@ def _gone(snap: PoolSnapshot, nodes: list[NodeView], decision: PoolDecision) -> 
     for pod in snap.orphans:
         sn = slurm.nodes.get(pod.node) if slurm.available else None
         known = decision.slurm_names.get(pod.node, pod.node) is not None  # a gone Node's label cannot be read
-        idle = slurm.available and known and (sn is None or (sn.drain_set and not sn.busy and not slurm.jobs_on(pod.node)))
+        idle = slurm.available and known and (sn is None or (slurmstate.drained(sn) and not slurm.jobs_on(pod.node)))
         if idle and not pod.deleting:
             decision.pool_events.append(Event.normal(Reason.OrphanSlurmdDeleted,
                                          f"deleting slurmd pod {pod.key}: its node {pod.node} is gone from Kubernetes and serves nothing in Slurm"))
@@ -282,39 +283,7 @@ def _gone(snap: PoolSnapshot, nodes: list[NodeView], decision: PoolDecision) -> 
             decision.missing.append(f"{pod.node} (slurmd pod {pod.key} kept: {why})")
 
 
-# ---------------------------------------------------------------- 6. published on nodes, move-now
-
-
-def slurm_annotation(name: str, slurm: SlurmView) -> str | None:
-    """Compact JSON of what Slurm says of the node: state (with flags), drain reason, jobs."""
-    sn = slurm.nodes.get(name)
-    jobs = slurm.jobs_on(name)
-    if sn is None and not jobs:
-        return None
-    body = {
-        "state": (sn.state + "".join("+" + f for f in sorted(sn.flags))) if sn else "UNKNOWN",
-        "reason": (sn.reason or "") if sn else "",
-        "jobs": [
-            {"id": j.job_id, "user": j.user, "name": j.name[:40], "state": j.state, "end": iso(j.end_time) if j.end_time else None}
-            for j in sorted(jobs, key=lambda j: j.job_id)[:MAX_JOBS_PUBLISHED]
-        ],
-    }
-    if len(jobs) > MAX_JOBS_PUBLISHED:
-        body["more"] = len(jobs) - MAX_JOBS_PUBLISHED
-    return json.dumps(body, sort_keys=True, separators=(",", ":"))
-
-
-def _published(nodes: list[NodeView], slurm: SlurmView) -> dict[str, str]:
-    """Each node's Slurm state as the annotation slurmpool.io/slurm, where it changed (so
-    `kubectl slurmpool` needs no Slurm access)."""
-    if not slurm.available:
-        return {}
-    changed = {}
-    for node in nodes:
-        value = slurm_annotation(node.name, slurm)
-        if value is not None and value != node.annotations.get(ANN_SLURM):
-            changed[node.name] = value
-    return changed
+# ---------------------------------------------------------------- 6. published on nodes (published.py), move-now
 
 
 def _fulfilled_move_now(spec: SlurmNodePoolSpec, nodes: list[NodeView], target: Decision) -> list[Event]:

@@ -7,10 +7,10 @@ reservation through the pool's Slurm access (scontrol over SSH or locally, or sl
 i.e. Slurm 25.05+; an older slurmrestd cannot: the pool says so once and its edges drain as
 before); access.py polls our reservations with the nodes; `status.handover` and the plugin's `plan` show it.
 
-- The leaving nodes are chosen by the same planner (planner.plan, wave after wave, as the
-  plugin's `plan` does) with the count the edge sets, so health, pins and topology rules hold.
-- Drain forecast of a node: the latest end of its jobs by their time limits; None when a job
-  has no end (no time limit), which is what `drain.onTimeout` is for. Idle: free now.
+- The leaving nodes are chosen by the same planner, wave after wave (waves.py, as the plugin's
+  `plan` does), with the count the edge sets, so health, pins and topology rules hold.
+- Drain forecast of a node (forecast.py): the latest end of its jobs by their time limits; None
+  when a job has no end (no time limit), which is what `drain.onTimeout` is for. Idle: free now.
 - The reservation: named `slurmpool-<namespace>-<pool>` (a name no person would choose, one
   per pool, so a crash between creating it and recording it leaves nothing unfound), on the
   leaving nodes, starting at the edge, flags MAINT,IGNORE_JOBS: MAINT keeps Slurm from
@@ -20,26 +20,31 @@ before); access.py polls our reservations with the nodes; `status.handover` and 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Literal
 
 from slurmbridge.models import SlurmReservation
 
 from slurmpool.core import schedule as sched
 from slurmpool.core.events import Event, Reason
-from slurmpool.core.health import HEALTHY, NodeHealth
+from slurmpool.core.forecast import free_at
+from slurmpool.core.health import HEALTHY
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import HandoverStatus, SlurmNodePoolSpec, seconds
-from slurmpool.core.planner import Goal, plan
-from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, SLURM, NodeView, SlurmView, iso
+from slurmpool.core.planner import Goal
+from slurmpool.core.placement import SLURM
+from slurmpool.core.view import SlurmView, iso
+from slurmpool.core.waves import PoolView as PoolView  # decide makes the view it plans the handover on
+from slurmpool.core.waves import starts_done, waves
 
 RESERVATION_PREFIX = "slurmpool-"
 RESERVATION_FLAGS = ("MAINT", "IGNORE_JOBS")
-MAX_WAVES = 100
 # A reservation whose edge opens no window (a window closing lowers the count) ends this long after
 # the edge at the latest; it is deleted as soon as the moves are done anyway.
 HOLD_PAST_EDGE = timedelta(hours=1)
+HandoverState = Literal["Planned", "Reserved", "Handing", "Unavailable"]  # HandoverStatus.state's values
 DEFAULT_LEAD = timedelta(hours=4)  # without spec.handover.leadTime or a partition MaxTime
 UNAVAILABLE = ("slurmrestd access cannot create reservations (its API is older than v0.0.43, Slurm 25.05); "
                "the edge drains as before")
@@ -54,26 +59,6 @@ def is_ours(name: str, namespace: str, pool: str) -> bool:
     return name == reservation_name(namespace, pool)
 
 
-def free_at(node: str, slurm: SlurmView, now: datetime) -> datetime | None:
-    """When the node's jobs end by their time limits (now when idle); None: a job has no end."""
-    ends = [j.end_time for j in slurm.jobs_on(node)]
-    if any(end is None for end in ends):
-        return None
-    return max([now, *ends])
-
-
-@dataclass(frozen=True)
-class PoolView:
-    """The pool as the planner sees it in a pass: the spec, its nodes (as this pass's steps and
-    starts leave them), Slurm, the clock and each node's health (None: all healthy)."""
-
-    spec: SlurmNodePoolSpec
-    nodes: list[NodeView]
-    slurm: SlurmView
-    now: datetime
-    health: Mapping[str, NodeHealth] | None = None
-
-
 @dataclass(frozen=True)
 class Handover:
     """The planned handover for the next edge that takes nodes out of Slurm."""
@@ -81,6 +66,7 @@ class Handover:
     reservation: str
     nodes: tuple[str, ...]  # leaving Slurm at the edge, in the planner's order
     start: datetime  # the edge
+    until: datetime  # when the reservation ends (the edge's `until`)
     flags: tuple[str, ...] = RESERVATION_FLAGS
     forecast: dict[str, datetime | None] = field(default_factory=dict)  # node -> free at (None: no time limit)
 
@@ -92,21 +78,8 @@ class Handover:
 
 def leaving_nodes(view: PoolView, goal: Goal) -> list[str]:
     """Nodes the planner would move out of Slurm to reach the goal, wave after wave."""
-    current, leaving = list(view.nodes), []
-    for _ in range(MAX_WAVES):
-        result = plan(view.spec, current, view.slurm, view.now, goal, view.health)
-        if not result.starts:
-            break
-        moved = {s.node: s for s in result.starts}
-        leaving += [s.node for s in result.starts if s.source == SLURM]
-        current = [_settled(n, moved[n.name].target) if n.name in moved else n for n in current]
-    return leaving
-
-
-def _settled(node: NodeView, placement: str) -> NodeView:
-    """The node as if its move were done (the next wave plans on it)."""
-    annotations = {k: v for k, v in node.annotations.items() if k != ANN_MOVE}
-    return replace(node, annotations={**annotations, ANN_PLACEMENT: placement})
+    return [s.node for wave in waves(view, goal, starts_done)
+            for s in wave.plan.starts if s.source == SLURM]
 
 
 def planned(pool: PoolRef, view: PoolView, edge: Edge | None, lead: timedelta) -> Handover | None:
@@ -122,6 +95,7 @@ def planned(pool: PoolRef, view: PoolView, edge: Edge | None, lead: timedelta) -
         reservation=reservation_name(pool.namespace, pool.name),
         nodes=tuple(leaving),
         start=edge.at,
+        until=edge.until,
         forecast={n: free_at(n, slurm, now) for n in leaving},
     )
 
@@ -222,16 +196,16 @@ def reconcile(
     if not slurm.reservations_api:
         if wanted is None:
             return HandoverPlan("none")
-        status = _status(wanted, edge.until, "Unavailable", UNAVAILABLE)
+        status = _status(wanted, wanted.until, "Unavailable", UNAVAILABLE)
         first = previous is None or previous.state != "Unavailable"
         return HandoverPlan("unavailable", status=status, events=[Event.warning(Reason.HandoverUnavailable, UNAVAILABLE)] if first else [])
     if slurm.reservations is None:  # their read failed: nothing is done until it works again
-        status = previous.model_copy(update={"message": slurm.reservations_error or ""}) if previous is not None else None
-        return HandoverPlan("unknown", status=status)
+        kept = previous.model_copy(update={"message": slurm.reservations_error or ""}) if previous is not None else None
+        return HandoverPlan("unknown", status=kept)
     orphans = tuple(sorted(r.name for r in slurm.reservations
                            if owned is not None and r.name != name and r.name.startswith(f"{RESERVATION_PREFIX}{namespace}-")
                            and r.name not in owned))
-    plan_ = _against(name, wanted, edge, _ours(slurm.reservations, namespace, pool.name), view)
+    plan_ = _against(name, wanted, _ours(slurm.reservations, namespace, pool.name), view)
     plan_.delete = tuple(dict.fromkeys((*plan_.delete, *orphans)))
     plan_.reported = previous.message if previous is not None else ""
     if plan_.status is not None:
@@ -240,12 +214,12 @@ def reconcile(
     return plan_
 
 
-def _ours(reservations, namespace: str, pool: str) -> SlurmReservation | None:
+def _ours(reservations: Iterable[SlurmReservation], namespace: str, pool: str) -> SlurmReservation | None:
     """The pool's own reservation, by its exact name; never any other."""
     return next((r for r in reservations if is_ours(r.name, namespace, pool)), None)
 
 
-def _against(name: str, wanted: Handover | None, edge: Edge | None, ours: SlurmReservation | None, view: PoolView) -> HandoverPlan:
+def _against(name: str, wanted: Handover | None, ours: SlurmReservation | None, view: PoolView) -> HandoverPlan:
     nodes, now = view.nodes, view.now
     if ours is not None and ours.start is not None and ours.start <= now:
         # Past its edge: it keeps new jobs off the leaving nodes until their moves are done.
@@ -261,7 +235,7 @@ def _against(name: str, wanted: Handover | None, edge: Edge | None, ours: SlurmR
     if ours is None:
         if wanted is None:
             return HandoverPlan("none")
-        return HandoverPlan("create", create=wanted, until=edge.until, status=_status(wanted, edge.until, "Planned", ""), events=[
+        return HandoverPlan("create", create=wanted, until=wanted.until, status=_status(wanted, wanted.until, "Planned", ""), events=[
             Event.normal(Reason.HandoverReserved, f"reservation {name} ({','.join(wanted.flags)}) on {', '.join(wanted.nodes)} from the edge at "
              f"{iso(wanted.start)}: only jobs that end by then start there" + _late(wanted))])
     if wanted is None:
@@ -269,8 +243,8 @@ def _against(name: str, wanted: Handover | None, edge: Edge | None, ours: SlurmR
             Event.normal(Reason.HandoverCancelled, f"deleting reservation {name}: no edge within the lead time takes these nodes out of Slurm now")])
     kept = _sticky(ours, wanted, view)
     if kept is not None and ours.start == wanted.start.replace(microsecond=0):
-        return HandoverPlan("keep", status=_status(kept, ours.end or edge.until, "Reserved", ""))
-    return HandoverPlan("replace", create=wanted, until=edge.until, delete=(name,), status=_status(wanted, edge.until, "Planned", ""),
+        return HandoverPlan("keep", status=_status(kept, ours.end or wanted.until, "Reserved", ""))
+    return HandoverPlan("replace", create=wanted, until=wanted.until, delete=(name,), status=_status(wanted, wanted.until, "Planned", ""),
                         events=[Event.normal(Reason.HandoverReplanned, f"reservation {name} made again on {', '.join(wanted.nodes)} from "
                                  f"{iso(wanted.start)} (was {', '.join(sorted(ours.nodes))} from {iso(ours.start) if ours.start else '?'})"
                                  + _late(wanted))])
@@ -287,7 +261,7 @@ def _sticky(ours: SlurmReservation, wanted: Handover, view: PoolView) -> Handove
             n is None or n.move is not None or n.placement != SLURM or n.pin == SLURM or health.get(n.name, HEALTHY).unhealthy
             for n in reserved):
         return None
-    names = tuple(n.name for n in reserved)
+    names = tuple(sorted(ours.nodes))
     return replace(wanted, nodes=names, forecast={n: free_at(n, view.slurm, view.now) for n in names})
 
 
@@ -295,6 +269,6 @@ def _late(h: Handover) -> str:
     return f"; jobs on {', '.join(h.late)} have no time limit or end after it (drain.onTimeout decides)" if h.late else ""
 
 
-def _status(h: Handover, until: datetime | None, state: str, message: str) -> HandoverStatus:
+def _status(h: Handover, until: datetime | None, state: HandoverState, message: str) -> HandoverStatus:
     return HandoverStatus(reservation=h.reservation, flags=list(h.flags), nodes=list(h.nodes), start=iso(h.start),
                           end=iso(until) if until else None, state=state, late=sorted(h.late), message=message)

@@ -1,8 +1,9 @@
-"""Node health: is a node broken, and why. Pure: no I/O, no clock but the caller's.
+"""Node health: is a node broken, and why. Pure: no I/O, no clock but the caller's. What a Slurm
+state means is read from slurmstate.py; the kinds of finding are models.HealthKind.
 
 A node is *unhealthy* when
-- Slurm reports it DOWN, FAIL or NOT_RESPONDING for longer than `health.notRespondingGrace`,
-  while its slurmd should run: settled in Slurm, draining out of Slurm, or resuming into it.
+- Slurm reports it DOWN, FAIL or NOT_RESPONDING (slurmstate.down: power saving is no failure) for
+  longer than `health.notRespondingGrace`, while its slurmd should run: settled in Slurm, draining out of Slurm, or resuming into it.
   A node parked in inference (its slurmd stopped by slurmpool) or moving in before its slurmd
   registered is expected to look down to Slurm: that is no failure;
 - Slurm does not list it while its slurmd should run (its Slurm NodeName is wrong, or a REST
@@ -22,29 +23,35 @@ a restart of the operator.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from slurmbridge.models import SlurmNode
 
-from slurmpool.core import ownership
-from slurmpool.core.models import HealthCondition, HealthSpec, UnhealthyNode, seconds
+from slurmpool.core import ownership, slurmstate
+from slurmpool.core.models import HealthCondition, HealthKind, HealthSpec, UnhealthyNode, seconds
 from slurmpool.core.phases import Phase
 from slurmpool.core.view import NONE, REASON_PREFIX, SLURM, Direction, NodeView, SlurmView, iso, parse_time
 
 # Findings read from Slurm: kept from the last status while Slurm cannot be seen.
-SLURM_KINDS = ("SlurmDown", "DrainedByOthers", "SlurmUnlisted")
+SLURM_KINDS = (HealthKind.SLURM_DOWN, HealthKind.DRAINED_BY_OTHERS, HealthKind.SLURM_UNLISTED)
 HEALTH_REASON = f"{REASON_PREFIX} health:"  # the drain slurmpool sets for a listed condition
 
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # SlurmDown | DrainedByOthers | NotReady | Condition
+    kind: HealthKind
     reason: str  # for people
     since: datetime  # first seen (or the condition's lastTransitionTime)
     grace_until: datetime | None = None  # still within the grace or minAge: not counted yet
     condition: str = ""  # kind Condition: the listed condition's type
+
+
+# When a finding of this kind was first seen: the last pass' record, `at` (a condition's
+# lastTransitionTime), or now, whichever is earliest.
+FirstSeen = Callable[[HealthKind, datetime | None], datetime]
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,7 @@ class NodeHealth:
     @property
     def drain_condition(self) -> str | None:
         """The listed condition a Slurm-side node is drained for, if one holds."""
-        return next((f.condition for f in self.findings if f.kind == "Condition" and f.grace_until is None), None)
+        return next((f.condition for f in self.findings if f.kind == HealthKind.CONDITION and f.grace_until is None), None)
 
 
 HEALTHY = NodeHealth()
@@ -81,14 +88,14 @@ def drained_by_others(node: NodeView, sn: SlurmNode | None) -> bool:
     exception for health: a node slurmpool has no record of (its Node was deleted and registered
     again) may carry slurmpool's own earlier drain, its exact text and no verdict of Slurm's.
     That is no failure, though it is not provably slurmpool's to lift either."""
-    if sn is None or not sn.drain_set or ownership.our_drain(node, sn):
+    if sn is None or not slurmstate.drain_set(sn) or ownership.our_drain(node, sn):
         return False
     return not _our_leftover(node, sn)
 
 
 def _our_leftover(node: NodeView, sn: SlurmNode) -> bool:
     unrecorded = node.placement == NONE and node.move is None and node.drain_claim is None
-    return unrecorded and not (ownership.VERDICT_FLAGS & sn.flags) and (sn.reason or "").startswith(f"{REASON_PREFIX} moving to ")
+    return unrecorded and not slurmstate.verdict(sn) and (sn.reason or "").startswith(f"{REASON_PREFIX} moving to ")
 
 
 def health_drain_reason(condition: str) -> str:
@@ -110,17 +117,9 @@ def slurmd_expected(node: NodeView) -> bool:
 def _drained_reason(node: NodeView, sn: SlurmNode) -> str:
     """Slurm's reason, and why the drain is not slurmpool's when the reason looks like its own."""
     reason = sn.reason or "no reason given"
-    if reason.startswith(REASON_PREFIX) or ownership.VERDICT_FLAGS & sn.flags:
+    if reason.startswith(REASON_PREFIX) or slurmstate.verdict(sn):
         return f"drained in Slurm by others: {reason} ({ownership.why_not_ours(node, sn)})"
     return f"drained in Slurm by others: {reason}"
-
-
-def slurm_down(sn: SlurmNode) -> bool:
-    return not sn.responding or "FAIL" in sn.flags or sn.state == "FAIL"
-
-
-def _state(sn: SlurmNode) -> str:
-    return sn.state + "".join("+" + f for f in sorted(sn.flags))
 
 
 def assess(
@@ -128,27 +127,27 @@ def assess(
     node: NodeView,
     slurm: SlurmView,
     now: datetime,
-    seen: Mapping[tuple[str, str], Finding] | None = None,
+    seen: Mapping[tuple[str, HealthKind], Finding] | None = None,
 ) -> NodeHealth:
     """The node's findings. `seen`: (node, kind) -> the finding of the last pass (its since)."""
     findings: list[Finding] = []
     seen = seen or {}
 
-    def first_seen(kind: str, at: datetime | None = None) -> datetime:
+    def first_seen(kind: HealthKind, at: datetime | None = None) -> datetime:
         before = seen.get((node.name, kind))
         return min(t for t in (before.since if before else None, at, now) if t is not None)
 
     if slurm.available:
         sn = slurm.nodes.get(node.name)
-        if drained_by_others(node, sn):
-            findings.append(Finding("DrainedByOthers", _drained_reason(node, sn), first_seen("DrainedByOthers")))
+        if sn is not None and drained_by_others(node, sn):
+            findings.append(Finding(HealthKind.DRAINED_BY_OTHERS, _drained_reason(node, sn), first_seen(HealthKind.DRAINED_BY_OTHERS)))
         if sn is None and slurmd_expected(node):  # fail closed: never "nothing to drain" (slurmnames.py)
-            findings.append(Finding("SlurmUnlisted", "Slurm does not list the node under its Slurm NodeName "
-                                    "(check spec.slurm.nodeName / nodeNameLabel)", first_seen("SlurmUnlisted")))
-        if sn is not None and slurmd_expected(node) and slurm_down(sn):
-            since = first_seen("SlurmDown")
+            findings.append(Finding(HealthKind.SLURM_UNLISTED, "Slurm does not list the node under its Slurm NodeName "
+                                    "(check spec.slurm.nodeName / nodeNameLabel)", first_seen(HealthKind.SLURM_UNLISTED)))
+        if sn is not None and slurmd_expected(node) and slurmstate.down(sn):
+            since = first_seen(HealthKind.SLURM_DOWN)
             until = since + timedelta(seconds=seconds(spec.not_responding_grace))
-            findings.append(Finding("SlurmDown", f"Slurm reports {_state(sn)}" + (f" ({sn.reason})" if sn.reason else ""),
+            findings.append(Finding(HealthKind.SLURM_DOWN, f"Slurm reports {slurmstate.text(sn)}" + (f" ({sn.reason})" if sn.reason else ""),
                                     since, until if now < until else None))
     else:
         findings += [f for kind in SLURM_KINDS if (f := seen.get((node.name, kind)))]
@@ -156,7 +155,7 @@ def assess(
         ready = node.condition("Ready")
         status = ready.status if ready else "absent"
         what = "unreachable (Ready=Unknown)" if status == "Unknown" else f"NotReady (Ready={status})"
-        findings.append(Finding("NotReady", f"Kubernetes: {what}", first_seen("NotReady", ready.since if ready else None)))
+        findings.append(Finding(HealthKind.NOT_READY, f"Kubernetes: {what}", first_seen(HealthKind.NOT_READY, ready.since if ready else None)))
     for wanted in spec.conditions:
         if finding := _condition(wanted, node, now, first_seen):
             findings.append(finding)
@@ -164,21 +163,20 @@ def assess(
     return NodeHealth(tuple(findings))
 
 
-def _condition(wanted: HealthCondition, node: NodeView, now: datetime, first_seen) -> Finding | None:
+def _condition(wanted: HealthCondition, node: NodeView, now: datetime, first_seen: FirstSeen) -> Finding | None:
     have = node.condition(wanted.type)
     if have is None or have.status != wanted.status:
         return None
-    since = first_seen("Condition", have.since)
+    since = first_seen(HealthKind.CONDITION, have.since)
     until = since + timedelta(seconds=seconds(wanted.min_age)) if wanted.min_age else None
-    return Finding("Condition", f"condition {wanted.type}={wanted.status}", since, until if until and now < until else None, wanted.type)
+    return Finding(HealthKind.CONDITION, f"condition {wanted.type}={wanted.status}", since, until if until and now < until else None, wanted.type)
 
 
 def assess_all(
     spec: HealthSpec, nodes: Iterable[NodeView], slurm: SlurmView, now: datetime, previous: Iterable[UnhealthyNode] = ()
 ) -> dict[str, NodeHealth]:
     """node -> its health, for the nodes with findings (HEALTHY for the rest)."""
-    seen = {(r.node, r.kind): _finding(r) for r in previous}
-    seen = {k: f for k, f in seen.items() if f is not None}
+    seen = {(r.node, r.kind): f for r in previous if (f := _finding(r)) is not None}
     out = {}
     for node in nodes:
         health = assess(spec, node, slurm, now, seen)
@@ -194,7 +192,7 @@ def _finding(record: UnhealthyNode) -> Finding | None:
     return Finding(record.kind, record.reason, since, parse_time(record.grace_until))
 
 
-def from_status(records: Iterable[dict]) -> dict[str, NodeHealth]:
+def from_status(records: Iterable[dict[str, Any]]) -> dict[str, NodeHealth]:
     """The health the operator published (status.unhealthyNodes, as JSON): `kubectl slurmpool plan`
     plans with it, as the operator does. Unreadable entries are skipped."""
     out: dict[str, list[Finding]] = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
@@ -432,7 +433,8 @@ class ScheduleWindow(Model):
             raise ValueError("duration must be positive")
         if (self.cron is None) == (self.at is None):
             raise ValueError("set exactly one of cron and at")
-        problem = schedule_problem(self.cron, self.time_zone) if self.cron is not None else at_problem(self.at)
+        cron, at = self.cron, self.at
+        problem = schedule_problem(cron, self.time_zone) if cron is not None else at_problem(at) if at is not None else None
         if problem:
             raise ValueError(problem)
         return self
@@ -653,12 +655,22 @@ class InvalidRecord(Model):
     message: str
 
 
+# What a health finding is (core/health.py): the `kind` of status.unhealthyNodes and the `kind`
+# label of slurmpool_unhealthy_nodes. No docstring: pydantic would put it in the CRD.
+class HealthKind(StrEnum):
+    SLURM_DOWN = "SlurmDown"  # Slurm reports it down, failed or not responding while its slurmd should run
+    DRAINED_BY_OTHERS = "DrainedByOthers"  # drained in Slurm by anyone but slurmpool
+    SLURM_UNLISTED = "SlurmUnlisted"  # Slurm does not list it while its slurmd should run
+    NOT_READY = "NotReady"  # Kubernetes: Ready False or Unknown
+    CONDITION = "Condition"  # a Node condition listed in health.conditions
+
+
 class UnhealthyNode(Model):
     """A node found unhealthy (or, with graceUntil, seen failing and not yet counted)."""
 
     node: str
     side: str = Field(description="slurm, inference, or none (not adopted).")
-    kind: Literal["SlurmDown", "DrainedByOthers", "SlurmUnlisted", "NotReady", "Condition"]
+    kind: HealthKind
     reason: str
     since: str = Field(description="When it was first seen (the grace period counts from it).")
     grace_until: str | None = Field(default=None, description="Set while within notRespondingGrace: not counted as unhealthy yet.")

@@ -15,12 +15,17 @@ A rollback is a move back the way it came, through the same phases.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import ClassVar
 
-from slurmbridge.models import gres_shortfall
+from slurmbridge.models import SlurmNode, gres_shortfall
 
+from slurmpool.core import slurmstate
 from slurmpool.core.events import Event, Reason
+from slurmpool.core.expiry import Cancel, Overdue, Requeue, expire
 from slurmpool.core.fit import misfit
 from slurmpool.core.ownership import claim, why_not_ours
 from slurmpool.core.models import InferencePool, SlurmNodePoolSpec, seconds
@@ -32,6 +37,7 @@ from slurmpool.core.view import (
     REASON_PREFIX,
     SLURM,
     SLURM_TAINT_KEY,
+    Cause,
     MoveRecord,
     NodeView,
     PodView,
@@ -42,7 +48,60 @@ from slurmpool.core.view import (
 )
 
 SLURM_TAINT = {"key": SLURM_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
-REFUSED = "refused by the API server:"  # how a refused write is reported in a move's status message
+
+
+class BlockerKind(StrEnum):
+    """What a move waits for: a job or pod (named), or a wait of its own."""
+
+    JOB = "job"
+    POD = "pod"
+    SLURM_UNAVAILABLE = "slurm-unavailable"
+    SLURM_UNLISTED = "slurm-unlisted"
+    MISSING_POOL = "missing-pool"
+    SLURMD_REGISTRATION = "slurmd-registration"
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """One thing a move waits for. Written in the status' `blockedBy` as its str(): `job/42`,
+    `pod/<namespace>/<name>`, or the kind alone (`slurmd-registration`)."""
+
+    kind: BlockerKind
+    id: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.id}" if self.id else str(self.kind)
+
+    @property
+    def workload(self) -> bool:
+        """A job or a pod: the move waits for people's work to leave (the DrainBlocked condition)."""
+        return self.kind in (BlockerKind.JOB, BlockerKind.POD)
+
+
+SLURM_UNAVAILABLE = (Blocker(BlockerKind.SLURM_UNAVAILABLE),)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A write of the node the API server refused (a 4xx: admission, validation). apply.py makes
+    it the move's status message; the next pass reads it back from there (`read`), and a bounded
+    phase's rollback names it."""
+
+    message: str  # as the status shows it: `refused by the API server: <what>: <error>`
+
+    PREFIX: ClassVar[str] = "refused by the API server:"
+
+    @classmethod
+    def of(cls, what: str, error: object) -> Refusal:
+        return cls(f"{cls.PREFIX} {what}: {error}"[:500])
+
+    @classmethod
+    def read(cls, message: str) -> Refusal | None:
+        """The refusal a move's status message reports, or None."""
+        return cls(message) if message.startswith(cls.PREFIX) else None
+
+    def __str__(self) -> str:
+        return self.message
 
 
 # ---------------------------------------------------------------- actions (data; the executor runs them)
@@ -57,16 +116,6 @@ class Drain:
 @dataclass(frozen=True)
 class Resume:
     node: str
-
-
-@dataclass(frozen=True)
-class Requeue:
-    job_ids: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Cancel:
-    job_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -88,7 +137,7 @@ class DeleteSlurmdPod:
 class PatchNode:
     node: str
     labels: dict[str, str | None]  # None removes the label
-    taints: tuple[dict, ...]  # as wanted; written as an edit of the Node's own list (apply.shape_write)
+    taints: tuple[dict[str, str], ...]  # as wanted; written as an edit of the Node's own list (patch.shape_write)
     unschedulable: bool | None  # None: the cordon is left as it is
     # Cordoning: a cordon found on the node (not set with our taint) is someone else's, kept for them
     claims_cordon: bool = False
@@ -104,7 +153,7 @@ class Step:
     move: MoveRecord | None  # the move as it stands now; None once finished
     settled: str | None = None  # the node's placement once the move finished
     actions: list[Action] = field(default_factory=list)
-    blocked_by: list[str] = field(default_factory=list)
+    blocked_by: list[Blocker] = field(default_factory=list)
     message: str = ""
     events: list[Event] = field(default_factory=list)  # each about this node (Event.node None: apply names it)
     hold_until: datetime | None = None
@@ -114,7 +163,7 @@ class Step:
     finished: MoveRecord | None = None  # the move that completed in this step (metrics)
     rolled_back: MoveRecord | None = None  # the move this step turned back (metrics)
     stopped: MoveRecord | None = None  # the move this step stopped: its node is unhealthy (metrics)
-    refusal: str = ""  # what the API server refused on this node last pass (the move's status message)
+    refusal: Refusal | None = None  # what the API server refused on this node last pass
 
 
 def between_pools(source: str, target: str) -> bool:
@@ -153,7 +202,7 @@ def _pool(spec: SlurmNodePoolSpec, name: str | None) -> InferencePool | None:
     return next((p for p in spec.inference.pools if p.name == name), None)
 
 
-def _managed_taint(spec: SlurmNodePoolSpec, taint: dict) -> bool:
+def _managed_taint(spec: SlurmNodePoolSpec, taint: dict[str, str]) -> bool:
     if taint.get("key") == SLURM_TAINT_KEY:
         return True
     return any(taint.get("key") == t.key and taint.get("effect") == t.effect for p in spec.inference.pools for t in p.taints)
@@ -197,7 +246,7 @@ def disturbed_pods(spec: SlurmNodePoolSpec, node: NodeView, target: str) -> list
     return [p for p in node.pods if p.evictable and misfit(p.needs, labels, shape.taints)]
 
 
-def _norm_taints(taints) -> set[tuple[str, str, str]]:
+def _norm_taints(taints: Iterable[dict[str, str]]) -> set[tuple[str, str, str]]:
     return {(t.get("key", ""), t.get("value") or "", t.get("effect", "")) for t in taints}
 
 
@@ -260,7 +309,7 @@ class Pass:
     now: datetime
 
 
-def advance(move: MoveRecord, node: NodeView, at: Pass, unhealthy: str | None = None, refusal: str = "") -> Step:
+def advance(move: MoveRecord, node: NodeView, at: Pass, unhealthy: str | None = None, refusal: Refusal | None = None) -> Step:
     """Take the move as far as the current observations allow. `unhealthy`: why the node is
     broken (health.py); its move stops at the first phase where stopping is safe (stop_side).
     `refusal`: a write of this node the API server refused last pass (named by a bound's rollback)."""
@@ -279,7 +328,7 @@ def advance(move: MoveRecord, node: NodeView, at: Pass, unhealthy: str | None = 
                 step.events.append(Event.normal(Reason.MoveCompleted, f"{node.name} now serves {move.target} (move {move.id})"))
                 return step
             case Rollback(why=why):
-                back = reverse(move, spec, now, cause="rollback")
+                back = reverse(move, spec, now, cause=Cause.ROLLBACK)
                 step.events.append(Event.warning(Reason.MoveRolledBack, f"{node.name}: {why}; returning to {back.target} (move {move.id})"))
                 step.hold_until = now + timedelta(seconds=seconds(spec.drain.timeout))
                 step.actions, step.blocked_by, step.rolled_back = [], [], move
@@ -323,7 +372,7 @@ def _stop(move: MoveRecord, node: NodeView, at: Pass, step: Step, side: str, why
     if pool is not None:  # back in its inference pool, still cordoned: a quarantine
         step.actions.append(inference_shape(spec, node, pool, keep_cordon=True))
     sn = slurm.nodes.get(node.name) if slurm.available else None
-    if side == SLURM and move.target == SLURM and sn is not None and not sn.drain_set:
+    if side == SLURM and move.target == SLURM and sn is not None and not slurmstate.drain_set(sn):
         drain(step, node, drain_reason(move), now)  # held drained until healthy
     where = {SLURM: "stays in Slurm, drained until it is healthy", NONE: "stays unadopted"}.get(
         side, f"stays in {side}, cordoned (uncordon it once it is fixed)")
@@ -332,7 +381,7 @@ def _stop(move: MoveRecord, node: NodeView, at: Pass, step: Step, side: str, why
     return step
 
 
-def reverse(move: MoveRecord, spec: SlurmNodePoolSpec, now: datetime, cause: str) -> MoveRecord:
+def reverse(move: MoveRecord, spec: SlurmNodePoolSpec, now: datetime, cause: Cause) -> MoveRecord:
     """The move back to where `move` came from, through the normal phases."""
     source = move.source
     if source == NONE:  # an adopted node goes back to the most important inference pool
@@ -357,9 +406,9 @@ def _elapsed(move: MoveRecord, now: datetime) -> float:
 # -- to inference
 
 
-def _draining(move, node, slurm: SlurmView, spec, now, step: Step) -> Outcome:
+def _draining(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
     if not slurm.available:
-        step.blocked_by = ["slurm-unavailable"]
+        step.blocked_by = list(SLURM_UNAVAILABLE)
         step.message = f"waiting for Slurm: {slurm.error or 'unavailable'}"
         return WAIT
     if move.source == SLURM and not move.rollback:
@@ -368,43 +417,43 @@ def _draining(move, node, slurm: SlurmView, spec, now, step: Step) -> Outcome:
     if sn is None and move.source == SLURM and not move.rollback:
         # It served Slurm, so Slurm must list it: a wrong Slurm NodeName or a partial answer
         # is no proof that no job runs there. Fail closed: wait and say so (health: SlurmUnlisted).
-        step.blocked_by = ["slurm-unlisted"]
+        step.blocked_by = [Blocker(BlockerKind.SLURM_UNLISTED)]
         step.message = "Slurm does not list the node under its Slurm NodeName (spec.slurm.nodeName); not draining blind"
         return WAIT
     if sn is None:  # never registered (an adopted node, a move to Slurm turned back): nothing to drain
         return Advance(Phase.STOPPING_SLURMD)
     jobs = slurm.jobs_on(node.name)
-    foreign = sn.drain_set and why_not_ours(node, sn)
-    if not sn.drain_set:
+    drain_set = slurmstate.drain_set(sn)
+    foreign = drain_set and why_not_ours(node, sn)
+    if not drain_set:
         drain(step, node, drain_reason(move), now)
         step.message = "draining in Slurm"
     elif foreign:
         step.message = f"already drained by someone else ({sn.reason}: {foreign}); not touching that drain"
-    if sn.drain_set and not sn.busy and not jobs:
+    if slurmstate.drained(sn) and not jobs:
         if foreign:  # the node leaves Slurm drained either way; their drain stays
             step.events.append(Event.warning(Reason.ForeignDrain, f"{node.name} is drained by someone else ({sn.reason}: {foreign}) "
                                 f"during move {move.id}; the move goes on and that drain is left in place"))
         return Advance(Phase.STOPPING_SLURMD)
-    step.blocked_by = [f"job/{j.job_id}" for j in jobs]
+    step.blocked_by = [Blocker(BlockerKind.JOB, j.job_id) for j in jobs]
     if jobs:
         step.message = f"waiting for {len(jobs)} job(s) to leave the node"
-    if _elapsed(move, now) < seconds(spec.drain.timeout):
+    late = _elapsed(move, now) - seconds(spec.drain.timeout)
+    if late < 0:
         return WAIT
     policy = spec.drain.on_timeout
     running = tuple(j.job_id for j in jobs if j.state == "RUNNING")
-    if policy == "Rollback":
+    expiry = expire(policy, Overdue(running, late))
+    if expiry.rollback:
         return Rollback(f"drain timed out after {spec.drain.timeout}")
-    if policy == "Requeue" and running:
-        step.actions.append(Requeue(running))
-        step.events.append(Event.warning(Reason.JobsRequeued, f"{node.name}: drain timed out; requeued job(s) {', '.join(running)}"))
-    elif policy == "Cancel" and running:
-        step.actions.append(Cancel(running))
-        step.events.append(Event.warning(Reason.JobsCancelled, f"{node.name}: drain timed out; cancelled job(s) {', '.join(running)}"))
+    if ended := expiry.ended:
+        step.actions.append(ended.action)
+        step.events.append(Event.warning(ended.reason, f"{node.name}: drain timed out; {ended.verb} job(s) {', '.join(running)}"))
     step.message = f"drain timed out after {spec.drain.timeout} (onTimeout {policy}); " + step.message
     return WAIT
 
 
-def _stopping_slurmd(move, node: NodeView, slurm, spec, now, step: Step) -> Outcome:
+def _stopping_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
     if move.source == SLURM and not move.rollback:
         restore_cordon(node, spec, step, f"during move {move.id} (StoppingSlurmd)")
     pod = node.slurmd_pod
@@ -416,32 +465,32 @@ def _stopping_slurmd(move, node: NodeView, slurm, spec, now, step: Step) -> Outc
     return WAIT
 
 
-def _relabeling(move, node, slurm, spec, now, step: Step) -> Outcome:
+def _relabeling(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
     pool = _pool(spec, pool_of(move.target))
     if pool is None:  # the pool was removed from the spec mid-move: the planner turns the move back
         step.message = f"inference pool {pool_of(move.target)!r} no longer exists"
-        step.blocked_by = ["missing-pool"]
+        step.blocked_by = [Blocker(BlockerKind.MISSING_POOL)]
         return WAIT
     patch = inference_shape(spec, node, pool, keep_cordon=between_pools(move.source, move.target))
     if shaped(node, patch):
         return Advance(Phase.EVICTING_MISFITS) if between_pools(move.source, move.target) else FINISH
     step.actions.append(patch)
     if step.refusal:
-        step.message = step.refusal
+        step.message = str(step.refusal)
     if _bound_reached(move, spec, now):
         return Rollback(f"its labels and taints for {move.target} were not written within {spec.slurm.register_timeout}"
                         + (f" ({step.refusal})" if step.refusal else ""))
     return WAIT
 
 
-def _evicting_misfits(move, node: NodeView, slurm, spec, now, step: Step) -> Outcome:
+def _evicting_misfits(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
     """Pods the new pool's labels and taints would not admit leave through the Eviction API
     (PDBs honoured, never forced); pods that fit stay and keep serving."""
     misfits = [(p, why) for p in node.pods if p.evictable and (why := misfit(p.needs, node.labels, node.taints))]
     if not misfits:
         return FINISH
     step.actions.extend(Evict(p) for p, _ in misfits if not p.deleting)
-    step.blocked_by = [f"pod/{p.key}" for p, _ in misfits]
+    step.blocked_by = [Blocker(BlockerKind.POD, p.key) for p, _ in misfits]
     step.message = f"evicting {len(misfits)} pod(s) that do not fit {move.target} (" + "; ".join(
         f"{p.key}: {why}" for p, why in misfits[:3]) + ")"
     if _elapsed(move, now) >= seconds(spec.drain.eviction_timeout):
@@ -454,7 +503,7 @@ def _evicting_misfits(move, node: NodeView, slurm, spec, now, step: Step) -> Out
 # -- to Slurm
 
 
-def _cordoning(move, node, slurm, spec, now, step: Step) -> Outcome:
+def _cordoning(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
     patch = slurm_shape(spec, node, keep_pool_labels=True, claims_cordon=True)
     if node.unschedulable and node.has_taint(SLURM_TAINT_KEY, "NoSchedule"):
         return Advance(Phase.EVICTING)
@@ -462,13 +511,13 @@ def _cordoning(move, node, slurm, spec, now, step: Step) -> Outcome:
     return WAIT
 
 
-def _evicting(move, node: NodeView, slurm, spec, now, step: Step) -> Outcome:
+def _evicting(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
     restore_cordon(node, spec, step, f"during move {move.id} (Evicting)")
     pending = [p for p in node.pods if p.evictable]
     if not pending:
         return Advance(Phase.STARTING_SLURMD)
     step.actions.extend(Evict(p) for p in pending if not p.deleting)
-    step.blocked_by = [f"pod/{p.key}" for p in pending]
+    step.blocked_by = [Blocker(BlockerKind.POD, p.key) for p in pending]
     step.message = f"evicting {len(pending)} pod(s)"
     if _elapsed(move, now) >= seconds(spec.drain.eviction_timeout):
         if spec.drain.on_eviction_timeout == "Rollback":
@@ -477,35 +526,35 @@ def _evicting(move, node: NodeView, slurm, spec, now, step: Step) -> Outcome:
     return WAIT
 
 
-def _starting_slurmd(move, node: NodeView, slurm: SlurmView, spec, now, step: Step) -> Outcome:
+def _starting_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
     if not slurm.available:
-        step.blocked_by = ["slurm-unavailable"]
+        step.blocked_by = list(SLURM_UNAVAILABLE)
         step.message = f"waiting for Slurm: {slurm.error or 'unavailable'}"
         return WAIT
     # Hold the node drained in Slurm until we have checked it: no job lands before Resuming.
     sn = slurm.nodes.get(node.name)
-    if sn is not None and not sn.drain_set:
+    if sn is not None and not slurmstate.drain_set(sn):
         drain(step, node, drain_reason(move), now)
     patch = slurm_shape(spec, node)
     if not shaped(node, patch):
         step.actions.append(patch)
     pod = node.slurmd_pod
     running = ensure_slurmd_pod(node, step)
-    if running and (sn is None or sn.drain_set) and shaped(node, patch):
+    if running and (sn is None or slurmstate.drain_set(sn)) and shaped(node, patch):
         return Advance(Phase.REGISTERING)
     if pod is not None and pod.deleting:
         step.message = "waiting for an old slurmd pod to go"
     if step.refusal:
-        step.message = step.refusal
+        step.message = str(step.refusal)
     if _bound_reached(move, spec, now):
         return Rollback(f"its slurmd pod did not start within {spec.slurm.register_timeout}"
                         + (f" ({step.refusal})" if step.refusal else f" ({step.message})" if step.message else ""))
     return WAIT
 
 
-def _registering(move, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now, step: Step) -> Outcome:
+def _registering(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
     if not slurm.available:
-        step.blocked_by = ["slurm-unavailable"]
+        step.blocked_by = list(SLURM_UNAVAILABLE)
         step.message = f"waiting for Slurm: {slurm.error or 'unavailable'}"
         return WAIT
     restore_cordon(node, spec, step, f"during move {move.id} (Registering)")
@@ -515,7 +564,7 @@ def _registering(move, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec
     if problem is None:
         return Advance(Phase.RESUMING)
     step.message = f"waiting for slurmd to register: {problem}"
-    step.blocked_by = ["slurmd-registration"]
+    step.blocked_by = [Blocker(BlockerKind.SLURMD_REGISTRATION)]
     if _elapsed(move, now) >= seconds(spec.slurm.register_timeout):
         return Rollback(f"slurmd did not register within {spec.slurm.register_timeout}: {problem}")
     return WAIT
@@ -525,7 +574,7 @@ def _registering(move, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec
 CLOCK_SLACK = timedelta(seconds=5)
 
 
-def stale_slurmd(sn, pod: PodView | None) -> str | None:
+def stale_slurmd(sn: SlurmNode | None, pod: PodView | None) -> str | None:
     """Slurm still counts a stopped slurmd as responding for up to SlurmdTimeout: a node moved out
     and straight back looks registered although the new pod's slurmd never started. Registered
     means a slurmd started no earlier than the pod that should run it."""
@@ -536,12 +585,12 @@ def stale_slurmd(sn, pod: PodView | None) -> str | None:
     return None
 
 
-def usable_problem(sn, spec: SlurmNodePoolSpec) -> str | None:
+def usable_problem(sn: SlurmNode | None, spec: SlurmNodePoolSpec) -> str | None:
     """Why Slurm cannot use the node yet, or None."""
     if sn is None:
         return "Slurm does not know the node"
-    if not sn.responding:
-        return f"state {sn.state}{''.join('+' + f for f in sorted(sn.flags))}"
+    if not slurmstate.responding(sn):
+        return f"state {slurmstate.text(sn)}"
     if spec.slurm.gres and (short := gres_shortfall(spec.slurm.gres, sn.gres)):
         return f"GRES {sn.gres or 'none'} does not meet {spec.slurm.gres} ({short})"
     missing = set(spec.slurm.features) - set(sn.features)
@@ -550,13 +599,13 @@ def usable_problem(sn, spec: SlurmNodePoolSpec) -> str | None:
     return None
 
 
-def _resuming(move, node, slurm: SlurmView, spec, now, step: Step) -> Outcome:
+def _resuming(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
     restore_cordon(node, spec, step, f"during move {move.id} (Resuming)")
     if not slurm.available:
-        step.blocked_by = ["slurm-unavailable"]
+        step.blocked_by = list(SLURM_UNAVAILABLE)
         return WAIT
     sn = slurm.nodes.get(node.name)
-    if sn is None or not sn.drain_set:
+    if sn is None or not slurmstate.drain_set(sn):
         step.drop_claim = True
         return FINISH
     if foreign := why_not_ours(node, sn):
@@ -568,7 +617,7 @@ def _resuming(move, node, slurm: SlurmView, spec, now, step: Step) -> Outcome:
 
 
 # The table of phase functions (the phases themselves are in phases.py).
-PHASE_FUNCTIONS = {
+PHASE_FUNCTIONS: dict[Phase, Callable[[MoveRecord, NodeView, SlurmView, SlurmNodePoolSpec, datetime, Step], Outcome]] = {
     Phase.DRAINING: _draining,
     Phase.STOPPING_SLURMD: _stopping_slurmd,
     Phase.RELABELING: _relabeling,

@@ -25,10 +25,10 @@ from datetime import datetime, timedelta
 
 from slurmbridge.models import SlurmNode
 
+from slurmpool.core import slurmstate
 from slurmpool.core.view import REASON_PREFIX, DrainClaim, NodeView, pool_of
 
 NOT_RESPONDING = " : Not responding"  # what Slurm appends when a drained node stops answering
-VERDICT_FLAGS = frozenset({"INVALID_REG", "INVALID"})  # Slurm's own judgement of the node
 # How far slurmctld's clock may be behind the operator's: a stamp up to this much older than the
 # claim is still this drain (docs/runbook.md: clocks). The exact reason text must match as well, so a drain
 # someone set in this window under our text is the only one misread (and only within it).
@@ -51,10 +51,10 @@ def legacy_claims(node: NodeView) -> tuple[DrainClaim, ...]:
 
 def why_not_ours(node: NodeView, sn: SlurmNode | None) -> str | None:
     """None when Slurm's drain of the node is the operator's; else why not, for people."""
-    if sn is None or not sn.drain_set:
+    if sn is None or not slurmstate.drain_set(sn):
         return "not drained"
-    if VERDICT_FLAGS & sn.flags:
-        return f"Slurm flagged the node {'+'.join(sorted(VERDICT_FLAGS & sn.flags))}"
+    if verdict := slurmstate.verdict(sn):
+        return f"Slurm flagged the node {'+'.join(sorted(verdict))}"
     claims = (node.drain_claim,) if node.drain_claim else legacy_claims(node)
     if not claims:
         return "slurmpool set no drain on this node"

@@ -35,6 +35,14 @@ BETWEEN_POOLS = (Phase.RELABELING, Phase.EVICTING_MISFITS)
 # Phases before anything irreversible (slurmd stopped, slurmd started): a move here can be
 # turned back at once when the split no longer wants it.
 ABORTABLE = frozenset({Phase.DRAINING, Phase.CORDONING, Phase.EVICTING})
+# Where a node with no move in flight is, as the phase column says it (the `phase` label of
+# slurmpool_nodes and slurmpool_gpus, `kubectl slurmpool status`): no Phase, no move is ever in it.
+SETTLED = "Settled"
+
+
+def phase_label(phase: Phase | None) -> str:
+    """A node's phase as the metrics and status tables show it: its move's phase, or SETTLED."""
+    return SETTLED if phase is None else phase.value
 
 
 # ---------------------------------------------------------------- what a phase function answers

@@ -26,9 +26,9 @@ from datetime import datetime
 
 from slurmpool.core import topology
 from slurmpool.core.health import NodeHealth
-from slurmpool.core.models import SlurmNodePoolSpec
+from slurmpool.core.models import InferencePool, SlurmNodePoolSpec
 from slurmpool.core.moves import abortable
-from slurmpool.core.view import LABEL_SIDE, NONE, SLURM, NodeView, SlurmView, counts_at, inference, pool_of, side_of
+from slurmpool.core.view import LABEL_SIDE, NONE, SLURM, Cause, NodeView, SlurmView, counts_at, inference, pool_of, side_of
 
 NEVER = float("inf")
 
@@ -38,7 +38,7 @@ class Start:
     node: str
     source: str
     target: str
-    cause: str  # rebalance | pin | move-now
+    cause: Cause
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def desired_split(
         problems.append(f"the inference pools' minNodes ({floor_sum}) exceed the {rest} inference nodes")
     left = rest
 
-    def fill(pool, up_to: int) -> None:
+    def fill(pool: InferencePool, up_to: int) -> None:
         nonlocal left
         cap = pool.max_nodes if pool.max_nodes is not None else total
         give = max(0, min(min(up_to, cap) - counts[pool.name], left))
@@ -155,7 +155,11 @@ def counted_placement(node: NodeView, valid: set[str]) -> str:
     return NONE
 
 
-def _cost(node: NodeView, slurm: SlurmView, topology_rank: tuple = topology.NO_BLOCK, suspect: bool = False) -> tuple:
+# A node's cost of being moved (see _cost): compared as a whole, lowest first.
+Cost = tuple[int, int, int, str, int, float, str]
+
+
+def _cost(node: NodeView, slurm: SlurmView, topology_rank: topology.Rank = topology.NO_BLOCK, suspect: bool = False) -> Cost:
     """Lower is cheaper to take away from where the node is now: unadopted nodes first, then
     the topology rank (see topology.py), then drained or reserved for the planned handover
     (handover.py), idle, suspect (health.py: down or
@@ -265,7 +269,7 @@ def plan(
         if node.name not in broken:
             count[counted_placement(node, valid)] += 1
 
-    def start(node: NodeView, target: str, cause: str) -> None:
+    def start(node: NodeView, target: str, cause: Cause) -> None:
         source = node.placement if node.placement in valid else NONE
         result.starts.append(Start(node.name, source, target, cause))
         if node.name in keep:
@@ -285,21 +289,21 @@ def plan(
     # A node with an unreadable record is left alone (decide.py reports it), even when pinned.
     for node in sorted((n for n in nodes if n.pin and not n.problems), key=lambda n: n.name):
         if node.move is None and node.pin in valid and node.pin != node.placement and may_force(node) and budget:
-            start(node, node.pin, "pin")
+            start(node, node.pin, Cause.PIN)
             budget -= 1
     # Then move-now requests: a one-shot pin (see move_now_target); the split is unchanged, so
     # the rebalance below sends another node the other way (a swap).
     for node in sorted((n for n in nodes if n.move_now and not n.problems), key=lambda n: n.name):
         want = move_now_target(node, spec, desired, count)
         if node.move is None and want and want != node.placement and node.pin is None and may_force(node) and budget:
-            start(node, want, "move-now")
+            start(node, want, Cause.MOVE_NOW)
             budget -= 1
 
     # Then moves the split no longer wants, still in a phase that changed nothing for good, go
     # back (scale 5 -> 4 -> 5 must not keep draining a busy node).
     desired_with_none = {**desired, NONE: 0}
-    for node in sorted((n for n in nodes if n.move is not None and not n.problems), key=lambda n: n.name):
-        move = node.move
+    under_way = sorted(((n, n.move) for n in nodes if n.move is not None and not n.problems), key=lambda nm: nm[0].name)
+    for node, move in under_way:
         source = move.source if move.source in valid else NONE
         if move.target not in valid:
             # Its inference pool was removed from the spec: whatever the phase, go back where
@@ -309,7 +313,7 @@ def plan(
                 count[NONE] -= 1
                 count[source] += 1
             continue
-        if not abortable(move) or move.rollback or move.cause in ("pin", "move-now"):
+        if not abortable(move) or move.rollback or move.cause in (Cause.PIN, Cause.MOVE_NOW):
             continue
         if count[move.target] > desired[move.target] and count[source] < desired_with_none[source]:
             result.aborts.append(node.name)
@@ -332,7 +336,7 @@ def plan(
         group = n.placement if n.placement in valid else NONE
         if group in by_group:
             by_group[group].append(n)
-    candidates: list[tuple] = []  # costs end with the node's name: unique, so the heap never compares further
+    candidates: list[Cost] = []  # costs end with the node's name: unique, so the heap never compares further
     for group, members in by_group.items():
         costs = (_cost(n, slurm, topo.get(n.name, topology.NO_BLOCK), n.name in health) for n in members)
         # A group gives at most its surplus, and no pass starts more than the budget: only its
@@ -342,13 +346,13 @@ def plan(
         candidates += costs if whole_only else heapq.nsmallest(min(budget, surplus[group]), costs)
     heapq.heapify(candidates)
     block_sizes = topology.whole_block_sizes(spec.topology, movable, lambda n: True, slurm) if whole_only else {}
-    opened: set[str] = set()
+    opened: set[str | None] = set()
     order = itertools.chain.from_iterable(itertools.repeat(g, desired[g] - count[g]) for g in deficits)
     for target in order:
         if not budget:
             break
-        node = None
-        passed_over: list = []
+        chosen: NodeView | None = None
+        passed_over: list[Cost] = []
         while candidates:
             entry = heapq.heappop(candidates)
             cand = by_name[entry[-1]]
@@ -358,20 +362,20 @@ def plan(
                 continue
             if whole_only and group == SLURM and topo.get(cand.name, topology.NO_BLOCK)[0] == 1:
                 block = topology.block_of(spec.topology, cand, slurm)
-                if block not in opened and surplus.get(group, 0) < block_sizes.get(block, 1):
+                if block not in opened and surplus.get(group, 0) < (1 if block is None else block_sizes.get(block, 1)):
                     continue  # moving it would break a block that cannot move whole
                 opened.add(block)
             if surplus.get(group, 0) > 0 and group != target:
-                node = cand
+                chosen = cand
                 surplus[group] -= 1
                 break
         for entry in passed_over:
             heapq.heappush(candidates, entry)
-        if node is None:
+        if chosen is None:
             if candidates:
                 continue
             break
-        start(node, target, "rebalance")
+        start(chosen, target, Cause.REBALANCE)
         budget -= 1
     return result
 

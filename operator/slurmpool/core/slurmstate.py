@@ -48,12 +48,14 @@ def parked(sn: SlurmNode) -> bool:
 
 
 def usable(sn: SlurmNode) -> bool:
-    """A job could be given the node now, busy or idle: responding and not drained."""
-    return responding(sn) and not drain_set(sn)
+    """Slurm may give the node to a job, busy or idle: not drained, not DOWN, UNKNOWN, FUTURE or
+    NOT_RESPONDING. A node powered down without a drain (`idle~`) is usable: Slurm powers it up
+    for the job it chose (power_save.shtml), so it is capacity Slurm already has."""
+    return not drain_set(sn) and "NOT_RESPONDING" not in sn.flags and sn.state not in UNREACHABLE_STATES
 
 
 def idle(sn: SlurmNode) -> bool:
-    """Usable and holding no job (the caller also checks squeue: scontrol can lag it)."""
+    """Usable and holding no job, `idle~` included (the caller also checks squeue: scontrol can lag it)."""
     return sn.state == "IDLE" and usable(sn) and not busy(sn)
 
 
@@ -63,8 +65,16 @@ def drained(sn: SlurmNode) -> bool:
 
 
 def down(sn: SlurmNode) -> bool:
-    """Slurm cannot reach or will not use the node: not responding, or FAIL."""
-    return not responding(sn) or FAILED in sn.flags or sn.state == FAILED
+    """Slurm cannot reach or will not use the node: DOWN, UNKNOWN or FUTURE, not responding, or
+    FAIL. Power saving is no failure: a node powered down, or on its way down or up, has no slurmd
+    to answer (Slurm itself marks it DOWN if it does not come back within ResumeTimeout)."""
+    return sn.state in UNREACHABLE_STATES or (powered(sn) and not responding(sn)) or FAILED in sn.flags or sn.state == FAILED
+
+
+def resumable(sn: SlurmNode) -> bool:
+    """A drain on the node may be lifted without sending jobs to a dead node: a slurmd answers,
+    or Slurm parked it (power saving powers it up when a job wants it)."""
+    return responding(sn) or parked(sn)
 
 
 def verdict(sn: SlurmNode) -> frozenset[str]:

@@ -13,7 +13,7 @@ from slurmpool.core.events import Event
 from slurmpool.core.health import NodeHealth
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import SlurmNodePoolSpec, SlurmNodePoolStatus
-from slurmpool.core.moves import Step
+from slurmpool.core.moves import Refusal, Step
 from slurmpool.core.planner import Start
 from slurmpool.core.handover import HandoverPlan
 from slurmpool.core.target import Decision
@@ -65,7 +65,7 @@ class PoolDecision:
 @dataclass
 class ApplyResult:
     errors: list[str] = field(default_factory=list)  # actions that failed (retried next pass)
-    refused: dict[str, str] = field(default_factory=dict)  # node -> an eviction refused (a PDB), or a write (moves.REFUSED)
+    refused: dict[str, str | Refusal] = field(default_factory=dict)  # node -> an eviction refused (a PDB), or a write refused
     unwritten: set[str] = field(default_factory=set)  # nodes whose record could not be written
     acted: bool = False  # something was done that the next observation may show done
     slurm_changed: bool = False  # a Slurm update was sent: the next pass polls Slurm afresh

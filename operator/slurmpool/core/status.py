@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Literal
 
 from slurmpool.core.models import (
     Condition,
@@ -18,9 +19,9 @@ from slurmpool.core.models import (
 )
 from slurmpool.core import health as healthmod
 from slurmpool.core import slurmnames
+from slurmpool.core.forecast import draining_out_of_slurm, forecast
 from slurmpool.core.health import NodeHealth
-from slurmpool.core.moves import REFUSED
-from slurmpool.core.phases import Phase
+from slurmpool.core.moves import Blocker, BlockerKind, Refusal
 from slurmpool.core.snapshot import ApplyResult, PoolDecision, PoolSnapshot
 from slurmpool.core.view import LABEL_COMPONENT, LABEL_POOL, SLURM, MoveRecord, NodeView, counts_at, inference, iso, side_of
 
@@ -52,7 +53,7 @@ class Observed:
     slurm_error: str | None = None
     errors: list[str] = field(default_factory=list)  # actions that failed this round
     missing: list[str] = field(default_factory=list)  # deleted Nodes whose slurmd pod is kept
-    blocked: dict[str, tuple[list[str], str]] = field(default_factory=dict)  # node -> (blocked_by, message)
+    blocked: dict[str, tuple[list[Blocker], str]] = field(default_factory=dict)  # node -> (what its move waits for, message)
     invalid: list[InvalidRecord] = field(default_factory=list)  # nodes left alone: unreadable records
     health: dict[str, NodeHealth] = field(default_factory=dict)  # nodes with findings (health.py)
     held: list[str] = field(default_factory=list)  # unhealthy nodes whose pin or move-now waits
@@ -72,11 +73,11 @@ def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult
                  for node, problems in sorted(decision.invalid.items()) for p in problems],
         health=decision.health,
         held=decision.held,
-        refusals={n: why for n, why in result.refused.items() if why.startswith(REFUSED)},
+        refusals={n: str(why) for n, why in result.refused.items() if isinstance(why, Refusal)},
         free_at=draining_forecast(decision.nodes_after, snap),
     )
     for name, step in decision.steps.items():
-        message = result.refused.get(name) or step.message
+        message = str(result.refused.get(name) or step.message)
         if step.blocked_by or message:
             seen.blocked[name] = (step.blocked_by, message)
     previous = snap.previous.conditions if snap.previous else []
@@ -91,16 +92,16 @@ def draining_forecast(nodes: list[NodeView], snap: PoolSnapshot) -> dict[str, st
     """node -> when it will be free, for each node draining out of Slurm with jobs on it: the latest
     end of its jobs by their time limits (RFC 3339), or 'unlimited' when one has none. Not `now`
     for an idle node (it is about to leave): the status changes only when the jobs do."""
-    draining = [n for n in nodes if n.move is not None and n.move.source == SLURM and n.move.phase == Phase.DRAINING]
+    draining = draining_out_of_slurm(nodes)
     if not draining or not snap.slurm.available:
         return {}
     # Slurm read by Node name, as decide reads it (a pool's Slurm names may differ: slurmnames.py).
     slurm = slurmnames.by_node(snap.slurm, slurmnames.names_of(snap.spec.slurm, snap.nodes))
     out = {}
     for node in draining:
-        ends = [j.end_time for j in slurm.jobs_on(node.name)]
-        if ends:
-            out[node.name] = "unlimited" if any(end is None for end in ends) else iso(max(ends))
+        jobs = forecast(node.name, slurm)
+        if jobs.busy:
+            out[node.name] = iso(jobs.last_end) if jobs.last_end is not None else "unlimited"
     return out
 
 
@@ -128,7 +129,7 @@ class Verdict:
 
 def set_condition(conditions: list[Condition], type_: str, verdict: Verdict, now: datetime, generation: int | None) -> list[Condition]:
     """Replace one condition, keeping lastTransitionTime while its status holds."""
-    value = "True" if verdict.status else "False"
+    value: Literal["True", "False"] = "True" if verdict.status else "False"
     old = next((c for c in conditions if c.type == type_), None)
     since = old.last_transition_time if old and old.status == value else iso(now)
     new = Condition(
@@ -147,6 +148,7 @@ def status_from(
 ) -> SlurmNodePoolStatus:
     name, generation = basis.name, basis.generation
     moves: list[MoveStatus] = []
+    waiting: dict[str, list[Blocker]] = {}  # node -> the jobs or pods its move waits for
     ready = {SLURM: 0, **{inference(p): 0 for p in basis.pools}}
     moving = dict.fromkeys(ready, 0)
     unhealthy = dict.fromkeys(ready, 0)  # settled or moving there: never counted as ready capacity
@@ -163,15 +165,18 @@ def status_from(
         if move.target in moving:
             moving[move.target] += 1
         blocked_by, message = seen.blocked.get(node.name, ([], ""))
+        blocked_by = blocked_by[:20]
+        if workload := [b for b in blocked_by if b.workload]:
+            waiting[node.name] = workload
         moves.append(
             MoveStatus(
                 node=node.name,
                 move_id=move.id,
-                from_=move.source,
+                from_=move.source,  # type: ignore[call-arg]  # by field name (populate_by_name); mypy knows the alias only
                 to=move.target,
                 phase=move.phase,
                 since=iso(move.since),
-                blocked_by=blocked_by[:20],
+                blocked_by=[str(b) for b in blocked_by],
                 message=message[:512],
                 free_at=seen.free_at.get(node.name),
             )
@@ -187,7 +192,7 @@ def status_from(
         )
         for p in basis.pools
     ]
-    blocked = [m for m in moves if any(b.startswith(("job/", "pod/")) for b in m.blocked_by)]
+    blocked = [(m, waiting[m.node]) for m in moves if m.node in waiting]
     status = SlurmNodePoolStatus(
         observed_generation=generation,
         selected_nodes=len(nodes),
@@ -221,12 +226,13 @@ def _side(node: NodeView) -> str:
 def _split_reached(basis: StatusBasis, status: SlurmNodePoolStatus) -> bool:
     """Every side at its desired count: of healthy nodes with `health.replace`, else of all its
     nodes (an unhealthy node still counts on its side, though never as ready)."""
-    def have(side) -> int:
+    def have(side: SideCounts | PoolCounts) -> int:
         return side.ready + (0 if basis.replace else side.unhealthy)
     return have(status.slurm) == status.slurm.desired and all(have(p) == p.desired for p in status.inference.pools)
 
 
-def _conditions(basis: StatusBasis, status: SlurmNodePoolStatus, seen: Observed, blocked, previous, now) -> list[Condition]:
+def _conditions(basis: StatusBasis, status: SlurmNodePoolStatus, seen: Observed, blocked: list[tuple[MoveStatus, list[Blocker]]],
+                previous: list[Condition], now: datetime) -> list[Condition]:
     generation = basis.generation
     c = list(previous)
     degraded = []
@@ -257,8 +263,8 @@ def _conditions(basis: StatusBasis, status: SlurmNodePoolStatus, seen: Observed,
         generation,
     )
     if blocked:
-        parts = [f"{m.node} ({m.phase}): {', '.join(b for b in m.blocked_by if b.startswith(('job/', 'pod/')))}" for m in blocked]
-        reason = "EvictionRefused" if any(b.startswith("pod/") for m in blocked for b in m.blocked_by) else "JobsRunning"
+        parts = [f"{m.node} ({m.phase}): {', '.join(str(b) for b in workload)}" for m, workload in blocked]
+        reason = "EvictionRefused" if any(b.kind == BlockerKind.POD for _, workload in blocked for b in workload) else "JobsRunning"
         c = set_condition(c, "DrainBlocked", Verdict(True, reason, "; ".join(parts)), now, generation)
     else:
         c = set_condition(c, "DrainBlocked", Verdict(False, "NotBlocked"), now, generation)

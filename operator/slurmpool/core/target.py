@@ -8,8 +8,8 @@
      another one takes over): then the schedule rules again. A manual change outside
      windows simply is the base until the next window opens.
 2. **Demand** (when `spec.demand` is set and enabled) adjusts the base within its bounds
-   (demand.py); every new base resets it and restarts its cooldown, so a person's or a
-   window's count holds at least one cooldown.
+   (core/demand/: its sources, then its decision); every new base resets it and restarts its
+   cooldown, so a person's or a window's count holds at least one cooldown.
 3. Per-pool counts go the same way: the spec's `inference.pools[].nodes`, replaced for
    the pools a window names (`schedule[].inference`) while its count is the base, then
    raised by demand's counts for pools whose pods wait (`status.target.inference`).
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, Literal
 
 from slurmpool.core import schedule as sched
 from slurmpool.core.demand import Base, DemandOutcome, Signals, decide_demand
@@ -48,7 +49,7 @@ class Decision:
         return self.status.inference
 
 
-def author(managed_fields: list[dict] | None) -> str | None:
+def author(managed_fields: list[dict[str, Any]] | None) -> str | None:
     """The field manager that last wrote spec.slurmNodes (kubectl, kubectl-client-side-apply,
     a controller's name...), with its operation; None when unknown."""
     best: tuple[str, str] | None = None
@@ -107,6 +108,7 @@ def decide_target(
 
     # -- the base: a held manual change, else the open window, else spec.slurmNodes
     pool_counts = {p.name: p.nodes for p in spec.inference.pools if p.nodes is not None}
+    source: Literal["Manual", "Schedule"]
     if active and manual_until is None:
         count, note = _clamp_to_floors(spec, total, active.slurm_nodes)
         w = spec.schedule[active.index]
@@ -120,7 +122,7 @@ def decide_target(
         source, since, who = "Manual", manual_since, by
         # A change of the spec's pool counts is a new base too: demand starts over from it.
         base_key = f"manual:{iso(manual_since)}:{spec.slurm_nodes}" + "".join(f":{k}={v}" for k, v in sorted(pool_counts.items()))
-        if active:
+        if active and manual_until is not None:  # a window is open: only a held manual change is the base
             reason = f"spec.slurmNodes set by {by or 'unknown'} during window {active.name}; holds until {iso(manual_until)}"
         elif spec.schedule:
             reason = f"spec.slurmNodes (set by {by or 'unknown'}): no schedule window open"
@@ -163,8 +165,8 @@ def decide_target(
             target.inference[name] = max(n, target.inference.get(name, 0))
         if outcome.changed:
             events.append(Event.normal(Reason.DemandChanged, outcome.message))
-        seen = set(prev_demand.unstartable_jobs) if prev_demand is not None else set()
-        if fresh := [why for why in outcome.status.unstartable_jobs if why not in seen]:
+        reported = set(prev_demand.unstartable_jobs) if prev_demand is not None else set()
+        if fresh := [why for why in outcome.status.unstartable_jobs if why not in reported]:
             events.append(Event.warning(Reason.UnstartableJobs, "no split of this pool could start: " + "; ".join(fresh) + " (not counted as demand)"))
         if outcome.slurm_nodes != base:
             target.slurm_nodes = outcome.slurm_nodes

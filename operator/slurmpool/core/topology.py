@@ -29,7 +29,8 @@ from collections.abc import Callable, Collection, Iterable
 from slurmpool.core.models import TopologySpec
 from slurmpool.core.view import SLURM, NodeView, SlurmView
 
-NO_BLOCK = (1 << 30, 0, "")  # ranks are (tier, order, block)
+Rank = tuple[int, int, str]  # (tier, order, block)
+NO_BLOCK: Rank = (1 << 30, 0, "")
 
 
 def block_of(topology: TopologySpec, node: NodeView, slurm: SlurmView | None = None) -> str | None:
@@ -69,7 +70,7 @@ def ranks(
     placement_of: Callable[[NodeView], str],
     movable: Callable[[NodeView], bool],
     broken: Collection[str] = (),
-) -> dict[str, tuple]:
+) -> dict[str, Rank]:
     """node -> a rank tuple that sorts before the planner's own cost (lower moves first)."""
     if not topology.enabled:
         return {}
@@ -101,7 +102,7 @@ def ranks(
     whole_out = sorted((-b.movable_in_slurm, block) for block, b in blocks.items() if b.whole)
     broken_out = sorted((-b.movable_in_slurm, block) for block, b in blocks.items() if not b.whole)
     into = sorted((len(b.elsewhere), block) for block, b in blocks.items() if b.elsewhere and b.joinable)
-    out: dict[str, tuple] = {}
+    out: dict[str, Rank] = {}
     # Already broken: taking its nodes costs no whole block. The one with most movable nodes
     # first, taken whole before the next: a block broken only by a broken node is whole again
     # once that node is fixed, if its other nodes are still in Slurm.

@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from enum import StrEnum
 from functools import cached_property
+from typing import Any
 
 from pydantic import BaseModel, ValidationError, model_validator
 
 from slurmbridge.models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
 
+from slurmpool.core import slurmstate
 from slurmpool.core.fit import PodNeeds
 from slurmpool.core.phases import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, Phase
 # Placements are parsed and printed in placement.py only; re-exported here for every caller.
-from slurmpool.core.placement import NONE, SLURM, Direction, Placement, Side, inference, placement_problem, pool_of, side_of  # noqa: F401
+from slurmpool.core.placement import (  # noqa: F401
+    NONE as NONE, SLURM as SLURM, Direction as Direction, Placement as Placement, Side as Side, inference as inference, placement_problem as placement_problem, pool_of as pool_of, side_of as side_of,
+)
 
 PREFIX = "slurmpool.io"
 ANN_POOL = f"{PREFIX}/pool"  # namespace/name of the pool that owns the node
@@ -34,7 +39,7 @@ ANN_SETTLED = f"{PREFIX}/settled-at"  # when the node last settled at its placem
 ANN_DRAIN = f"{PREFIX}/drain"  # JSON DrainClaim: the Slurm drain the operator set (ownership.py)
 ANN_FORCE = f"{PREFIX}/force"  # on-call: "true" lets a pin or move-now move an unhealthy node
 # "true": the node was already cordoned by someone else when a move took it to Slurm; that cordon
-# is theirs, so it stays when the node returns to inference (apply.shape_write).
+# is theirs, so it stays when the node returns to inference (moves.inference_shape; patch.py writes it).
 ANN_CORDON_KEPT = f"{PREFIX}/cordon-kept"
 LABEL_SIDE = f"{PREFIX}/side"  # "slurm" or "inference": for selectors and humans
 LABEL_POOL = f"{PREFIX}/pool"  # on slurmd pods: the owning SlurmNodePool's name
@@ -75,7 +80,7 @@ MAX_RECORD_CHARS = 4096  # a record the operator writes is ~300 characters
 MAX_RECORD_DEPTH = 4  # and flat: one object of strings
 
 
-def json_object(text: str) -> dict:
+def json_object(text: str) -> dict[str, Any]:
     """An annotation's JSON object; ValueError with a message for people otherwise. Anyone with
     Node patch rights can write these: a huge or deeply nested value is refused before parsing
     (json.loads of 1,000 nested arrays raised RecursionError, which escaped the Node watch)."""
@@ -125,6 +130,18 @@ class RecordProblem:
         return f"{self.annotation}: {self.message}"
 
 
+class Cause(StrEnum):
+    """Why a move started: the record's `cause`, the `cause` label of slurmpool_moves_started_total
+    and the plan's `cause` column. The planner starts moves for the first three; a move turned
+    back is a new move, for one of the last two."""
+
+    REBALANCE = "rebalance"  # the split (manual, schedule or demand) wants it
+    PIN = "pin"  # slurmpool.io/pin names another placement
+    MOVE_NOW = "move-now"  # slurmpool.io/move-now asks for it
+    ROLLBACK = "rollback"  # its move failed (a timeout, refused evictions): back the way it came
+    ABORT = "abort"  # the split no longer wants a move still abortable: back the way it came
+
+
 class MoveRecord(BaseModel):
     """A move in flight, stored as JSON in the node's slurmpool.io/move annotation."""
 
@@ -134,7 +151,7 @@ class MoveRecord(BaseModel):
     phase: Phase
     since: datetime  # start of the current phase
     started: datetime
-    cause: str = "rebalance"  # rebalance | pin | rollback
+    cause: Cause = Cause.REBALANCE
     rollback: bool = False
 
     @property
@@ -177,7 +194,7 @@ class MoveRecord(BaseModel):
             return None
 
 
-def _short(err: ValidationError, body: dict) -> str:
+def _short(err: ValidationError, body: dict[str, Any]) -> str:
     parts = []
     for e in err.errors()[:3]:
         field_ = ".".join(str(p) for p in e["loc"])
@@ -263,14 +280,14 @@ class NodeView:
     name: str
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
-    taints: tuple[dict, ...] = ()
+    taints: tuple[dict[str, str], ...] = ()
     unschedulable: bool = False
     ready: bool = True
     pods: tuple[PodView, ...] = ()
     gpus: int = 0  # allocatable nvidia.com/gpu (metrics only)
     conditions: tuple[NodeCondition, ...] = ()  # status.conditions (health.py)
     flagged: tuple[RecordProblem, ...] = ()  # problems only the pool's spec reveals (decide.py)
-    # metadata.resourceVersion: the precondition of a write of its taints (apply.shape_write).
+    # metadata.resourceVersion: the precondition of a write of its taints (patch.shape_write).
     # Not compared: a new version alone changes nothing the operator decides on.
     version: str = field(default="", compare=False)
 
@@ -358,8 +375,8 @@ class SlurmView:
     reservations: tuple[SlurmReservation, ...] | None = None
     reservations_error: str | None = None
     reservations_api: bool = True  # False: this access cannot list or create reservations (slurmrestd < v0.0.43)
-    max_times: dict = field(default_factory=dict, compare=False)  # partition -> MaxTime (None: UNLIMITED), read with the reservations
-    _blocks: dict = field(default_factory=dict, compare=False, repr=False)  # level -> {node: block}
+    max_times: dict[str, timedelta | None] = field(default_factory=dict, compare=False)  # partition -> MaxTime (None: UNLIMITED), read with the reservations
+    _blocks: dict[int, dict[str, str]] = field(default_factory=dict, compare=False, repr=False)  # level -> {node: block}
 
     def has_pending(self, partition: str | None) -> bool:
         """Were the partition's pending jobs read? A view without them is no "no demand"."""
@@ -394,14 +411,14 @@ class SlurmView:
 
     @cached_property
     def not_responding(self) -> frozenset[str]:
-        """Reported nodes Slurm cannot reach (down, unknown, not responding). Sets computed once
+        """Reported nodes no slurmd answers for (slurmstate.responding). Sets computed once
         per poll: the planner asks for every node of every pool on this Slurm."""
-        return frozenset(name for name, sn in self.nodes.items() if not sn.responding)
+        return frozenset(name for name, sn in self.nodes.items() if not slurmstate.responding(sn))
 
     @cached_property
     def drain_flagged(self) -> frozenset[str]:
         """Reported nodes with Slurm's DRAIN flag set (draining or drained)."""
-        return frozenset(name for name, sn in self.nodes.items() if sn.drain_set)
+        return frozenset(name for name, sn in self.nodes.items() if slurmstate.drain_set(sn))
 
     @cached_property
     def unusable(self) -> frozenset[str]:

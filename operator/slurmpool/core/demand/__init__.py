@@ -1,0 +1,36 @@
+"""Demand: grow the side that waits for GPUs, within bounds, without flapping. Pure.
+
+The sources, read each pass (`SOURCES`: one module each, in this order):
+- `slurm_jobs`: jobs pending in the pool's Slurm partition that more nodes would start (waiting
+  reasons, gang jobs larger than the usable nodes, idle nodes deducted); jobs no split of the
+  pool could start are reported, never counted.
+- `gpu_pods`: unschedulable pods asking for nvidia.com/gpu that fit an inference pool, each for
+  the highest-priority pool it fits.
+Each yields `Want`s (want.py): what its waiting work wants from one side, and from which named
+pools. A new source (DRA claims, pod groups...) is one more module and one more entry here;
+the decision (decision.py: hysteresis, cooldown, bounds, whenBothWant, per-pool counts) adds
+up the wants of every source and reads nothing else of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from slurmpool.core.demand import gpu_pods, slurm_jobs
+from slurmpool.core.demand.decision import Base, DemandOutcome, Placed, Signals, bounds, decide_demand, placed
+from slurmpool.core.demand.pendingpod import PendingPod
+from slurmpool.core.demand.want import Seen, Source, Want, gpus_per_node
+from slurmpool.core.models import SlurmNodePoolSpec
+from slurmpool.core.view import NodeView, SlurmView
+
+__all__ = [
+    "SOURCES", "Base", "DemandOutcome", "PendingPod", "Placed", "Signals", "Want", "bounds", "decide_demand", "signals",
+]
+
+SOURCES: tuple[Source, ...] = (slurm_jobs.wants, gpu_pods.wants)
+
+
+def signals(spec: SlurmNodePoolSpec, nodes: Sequence[NodeView], slurm: SlurmView, pending: Sequence[PendingPod]) -> Signals:
+    """Every source's wants this pass, and where the pool's nodes are."""
+    seen = Seen(spec, nodes, slurm, pending, gpus_per_node(spec))
+    return Signals(tuple(w for source in SOURCES for w in source(seen)), placed(nodes))

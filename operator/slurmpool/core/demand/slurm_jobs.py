@@ -1,0 +1,118 @@
+"""Demand source: jobs pending in Slurm that more nodes would start. Pure.
+
+Jobs PENDING in `spec.slurm.partition` that want GPUs and whose reason means "waits for
+nodes" (`job_waits_for_nodes`: Resources, Priority, ReqNodeNotAvail, NodeDown,
+PartitionNodeLimit and the desc "Nodes required for job are DOWN, DRAINED or reserved..." in
+every spelling squeue, scontrol and slurmrestd print; not jobs held, waiting on a dependency,
+a begin time or a limit: more nodes would not start those). A job that asks for more nodes
+than the pool's usable Slurm nodes (a gang job while nodes are parked for inference) needs its
+node count less those usable nodes, busy or not; the other jobs need max(ceil(their GPUs / GPUs
+per node), the largest one's node count) less the idle Slurm nodes. Slurm's want is the larger
+of the two. A job no split of the pool could start (more nodes than the pool has, more GPUs per
+node than its nodes have, BadConstraints) is reported (`unstartable`), never counted.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from collections.abc import Sequence
+
+from slurmbridge.models import SlurmJob
+
+from slurmpool.core import slurmstate
+from slurmpool.core.demand.want import Seen, Want
+from slurmpool.core.placement import SLURM, Side
+from slurmpool.core.view import NodeView, SlurmView
+
+# A pending job's reason, normalised (lower case, "_" as " "), that more nodes could end. Slurm
+# prints a job's state_desc instead of its reason when one is set: squeue %r and slurmrestd's
+# state_description as is, scontrol with "_" for " " (fixtures: tests/fixtures/pending_reasons).
+# The desc "Nodes required for job are DOWN, DRAINED[, REBOOTING] or reserved for jobs in higher
+# priority partitions" (job_scheduler.c) is WAIT_RESOURCES: the partition lacks undrained nodes,
+# the usual state while nodes are parked for inference. PartitionNodeLimit: more nodes than the
+# partition has now (dynamic nodes leave it while parked). Others (Dependency, BeginTime,
+# JobHeldUser, QOS and association limits, PartitionDown...) are not demand for nodes.
+WAITING_REASONS = (
+    "resources",
+    "priority",
+    "reqnodenotavail",
+    "nodes required for job are down",
+    "nodedown",
+    "partitionnodelimit",
+)
+# Reasons by which Slurm says the job can never run as configured: reported, never counted.
+NEVER_REASONS = ("badconstraints",)
+COUNTED_REASONS = WAITING_REASONS + NEVER_REASONS
+
+
+@lru_cache(maxsize=4096)
+def _normal(reason: str) -> str:
+    """The reason in one spelling. Cached: every pass reads every pending job's reason, and a
+    queue of 100,000 jobs has a few dozen distinct ones."""
+    return " ".join(reason.replace("_", " ").split()).lower()
+
+
+def job_waits_for_nodes(reason: str) -> bool:
+    """Does this reason, in any of Slurm's spellings, mean that more nodes could start the job?"""
+    return _normal(reason).startswith(WAITING_REASONS)
+
+
+def never_starts(job: SlurmJob, pool_nodes: int, gpn: int) -> str | None:
+    """Why no split of a pool of `pool_nodes` nodes with `gpn` GPUs each could start the job, or None."""
+    if _normal(job.reason).startswith(NEVER_REASONS):
+        return f"job {job.job_id}: Slurm says it can never run as configured ({job.reason})"
+    if job.num_nodes > pool_nodes:
+        return f"job {job.job_id}: asks for {job.num_nodes} nodes, the pool has {pool_nodes}"
+    if job.gpus_per_node > gpn:
+        return f"job {job.job_id}: asks for {job.gpus_per_node} GPUs per node, the pool's nodes have {gpn}"
+    return None
+
+
+def want(waiting: int, gpus: int, nodes: int, gang: int, unstartable: tuple[str, ...] = ()) -> Want:
+    """Slurm's want: `nodes` for the jobs that fit the usable nodes (idle ones deducted), `gang`
+    for the largest job that does not."""
+    gang_text = f", one asks for {gang} node(s) more than Slurm has usable" if gang else ""
+    return Want(Side.SLURM, max(0, nodes, gang), waiting, gpus, f"{waiting} pending job(s) want {gpus} GPU(s){gang_text}",
+                unstartable=unstartable)
+
+
+def wants(seen: Seen) -> list[Want]:
+    """The source (an entry of SOURCES): what the pool's pending jobs want from Slurm."""
+    gpn = seen.gpus_per_node
+    candidates = _pending(seen.slurm.jobs, seen.spec.slurm.partition)
+    unstartable = {j.job_id: why for j in candidates if (why := never_starts(j, len(seen.nodes), gpn))}
+    jobs = [j for j in candidates if j.job_id not in unstartable] if unstartable else candidates
+    if not jobs and not unstartable:
+        return []
+    usable, idle = _usable_and_idle(seen.nodes, seen.slurm)
+    fitting = [j for j in jobs if j.num_nodes <= usable]
+    packed = max([math.ceil(sum(j.gpus_wanted for j in fitting) / gpn)] + [j.num_nodes for j in fitting]) if fitting else 0
+    gang = max((j.num_nodes - usable for j in jobs if j.num_nodes > usable), default=0)
+    reported = tuple(why for _, why in sorted(unstartable.items()))
+    return [want(len(jobs), sum(j.gpus_wanted for j in jobs), packed - idle, gang, reported)]
+
+
+def _pending(jobs: Sequence[SlurmJob], partition: str) -> list[SlurmJob]:
+    """The partition's pending GPU jobs that wait for nodes or never start."""
+    return [
+        j
+        for j in jobs
+        if j.state == "PENDING"
+        and j.gpus_per_node * j.num_nodes > 0
+        and partition in j.partition.split(",")
+        and _normal(j.reason).startswith(COUNTED_REASONS)
+    ]
+
+
+def _usable_and_idle(nodes: Sequence[NodeView], slurm: SlurmView) -> tuple[int, int]:
+    """Settled Slurm nodes a job could get, busy or idle (usable), and those idle with no job."""
+    usable = idle = 0
+    if not slurm.available:
+        return 0, 0
+    for node in nodes:
+        sn = slurm.nodes.get(node.name) if node.move is None and node.placement == SLURM else None
+        if sn is not None and slurmstate.usable(sn):
+            usable += 1
+            idle += slurmstate.idle(sn) and not slurm.jobs_on(node.name)
+    return usable, idle
