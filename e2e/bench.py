@@ -196,7 +196,7 @@ def bench_fragmentation(cases: int = 200) -> None:
         spec = make_spec(slurm_nodes=len(nodes) - k, max_moves=100)
         spec.topology.block_label = "blk"
         moved = {s.node for s in plan(spec, nodes, view, NOW).starts}
-        got = whole_slurm_blocks(spec.topology, nodes, view, lambda n: "inference:default" if n.name in moved else n.placement)
+        got = whole_slurm_blocks(spec.topology, nodes, view, lambda n, moved=moved: "inference:default" if n.name in moved else n.placement)
         best = max(
             whole_slurm_blocks(spec.topology, nodes, view, lambda n, c=set(c): "inference:default" if n.name in c else n.placement)
             for c in itertools.combinations([n.name for n in nodes], k)

@@ -168,7 +168,7 @@ def draw_timeseries(ax, series, unit: str, stacked: bool, columns: int) -> None:
 
 def draw_state_timeline(ax, series, mappings: dict) -> None:
     true_color = mappings.get("1", {}).get("color", PALETTE[3])
-    for row, (name, points) in enumerate(series):
+    for row, (_, points) in enumerate(series):
         for (ta, va), (tb, _) in zip(points, points[1:]):
             if va == 1:
                 ax.axvspan(ta, tb, ymin=(len(series) - row - 0.9) / len(series),

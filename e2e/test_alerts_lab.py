@@ -85,7 +85,7 @@ class AlertWatch:
         self._thread.join(5)
 
     def matching(self, name: str, **labels: str) -> list[tuple]:
-        return [k for k in self.seen if dict(k)["alertname"] == name and all(dict(k).get(l) == v for l, v in labels.items())]
+        return [k for k in self.seen if dict(k)["alertname"] == name and all(dict(k).get(label) == v for label, v in labels.items())]
 
     def fired_at(self, name: str, after: float, **labels: str) -> float | None:
         times = [t for k in self.matching(name, **labels) for t, s in self.seen[k] if s == "firing" and t >= after]

@@ -78,12 +78,12 @@ def test_a_corrupt_record_on_one_node_leaves_the_rest_of_the_pool_moving(lab):
             assert BAD in degraded["message"] and annotation in degraded["message"], degraded
             invalid = pool_status(lab, "records").get("invalidRecords")
             assert [(r["node"], r["annotation"]) for r in invalid] == [(BAD, annotation)], invalid
-            warnings = wait(lambda: events(lab, "InvalidNodeRecord", since), 10, what=f"{kind}: the InvalidNodeRecord Event")
+            warnings = wait(lambda since=since: events(lab, "InvalidNodeRecord", since), 10, what=f"{kind}: the InvalidNodeRecord Event")
             assert any(BAD in m and annotation in m for m in warnings), warnings
             # fixed by hand: the pool is whole again and says so
             lab.kubectl("annotate", "node", BAD, "--overwrite", f"{annotation}={fix}" if fix else f"{annotation}-")
             wait(lambda: condition(lab, "records", "Degraded").get("status") == "False", 30, what=f"{kind}: Degraded to clear")
-            assert wait(lambda: events(lab, "NodeRecordFixed", since), 10, what="NodeRecordFixed")
+            assert wait(lambda since=since: events(lab, "NodeRecordFixed", since), 10, what="NodeRecordFixed")
             assert annotations(lab)[BAD].get("slurmpool.io/placement") == "slurm"
     finally:
         op.stop()

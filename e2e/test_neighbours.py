@@ -254,7 +254,7 @@ def test_another_writers_taints_labels_and_cordon_survive_rounds_of_moves(lab, o
     try:
         for i, slurm in enumerate(rounds):
             writes = neighbour.writes
-            wait(lambda: neighbour.writes >= writes + 20 or neighbour.errors, 120, what="the neighbour's writes between rounds")
+            wait(lambda writes=writes: neighbour.writes >= writes + 20 or neighbour.errors, 120, what="the neighbour's writes between rounds")
             if i == 1:  # all in inference: one cordon of theirs that must come back from Slurm with the node
                 neighbour.halt()
                 neighbour.cordon("gpu05")
@@ -262,7 +262,7 @@ def test_another_writers_taints_labels_and_cordon_survive_rounds_of_moves(lab, o
             scale(lab, slurm)
             # a node the neighbour cordoned in inference is the planner's first victim; it is still a
             # node that serves: the split is reached with it
-            wait(lambda: split_reached(lab, POOL, slurm), 300, what=f"split {slurm}/{8 - slurm} under a neighbour's writes")
+            wait(lambda slurm=slurm: split_reached(lab, POOL, slurm), 300, what=f"split {slurm}/{8 - slurm} under a neighbour's writes")
     finally:
         neighbour.halt()
     took = time.monotonic() - started

@@ -289,7 +289,7 @@ def test_the_policies_are_the_charts_and_type_check(lab, oncall):
         for key in ("failurePolicy", "matchConditions", "variables", "validations", "policyName", "validationActions"):
             assert live["spec"].get(key) == obj["spec"].get(key), (obj["metadata"]["name"], key)
         if obj["kind"] == "ValidatingAdmissionPolicy":
-            status = wait(lambda: (st := get_json(lab, kind, obj["metadata"]["name"]).get("status") or {})
+            status = wait(lambda kind=kind, obj=obj, live=live: (st := get_json(lab, kind, obj["metadata"]["name"]).get("status") or {})
                           .get("observedGeneration") == live["metadata"]["generation"] and st, 30, what="type checking")
             assert not (status.get("typeChecking") or {}).get("expressionWarnings"), status
     assert {p["metadata"]["name"] for p in admission_objects()} == {RECORDS, VALUES, ONCALL_POLICY, POOL_POLICY, ONCALL_POOL}

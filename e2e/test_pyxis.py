@@ -12,7 +12,6 @@ local image checks the path a pulled image takes after the pull (docs/install.md
 from __future__ import annotations
 
 import base64
-import os
 import re
 import secrets
 import shutil

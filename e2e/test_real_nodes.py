@@ -432,7 +432,7 @@ def test_each_real_node_moves_both_ways_under_the_installed_operator(lab, real, 
             chart.values["nodeSelector"] = {"slurmpool.io/real": "true", "kubernetes.io/hostname": other}
             chart.values["tolerations"] = [TOLERATE_REAL, {"key": "slurmpool.io/inference", "operator": "Exists"}]
             chart.run("upgrade", "--force-conflicts")
-            wait(lambda: operator_pod(chart)["spec"]["nodeName"] == other, 120, what=f"the operator pod on {other}")
+            wait(lambda other=other: operator_pod(chart)["spec"]["nodeName"] == other, 120, what=f"the operator pod on {other}")
         move_both_ways(lab, images, chart, node)
 
 

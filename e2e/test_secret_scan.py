@@ -69,7 +69,7 @@ def test_no_secret_text_anywhere(lab):
             manifest["spec"]["slurm"]["access"] = access
             apply(lab, manifest)
         for name, (_, named) in POOLS.items():
-            condition = wait(lambda: (c := degraded(lab, name)) and named in c["message"] and c, 120,
+            condition = wait(lambda name=name, named=named: (c := degraded(lab, name)) and named in c["message"] and c, 120,
                              what=f"{name} Degraded naming {named}")
             print(f"{name}: {condition['reason']}: {condition['message'][:200]}")
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -51,7 +50,7 @@ from harness import (
     wait,
     wait_crd_established,
 )
-from identity import OPERATOR_NAMESPACE, TOLERATE_REAL, apply_admission_policies, apply_operator_rbac, chart_values, port_offset
+from identity import OPERATOR_NAMESPACE, apply_admission_policies, apply_operator_rbac, chart_values
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "deploy" / "helm" / "slurmpool"

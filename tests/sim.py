@@ -17,10 +17,27 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 from slurmbridge import SlurmJob, SlurmNode
-from slurmpool.core.moves import Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, Pass, PatchNode, Requeue, Resume, advance
-from slurmpool.core.view import ANN_DRAIN, ANN_MOVE, ANN_PLACEMENT, DrainClaim, MoveRecord, NodeView, PodView, SlurmView
+from slurmpool.core.interfaces import PoolRef
+from slurmpool.core.moves import Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, Pass, PatchNode, Requeue, Resume, Step, advance
+from slurmpool.core.patch import VIEWED, after, node_patch
+from slurmpool.core.view import DrainClaim, MoveRecord, NodeView, PodView, SlurmView
 
 VERSIONS = ("22.05", "24.11")
+POOL = PoolRef("ns", "gpu", "uid")
+
+
+def merged(node: NodeView, patch: dict) -> NodeView:
+    """The Node once the apiserver took the operator's merge patch (core/patch.py's node_patch: record
+    and shape in one request), as the next pass reads it. The record it shows is checked against the
+    core's own `after`, the view a pass decides on after the step: the two must never disagree."""
+    meta, spec = patch.get("metadata", {}), patch.get("spec", {})
+    labels = {k: v for k, v in {**node.labels, **meta.get("labels", {})}.items() if v is not None}
+    annotations = {k: v for k, v in {**node.annotations, **meta.get("annotations", {})}.items() if v is not None}
+    written = replace(node, labels=labels, annotations=annotations, taints=tuple(spec.get("taints", node.taints)),
+                      unschedulable=spec.get("unschedulable", node.unschedulable))
+    seen = after(node, patch).annotations
+    assert {k: v for k, v in annotations.items() if k in VIEWED} == {k: v for k, v in seen.items() if k in VIEWED}, patch
+    return written
 
 
 @dataclass
@@ -134,28 +151,12 @@ class World:
                 self.node = replace(self.node, pods=self.node.pods + (pod,))
         elif isinstance(action, DeleteSlurmdPod):
             self.node = replace(self.node, pods=tuple(replace(p, deleting=True) if p.slurmd else p for p in self.node.pods))
-        elif isinstance(action, PatchNode):
-            labels = dict(self.node.labels)
-            for k, v in action.labels.items():
-                if v is None:
-                    labels.pop(k, None)
-                else:
-                    labels[k] = v
-            cordon = self.node.unschedulable if action.unschedulable is None else action.unschedulable
-            self.node = replace(self.node, labels=labels, taints=action.taints, unschedulable=cordon)
+        else:
+            assert not isinstance(action, PatchNode), "a node's shape is written with its record: write(node_patch(...))"
 
-    def record(self, move: MoveRecord | None, settled: str | None, step=None) -> None:
-        ann = dict(self.node.annotations)
-        ann.pop(ANN_MOVE, None)
-        if move:
-            ann[ANN_MOVE] = move.to_annotation()
-        if settled:
-            ann[ANN_PLACEMENT] = settled
-        if step is not None and step.claim:
-            ann[ANN_DRAIN] = step.claim.to_annotation()
-        elif step is not None and step.drop_claim:
-            ann.pop(ANN_DRAIN, None)
-        self.node = replace(self.node, annotations=ann)
+    def write(self, patch: dict) -> None:
+        """The operator's node patch (record and shape), as apply.py sends it."""
+        self.node = merged(self.node, patch)
 
 
 SLURM_ACTIONS = (Drain, Resume, Requeue, Cancel)
@@ -172,14 +173,13 @@ def run_move(world: World, spec, now: datetime, rounds=40, crash_at: int | None 
             return world
         world.clock = now
         step = advance(move, world.node, Pass(world.view(), spec, now))
-        world.record(step.move, step.settled, step)
+        world.write(node_patch(POOL, world.node, step, now))
         groups = [
-            [a for a in step.actions if isinstance(a, PatchNode)],
             [a for a in step.actions if isinstance(a, SLURM_ACTIONS)],
             [a for a in step.actions if not isinstance(a, (PatchNode, *SLURM_ACTIONS))],
         ]
         if i == crash_at:
-            groups = groups[: 2 if crash_keeps_slurm else 1]
+            groups = groups[: 1 if crash_keeps_slurm else 0]
         for group in groups:
             for action in group:
                 world.apply(action)
@@ -191,15 +191,15 @@ def run_move(world: World, spec, now: datetime, rounds=40, crash_at: int | None 
 def parked(node: NodeView, slurm_node: SlurmNode, pool: str, at: datetime) -> tuple[NodeView, SlurmNode]:
     """A node slurmpool parked in inference: its claim on the Node, its drain in Slurm."""
     reason = f"slurmpool: moving to inference:{pool}"
-    claim = DrainClaim(reason, at)
-    node = replace(node, annotations={**node.annotations, ANN_DRAIN: claim.to_annotation()})
+    node = merged(node, node_patch(POOL, node, Step(None, claim=DrainClaim(reason, at)), at))
     return node, replace(slurm_node, flags=slurm_node.flags | {"DRAIN"}, reason=reason, reason_user="root", reason_time=at)
 
 
 def start(world: World, source: str, target: str, now: datetime) -> None:
     from slurmpool.core.moves import first_phase
 
-    world.record(MoveRecord(id="m1", source=source, target=target, phase=first_phase(target, source), since=now, started=now), None)
+    move = MoveRecord(id="m1", source=source, target=target, phase=first_phase(target, source), since=now, started=now)
+    world.write(node_patch(POOL, world.node, Step(move), now))
 
 
 @dataclass
@@ -218,11 +218,10 @@ class PoolWorld:
         return SlurmView(True, nodes=nodes, jobs=tuple(j for w in self.worlds.values() for j in w.jobs))
 
     def snapshot(self):
-        from slurmpool.core.interfaces import PoolRef
         from slurmpool.core.snapshot import PoolSnapshot
 
         nodes = tuple(w.node for w in self.worlds.values())
-        return PoolSnapshot(pool=PoolRef("ns", "gpu", "uid"), spec=self.spec, nodes=nodes, slurm=self.view(), now=self.now, previous=self.status)
+        return PoolSnapshot(pool=POOL, spec=self.spec, nodes=nodes, slurm=self.view(), now=self.now, previous=self.status)
 
     def run(self, passes: int = 30) -> None:
         from slurmpool.core.decide import decide
@@ -237,11 +236,10 @@ class PoolWorld:
                 world.clock = self.now
             for name, step in decision.steps.items():
                 world = self.worlds[name]
-                world.record(step.move, step.settled, step)
-                for kind in ((PatchNode,), SLURM_ACTIONS):
-                    for action in step.actions:
-                        if isinstance(action, kind):
-                            world.apply(action)
+                world.write(decision.patches.get(name, {}))
+                for action in step.actions:
+                    if isinstance(action, SLURM_ACTIONS):
+                        world.apply(action)
                 for action in step.actions:
                     if not isinstance(action, (PatchNode, *SLURM_ACTIONS)):
                         world.apply(action)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from slurmpool.core.demand import Base, PendingPod, decide_demand, signals
 from slurmpool.core.fit import PodNeeds, misfit, needs_of
 from slurmpool.core.models import SlurmNodePoolSpec
-from slurmpool.core.moves import Drain, Pass, Resume, advance, disturbed_pods, first_phase
+from slurmpool.core.moves import Pass, advance, disturbed_pods, first_phase
 from slurmpool.core.placement import Side
 from slurmpool.core.planner import Goal, desired_split, plan
 from slurmpool.core.target import decide_target

@@ -42,7 +42,7 @@ def post(answers, calls: int) -> FakeCore:
         adapter._later_pool = ThreadPoolExecutor(1)
         adapter._events = asyncio.Queue()
         adapter._events.put_nowait(kube._queued_event(NODE, "Normal", "MoveCompleted", "m"))
-        worker = asyncio.create_task(adapter._post_events(retry_for=5.0))
+        worker = asyncio.create_task(adapter._post_events(adapter._events, retry_for=5.0))
         while adapter.core.calls < calls:
             await _real_sleep(0.01)
         await _real_sleep(0.05)  # a further call, if the worker wrongly made one, is seen

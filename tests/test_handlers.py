@@ -10,6 +10,7 @@ import kopf
 from slurmbridge.backoff import Backoff
 from slurmpool.controller import handlers, records
 from slurmpool.controller.pools import PoolController, PoolState
+from slurmpool.controller.services import Services
 from slurmpool.controller.settings import Settings
 from slurmpool.controller.workqueue import WorkQueue
 
@@ -18,11 +19,16 @@ from .slurmfake import Refusing
 
 
 class Recorder:
+    api = None  # the watches the controller makes are never started here
+
     def __init__(self):
         self.events: list[tuple[str, str]] = []
 
     async def event(self, obj, type_, reason, message):
         self.events.append((reason, message))
+
+    async def patch_pool_status(self, pool, status):
+        return None
 
 
 class Leader:
@@ -40,9 +46,7 @@ class Queue(WorkQueue):
 
 def controller_for(pools=None, access=None) -> PoolController:
     settings = Settings(backoff_base=1, backoff_max=8)
-    controller = PoolController(settings, Recorder(), Leader(), access, queue=Queue(), backoff=Backoff(1, 8, jitter=0))
-    controller.pools_index = pools or {}
-    return controller
+    return PoolController(settings, Services(Recorder(), Leader(), access), pools or {}, queue=Queue(), backoff=Backoff(1, 8, jitter=0))
 
 
 def test_a_failing_pool_gets_one_event_per_distinct_error_and_backs_off(monkeypatch):
@@ -76,7 +80,7 @@ def test_the_pass_backoff_is_jittered_never_longer_than_its_bound(monkeypatch):
     for _ in range(5):
         asyncio.run(controller.reconcile_key(("ns", "gpu")))
     assert controller.queue.scheduled == [0.8, 1.6, 3.2, 6.4, 6.4]
-    assert PoolController(Settings(), Recorder(), Leader(), None).backoff.jitter > 0  # jitter on by default
+    assert PoolController(Settings(), Services(Recorder(), Leader(), None), {}).backoff.jitter > 0  # jitter on by default
 
 
 def test_a_replica_that_does_not_lead_only_looks_again_later(monkeypatch):

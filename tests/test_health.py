@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from slurmpool.core import health as H
@@ -390,8 +390,7 @@ def test_with_replace_the_healthy_slurm_count_reaches_the_target_whenever_infere
     spec = spec.model_copy(update={"max_concurrent_moves": 1000})
     health = _health(spec, nodes, slurm)
     result = plan(spec, nodes, slurm, NOW, health=health)
-    if result.problems:
-        return
+    assume(not result.problems)
     broken = {n for n, h in health.items() if h.unhealthy}
     healthy = [n for n in nodes if n.name not in broken]
     where = {n.name: current_placement(n) for n in healthy}
@@ -399,17 +398,21 @@ def test_with_replace_the_healthy_slurm_count_reaches_the_target_whenever_infere
         where[s.node] = s.target
     slurm_after = sum(1 for p in where.values() if p == SLURM)
     floor = max(spec.min_inference_nodes, sum(p.min_nodes for p in spec.inference.pools))
-    if len(healthy) < spec.min_slurm_nodes + floor:
-        return  # both floors cannot hold with the healthy nodes: replace stands aside
+    assume(len(healthy) >= spec.min_slurm_nodes + floor)  # else both floors cannot hold: replace stands aside
     want = min(spec.slurm_nodes, len(healthy) - floor)
     # the other side can give when its healthy, movable nodes cover the gap
     givers = sum(1 for n in healthy if current_placement(n) != SLURM and n.name not in health)
     have = sum(1 for n in healthy if current_placement(n) == SLURM)
     suspects_in_slurm = sum(1 for n in healthy if current_placement(n) == SLURM and n.name in health)
-    if want >= have and givers >= want - have:
-        assert slurm_after == want
-    elif want < have and have - suspects_in_slurm >= have - want:
-        assert slurm_after == want
+    # Every example: toward the target, never past it. Onto it whenever the other side can give.
+    if want >= have:
+        assert have <= slurm_after <= want, (have, slurm_after, want)
+        if givers >= want - have:
+            assert slurm_after == want
+    else:
+        assert want <= slurm_after <= have, (have, slurm_after, want)
+        if have - suspects_in_slurm >= have - want:
+            assert slurm_after == want
 
 
 # ---------------------------------------------------------------- whole passes: health drains both ways

@@ -14,10 +14,9 @@ import time
 
 from slurmbridge.backoff import Backoff
 from slurmpool.adapters import metrics
-from slurmpool.adapters.kube import NodeWatch, PodWatch
-from slurmpool.adapters.statuswriter import StatusWriter
 from slurmpool.controller import records
 from slurmpool.controller.pools import PoolController
+from slurmpool.controller.services import Services
 from slurmpool.controller.settings import Settings
 from slurmpool.controller.workqueue import WorkQueue
 from slurmpool.core.interfaces import PoolRef
@@ -33,6 +32,8 @@ NAMES = ("gpu01", "gpu02", "gpu03", "gpu04")
 
 class Kube:
     """The API server: Nodes as they really are (the watch shows them late, or not at all)."""
+
+    api = None  # the controller's watches are fed by hand (_replace), never started
 
     def __init__(self):
         self.nodes = {n: NodeView(n, labels={"gpu": "true"}, ready=True, gpus=8) for n in NAMES}
@@ -66,6 +67,9 @@ class Kube:
         return None
 
     async def event(self, *args):
+        return None
+
+    async def patch_pool_status(self, pool, status):
         return None
 
 
@@ -109,12 +113,9 @@ def test_a_relist_landing_during_the_slurm_poll_does_not_let_the_pass_start_agai
     async def scenario():
         kube, access = Kube(), Access()
         settings = Settings(pool_policy=PoolPolicy(image_prefixes=("slurmd:",)))
-        controller = PoolController(settings, kube, Leader(), access, queue=WorkQueue(), backoff=Backoff(1, 8, jitter=0))
-        controller.nodes, controller.pods = NodeWatch(None, controller.node_changed), PodWatch(None, lambda _: None)
-        controller.status = StatusWriter(lambda *_: asyncio.sleep(0))
         spec = make_spec(slurm_nodes=0, max_moves=4).model_dump(by_alias=True, exclude_none=True)
         raw = {"spec": spec, "uid": "u1", "generation": 1, "status": {}}
-        controller.pools_index = {KEY: [raw]}
+        controller = PoolController(settings, Services(kube, Leader(), access), {KEY: [raw]}, queue=WorkQueue(), backoff=Backoff(1, 8, jitter=0))
         pool = PoolRef(*KEY, "u1", 1)
         controller.nodes._replace(dict(kube.nodes), began=time.monotonic())  # the first list
 

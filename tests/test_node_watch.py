@@ -37,10 +37,10 @@ def test_a_list_replaces_the_nodes_and_wakes_only_what_changed():
     async def scenario():
         changed: list[str] = []
         watch = NodeWatch(None, changed.append)
-        watch._loop = asyncio.get_running_loop()  # as start() sets it, without the thread
+        loop = asyncio.get_running_loop()  # as start() hands it to the thread
         watch.PAGE = 2
         watch.core = Core(["a", "b", "c"])
-        assert await asyncio.to_thread(watch._list) == "42"
+        assert await asyncio.to_thread(watch._list, loop) == "42"
         await asyncio.sleep(0)  # the loop applies the list
         assert watch.listed.is_set() and sorted(watch.nodes) == ["a", "b", "c"] and sorted(changed) == ["a", "b", "c"]
         assert watch.core.calls == [(2, None), (2, "2")]  # by pages
@@ -49,7 +49,7 @@ def test_a_list_replaces_the_nodes_and_wakes_only_what_changed():
         # A relist after a lost watch: "b" is gone, "d" is new, "a" and "c" did not change.
         changed.clear()
         watch.core = Core(["a", "c", "d"])
-        await asyncio.to_thread(watch._list)
+        await asyncio.to_thread(watch._list, loop)
         await asyncio.sleep(0)
         assert sorted(watch.nodes) == ["a", "c", "d"] and sorted(changed) == ["b", "d"]
         watch._set("a", None)  # a DELETED event
@@ -83,10 +83,10 @@ def test_a_pod_deleted_while_the_watch_was_away_is_gone_after_the_next_list():
     async def scenario():
         woken: list[str] = []
         watch = PodWatch(None, woken.append)
-        watch._loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         watch.core = PodCore([pod("server", "gpu01"), pod("other", "gpu02"), pod("waiting", gpus=8, unschedulable=True),
                               pod("cpu-only", unschedulable=True)])
-        await asyncio.to_thread(watch._list)
+        await asyncio.to_thread(watch._list, loop)
         await asyncio.sleep(0)
         assert watch.listed.is_set() and [p.name for p in watch.on("gpu01")] == ["server"]
         assert [p.name for p in watch.pending.values()] == ["waiting"]  # a pod that asks for no GPU is no demand
@@ -94,7 +94,7 @@ def test_a_pod_deleted_while_the_watch_was_away_is_gone_after_the_next_list():
         # The watch was lost; meanwhile "server" was deleted and "waiting" was scheduled on gpu03.
         woken.clear()
         watch.core = PodCore([pod("other", "gpu02"), pod("waiting", "gpu03", gpus=8)])
-        await asyncio.to_thread(watch._list)
+        await asyncio.to_thread(watch._list, loop)
         await asyncio.sleep(0)
         assert watch.on("gpu01") == () and "gpu01" not in watch.by_node
         assert [p.name for p in watch.on("gpu03")] == ["waiting"] and watch.pending == {}

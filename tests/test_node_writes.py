@@ -1,5 +1,5 @@
 """The operator's Node writes own only what is the operator's: another writer's taints, labels
-and cordon survive them (apply.shape_write, apply._write_node), whatever happened between the
+and cordon survive them (patch.shape_write, apply._write_node), whatever happened between the
 pass's read and its write."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from slurmpool.controller.apply import ApplyContext, apply
-from slurmpool.core.patch import node_patch, rebuilt, shape_write
+from slurmpool.core.patch import node_patch, rebuilt, shape_of, shape_write
 from slurmpool.core.decide import decide
 from slurmpool.core.interfaces import Conflict, PoolRef
 from slurmpool.core.moves import Pass, PatchNode, Step, advance, inference_shape, slurm_shape
@@ -126,7 +126,7 @@ def test_a_cordon_lifted_before_a_conflict_is_ours_on_the_rebuilt_write():
     first = node_patch(POOL, before, step, NOW)
     assert first["metadata"]["annotations"][ANN_CORDON_KEPT] == "true"  # theirs, as the pass saw it
     current = replace(before, unschedulable=False, version="2")
-    again = rebuilt(before, current, step, first)
+    again = rebuilt(before, current, step, shape_of(step), first)
     assert again["spec"]["unschedulable"] is True and ANN_CORDON_KEPT not in again["metadata"]["annotations"]
     assert again["metadata"]["resourceVersion"] == "2"
     assert {k: v for k, v in again["metadata"]["annotations"].items()} == {

@@ -91,14 +91,10 @@ class PoolModel(RuleBasedStateMachine):
         decision = decide(snap)
         for world in self.worlds.values():
             world.clock = self.now + self.skew  # Slurm stamps its reasons by its own clock
-        for name, step in decision.steps.items():
+        for name in decision.steps:
             if name in self.refused:  # the node patch refused: no other step for it this pass (apply.py)
                 continue
-            world = self.worlds[name]
-            world.record(step.move, step.settled, step)
-            for action in step.actions:
-                if isinstance(action, PatchNode):
-                    world.apply(action)
+            self.worlds[name].write(decision.patches.get(name, {}))  # the record and shape, as apply.py sends them
         if self.crash != "after-patch":
             for name, step in decision.steps.items():
                 if name not in self.refused:

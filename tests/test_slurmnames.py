@@ -9,7 +9,7 @@ import pytest
 from slurmbridge import SlurmJob
 
 from slurmpool.core.moves import Drain
-from slurmpool.core.slurmnames import by_node, names_of, slurm_name
+from slurmpool.core.slurmnames import by_node, slurm_name
 from slurmpool.core.view import ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node

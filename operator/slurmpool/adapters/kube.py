@@ -73,7 +73,6 @@ class ListWatch:
         self.core = client.CoreV1Api(api)
         self.listed = asyncio.Event()
         self.list_began = 0.0  # monotonic time the last full list that is in began (a consistent read)
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._relist = threading.Event()
         self._stream: watch.Watch | None = None
 
@@ -101,17 +100,17 @@ class ListWatch:
             self._stream.stop()
 
     def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        threading.Thread(target=self._run, name=f"{self.KIND.lower()}-watch", daemon=True).start()
+        loop = asyncio.get_running_loop()  # the thread hands every change to it
+        threading.Thread(target=self._run, args=(loop,), name=f"{self.KIND.lower()}-watch", daemon=True).start()
 
-    def _run(self) -> None:
+    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
         failures = 0
         while True:
             try:
-                version = self._list()
+                version = self._list(loop)
                 failures = 0
                 while not self._relist.is_set():
-                    version = self._watch(version)
+                    version = self._watch(loop, version)
             except Exception as err:  # noqa: BLE001 - relist after any failure, as kopf does
                 gone = isinstance(err, ApiException) and err.status == 410  # too old a version: relist now
                 if not gone:
@@ -121,7 +120,7 @@ class ListWatch:
                     log.warning("watch of %s failed (%s); listing again in %.1f s", self.KIND, err, delay)
                     threading.Event().wait(delay)
 
-    def _list(self) -> str:
+    def _list(self, loop: asyncio.AbstractEventLoop) -> str:
         self._relist.clear()
         began = time.monotonic()
         views: dict[str, Any] = {}
@@ -134,10 +133,10 @@ class ListWatch:
             token = page["metadata"].get("continue")
             if not token:
                 break
-        self._loop.call_soon_threadsafe(self._replace, views, began)
+        loop.call_soon_threadsafe(self._replace, views, began)
         return page["metadata"]["resourceVersion"]
 
-    def _watch(self, version: str) -> str:
+    def _watch(self, loop: asyncio.AbstractEventLoop, version: str) -> str:
         self._stream = watch.Watch()
         stream = self._stream.stream(
             self._list_call(), resource_version=version, allow_watch_bookmarks=True, timeout_seconds=self.WATCH_SECONDS,
@@ -147,9 +146,9 @@ class ListWatch:
             body = event["object"]
             version = body["metadata"].get("resourceVersion") or version
             if event["type"] in ("ADDED", "MODIFIED"):
-                self._loop.call_soon_threadsafe(self._set, self._key(body), self._reduce(body))
+                loop.call_soon_threadsafe(self._set, self._key(body), self._reduce(body))
             elif event["type"] == "DELETED":
-                self._loop.call_soon_threadsafe(self._set, self._key(body), None)
+                loop.call_soon_threadsafe(self._set, self._key(body), None)
         return version
 
 
@@ -324,7 +323,7 @@ def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: st
 
 
 class KubeAdapter:
-    """Implements reconcile.Kube over the kubernetes client, off the event loop."""
+    """Implements interfaces.Kube over the kubernetes client, off the event loop."""
 
     def __init__(self, api_client: client.ApiClient | None = None):
         self.api = api_client or client.ApiClient()
@@ -337,7 +336,7 @@ class KubeAdapter:
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.requests = 0  # API requests made (the benchmark counts them per reconcile)
-        self._events: asyncio.Queue | None = None
+        self._events: asyncio.Queue[tuple[Any, ...]] | None = None  # made with its workers, by the first Event
         self._events_unposted = 0
         self._event_tasks: list[asyncio.Task] = []
 
@@ -441,7 +440,7 @@ class KubeAdapter:
         (kopf.event only works inside kopf's own handler tasks, not in our loop.)"""
         if self._events is None:
             self._events = asyncio.Queue(maxsize=EVENT_QUEUE)
-            self._event_tasks = [asyncio.create_task(self._post_events()) for _ in range(EVENT_WORKERS)]
+            self._event_tasks = [asyncio.create_task(self._post_events(self._events)) for _ in range(EVENT_WORKERS)]
         try:
             self._events.put_nowait(_queued_event(obj, type_, reason, message))
             self._events_unposted += 1
@@ -465,14 +464,14 @@ class KubeAdapter:
             log.warning("stopping with %d Events not posted after %.0f s", left, timeout)
         return left
 
-    async def _post_events(self, retry_for: float = 120.0) -> None:
+    async def _post_events(self, events: asyncio.Queue[tuple[Any, ...]], retry_for: float = 120.0) -> None:
         while True:
-            item = await self._events.get()
+            item = await events.get()
             try:
                 await self._post_event(*_event_body(*item), retry_for)
             finally:
                 self._events_unposted -= 1
-                self._events.task_done()
+                events.task_done()
 
     async def _post_event(self, namespace: str, body: dict, retry_for: float) -> None:
         delays, waited = EVENT_BACKOFF.delays(), 0.0

@@ -126,6 +126,8 @@ class LeaderElector:
                     return False
                 raise
         spec = lease.spec
+        if spec is None:  # a Lease made without one by someone else: not taken (ensure logs it)
+            raise ValueError("the Lease has no spec")
         holder = spec.holder_identity
         if holder != self.identity and not self._expired(spec):
             return False

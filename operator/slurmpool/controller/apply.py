@@ -288,4 +288,4 @@ async def _write_node(kube: Kube, before: NodeView, step: Step, patch: dict) -> 
             current = await kube.read_node(before.name)
             if current is None:
                 raise
-            patch = rebuilt(before, current, step, patch)
+            patch = rebuilt(before, current, step, shape, patch)

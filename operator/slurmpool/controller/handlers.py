@@ -1,6 +1,6 @@
 """The kopf layer: kopf's index of SlurmNodePools and its events, startup and cleanup. Everything
-else is the controller's (pools.py: the services, each pool's state and its pass), made once at
-startup and kept as `memo.controller`.
+else is the controller's (pools.py: each pool's state and its pass; services.py: the adapters it
+uses), made once at startup and kept as `memo.controller`.
 
 Why not kopf timers: kopf puts a finalizer on every object with a timer or daemon, so deleting a
 pool would hang while the operator is down; each pool is a key in a work queue instead.
@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import copy
 import logging
+from typing import Any
 
 import kopf
 
 from slurmpool.controller.pools import PoolController
+from slurmpool.controller.services import Services
 from slurmpool.controller.settings import Settings
 from slurmpool.core.models import GROUP, PLURAL, VERSION
 from slurmpool.core.target import author
@@ -45,7 +47,9 @@ async def pool_changed(memo: kopf.Memo, type, namespace, name, body, **_):
 
 
 @kopf.on.startup()
-async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, pools_index, **_):
+async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
+    # kopf hands each index in by its function's name; its ActivityFn Protocol has no slot for one.
+    pools_index = kwargs["pools_index"]
     # Watches can stall silently; bound them so kopf re-lists (nolar/kopf#585).
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300
@@ -58,7 +62,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, pools_index,
     settings.posting.level = logging.INFO
     # `slurmpool run` hands its settings in kopf's memo; read here only when kopf runs the module itself.
     config = memo.get("settings") or Settings.from_env()
-    memo.controller = PoolController.connect(config, _api_client(), pools_index)
+    memo.controller = PoolController(config, Services.connect(config, _api_client()), pools_index)
     memo.controller.start()
 
 

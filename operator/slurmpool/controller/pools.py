@@ -1,5 +1,5 @@
-"""The controller: the services every pass uses, each pool's state, and the pass of one pool:
-snapshot -> decide -> apply -> status.
+"""The controller: each pool's state, and the pass of one pool: snapshot -> decide -> apply ->
+status (the adapters it uses: services.py).
 
 Each pool is reconciled on its own (workqueue.py): after a watch event that can make progress
 possible (a Node or a pod of its nodes changed, its spec changed), at once after a pass that
@@ -13,21 +13,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
 from pydantic import ValidationError
 
 from slurmbridge.backoff import Backoff
 
 from slurmpool.adapters import metrics
-from slurmpool.adapters.access import SlurmAccessPool, lists_reservations
-from slurmpool.adapters.kube import KubeAdapter, NodeWatch, PodWatch
-from slurmpool.adapters.leader import Lease, LeaderElector
+from slurmpool.adapters.access import lists_reservations
+from slurmpool.adapters.kube import NodeWatch, PodWatch
 from slurmpool.adapters.statuswriter import StatusWriter
 from slurmpool.controller import poolmetrics, records, reports, snapshots
 from slurmpool.controller.apply import ApplyContext, apply
 from slurmpool.controller.freshness import SlurmFreshness
+from slurmpool.controller.services import Services
 from slurmpool.controller.settings import Settings
 from slurmpool.controller.workqueue import WorkQueue, run_workers
 from slurmpool.core.decide import decide
@@ -42,6 +44,7 @@ from slurmpool.core.status import build_status
 log = logging.getLogger("slurmpool")
 QUICK_INTERVAL = 0.2  # seconds: the next look of a pool whose move waits on Slurm (freshness.waiting_on_slurm)
 Key = tuple[str, str]  # (namespace, name)
+PoolsIndex = Mapping[Key, Iterable[dict[str, Any]]]  # kopf's index of the pools: key -> a store of one body (handlers.pools_index)
 EVENT_FLUSH_SECONDS = 5.0  # of the pod's 30 s grace: the Events queued when SIGTERM came
 
 
@@ -60,35 +63,24 @@ class PoolState:
 
 class PoolController:
     """One per operator process (handlers.py makes it at startup). `pools_index`: kopf's index of
-    the SlurmNodePools; Nodes and pods come from `nodes` and `pods`, watches of our own."""
+    the SlurmNodePools. Complete once made: what calls back into the controller (the Node and pod
+    watches of our own, the status writer) is made here, with it; the rest comes in `services`."""
 
-    def __init__(self, settings: Settings, kube: KubeAdapter, leader: LeaderElector, access: SlurmAccessPool,
-                 queue: WorkQueue | None = None, backoff: Backoff | None = None):
-        self.settings, self.kube, self.leader, self.access = settings, kube, leader, access
-        self.queue = queue if queue is not None else WorkQueue()
+    def __init__(self, settings: Settings, services: Services, pools_index: PoolsIndex,
+                 queue: WorkQueue[Key] | None = None, backoff: Backoff | None = None):
+        self.settings, self.pools_index = settings, pools_index
+        self.kube, self.leader, self.access = services.kube, services.leader, services.access
+        self.queue: WorkQueue[Key] = queue if queue is not None else WorkQueue()
         self.backoff = backoff if backoff is not None else Backoff(settings.backoff_base, settings.backoff_max)
         self.membership = Membership(exclude_control_plane=not settings.pool_policy.allow_control_plane)
-        self.status: StatusWriter | None = None
-        self.nodes: NodeWatch | None = None
-        self.pods: PodWatch | None = None
-        self.pools_index: dict = {}
+        self.status = StatusWriter(self.kube.patch_pool_status, self.status_failed)
+        self.nodes = NodeWatch(self.kube.api, self.node_changed)
+        self.pods = PodWatch(self.kube.api, self.kick_node)
         self.pools: dict[Key, PoolState] = {}
-        self.published: dict = {}  # node -> Slurm state last published on it (apply.py)
+        self.published: dict[str, tuple[str, float]] = {}  # node -> Slurm state last published on it, and when (apply.py)
         self.written = records.Written()  # node records not yet back through the Node watch
         self.indexed = asyncio.Event()  # kopf's indexes are filled
-        self.tasks: list[asyncio.Task] = []
-
-    @classmethod
-    def connect(cls, settings: Settings, api_client, pools_index) -> PoolController:
-        kube = KubeAdapter(api_client)
-        leader = LeaderElector(kube.api, Lease(namespace=settings.lease_namespace, identity=settings.identity,
-                                               duration=settings.lease_duration, renew_every=settings.lease_renew))
-        controller = cls(settings, kube, leader, SlurmAccessPool(kube.read_secret))
-        controller.status = StatusWriter(kube.patch_pool_status, controller.status_failed)
-        controller.nodes = NodeWatch(kube.api, controller.node_changed)
-        controller.pods = PodWatch(kube.api, controller.kick_node)
-        controller.pools_index = pools_index
-        return controller
+        self.tasks: list[asyncio.Task[None]] = []
 
     def state(self, key: Key) -> PoolState:
         return self.pools.setdefault(key, PoolState())
@@ -101,8 +93,7 @@ class PoolController:
     async def close(self) -> None:
         for task in self.tasks:
             task.cancel()
-        if self.status is not None:
-            self.status.close()
+        self.status.close()
         await self.kube.flush_events(EVENT_FLUSH_SECONDS)
         await self.access.close()
 

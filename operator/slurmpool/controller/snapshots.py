@@ -5,7 +5,7 @@ and how fresh the poll must be is freshness.py's to say."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import NoReturn
@@ -95,7 +95,7 @@ class Sources:
 
     nodes: dict  # node name -> the NodeWatch's store of its view
     pods: PodWatch
-    pools: dict  # kopf's index of the pools
+    pools: Mapping  # kopf's index of the pools
     membership: Membership  # with fresh selectors
     access: SlurmAccessPool
     status: StatusWriter

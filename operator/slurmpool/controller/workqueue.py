@@ -19,21 +19,24 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)  # a key: the controller's is (namespace, name)
 
 
-class WorkQueue:
+class WorkQueue(Generic[K]):
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self._clock = clock
-        self._due: dict[Hashable, float] = {}  # key -> when it may run (the earliest asked)
-        self._heap: list[tuple[float, int, Hashable]] = []
+        self._due: dict[K, float] = {}  # key -> when it may run (the earliest asked)
+        self._heap: list[tuple[float, int, K]] = []
         self._seq = itertools.count()
-        self._processing: set[Hashable] = set()
-        self._again: dict[Hashable, float] = {}  # added while processing: when, once done
-        self._urgent: deque[Hashable] = deque()  # due now, before the heap
-        self._urgent_again: set[Hashable] = set()
+        self._processing: set[K] = set()
+        self._again: dict[K, float] = {}  # added while processing: when, once done
+        self._urgent: deque[K] = deque()  # due now, before the heap
+        self._urgent_again: set[K] = set()
         self._wake = asyncio.Event()
 
-    def add(self, key: Hashable, after: float = 0.0, urgent: bool = False) -> None:
+    def add(self, key: K, after: float = 0.0, urgent: bool = False) -> None:
         when = self._clock() + max(0.0, after)
         urgent = urgent and after <= 0
         if key in self._processing:
@@ -52,7 +55,7 @@ class WorkQueue:
         heapq.heappush(self._heap, (when, next(self._seq), key))
         self._wake.set()
 
-    def forget(self, key: Hashable) -> None:
+    def forget(self, key: K) -> None:
         """The key's object is gone: drop what is queued for it."""
         self._due.pop(key, None)
         self._again.pop(key, None)
@@ -63,7 +66,7 @@ class WorkQueue:
     def __len__(self) -> int:
         return len(self._due)
 
-    async def get(self) -> Hashable:
+    async def get(self) -> K:
         """The next due key, marked as processing; call done(key) after."""
         while True:
             now = self._clock()
@@ -90,7 +93,7 @@ class WorkQueue:
             except asyncio.TimeoutError:
                 pass
 
-    def done(self, key: Hashable) -> None:
+    def done(self, key: K) -> None:
         self._processing.discard(key)
         if key in self._again:
             when = self._again.pop(key)
@@ -99,7 +102,7 @@ class WorkQueue:
             self.add(key, after=when - self._clock(), urgent=urgent)
 
 
-async def run_workers(queue: WorkQueue, work: Callable[[Hashable], Awaitable[None]], workers: int) -> None:
+async def run_workers(queue: WorkQueue[K], work: Callable[[K], Awaitable[None]], workers: int) -> None:
     """`workers` tasks taking keys from the queue; `work` must not raise (it schedules its own retry)."""
 
     async def worker() -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import sys
 from datetime import datetime
+from typing import Any
 
 from slurmpool.core.fit import needs_of
 from slurmpool.core.view import LABEL_COMPONENT, LABEL_POOL, NodeCondition, NodeView, PodView, parse_time
 
 
-def node_view(body: dict) -> NodeView:
+def node_view(body: dict[str, Any]) -> NodeView:
     meta, spec, status = body.get("metadata", {}), body.get("spec", {}) or {}, body.get("status", {}) or {}
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     return NodeView(
@@ -29,14 +30,14 @@ def node_view(body: dict) -> NodeView:
     )
 
 
-def _time(value) -> datetime | None:
+def _time(value: object) -> datetime | None:
     return parse_time(value) if isinstance(value, str) else None
 
 
 MAX_CONDITIONS = 64  # anyone with nodes/status access can add conditions: keep the view bounded
 
 
-def _conditions(items) -> tuple[NodeCondition, ...]:
+def _conditions(items: object) -> tuple[NodeCondition, ...]:
     if not isinstance(items, list):
         return ()
     return tuple(
@@ -48,14 +49,14 @@ def _conditions(items) -> tuple[NodeCondition, ...]:
     )
 
 
-def _gpus(quantity) -> int:
+def _gpus(quantity: Any) -> int:
     try:
         return int(quantity or 0)
     except (TypeError, ValueError):
         return 0
 
 
-def pod_view(body: dict) -> PodView:
+def pod_view(body: dict[str, Any]) -> PodView:
     meta, status = body.get("metadata", {}), body.get("status", {}) or {}
     annotations = meta.get("annotations") or {}
     return PodView(

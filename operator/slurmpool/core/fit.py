@@ -8,7 +8,9 @@ required node affinity (matchExpressions) and taints with NoSchedule or NoExecut
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 Toleration = tuple[str, str, str, str]  # (key, operator, value, effect)
 Requirement = tuple[str, str, tuple[str, ...]]  # (key, operator, values)
@@ -21,7 +23,7 @@ class PodNeeds:
     tolerations: tuple[Toleration, ...] = ()
 
 
-def needs_of(pod_spec: dict) -> PodNeeds:
+def needs_of(pod_spec: dict[str, Any]) -> PodNeeds:
     tolerations = tuple(
         (t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or "")
         for t in pod_spec.get("tolerations") or []
@@ -35,7 +37,7 @@ def needs_of(pod_spec: dict) -> PodNeeds:
     return PodNeeds(tuple(sorted((pod_spec.get("nodeSelector") or {}).items())), terms, tolerations)
 
 
-def tolerates(tolerations: tuple[Toleration, ...], taint: dict) -> bool:
+def tolerates(tolerations: tuple[Toleration, ...], taint: Mapping[str, str]) -> bool:
     if taint.get("effect") == "PreferNoSchedule":
         return True
     for key, op, value, effect in tolerations:
@@ -48,7 +50,7 @@ def tolerates(tolerations: tuple[Toleration, ...], taint: dict) -> bool:
     return False
 
 
-def _requirement_met(req: Requirement, labels: dict[str, str]) -> bool:
+def _requirement_met(req: Requirement, labels: Mapping[str, str]) -> bool:
     key, op, values = req
     value = labels.get(key)
     if op == "In":
@@ -67,7 +69,7 @@ def _requirement_met(req: Requirement, labels: dict[str, str]) -> bool:
     return False
 
 
-def misfit(needs: PodNeeds, labels: dict[str, str], taints) -> str | None:
+def misfit(needs: PodNeeds, labels: Mapping[str, str], taints: Iterable[Mapping[str, str]]) -> str | None:
     """Why the pod would not be scheduled on the node, or None when it would."""
     for key, value in needs.node_selector:
         if labels.get(key) != value:

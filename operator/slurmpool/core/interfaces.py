@@ -4,7 +4,7 @@ the models), so adapters never need the executor for a type."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from slurmpool.core.models import SlurmNodePoolSpec
 
@@ -34,15 +34,15 @@ class PoolRef:
 
 
 class Kube(Protocol):
-    """The Kubernetes writes the executor makes (kube.KubeAdapter implements it)."""
+    """The Kubernetes writes the executor makes (kube.KubeAdapter implements it; apply.py uses it)."""
 
-    async def patch_node(self, name: str, patch: dict) -> None:
+    async def patch_node(self, name: str, patch: dict[str, Any]) -> None:
         """A merge patch; raises Conflict when the patch's metadata.resourceVersion is not the Node's."""
 
     async def read_node(self, name: str) -> NodeView | None:
         """The Node as it is now (None: it is gone); read only after a Conflict."""
 
-    async def patch_node_later(self, name: str, patch: dict) -> None:
+    async def patch_node_later(self, name: str, patch: dict[str, Any]) -> None:
         """Queue a patch nothing waits for (Slurm's state published on the node) and return."""
 
     async def create_slurmd_pod(self, pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: str | None = None) -> None: ...
@@ -50,10 +50,10 @@ class Kube(Protocol):
     async def evict(self, namespace: str, name: str) -> str | None:
         """Ask the Eviction API; return why it was refused (a PDB), or None."""
 
-    async def event(self, obj: dict, type_: str, reason: str, message: str) -> None: ...
+    async def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None: ...
 
 
-def pool_object(pool: PoolRef) -> dict:
+def pool_object(pool: PoolRef) -> dict[str, Any]:
     return {
         "apiVersion": "slurmpool.io/v1alpha1",
         "kind": "SlurmNodePool",
@@ -61,6 +61,6 @@ def pool_object(pool: PoolRef) -> dict:
     }
 
 
-def node_object(name: str) -> dict:
+def node_object(name: str) -> dict[str, Any]:
     # kubectl describe node finds events by name (and uid == name, as the kubelet posts them).
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": name}}

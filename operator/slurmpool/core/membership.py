@@ -8,12 +8,12 @@ a node only when the watch brings it with other labels. No I/O: the kopf layer f
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 
 from slurmpool.core.models import LabelSelector
 from slurmpool.core.poolpolicy import is_control_plane
 
-PoolKey = Hashable
+PoolKey = tuple[str, str]  # (namespace, name)
 
 
 class Membership:
@@ -65,10 +65,11 @@ class Membership:
         self._labels.pop(name, None)
         if labels is None:
             return  # the node is gone
-        if self.exclude_control_plane and is_control_plane(labels):
+        kept = dict(labels)  # a copy: the caller's mapping may change after
+        if self.exclude_control_plane and is_control_plane(kept):
             owners: tuple[PoolKey, ...] = ()
         else:
-            owners = tuple(pool for pool, selector in self._selectors.items() if selector.matches(labels))
-        self._labels[name], self._owners[name] = dict(labels), owners
+            owners = tuple(pool for pool, selector in self._selectors.items() if selector.matches(kept))
+        self._labels[name], self._owners[name] = kept, owners
         for pool in owners:
             self._members.setdefault(pool, set()).add(name)

@@ -6,24 +6,28 @@ view, so the two cannot disagree."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.moves import PatchNode, Step
+from slurmpool.core.placement import pool_of
 from slurmpool.core.view import (
     ANN_CORDON_KEPT, ANN_DRAIN, ANN_HOLD_UNTIL, ANN_MOVE, ANN_PLACEMENT, ANN_POOL, ANN_SETTLED, SLURM_TAINT_KEY, MoveRecord, NodeView, iso,
-    pool_of,
 )
+
+Patch = dict[str, Any]  # a merge patch of a Node
 
 # The annotations of a node's record: what the next pass decides on (the rest is for people).
 RECORD = (ANN_MOVE, ANN_PLACEMENT, ANN_DRAIN)
 VIEWED = (*RECORD, ANN_HOLD_UNTIL)  # what `after` applies to the view (labels follow next round)
 
 
-def node_patch(pool: PoolRef, node: NodeView, step: Step, now: datetime) -> dict:
+def node_patch(pool: PoolRef, node: NodeView, step: Step, now: datetime) -> Patch:
     """The node's record and shape for this step, as one merge patch (empty: nothing to write)."""
-    patch: dict = {}
+    patch: Patch = {}
     annotations = _record(pool, node, step, now)
     shape = shape_of(step)
     if shape is not None:
@@ -33,25 +37,27 @@ def node_patch(pool: PoolRef, node: NodeView, step: Step, now: datetime) -> dict
     return patch
 
 
-def annotations_of(patch: dict) -> dict[str, str | None]:
-    return patch.get("metadata", {}).get("annotations", {})
+def annotations_of(patch: Patch) -> dict[str, str | None]:
+    annotations: dict[str, str | None] = patch.get("metadata", {}).get("annotations", {})
+    return annotations
 
 
-def after(node: NodeView, patch: dict) -> NodeView:
+def after(node: NodeView, patch: Patch) -> NodeView:
     """The node's view once the patch's record is written (its labels and taints follow next round)."""
-    annotations = dict(node.annotations)
+    annotations: dict[str, str | None] = dict(node.annotations)
     annotations.update({k: v for k, v in annotations_of(patch).items() if k in VIEWED})
     return replace(node, annotations={k: v for k, v in annotations.items() if v})
 
 
-def rebuilt(before: NodeView, current: NodeView, step: Step, patch: dict) -> dict:
-    """The step's patch written again on `current`, the Node read after a conflict: its shape is
-    rebuilt on the Node as it is now; its record is the step's. The cordon-kept mark the first shape
+def rebuilt(before: NodeView, current: NodeView, step: Step, shape: PatchNode, patch: Patch) -> Patch:
+    """The step's patch written again on `current`, the Node read after a conflict: its shape
+    (`shape_of(step)`: only a patch with a shape has a precondition to fail) is rebuilt on the Node
+    as it is now; its record is the step's. The cordon-kept mark the first shape
     drew from the stale Node is not carried over (a cordon someone lifted meanwhile is no longer
     theirs to keep); only the record's own drop of it, when the node settles in inference, is."""
     settles_in_inference = bool(step.settled and pool_of(step.settled))
     record = {k: v for k, v in annotations_of(patch).items() if k != ANN_CORDON_KEPT or settles_in_inference}
-    fresh = shape_write(before, current, shape_of(step))
+    fresh = shape_write(before, current, shape)
     if record:
         fresh["metadata"].setdefault("annotations", {}).update(record)
     return fresh
@@ -62,7 +68,7 @@ def shape_of(step: Step) -> PatchNode | None:
     return shapes[-1] if shapes else None
 
 
-def shape_write(before: NodeView, current: NodeView, shape: PatchNode) -> dict:
+def shape_write(before: NodeView, current: NodeView, shape: PatchNode) -> Patch:
     """The node's labels, taints and cordon as a merge patch on `current` (the Node as last read),
     changing only what the step changes against `before` (the Node the pass decided on): a taint
     of someone else's, added since, is kept; one they removed is not put back. The taint list is
@@ -76,7 +82,7 @@ def shape_write(before: NodeView, current: NodeView, shape: PatchNode) -> dict:
     taints = [t for t in current.taints if _norm(t) in wanted or _norm(t) not in had]
     present = _norm_set(taints)
     taints += [dict(t) for t in shape.taints if _norm(t) not in present and _norm(t) not in had]
-    spec: dict = {"taints": taints}
+    spec: dict[str, Any] = {"taints": taints}
     annotations: dict[str, str | None] = {}
     if shape.unschedulable is True:
         if not current.unschedulable:
@@ -87,7 +93,7 @@ def shape_write(before: NodeView, current: NodeView, shape: PatchNode) -> dict:
             annotations[ANN_CORDON_KEPT] = "true"
     elif shape.unschedulable is False and current.unschedulable and not current.cordon_kept:
         spec["unschedulable"] = False
-    metadata: dict = {"labels": dict(shape.labels)}
+    metadata: dict[str, Any] = {"labels": dict(shape.labels)}
     if current.version:
         metadata["resourceVersion"] = current.version
     if annotations:
@@ -95,11 +101,11 @@ def shape_write(before: NodeView, current: NodeView, shape: PatchNode) -> dict:
     return {"metadata": metadata, "spec": spec}
 
 
-def _norm(taint: dict) -> tuple[str, str, str]:
+def _norm(taint: Mapping[str, str]) -> tuple[str, str, str]:
     return (taint.get("key", ""), taint.get("value") or "", taint.get("effect", ""))
 
 
-def _norm_set(taints) -> set[tuple[str, str, str]]:
+def _norm_set(taints: Iterable[Mapping[str, str]]) -> set[tuple[str, str, str]]:
     return {_norm(t) for t in taints}
 
 

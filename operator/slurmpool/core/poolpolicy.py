@@ -8,7 +8,9 @@ Warn, still refuses such a pool: it is `Degraded` `PolicyViolation` and nothing 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import Any
 
 from slurmpool.core.models import LabelSelector, SlurmNodePoolSpec
 
@@ -44,7 +46,7 @@ class PoolPolicy:
         unknown = set(raw) - set(names)
         if unknown:
             raise ValueError(f"SLURMPOOL_POOL_POLICY: unknown keys {sorted(unknown)}; known: {sorted(names)}")
-        values = {}
+        values: dict[str, Any] = {}  # each value checked against its field's type below
         for key, value in raw.items():
             f = names[key]
             if f.type.startswith("tuple"):
@@ -110,5 +112,5 @@ def selects_control_plane(selector: LabelSelector) -> str | None:
     return None
 
 
-def is_control_plane(labels) -> bool:
+def is_control_plane(labels: Mapping[str, str]) -> bool:
     return any(key in labels for key in CONTROL_PLANE_LABELS)

@@ -74,9 +74,9 @@ def _wall(instant: datetime, tz: ZoneInfo) -> tuple[datetime, int]:
 
 def last_start(window: ScheduleWindow, now: datetime) -> datetime | None:
     """The latest start of the window at or before `now` (UTC), or None if none in 50 years."""
-    if window.at is not None:  # one-off
-        start = window.opens_at
-        return start.astimezone(UTC) if start <= now else None
+    one_off = window.opens_at
+    if one_off is not None:
+        return one_off.astimezone(UTC) if one_off <= now else None
     tz = zone(window.time_zone)
     wall, fold = _wall(now, tz)
     try:
@@ -98,9 +98,9 @@ def last_start(window: ScheduleWindow, now: datetime) -> datetime | None:
 
 def next_start(window: ScheduleWindow, now: datetime) -> datetime | None:
     """The first start of the window strictly after `now`, or None."""
-    if window.at is not None:  # one-off
-        start = window.opens_at
-        return start.astimezone(UTC) if start > now else None
+    one_off = window.opens_at
+    if one_off is not None:
+        return one_off.astimezone(UTC) if one_off > now else None
     tz = zone(window.time_zone)
     wall, _ = _wall(now, tz)
     try:
@@ -179,7 +179,7 @@ def evaluate(windows: list[ScheduleWindow], total: int, now: datetime) -> Schedu
     return ScheduleState(active, t)
 
 
-def _verdict(a: Active | None) -> tuple | None:
+def _verdict(a: Active | None) -> tuple[str, datetime, int] | None:
     return (a.name, a.start, a.slurm_nodes) if a else None
 
 

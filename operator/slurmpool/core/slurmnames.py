@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from slurmpool.core.models import SLURM_NAME_PATTERN, SlurmSpec
-from slurmpool.core.view import SlurmView
+from slurmpool.core.view import NodeView, SlurmView
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 _VALID = re.compile(SLURM_NAME_PATTERN)
@@ -34,7 +34,7 @@ def slurm_name(slurm: SlurmSpec, node: str, labels: Mapping[str, str] | None) ->
     return value if value and _VALID.match(value) else None
 
 
-def names_of(slurm: SlurmSpec, nodes: Iterable, orphans: Iterable[str] = ()) -> dict[str, str | None]:
+def names_of(slurm: SlurmSpec, nodes: Iterable[NodeView], orphans: Iterable[str] = ()) -> dict[str, str | None]:
     """Node name -> its Slurm name, for the pool's nodes and the Nodes of its orphan slurmd pods."""
     out: dict[str, str | None] = {n.name: slurm_name(slurm, n.name, n.labels) for n in nodes}
     for name in orphans:

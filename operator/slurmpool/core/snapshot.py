@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from slurmpool.core.demand import PendingPod
 from slurmpool.core.events import Event
@@ -58,7 +59,7 @@ class PoolDecision:
     slurm_names: dict[str, str | None] = field(default_factory=dict)  # node -> its Slurm name, where not its own (slurmnames.py)
     handover: HandoverPlan | None = None  # the planned handover's reservation (handover.py)
     # node -> the merge patch of its step's record and shape (patch.node_patch, at the snapshot's now); apply sends it
-    patches: dict[str, dict] = field(default_factory=dict)
+    patches: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
