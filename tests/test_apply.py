@@ -336,3 +336,28 @@ async def test_the_draining_forecast_reads_slurm_by_the_nodes_slurm_names():
     view = SlurmView(True, nodes={"sgpu00": slurm_node("sgpu00", "ALLOCATED"), "sgpu01": slurm_node("sgpu01", "IDLE")}, jobs=jobs)
     status, _, _ = await run(spec, nodes, view)
     assert {m.node: m.free_at for m in status.moves} == {"gpu00": "2026-11-29T12:15:00Z", "gpu01": None}
+
+
+async def test_a_start_waits_when_the_move_whose_slot_it_takes_cannot_be_written_ending():
+    """gpu00's move to Slurm ends this pass and the planner gives its slot (maxConcurrentMoves 1)
+    to a move of gpu01 to inference. gpu00's patch is refused, so its move stays in flight: the
+    start is not written (it would make two moves), nothing drains, and the next pass decides again."""
+    from slurmpool.core.phases import Phase
+    from slurmpool.core.view import ANN_PIN, MoveRecord
+
+    nodes, view = slurm_nodes(3)
+    move = MoveRecord(id="m0", source="inference:default", target=SLURM, phase=Phase.RESUMING, since=NOW, started=NOW, cause="pin")
+    nodes[0] = replace(nodes[0], annotations={**nodes[0].annotations, ANN_MOVE: move.to_annotation(), ANN_PIN: SLURM})
+    spec = make_spec(slurm_nodes=2, max_moves=1)
+    decision = decide(PoolSnapshot(pool=POOL, spec=spec, nodes=tuple(nodes), slurm=view, now=NOW))
+    assert decision.ending == {"gpu00"} and len(decision.starting) == 1  # the case: an ending frees the slot a start takes
+    started = next(iter(decision.starting))
+
+    status, kube, slurm = await run(spec, nodes, view, kube=FakeKube(fail_patch={"gpu00"}))
+    assert not [c for c in kube.calls if c[0] == "patch_node" and c[1] == started]
+    assert slurm.calls == []  # no drain of the start's node
+    assert "MoveStarted" not in [c[2] for c in kube.calls if c[0] == "event"]
+
+    status, kube, slurm = await run(spec, nodes, view)  # the ending written: the start follows
+    assert [c[1] for c in kube.calls if c[0] == "patch_node"] == ["gpu00", started]
+    assert slurm.calls == [("drain", (started,), "slurmpool: moving to inference:default")]

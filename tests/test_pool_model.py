@@ -91,19 +91,22 @@ class PoolModel(RuleBasedStateMachine):
         decision = decide(snap)
         for world in self.worlds.values():
             world.clock = self.now + self.skew  # Slurm stamps its reasons by its own clock
+        refused = set(self.refused) & set(decision.steps)
+        if decision.ending & set(decision.patches) and not decision.starts_may_follow(refused):
+            refused |= decision.starting  # apply.py writes no start after a refused ending
         for name in decision.steps:
-            if name in self.refused:  # the node patch refused: no other step for it this pass (apply.py)
+            if name in refused:  # the node patch refused: no other step for it this pass (apply.py)
                 continue
             self.worlds[name].write(decision.patches.get(name, {}))  # the record and shape, as apply.py sends them
         if self.crash != "after-patch":
             for name, step in decision.steps.items():
-                if name not in self.refused:
+                if name not in refused:
                     for action in step.actions:
                         if isinstance(action, SLURM_ACTIONS):
                             self.worlds[name].apply(action)
         if self.crash is None:
             for name, step in decision.steps.items():
-                if name not in self.refused:
+                if name not in refused:
                     for action in step.actions:
                         if not isinstance(action, (PatchNode, *SLURM_ACTIONS)):
                             self.worlds[name].apply(action)
@@ -233,3 +236,21 @@ PoolModel.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestPoolModel = PoolModel.TestCase
+
+
+def test_a_refused_ending_keeps_its_slot_from_a_start_of_the_same_pass():
+    """Found by the model: a move ends (an admin drained its node) and the planner gives its slot
+    to a new start in the same pass; the ending's write is refused, so its move stays in flight.
+    apply.py then writes no start that pass (PoolDecision.starts_may_follow): never more moves
+    than maxConcurrentMoves."""
+    model = PoolModel()
+    model.start(slurm_nodes=0)
+    model.crash_in_next_pass("after-patch")
+    model.never_more_moves_than_max_concurrent_moves()
+    model.refuse_writes("gpu01", on=True)
+    model.admin_drains("gpu01")
+    model.crash_in_next_pass("after-patch")
+    model.never_more_moves_than_max_concurrent_moves()
+    model.refuse_writes("gpu01", on=False)
+    model.settle()
+    model.never_more_moves_than_max_concurrent_moves()

@@ -83,14 +83,18 @@ async def apply(ctx: ApplyContext, decision: PoolDecision) -> ApplyResult:
 
 
 async def _write_nodes(ctx: ApplyContext, decision: PoolDecision, result: ApplyResult) -> dict[str, Step]:
-    """Each node's patch (with Slurm's state folded in), concurrently. Returns the steps of the
-    nodes that may go on: written, or with nothing to write."""
-    old = {n.name: n for n in ctx.nodes}
+    """Each node's patch (with Slurm's state folded in), concurrently; the starts after the rest
+    when moves end this pass (PoolDecision.starts_may_follow: a refused ending keeps its slot, so
+    the starts wait for the next pass). Returns the steps of the nodes that may go on: written,
+    or with nothing to write."""
     patches, folded = _fold_published(decision.patches, decision.publish, ctx.published)
-    written = await asyncio.gather(*(
-        _guard(result, Action.PATCH, f"patch node {n}", _write_node(ctx.kube, old[n], decision.steps[n], p), ok=True, node=n)
-        for n, p in patches.items()))
-    result.unwritten = {name for name, ok in zip(patches, written) if ok is None}
+    later = decision.starting if decision.ending & set(patches) else set()
+    result.unwritten = await _patch_all(ctx, decision, {n: p for n, p in patches.items() if n not in later}, result)
+    if later and decision.starts_may_follow(result.unwritten):
+        result.unwritten |= await _patch_all(ctx, decision, {n: p for n, p in patches.items() if n in later}, result)
+    elif later:
+        log.info("%s: not starting moves of %s this pass: a move that ends in it could not be written", ctx.pool.key, ", ".join(sorted(later)))
+        result.unwritten |= later
     now = time.monotonic()  # what a failed patch carried is left to _publish below
     ctx.published.update({name: (value, now) for name, value in folded.items() if name not in result.unwritten})
     for name, patch in patches.items():
@@ -98,6 +102,15 @@ async def _write_nodes(ctx: ApplyContext, decision: PoolDecision, result: ApplyR
             result.records[name] = record
     result.acted = bool(patches)
     return {name: step for name, step in decision.steps.items() if name not in result.unwritten}
+
+
+async def _patch_all(ctx: ApplyContext, decision: PoolDecision, patches: dict[str, dict], result: ApplyResult) -> set[str]:
+    """Write the patches concurrently; the nodes whose patch failed."""
+    old = {n.name: n for n in ctx.nodes}
+    written = await asyncio.gather(*(
+        _guard(result, Action.PATCH, f"patch node {n}", _write_node(ctx.kube, old[n], decision.steps[n], p), ok=True, node=n)
+        for n, p in patches.items()))
+    return {name for name, ok in zip(patches, written) if ok is None}
 
 
 async def _slurm(ctx: ApplyContext, decision: PoolDecision, steps: dict[str, Step], result: ApplyResult) -> None:

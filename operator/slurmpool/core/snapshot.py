@@ -61,6 +61,22 @@ class PoolDecision:
     # node -> the merge patch of its step's record and shape (patch.node_patch, at the snapshot's now); apply sends it
     patches: dict[str, dict[str, Any]] = field(default_factory=dict)
 
+    @property
+    def starting(self) -> set[str]:
+        """Nodes whose move starts this pass."""
+        return {start.node for start, _ in self.starts}
+
+    @property
+    def ending(self) -> set[str]:
+        """Nodes whose move ends this pass (completed or stopped): each frees a slot of
+        maxConcurrentMoves, which the planner may give to a start of the same pass."""
+        return {name for name, step in self.steps.items() if step.move is None and (step.finished or step.stopped)}
+
+    def starts_may_follow(self, unwritten: set[str]) -> bool:
+        """May the starts be written after the other patches, `unwritten` of them refused? Not when
+        an ending is: its move stays in flight, and the start would take a slot that is not free."""
+        return not (self.ending & unwritten)
+
 
 @dataclass
 class ApplyResult:
