@@ -5,7 +5,8 @@ Order, as crash safety needs it:
 1. Kubernetes: one patch per node carries the move record with its shape, atomically (the
    patch is the decision's: core/patch.py). A node whose record could not be written takes no
    other step this pass: nothing may happen in Slurm that the node's annotations do not explain
-   after a crash.
+   after a crash. A pass's starts are written after the moves it ends, and not at all when one of
+   those is refused (its move stays in flight: the start would pass maxConcurrentMoves).
 2. Slurm: batched, one command per kind of update.
 3. Pods: after Slurm has been told, so a slurmd only starts on a node held drained.
 Patches of different nodes, and pod actions of different nodes, go out concurrently.
@@ -26,6 +27,7 @@ from slurmbridge.backend import SlurmBackend
 
 from slurmpool.adapters import metrics
 from slurmpool.adapters.metrics import Action
+from slurmpool.controller.published import fold_published, publish
 from slurmpool.core.events import Event, Reason
 from slurmpool.core.interfaces import Conflict, Kube, PoolRef, Refused, node_object, pool_object
 from slurmpool.core.models import SlurmNodePoolSpec
@@ -33,10 +35,9 @@ from slurmpool.core.expiry import Cancel, Requeue
 from slurmpool.core.moves import CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, Refusal, Resume, Step
 from slurmpool.core.patch import RECORD, annotations_of, rebuilt, shape_of
 from slurmpool.core.snapshot import ApplyResult, PoolDecision
-from slurmpool.core.view import ANN_MOVE, ANN_MOVE_NOW, ANN_SLURM, NONE, Direction, NodeView
+from slurmpool.core.view import ANN_MOVE, ANN_MOVE_NOW, NONE, Direction, NodeView
 
 log = logging.getLogger("slurmpool.apply")
-PUBLISH_LAG = 10.0  # seconds: a value written this recently is not written again (the watch lags)
 CONFLICT_RETRIES = 5  # a node's write whose precondition failed is rebuilt on the Node read again, this often
 
 
@@ -69,7 +70,7 @@ async def apply(ctx: ApplyContext, decision: PoolDecision) -> ApplyResult:
     await _slurm(ctx, decision, written, result)
     await asyncio.gather(*(_pod_actions(ctx, name, step, result, _in_slurm(decision, name)) for name, step in written.items()))
     await _handover(ctx, decision, result)
-    await _publish(ctx.kube, decision.publish, ctx.published)
+    await publish(ctx.kube, decision.publish, ctx.published)
     for ev in decision.clear_move_now:
         if ev.node is None:  # never: each is about the node whose move-now it clears (decide)
             continue
@@ -87,7 +88,7 @@ async def _write_nodes(ctx: ApplyContext, decision: PoolDecision, result: ApplyR
     when moves end this pass (PoolDecision.starts_may_follow: a refused ending keeps its slot, so
     the starts wait for the next pass). Returns the steps of the nodes that may go on: written,
     or with nothing to write."""
-    patches, folded = _fold_published(decision.patches, decision.publish, ctx.published)
+    patches, folded = fold_published(decision.patches, decision.publish, ctx.published)
     later = decision.starting if decision.ending & set(patches) else set()
     result.unwritten = await _patch_all(ctx, decision, {n: p for n, p in patches.items() if n not in later}, result)
     if later and decision.starts_may_follow(result.unwritten):
@@ -95,7 +96,7 @@ async def _write_nodes(ctx: ApplyContext, decision: PoolDecision, result: ApplyR
     elif later:
         log.info("%s: not starting moves of %s this pass: a move that ends in it could not be written", ctx.pool.key, ", ".join(sorted(later)))
         result.unwritten |= later
-    now = time.monotonic()  # what a failed patch carried is left to _publish below
+    now = time.monotonic()  # what a failed patch carried is left to publish() below
     ctx.published.update({name: (value, now) for name, value in folded.items() if name not in result.unwritten})
     for name, patch in patches.items():
         if name not in result.unwritten and (record := {k: v for k, v in annotations_of(patch).items() if k in RECORD}):
@@ -227,38 +228,6 @@ async def _pod_actions(ctx: ApplyContext, name: str, step: Step, result: ApplyRe
                 metrics.EVICTIONS_REFUSED.inc()
             elif refused is not None:
                 result.acted = True
-
-
-def _fold_published(patches: dict[str, dict], values: dict[str, str], written: dict[str, tuple[str, float]]) -> tuple[dict, dict]:
-    """Slurm's state to publish on a node this pass patches anyway goes in that patch: one write
-    instead of two (a move changes both at most phases, and with 100 moves at once the apiserver
-    is what every pass waits for). Returns the patches to send (the decision's are not changed)
-    and the values folded in."""
-    out, folded = {}, {}
-    for name, patch in patches.items():
-        value = values.get(name)
-        if value is not None and not _written_lately(written, name, value):
-            metadata = patch.get("metadata", {})
-            patch = {**patch, "metadata": {**metadata, "annotations": {**annotations_of(patch), ANN_SLURM: value}}}
-            folded[name] = value
-        out[name] = patch
-    return out, folded
-
-
-async def _publish(kube: Kube, values: dict[str, str], written: dict[str, tuple[str, float]]) -> None:
-    """Best effort, and nothing waits for it: queued on the adapter's later lane (when Slurm
-    changes under hundreds of nodes at once, the pass waited for every one). A write that failed
-    is made again once PUBLISH_LAG has passed, if the node still shows another value."""
-    for name, value in values.items():
-        if _written_lately(written, name, value):
-            continue
-        await kube.patch_node_later(name, {"metadata": {"annotations": {ANN_SLURM: value}}})
-        written[name] = (value, time.monotonic())
-
-
-def _written_lately(written: dict[str, tuple[str, float]], name: str, value: str) -> bool:
-    last = written.get(name)
-    return last is not None and last[0] == value and time.monotonic() - last[1] < PUBLISH_LAG
 
 
 async def _guard(result: ApplyResult, action: Action, what: str, coro, ok=None, node: str | None = None):
