@@ -10,6 +10,7 @@ from typing import Any
 
 from slurmpool.core.forecast import draining_out_of_slurm, free_at
 from slurmpool.core.models import SlurmNodePoolSpec
+from slurmpool.core.phases import SETTLED
 from slurmpool.core.published import published, slurm_view
 from slurmpool.core.view import ANN_SETTLED, NodeView, PodView, iso, parse_time
 
@@ -73,7 +74,7 @@ def node_rows(nodes: list[NodeView], now: datetime, sick: dict[str, str] | None 
             {
                 "node": node.name,
                 "side": node.placement,
-                "phase": move.phase if move else "Settled",
+                "phase": move.phase if move else SETTLED,
                 "to": move.target if move else None,
                 "moveId": move.id if move else None,
                 "since": since.strftime("%Y-%m-%dT%H:%M:%SZ") if since else None,

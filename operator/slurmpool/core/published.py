@@ -10,6 +10,7 @@ from typing import Any
 
 from slurmbridge.models import SlurmJob, SlurmNode
 
+from slurmpool.core import slurmstate
 from slurmpool.core.view import ANN_SLURM, NodeView, SlurmView, iso, parse_time
 
 MAX_JOBS_PUBLISHED = 32
@@ -23,7 +24,7 @@ def slurm_annotation(name: str, slurm: SlurmView) -> str | None:
     if sn is None and not jobs:
         return None
     body: dict[str, Any] = {
-        "state": (sn.state + "".join("+" + f for f in sorted(sn.flags))) if sn else "UNKNOWN",
+        "state": slurmstate.text(sn) if sn else "UNKNOWN",
         "reason": (sn.reason or "") if sn else "",
         "jobs": [
             {"id": j.job_id, "user": j.user, "name": j.name[:JOB_NAME_CHARS], "state": j.state, "end": iso(j.end_time) if j.end_time else None}
