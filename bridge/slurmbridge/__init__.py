@@ -7,6 +7,6 @@ import contracts (pyproject.toml [tool.importlinter]) see every edge: the operat
 0.1 s), and a name the root does not have fails at import, not on first use."""
 
 from .errors import SlurmError, SlurmUnavailable, SlurmUnsupported
-from .models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
+from .models import PowerSave, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
 
-__all__ = ["SlurmError", "SlurmJob", "SlurmNode", "SlurmReservation", "SlurmUnavailable", "SlurmUnsupported", "TopologyGroup"]
+__all__ = ["PowerSave", "SlurmError", "SlurmJob", "SlurmNode", "SlurmReservation", "SlurmUnavailable", "SlurmUnsupported", "TopologyGroup"]

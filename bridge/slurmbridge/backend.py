@@ -13,8 +13,8 @@ from typing import Protocol, runtime_checkable
 
 from . import validate
 from .backoff import Backoff
-from .errors import SlurmError, SlurmUnavailable
-from .models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
+from .errors import SlurmError, SlurmUnavailable, SlurmUnsupported
+from .models import PowerSave, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
 from .parse import parse_partition_max_times, parse_reservations, parse_scontrol_nodes, parse_squeue, parse_topology, squeue_format
 from .runner import CommandRunner
 
@@ -57,6 +57,9 @@ class SlurmCommands(Protocol):
     async def partition_max_times(self) -> dict[str, timedelta | None]: ...
     async def create_reservation(self, name: str, nodes: Sequence[str], start: datetime, minutes: int, flags: Sequence[str]) -> None: ...
     async def delete_reservation(self, name: str) -> None: ...
+    async def power_down(self, nodes: Sequence[str]) -> None: ...
+    async def power_up(self, nodes: Sequence[str]) -> None: ...
+    async def power_save(self) -> PowerSave: ...
 
 
 @runtime_checkable
@@ -246,6 +249,16 @@ class ScontrolBackend:
         except SlurmError as e:
             if isinstance(e, SlurmUnavailable) or not any(w in e.output.lower() for w in _RESERVATION_GONE):
                 raise
+
+    # Power saving (issue 39): the calls are on the interface; the backends come next.
+    async def power_down(self, nodes: Sequence[str]) -> None:
+        raise SlurmUnsupported("power saving is not built yet (issue 39)")
+
+    async def power_up(self, nodes: Sequence[str]) -> None:
+        raise SlurmUnsupported("power saving is not built yet (issue 39)")
+
+    async def power_save(self) -> PowerSave:
+        raise SlurmUnsupported("power saving is not built yet (issue 39)")
 
     async def requeue(self, job_ids: Sequence[str]) -> None:
         """Requeue jobs and let them start again at once. A requeued job sits COMPLETING, then

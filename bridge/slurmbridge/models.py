@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 BUSY_STATES = frozenset({"ALLOCATED", "MIXED"})
 UNREACHABLE_STATES = frozenset({"DOWN", "UNKNOWN", "FUTURE"})
@@ -159,6 +159,20 @@ class SlurmJob:
     @property
     def gpus_wanted(self) -> int:
         return self.gpus_per_node * self.num_nodes
+
+
+@dataclass(frozen=True)
+class PowerSave:
+    """Slurm's power saving as slurm.conf sets it (power_save.shtml): whether a job can make
+    Slurm resume a powered-down node, which needs both programs and a SuspendTime; what it
+    excludes; and how long a resumed node may take to register before Slurm marks it DOWN."""
+
+    on: bool  # automatic power save: valid ResumeProgram and SuspendProgram, a SuspendTime not INFINITE
+    why_off: str  # "" when on: what is missing, in slurm.conf's words
+    resume_timeout: timedelta | None  # ResumeTimeout (Slurm's default: 60 s)
+    suspend_exc_parts: tuple[str, ...] = ()
+    suspend_exc_nodes: str = ""  # a hostlist expression, as slurm.conf has it
+    keeps_settings: bool | None = None  # ReconfigFlags=KeepPowerSaveSettings (23.02+); None: not known
 
 
 @dataclass(frozen=True)

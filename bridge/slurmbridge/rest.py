@@ -63,7 +63,7 @@ from .backend import _RELEASE_ALREADY, _REQUEUE_ALREADY, _RESERVATION_GONE, _RES
 from .backoff import Backoff
 from .errors import UNAVAILABLE_MARKERS, SlurmError, SlurmUnavailable, SlurmUnsupported
 from .http import HttpClient, HttpProtocolError
-from .models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup, gpu_count
+from .models import PowerSave, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup, gpu_count
 
 log = logging.getLogger(__name__)
 
@@ -439,6 +439,16 @@ class RestBackend:
         checked = validate.reservation_name(name)
         await self._reserving()
         await self._call("DELETE", f"/reservation/{quote(checked, safe='')}", benign=_RESERVATION_GONE)
+
+    # Power saving (issue 39): the calls are on the interface; the backends come next.
+    async def power_down(self, nodes: Sequence[str]) -> None:
+        raise SlurmUnsupported("power saving is not built yet (issue 39)")
+
+    async def power_up(self, nodes: Sequence[str]) -> None:
+        raise SlurmUnsupported("power saving is not built yet (issue 39)")
+
+    async def power_save(self) -> PowerSave:
+        raise SlurmUnsupported("power saving is not built yet (issue 39)")
 
     async def _reserving(self) -> None:
         if not await self.can_reserve():

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Awaitable, Callable, Coroutine, TypeVar
 
-from slurmbridge import SlurmError, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
+from slurmbridge import PowerSave, SlurmError, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
 from slurmbridge.backend import ScontrolBackend, SlurmBackend
 from slurmbridge.backoff import Backoff
 from slurmbridge.runner import CommandRunner, LocalRunner
@@ -205,6 +205,15 @@ class Instrumented:
 
     async def delete_reservation(self, name: str) -> None:
         await self._timed("delete_reservation", self.inner.delete_reservation(name))
+
+    async def power_down(self, nodes: Sequence[str]) -> None:
+        await self._timed("power_down", self.inner.power_down(nodes))
+
+    async def power_up(self, nodes: Sequence[str]) -> None:
+        await self._timed("power_up", self.inner.power_up(nodes))
+
+    async def power_save(self) -> PowerSave:
+        return await self._timed("power_save", self.inner.power_save())
 
     @property
     def commands_run(self) -> int:

@@ -307,6 +307,12 @@ class SlurmSpec(Model):
     register_timeout: Duration = Field(
         default="5m", description="How long a started slurmd may take to register and report the GRES; then the move rolls back."
     )
+    parking: Literal["Drain", "PowerSave"] = Field(
+        default="Drain",
+        description="How a node serving inference is parked in Slurm: Drain (drained with a slurmpool: reason, shown as drain) or "
+        "PowerSave (powered down: lendable nodes show idle~ and Slurm may ask for them back by starting a job on them, held "
+        "nodes drain~). PowerSave needs Slurm's power saving configured (docs/slurm-admin.md).",
+    )
 
 
 class InferencePool(Model):
