@@ -258,14 +258,15 @@ def _crash_point(phase: str | None, patch: dict, step: Step) -> None:
 async def _write_node(kube: Kube, before: NodeView, step: Step, patch: dict) -> bool:
     """Write a node's patch; one that carries the node's shape is rebuilt on the Node read again
     while its precondition fails (someone else wrote the Node since the pass read it). True once written."""
-    shape = shape_of(step)
-    for attempt in range(CONFLICT_RETRIES + 1):
+    shape, attempt = shape_of(step), 0
+    while True:
         try:
             await kube.patch_node(before.name, patch)
             return True
         except Conflict:
             if shape is None or attempt == CONFLICT_RETRIES:
                 raise
+            attempt += 1
             log.info("node %s changed since the pass read it: its shape is written again on the Node as it is now", before.name)
             current = await kube.read_node(before.name)
             if current is None:
