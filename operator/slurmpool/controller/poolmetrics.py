@@ -59,10 +59,10 @@ def forget(pool_key: str) -> None:
     _counted.discard(pool_key)
 
 
-def leading(now: bool) -> None:
+def leading(holder: bool) -> None:
     """slurmpool_leader; a replica that no longer holds the Lease exports no pool's gauges."""
-    metrics.LEADER.set(1 if now else 0)
-    if not now:
+    metrics.LEADER.set(1 if holder else 0)
+    if not holder:
         metrics.clear_pool_gauges()
         _last.clear()
 
