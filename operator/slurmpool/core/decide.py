@@ -65,6 +65,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     health = healthmod.assess_all(spec.health, nodes, slurm, now, snap.previous.unhealthy_nodes if snap.previous else ())
     window = desired_split(spec, len(nodes), target.slurm_nodes, target.pool_counts)[0] if target.status.window else None
     lend = parking.settle(spec, nodes, slurm, health, now, window)
+    lend.waiting = parking.waiting_on_held(spec, slurm, [names.get(n) or n for n in lend.held])
     target = with_given_back(target, lend.given_back, len(nodes))
 
     # A write the API server refused last pass, as the move's status said (apply.py puts it there).

@@ -30,9 +30,11 @@ moves.py. Each is an Event, GiveBackDeclined, saying why.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+
+import hostlist
 
 from slurmbridge.models import SlurmNode
 
@@ -57,6 +59,7 @@ class Parking:
     declines: dict[str, str] = field(default_factory=dict)  # give-backs in flight to turn back -> why
     unmark: list[str] = field(default_factory=list)  # given-back nodes Slurm's jobs no longer hold
     given_back: int = 0  # nodes Slurm's jobs hold after a give-back (counted on the Slurm side)
+    waiting: list[str] = field(default_factory=list)  # pending jobs that wait only on held nodes (waiting_on_held)
 
 
 @dataclass(frozen=True)
@@ -99,9 +102,12 @@ def settle(spec: SlurmNodePoolSpec, nodes: Sequence[NodeView], slurm: SlurmView,
     _decline_in_flight(spec, nodes, room, out)
     by_name = {n.name: (n, sn) for n, sn in parked}
     held = {n.name: why for n, sn in parked if (why := _must_hold(spec, n, sn, health, now))}
-    asked = [n for n, sn in parked if slurmstate.asked_back(sn) and n.name not in held]
-    order = [n for n in victim_order(spec, list(nodes), slurm, now, health) if n.name in by_name and n.name not in held]
-    for node in dict.fromkeys([*asked, *order]):  # Slurm's choices first: it named them
+    asked = [n.name for n, sn in parked if slurmstate.asked_back(sn)]
+    order = [n.name for n in victim_order(spec, list(nodes), slurm, now, health)]
+    for name in dict.fromkeys([*asked, *order]):  # Slurm's choices first: it named them
+        if name not in by_name or name in held:
+            continue
+        node = by_name[name][0]
         if room.get(node.placement, 0) > 0 and room[""] > 0:
             room[node.placement] -= 1
             room[""] -= 1
@@ -221,3 +227,23 @@ def decline(move: MoveRecord, node: NodeView, at: Pass, why: str) -> Step:
     step.events.insert(0, Event.warning(Reason.GiveBackDeclined, f"{node.name}: give-back declined: {why}; returning to {back.target} "
                                         f"(move {move.id}); Slurm requeues the job waiting for it"))
     return step
+
+
+UNAVAILABLE = "UnavailableNodes:"  # Slurm's reason for a job whose nodes are drained or down: ReqNodeNotAvail, UnavailableNodes:<hostlist>
+
+
+def waiting_on_held(spec: SlurmNodePoolSpec, slurm: SlurmView, held: Collection[str]) -> list[str]:
+    """Pending jobs of the pool's partition whose nodes Slurm lists as unavailable are all held
+    parked nodes (`held`: their Slurm names): said in the status, as they wait on the bounds."""
+    out = []
+    for job in slurm.jobs:
+        _, listed, rest = job.reason.partition(UNAVAILABLE)
+        if job.state != "PENDING" or not listed or spec.slurm.partition not in job.partition.split(","):
+            continue
+        try:
+            names = set(hostlist.expand_hostlist((rest.split() or [""])[0].rstrip(",")))
+        except hostlist.BadHostlist:
+            continue
+        if names and names <= set(held):
+            out.append(f"job {job.job_id} waits on held node(s) {', '.join(sorted(names))}")
+    return out

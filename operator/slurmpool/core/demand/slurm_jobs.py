@@ -22,7 +22,7 @@ from slurmbridge.models import SlurmJob
 
 from slurmpool.core import slurmstate
 from slurmpool.core.demand.want import Seen, Want
-from slurmpool.core.placement import SLURM, Side
+from slurmpool.core.placement import NONE, SLURM, Side
 from slurmpool.core.view import NodeView, SlurmView
 
 # A pending job's reason, normalised (lower case, "_" as " "), that more nodes could end. Slurm
@@ -85,7 +85,7 @@ def wants(seen: Seen) -> list[Want]:
     jobs = [j for j in candidates if j.job_id not in unstartable] if unstartable else candidates
     if not jobs and not unstartable:
         return []
-    usable, idle = _usable_and_idle(seen.nodes, seen.slurm)
+    usable, idle = _usable_and_idle(seen.nodes, seen.slurm, seen.spec.slurm.parking == "PowerSave")
     fitting = [j for j in jobs if j.num_nodes <= usable]
     packed = max([math.ceil(sum(j.gpus_wanted for j in fitting) / gpn)] + [j.num_nodes for j in fitting]) if fitting else 0
     gang = max((j.num_nodes - usable for j in jobs if j.num_nodes > usable), default=0)
@@ -105,13 +105,16 @@ def _pending(jobs: Sequence[SlurmJob], partition: str) -> list[SlurmJob]:
     ]
 
 
-def _usable_and_idle(nodes: Sequence[NodeView], slurm: SlurmView) -> tuple[int, int]:
-    """Settled Slurm nodes a job could get, busy or idle (usable), and those idle with no job."""
+def _usable_and_idle(nodes: Sequence[NodeView], slurm: SlurmView, power_save: bool = False) -> tuple[int, int]:
+    """Settled Slurm nodes a job could get, busy or idle (usable), and those idle with no job.
+    With power-save parking a lent parked node (`idle~`: usable) is Slurm's capacity too: Slurm
+    starts jobs there itself (a give-back, parking.py); a held one (`drain~`) is not usable."""
     usable = idle = 0
     if not slurm.available:
         return 0, 0
     for node in nodes:
-        sn = slurm.nodes.get(node.name) if node.move is None and node.placement == SLURM else None
+        counted = node.placement == SLURM or (power_save and node.placement != NONE)
+        sn = slurm.nodes.get(node.name) if node.move is None and counted else None
         if sn is not None and slurmstate.usable(sn):
             usable += 1
             idle += slurmstate.idle(sn) and not slurm.jobs_on(node.name)
