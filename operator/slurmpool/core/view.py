@@ -145,7 +145,7 @@ class Cause(StrEnum):
     ABORT = "abort"  # the split no longer wants a move still abortable: back the way it came
     # Slurm asked a lendable parked node back (parking.py): the move to Slurm; its decline, a
     # rollback, keeps the cause (rollback=True) so the status can say it was declined.
-    GIVEBACK = "giveback"
+    GIVEBACK = "give-back"
 
 
 class MoveRecord(BaseModel):
