@@ -352,3 +352,22 @@ def test_a_drain_pool_is_unchanged_and_has_no_lending_condition():
 def test_a_given_back_mark_is_validated_when_read():
     node = merged(inference_node("gpu01"), {"metadata": {"annotations": {ANN_GIVEN_BACK: "yesterday"}}})
     assert [p.annotation for p in node.problems] == [ANN_GIVEN_BACK] and node.given_back is None
+
+
+def test_lent_nodes_are_slurm_capacity_for_demand_and_held_ones_are_not():
+    from slurmpool.core.demand.slurm_jobs import _usable_and_idle
+
+    pairs = [lent_parked("gpu01"), lent_parked("gpu02"), held_parked("gpu03")]
+    nodes, view = [n for n, _ in pairs], SlurmView(True, nodes={sn.name: sn for _, sn in pairs})
+    assert _usable_and_idle(nodes, view, power_save=True) == (2, 2)  # idle~ counts; drain~ does not
+    assert _usable_and_idle(nodes, view) == (0, 0)  # Drain parking: parked nodes are never Slurm's
+
+
+def test_the_target_counts_given_back_nodes_on_the_slurm_side_within_the_pool():
+    from slurmpool.core.target import decide_target, with_given_back
+
+    spec = make_spec(slurm_nodes=3)
+    base = decide_target(spec, 4, NOW, None)
+    assert with_given_back(base, 0, 4) is base
+    raised = with_given_back(base, 2, 4)
+    assert raised.slurm_nodes == 4 and raised.status.source == base.status.source and "+1 given back" in raised.status.reason
