@@ -80,9 +80,13 @@ class Bounds:
             total = max(total, sum(window.get(g, 0) for g in pools))
         return cls(total, pools)
 
-    def why(self, placement: str, window: bool) -> str:
-        what = "a schedule window's split" if window else f"the inference floor ({self.total}: minInferenceNodes, demand.inference.minNodes)"
-        return f"lending it would take {placement} below its minimum ({self.pools.get(placement, 0)}) or inference below {what}"
+    def why(self, placement: str, room: Mapping[str, int], window: bool) -> str:
+        """Which floor lending one more node of `placement` would cross."""
+        if window:
+            return "a schedule window is open: its split keeps the node"
+        if room.get(placement, 0) <= 0:
+            return f"lending it would take {placement} below its minNodes ({self.pools.get(placement, 0)})"
+        return f"lending it would take inference below {self.total} (minInferenceNodes, demand.inference.minNodes)"
 
 
 def settle(spec: SlurmNodePoolSpec, nodes: Sequence[NodeView], slurm: SlurmView, health: Mapping[str, NodeHealth], now: datetime,
@@ -113,7 +117,7 @@ def settle(spec: SlurmNodePoolSpec, nodes: Sequence[NodeView], slurm: SlurmView,
             room[""] -= 1
             out.lendable.append(node.name)
         else:
-            held[node.name] = bounds.why(node.placement, window is not None)
+            held[node.name] = bounds.why(node.placement, room, window is not None)
     for name in out.lendable:
         _lend(*by_name[name], out)
     for name, why in held.items():
@@ -198,11 +202,9 @@ def _hold(node: NodeView, sn: SlurmNode, why: str, now: datetime, out: Parking) 
 def _decline_in_flight(spec: SlurmNodePoolSpec, nodes: Sequence[NodeView], room: dict[str, int], out: Parking) -> None:
     """Give-backs still in a phase that changed nothing for good, which a bound no longer allows
     (a floor raised, a window opened, a pin toward inference): the latest started first."""
-    flying = sorted((n for n in nodes if _undeclined_giveback(n.move)), key=lambda n: (n.move.started, n.name) if n.move else (n.name,),
-                    reverse=True)
-    for node in flying:
-        move = node.move
-        assert move is not None
+    flying = sorted(((n, n.move) for n in nodes if n.move is not None and _undeclined_giveback(n.move)),
+                    key=lambda nm: (nm[1].started, nm[0].name), reverse=True)
+    for node, move in flying:
         if node.pin is not None and node.pin != SLURM:
             out.declines[node.name] = f"pinned (slurmpool.io/pin={node.pin})"
         elif room.get(move.source, 0) < 0 or room[""] < 0:
@@ -213,8 +215,9 @@ def _decline_in_flight(spec: SlurmNodePoolSpec, nodes: Sequence[NodeView], room:
         room[""] += 1
 
 
-def _undeclined_giveback(move: MoveRecord | None) -> bool:
-    return move is not None and move.cause == Cause.GIVEBACK and not move.rollback and abortable(move)
+def _undeclined_giveback(move: MoveRecord) -> bool:
+    """A give-back that has changed nothing for good yet (Cordoning, Evicting): still declinable here."""
+    return move.cause == Cause.GIVEBACK and not move.rollback and abortable(move)
 
 
 def decline(move: MoveRecord, node: NodeView, at: Pass, why: str) -> Step:
