@@ -333,10 +333,14 @@ def plan(
     by_name = {n.name: n for n in movable}
     topo = topology.ranks(spec.topology, nodes, slurm, current_placement, lambda n: n.name in by_name, keep)
     whole_only = spec.topology.whole_blocks and spec.topology.enabled
+    # The nodes jobs name come to Slurm first, whatever their cost or block: no other node would
+    # start those jobs. They serve no other target (a move between pools would take them away).
+    named = [by_name[name] for name in dict.fromkeys(goal.named) if name in by_name and side_of(by_name[name].placement) != SLURM]
+    named_names = {n.name for n in named}
     by_group: dict[str, list[NodeView]] = {g: [] for g in surplus}
     for n in movable:
         group = n.placement if n.placement in valid else NONE
-        if group in by_group:
+        if group in by_group and n.name not in named_names:
             by_group[group].append(n)
     candidates: list[Cost] = []  # costs end with the node's name: unique, so the heap never compares further
     for group, members in by_group.items():
@@ -347,10 +351,6 @@ def plan(
         # may pass over any number of them (a block that cannot move whole): all are kept then.
         candidates += costs if whole_only else heapq.nsmallest(min(budget, surplus[group]), costs)
     heapq.heapify(candidates)
-    # The nodes jobs name come to Slurm first, whatever their cost or block: no other node would
-    # start those jobs. They serve no other target (a move between pools would take them away).
-    named = [by_name[name] for name in dict.fromkeys(goal.named) if name in by_name and side_of(by_name[name].placement) != SLURM]
-    named_names = {n.name for n in named}
     block_sizes = topology.whole_block_sizes(spec.topology, movable, lambda n: True, slurm) if whole_only else {}
     opened: set[str | None] = set()
     order = itertools.chain.from_iterable(itertools.repeat(g, desired[g] - count[g]) for g in deficits)
@@ -362,8 +362,6 @@ def plan(
         while candidates and chosen is None:
             entry = heapq.heappop(candidates)
             cand = by_name[entry[-1]]
-            if cand.name in named_names:
-                continue  # taken above, or by Slurm only
             group = cand.placement if cand.placement in valid else NONE
             if _takes_side_to_floor(spec, count, group, target):
                 passed_over.append(entry)  # it may still serve a target on its own side
