@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmbridge import SlurmJob
+from slurmbridge.parse import parse_squeue
 from slurmpool.core.demand import Base, PendingPod, Placed, Signals, Want, bounds, decide_demand, gpu_pods, signals, slurm_jobs
 from slurmpool.core.demand.slurm_jobs import job_waits_for_nodes
 from slurmpool.core.decide import decide
@@ -397,3 +399,16 @@ def test_demand_brings_back_the_named_nodes_in_a_whole_pass():
         unnamed = decide(PoolSnapshot(pool=PoolRef("ns", "gpu", "u"), spec=spec, nodes=tuple(nodes),
                                       slurm=SlurmView(True, nodes=states, jobs=(busy, replace(job, required_nodes=()))), now=NOW))
         assert sorted(s.node for s, _ in unnamed.starts) == ["gpu06", "gpu07"]  # by cost, as before
+
+
+def test_demand_from_the_real_22_05_capture_of_pinned_and_whole_node_jobs():
+    """tests/fixtures/named_jobs/22.05-local: gpu03 and gpu04 parked, gpu01-02 full (job fill)."""
+    jobs = tuple(parse_squeue((Path(__file__).parent / "fixtures" / "named_jobs" / "22.05-local" / "squeue.txt").read_text()))
+    names = ["gpu01", "gpu02", "gpu03", "gpu04"]
+    nodes = [NodeView(n, annotations={ANN_PLACEMENT: SLURM if n < "gpu03" else "inference:default"}) for n in names]
+    states = {n: slurm_node(n, "ALLOCATED") for n in names[:2]}
+    sig = signals(spec_with({}, slurm_nodes=2), nodes, SlurmView(True, nodes=states, jobs=jobs), [])
+    assert sig.named(Side.SLURM) == ("gpu03", "gpu04")
+    # pinned-gres, pinned-excl, pinned-one (a CPU job on gpu04), excl (1 whole node), excluding (8 GPUs);
+    # shared asks for no GPUs and takes no whole node: not counted.
+    assert sig.waiting(Side.SLURM) == 5 and sig.nodes(Side.SLURM) == 2 + 2  # the named two, and ceil(16 / 8) more
