@@ -162,8 +162,9 @@ def test_the_lent_nodes_are_the_first_of_the_planners_victims(pods, floor):
 
 def test_a_job_waiting_only_on_held_nodes_is_reported():
     spec = power_save(make_spec(slurm_nodes=0))
-    pending = replace(job_on("x", "7", "PENDING"), nodes=(), reason="ReqNodeNotAvail, UnavailableNodes:gpu[01-02]")
-    other = replace(pending, job_id="8", reason="ReqNodeNotAvail, UnavailableNodes:gpu[01-03]")
+    pending = replace(job_on("x", "7", "PENDING"), nodes=(), reason="ReqNodeNotAvail, UnavailableNodes:gpu[01-02]",
+                      unavailable_nodes=("gpu01", "gpu02"))
+    other = replace(pending, job_id="8", reason="ReqNodeNotAvail, UnavailableNodes:gpu[01-03]", unavailable_nodes=("gpu01", "gpu02", "gpu03"))
     view = SlurmView(True, jobs=(pending, other))
     assert parking.waiting_on_held(spec, view, ["gpu01", "gpu02"]) == ["job 7 waits on held node(s) gpu01, gpu02"]
 

@@ -60,12 +60,12 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     spec, slurm, now = snap.spec, snap.slurm, snap.now
     at = Pass(slurm, spec, now)  # what every move of this pass is advanced against
     nodes = [_flag(spec, n) for n in snap.nodes]
-    target = _target(snap, nodes)
     node_events = _record_events(snap, nodes)
     health = healthmod.assess_all(spec.health, nodes, slurm, now, snap.previous.unhealthy_nodes if snap.previous else ())
+    target = _target(snap, nodes, frozenset(n for n, h in health.items() if h.unhealthy))
     window = desired_split(spec, len(nodes), target.slurm_nodes, target.pool_counts)[0] if target.status.window else None
     lend = parking.settle(spec, nodes, slurm, health, now, window)
-    lend.waiting = parking.waiting_on_held(spec, slurm, [names.get(n) or n for n in lend.held])
+    lend.waiting = parking.waiting_on_held(spec, slurm, lend.held)
     target = with_given_back(target, lend.given_back, len(nodes))
 
     # A write the API server refused last pass, as the move's status said (apply.py puts it there).
@@ -98,7 +98,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
         by_name[name] = _after(snap.pool, by_name[name], step, now)
     for giveback in lend.givebacks:  # before the plan: it counts them in flight (and the target on the Slurm side)
         _begin(snap, by_name, giveback, at, health, decision)
-    result = plan(spec, list(by_name.values()), slurm, now, Goal(target.slurm_nodes, target.pool_counts), health)
+    result = plan(spec, list(by_name.values()), slurm, now, Goal(target.slurm_nodes, target.pool_counts, target.named), health)
     decision.desired, decision.problems = result.desired, result.problems
     decision.held = sorted(set(result.refused))
     was_held = {r.node for r in snap.previous.unhealthy_nodes if r.held} if snap.previous else set()
@@ -195,11 +195,11 @@ def _record_events(snap: PoolSnapshot, nodes: list[NodeView]) -> list[Event]:
 # ---------------------------------------------------------------- 2. the target
 
 
-def _target(snap: PoolSnapshot, nodes: list[NodeView]) -> Decision:
+def _target(snap: PoolSnapshot, nodes: list[NodeView], unhealthy: frozenset[str]) -> Decision:
     spec = snap.spec
     sig = None
     if spec.demand is not None and spec.demand.enabled and snap.slurm.available and snap.slurm.has_pending(spec.slurm.partition):
-        sig = signals(spec, nodes, snap.slurm, snap.pending)
+        sig = signals(spec, nodes, snap.slurm, snap.pending, unhealthy)
     previous = snap.previous.target if snap.previous else None
     return decide_target(spec, len(nodes), snap.now, previous, snap.author, sig)
 

@@ -34,8 +34,6 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-import hostlist
-
 from slurmbridge.models import SlurmNode
 
 from slurmpool.core import slurmstate
@@ -232,21 +230,13 @@ def decline(move: MoveRecord, node: NodeView, at: Pass, why: str) -> Step:
     return step
 
 
-UNAVAILABLE = "UnavailableNodes:"  # Slurm's reason for a job whose nodes are drained or down: ReqNodeNotAvail, UnavailableNodes:<hostlist>
-
-
 def waiting_on_held(spec: SlurmNodePoolSpec, slurm: SlurmView, held: Collection[str]) -> list[str]:
-    """Pending jobs of the pool's partition whose nodes Slurm lists as unavailable are all held
-    parked nodes (`held`: their Slurm names): said in the status, as they wait on the bounds."""
+    """Pending jobs of the pool's partition whose nodes Slurm lists as unavailable
+    (`UnavailableNodes:`, SlurmJob.unavailable_nodes) are all held parked nodes: said in the
+    status, as they wait on the bounds that hold them."""
     out = []
     for job in slurm.jobs:
-        _, listed, rest = job.reason.partition(UNAVAILABLE)
-        if job.state != "PENDING" or not listed or spec.slurm.partition not in job.partition.split(","):
-            continue
-        try:
-            names = set(hostlist.expand_hostlist((rest.split() or [""])[0].rstrip(",")))
-        except hostlist.BadHostlist:
-            continue
-        if names and names <= set(held):
+        names = set(job.unavailable_nodes)
+        if job.state == "PENDING" and names and names <= set(held) and spec.slurm.partition in job.partition.split(","):
             out.append(f"job {job.job_id} waits on held node(s) {', '.join(sorted(names))}")
     return out

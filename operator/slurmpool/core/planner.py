@@ -7,7 +7,8 @@ to start now. Pure and O(n log n) in the number of nodes.
    lowest-priority pool is the first to give nodes back.
 2. Pinned nodes that are elsewhere move to their pin.
 3. Groups above their desired count give nodes to groups below it (unadopted nodes first),
-   cheapest node first, within the budget `maxConcurrentMoves - moves in flight`.
+   cheapest node first, within the budget `maxConcurrentMoves - moves in flight`; Slurm
+   takes the nodes pending jobs name (`Goal.named`, demand) before any other.
 Unhealthy nodes (health.py) are never chosen, in either direction: their side keeps them;
 a pin or move-now moves one only with slurmpool.io/force=true. Suspect ones (a finding within
 its grace) come after the healthy idle ones. With `health.replace` the split counts healthy
@@ -49,6 +50,7 @@ class Goal:
 
     slurm_nodes: int | None = None
     pool_counts: dict[str, int] | None = None
+    named: tuple[str, ...] = ()  # nodes pending jobs name (demand): Slurm takes these before any other
 
 
 @dataclass
@@ -352,10 +354,14 @@ def plan(
     movable, topo = _candidates(spec, nodes, slurm, now, keep, already)
     by_name = {n.name: n for n in movable}
     whole_only = spec.topology.whole_blocks and spec.topology.enabled
+    # The nodes jobs name come to Slurm first, whatever their cost or block: no other node would
+    # start those jobs. They serve no other target (a move between pools would take them away).
+    named = [by_name[name] for name in dict.fromkeys(goal.named) if name in by_name and side_of(by_name[name].placement) != SLURM]
+    named_names = {n.name for n in named}
     by_group: dict[str, list[NodeView]] = {g: [] for g in surplus}
     for n in movable:
         group = n.placement if n.placement in valid else NONE
-        if group in by_group:
+        if group in by_group and n.name not in named_names:
             by_group[group].append(n)
     candidates: list[Cost] = []  # costs end with the node's name: unique, so the heap never compares further
     for group, members in by_group.items():
@@ -372,9 +378,9 @@ def plan(
     for target in order:
         if not budget:
             break
-        chosen: NodeView | None = None
+        chosen: NodeView | None = _named_for(spec, target, named, count, surplus, valid)
         passed_over: list[Cost] = []
-        while candidates:
+        while candidates and chosen is None:
             entry = heapq.heappop(candidates)
             cand = by_name[entry[-1]]
             group = cand.placement if cand.placement in valid else NONE
@@ -399,6 +405,19 @@ def plan(
         start(chosen, target, Cause.REBALANCE)
         budget -= 1
     return result
+
+
+def _named_for(spec: SlurmNodePoolSpec, target: str, named: list[NodeView], count: dict[str, int], surplus: dict[str, int],
+               valid: set[str]) -> NodeView | None:
+    """The next node jobs name that may go to `target` now (Slurm only), taken off `named`."""
+    if target != SLURM:
+        return None
+    for i, node in enumerate(named):
+        group = node.placement if node.placement in valid else NONE
+        if surplus.get(group, 0) > 0 and not _takes_side_to_floor(spec, count, group, target):
+            surplus[group] -= 1
+            return named.pop(i)
+    return None
 
 
 def _takes_side_to_floor(spec: SlurmNodePoolSpec, count: dict[str, int], group: str, target: str) -> bool:
