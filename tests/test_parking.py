@@ -372,3 +372,25 @@ def test_the_target_counts_given_back_nodes_on_the_slurm_side_within_the_pool():
     assert with_given_back(base, 0, 4) is base
     raised = with_given_back(base, 2, 4)
     assert raised.slurm_nodes == 4 and raised.status.source == base.status.source and "+1 given back" in raised.status.reason
+
+
+@settings(max_examples=80, deadline=None)
+@given(sizes=st.tuples(st.integers(0, 5), st.integers(0, 5)), mins=st.tuples(st.integers(0, 5), st.integers(0, 5)),
+       floor=st.integers(0, 10), asked=st.sets(st.integers(0, 9)))
+def test_lending_never_takes_a_pool_or_inference_below_its_floor(sizes, mins, floor, asked):
+    spec = power_save(make_spec(slurm_nodes=0, min_inference=floor, pools=[("a", 1, mins[0], None), ("b", 0, mins[1], None)]))
+    pairs = []
+    for pool, size in zip("ab", sizes):
+        for i in range(size):
+            node, sn = held_parked(f"{pool}{i}", pool=pool)
+            pairs.append((node, asked_back(replace(sn, flags=frozenset(POWERED_DOWN), reason=None)) if len(pairs) in asked else sn))
+    out = settle(spec, pairs, jobs=[job_on(n.name) for n, sn in pairs if "POWERING_UP" in sn.flags])
+    lent = set(out.lendable)
+    for pool, size, least in zip("ab", sizes, mins):
+        assert size - sum(n.startswith(pool) for n in lent) >= min(size, least)
+    assert sum(sizes) - len(lent) >= min(sum(sizes), floor)
+    # a request Slurm made is served (a give-back) or declined (held, drained), never left waiting
+    for node, sn in pairs:
+        if "POWERING_UP" in sn.flags:
+            assert (node.name in lent) == any(s.node == node.name for s in out.givebacks)
+            assert node.name in lent or [type(a) for a in out.steps[node.name].actions] == [Drain]
