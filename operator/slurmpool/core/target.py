@@ -23,7 +23,7 @@ status (status.target.specSlurmNodes), so it survives operator restarts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -182,3 +182,15 @@ def decide_target(
 
 def _window_key(previous: TargetStatus) -> str:
     return previous.base_key or ""
+
+
+def with_given_back(decision: Decision, given_back: int, total: int) -> Decision:
+    """Nodes Slurm asked back from power-save parking (parking.py) count on the Slurm side while
+    Slurm's jobs hold them: the planner must not send other Slurm nodes to inference for them.
+    Once their jobs are done they are not counted, and are surplus the planner may take back."""
+    if not given_back:
+        return decision
+    status = decision.status
+    count = min(total, status.slurm_nodes + given_back)
+    update = {"slurm_nodes": count, "reason": f"{status.reason}; +{count - status.slurm_nodes} given back to Slurm's jobs (power saving)"}
+    return replace(decision, status=status.model_copy(update=update))

@@ -28,7 +28,7 @@ from slurmbridge.models import SlurmJob
 
 from slurmpool.core import slurmstate
 from slurmpool.core.demand.want import Seen, Want
-from slurmpool.core.placement import SLURM, Side
+from slurmpool.core.placement import NONE, SLURM, Side
 from slurmpool.core.view import NodeView, SlurmView, counts_at
 
 # A pending job's reason, normalised (lower case, "_" as " "), that more nodes could end. Slurm
@@ -93,7 +93,7 @@ def wants(seen: Seen) -> list[Want]:
     jobs = [j for j in candidates if j.job_id not in unstartable] if unstartable else candidates
     if not jobs and not unstartable:
         return []
-    usable, idle = _usable_and_idle(seen.nodes, seen.slurm)
+    usable, idle = _usable_and_idle(seen.nodes, seen.slurm, seen.spec.slurm.parking == "PowerSave")
     named = tuple(dict.fromkeys(n for j in jobs for n in j.required_nodes if n in pool and counts_at(pool[n]) != SLURM))
     counted = [rest for j in jobs if (rest := _beyond_named(j)) is not None]
     fitting = [j for j in counted if j.num_nodes <= usable]
@@ -158,13 +158,16 @@ def _pending(jobs: Sequence[SlurmJob], partition: str, pool: Mapping[str, NodeVi
     ]
 
 
-def _usable_and_idle(nodes: Sequence[NodeView], slurm: SlurmView) -> tuple[int, int]:
-    """Settled Slurm nodes a job could get, busy or idle (usable), and those idle with no job."""
+def _usable_and_idle(nodes: Sequence[NodeView], slurm: SlurmView, power_save: bool = False) -> tuple[int, int]:
+    """Settled Slurm nodes a job could get, busy or idle (usable), and those idle with no job.
+    With power-save parking a lent parked node (`idle~`: usable) is Slurm's capacity too: Slurm
+    starts jobs there itself (a give-back, parking.py); a held one (`drain~`) is not usable."""
     usable = idle = 0
     if not slurm.available:
         return 0, 0
     for node in nodes:
-        sn = slurm.nodes.get(node.name) if node.move is None and node.placement == SLURM else None
+        counted = node.placement == SLURM or (power_save and node.placement != NONE)
+        sn = slurm.nodes.get(node.name) if node.move is None and counted else None
         if sn is not None and slurmstate.usable(sn):
             usable += 1
             idle += slurmstate.idle(sn) and not slurm.jobs_on(node.name)
