@@ -117,6 +117,21 @@ def test_pool_namespaces_bind_pod_and_secret_rights_only_there(helm):
     assert any(d["kind"] == "ClusterRoleBinding" and d["roleRef"]["name"] == "slurmpool" for d in docs)
 
 
+def notes(helm: str, *args: str) -> str:
+    """templates/NOTES.txt as `helm install` prints it (a client-side dry run: no cluster)."""
+    out = subprocess.run([helm, "install", "slurmpool", str(CHART), "-n", "slurmpool-system", "--dry-run=client",
+                          "-f", str(required_values_file()), *args], capture_output=True, text=True, check=True).stdout
+    return " ".join(out.split("NOTES:", 1)[1].split())
+
+
+def test_the_notes_say_where_pools_may_live(helm):
+    """Empty rbac.poolNamespaces is the release namespace only (rbac.yaml), not every namespace."""
+    assert "SlurmNodePools may live in slurmpool-system only" in notes(helm)
+    listed = notes(helm, "--set", "rbac.poolNamespaces={gpu-a,gpu-b}")
+    assert "SlurmNodePools may live in gpu-a, gpu-b only" in listed and "every namespace" not in listed
+    assert "create and delete slurmd pods in every namespace" in notes(helm, "--set", "rbac.allNamespaces=true")
+
+
 def test_cadence_role_allows_only_reading_pools_and_their_scale(helm):
     subjects = '{"cadence":{"createRole":true,"subjects":[{"kind":"ServiceAccount","name":"nightly","namespace":"batch"}]}}'
     values = REPO / ".pytest_cache" / "cadence-values.json"
