@@ -6,7 +6,8 @@ page names must exist, and the reference tables must name everything there is.
 - values keys named anywhere in the docs against the chart's values.schema.json;
 - metric names in the docs against the operator's registry (adapters/metrics.py), and docs/metrics.md's
   table (name, type, labels) against each metric;
-- `kubectl slurmpool` subcommands and flags in the docs against the plugin's own `--help`.
+- `kubectl slurmpool` subcommands and flags in the docs against the plugin's own `--help`;
+- install.md's RBAC table against the rules the chart grants.
 
 Each check is a function of the text, so the tests at the bottom show it failing on a wrong line."""
 
@@ -190,6 +191,27 @@ def test_install_md_lists_only_values_of_the_chart():
     assert not unknown, f"docs/install.md's table of values names keys the chart does not have: {unknown}"
 
 
+# ---------------------------------------------------------------- install.md's RBAC table against the chart
+
+
+def operator_rules() -> set[tuple[str, str]]:
+    """(resource, verb) of every rule the chart grants the operator (deploy/manifests/slurmpool.yaml)."""
+    docs = [d for d in yaml.safe_load_all((REPO / "deploy" / "manifests" / "slurmpool.yaml").read_text()) if d]
+    return {(resource, verb) for d in docs if d["kind"] in ("ClusterRole", "Role")
+            for rule in d["rules"] for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def rbac_table_rules(text: str) -> set[tuple[str, str]]:
+    return {(resource, verb.strip()) for resource, verbs, *_ in table(text, "| resource | verbs | why |")
+            for verb in verbs.split(",")}
+
+
+def test_install_md_rbac_table_is_the_charts():
+    documented = rbac_table_rules((REPO / "docs" / "install.md").read_text())
+    assert documented == operator_rules(), (f"docs/install.md lists {sorted(documented - operator_rules())} the chart does not grant "
+                                            f"and lacks {sorted(operator_rules() - documented)}")
+
+
 # ---------------------------------------------------------------- metric names against the registry
 
 METRIC = re.compile(r"\bslurmpool_[a-z_]+\b")
@@ -305,6 +327,11 @@ def test_a_wrong_or_missing_pool_field_row_is_found():
     assert "spec.handover.leadTime has no row" in pool_field_problems(changed(text, handover + "\n", ""), fields)
     assert "spec.slurm.slurmdPod.priorityClassName has no row and is not named in `slurm.slurmdPod`'s" in (
         pool_field_problems(changed(text, "`priorityClassName`, ", ""), fields))
+
+
+def test_a_missing_rbac_verb_is_found():
+    text = changed((REPO / "docs" / "install.md").read_text(), "| nodes | get, list, watch, patch |", "| nodes | list, watch, patch |")
+    assert operator_rules() - rbac_table_rules(text) == {("nodes", "get")}
 
 
 def test_a_wrong_values_key_is_found():
