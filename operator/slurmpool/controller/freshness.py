@@ -25,7 +25,7 @@ from slurmpool.core.view import SlurmView
 # round trip of scontrol and squeue (a few hundred ms) that most passes of a move do not need.
 SLURM_MAX_AGE = 2.0
 # Phases that wait on Slurm or the node agent rather than on a watch event: polled faster.
-QUICK_PHASES = frozenset({Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING, Phase.DRAINING})
+QUICK_PHASES = frozenset({Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING, Phase.DRAINING, Phase.POWERING_DOWN, Phase.POWERING_UP})
 # What a move blocked only by these waits for is Slurm's to report soon (moves.py: Registering).
 SLURM_SOON = frozenset({Blocker(BlockerKind.SLURMD_REGISTRATION)})
 

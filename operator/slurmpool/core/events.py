@@ -24,6 +24,7 @@ class Reason(StrEnum):
     JobsCancelled = "JobsCancelled"
     CordonRestored = "CordonRestored"
     SlurmdPodReplaced = "SlurmdPodReplaced"
+    NotPoweredDown = "NotPoweredDown"
     # health (decide.py)
     HealthDrain = "HealthDrain"
     HealthResume = "HealthResume"
