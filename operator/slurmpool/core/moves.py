@@ -615,17 +615,23 @@ def _powering_up(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: Slurm
     sn = slurm.nodes.get(node.name)
     if sn is None or slurmstate.up_or_coming_up(sn):
         return Advance(Phase.STARTING_SLURMD)
-    if slurmstate.powered_down(sn) and not slurmstate.drain_set(sn):
+    if not slurmstate.drain_set(sn):
         drain(step, node, drain_reason(move), now)  # powered up once the drain is in
         step.message = "draining before powering up"
-    elif slurmstate.powered_down(sn):
+    else:
+        _power_up(node, sn, step)
+    if _bound_reached(move, spec, now):
+        return Rollback(f"Slurm did not power it up within {spec.slurm.register_timeout} (state {slurmstate.text(sn)})")
+    return WAIT
+
+
+def _power_up(node: NodeView, sn: SlurmNode, step: Step) -> None:
+    """Ask Slurm to power the (drained) node up once it is down; until then, wait for it."""
+    if slurmstate.powered_down(sn):
         step.actions.append(PowerUp(node.name))
         step.message = "powering up in Slurm"
     else:
         step.message = f"waiting for Slurm to power it up (state {slurmstate.text(sn)})"
-    if _bound_reached(move, spec, now):
-        return Rollback(f"Slurm did not power it up within {spec.slurm.register_timeout} (state {slurmstate.text(sn)})")
-    return WAIT
 
 
 def _starting_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
@@ -634,17 +640,24 @@ def _starting_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: S
         step.message = f"waiting for Slurm: {slurm.error or 'unavailable'}"
         return WAIT
     # Hold the node drained in Slurm until we have checked it: no job lands before Resuming. But
-    # not a node Slurm powers up for jobs it placed there: a drain would requeue them, and they
-    # wait for this slurmd anyway (Slurm starts them once it registers).
+    # not a node Slurm has placed jobs on (it asked for it back: POWERING_UP for them): a drain
+    # would requeue them, and they wait for this slurmd anyway (Slurm starts them once it registers).
     sn = slurm.nodes.get(node.name)
-    held = sn is None or slurmstate.drain_set(sn) or slurmstate.held_for_jobs(sn)
+    held = sn is None or slurmstate.drain_set(sn) or slurmstate.busy(sn)
     if not held:
         drain(step, node, drain_reason(move), now)
     patch = slurm_shape(spec, node)
     if not shaped(node, patch):
         step.actions.append(patch)
     pod = node.slurmd_pod
-    running = ensure_slurmd_pod(node, step, boot=slurmstate.powering_up(sn))
+    if sn is not None and not slurmstate.up_or_coming_up(sn):
+        # Powered down again (a power-up not answered within ResumeTimeout): no slurmd for a
+        # powered-down node (Slurm would not count it booted); powered up first, held drained.
+        if held:
+            _power_up(node, sn, step)
+        running = False
+    else:
+        running = ensure_slurmd_pod(node, step, boot=slurmstate.powering_up(sn))
     if running and held and shaped(node, patch):
         return Advance(Phase.REGISTERING)
     if pod is not None and pod.deleting:

@@ -71,11 +71,6 @@ def up_or_coming_up(sn: SlurmNode) -> bool:
     return powered(sn) or powering_up(sn)
 
 
-def held_for_jobs(sn: SlurmNode) -> bool:
-    """Slurm powers the node up for jobs it allocated there: a DRAIN now requeues them."""
-    return powering_up(sn) and busy(sn)
-
-
 def usable(sn: SlurmNode) -> bool:
     """Slurm may give the node to a job, busy or idle: not drained, not DOWN, UNKNOWN, FUTURE or
     NOT_RESPONDING. A node powered down without a drain (`idle~`) is usable: Slurm powers it up
