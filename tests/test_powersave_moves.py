@@ -72,9 +72,9 @@ def test_power_save_off_or_unknown_parks_by_drain_and_sends_no_power_request():
     for power_save in (POWER_SAVE_OFF, None):
         world = slurm_world(power_save=power_save)
         start(world, SLURM, INFERENCE, NOW)
-        run_move(world, power_save_spec(), NOW)  # World.apply fails on a power request while off
+        run_move(world, power_save_spec(), NOW)
         assert_inference(world)
-        assert "PoweringDown" not in world.phases and slurmstate.powered(world.slurm_node)
+        assert "PoweringDown" not in world.phases and "PowerDown" not in world.log and slurmstate.powered(world.slurm_node)
 
 
 def test_powering_down_waits_for_slurm_and_is_bounded_by_register_timeout():
