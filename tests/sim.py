@@ -15,7 +15,8 @@ tick by an idle node (POWERING_DOWN), powered down the tick after (POWERED_DOWN;
 reason stay). POWER_UP is taken at the next tick (POWERING_UP, NOT_RESPONDING); a job Slurm places
 on a lendable node makes it POWERING_UP too (`slurm_asks_back`). It counts as booted only when a
 slurmd started with `-b` registers; otherwise, ResumeTimeout after the request, it is DOWN and
-POWERED_DOWN, its drain gone and its jobs requeued. A power request while power saving is off is
+POWERED_DOWN, its drain gone and its jobs requeued. "26.05" also lifts the drain of a node as it
+powers it down (its power_save.c: "Clear power_down_asap"). A power request while power saving is off is
 refused (22.05 and 24.11 take none then). A slurmd started on a powered-down node fails the test.
 """
 
@@ -150,7 +151,10 @@ class World:
         elif "POWERING_DOWN" in flags:
             self.slurm_node = replace(sn, state="IDLE", flags=flags - {"POWERING_DOWN"} | {"POWERED_DOWN"})
         elif "POWER_DOWN" in flags and not busy and not has_slurmd:
-            self.slurm_node = replace(sn, state="IDLE", flags=flags - {"POWER_DOWN", "NOT_RESPONDING"} | {"POWERING_DOWN"})
+            lifted = {"DRAIN"} if self.version == "26.05" else set()  # 26.05 clears a drain as it powers a node down
+            self.slurm_node = replace(sn, state="IDLE", flags=flags - {"POWER_DOWN", "NOT_RESPONDING"} - lifted | {"POWERING_DOWN"})
+            if lifted:
+                self.drain_owner = None
         else:
             return "POWERED_DOWN" in flags
         return True

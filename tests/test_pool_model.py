@@ -63,13 +63,14 @@ def slurm_world(name: str) -> World:
 
 
 class PoolModel(RuleBasedStateMachine):
-    @initialize(slurm_nodes=st.integers(0, len(NODES)), parking=st.sampled_from(["Drain", "PowerSave"]))
-    def start(self, slurm_nodes, parking="Drain"):
+    @initialize(slurm_nodes=st.integers(0, len(NODES)), parking=st.sampled_from(["Drain", "PowerSave"]),
+                version=st.sampled_from(["22.05", "26.05"]))
+    def start(self, slurm_nodes, parking="Drain", version="22.05"):
         spec = make_spec(slurm_nodes=slurm_nodes, **SPEC)
         # registerTimeout bounds a power-up Slurm refuses (its power saving off): inside SETTLE_PASSES
         spec = spec.model_copy(update={"slurm": spec.slurm.model_copy(update={"register_timeout": "60s"})})
         self.spec = with_parking(spec, parking)
-        self.worlds = {n: slurm_world(n) for n in NODES}
+        self.worlds = {n: replace(slurm_world(n), version=version) for n in NODES}
         self.power_save = POWER_SAVE_ON
         self.now = NOW
         self.status = None

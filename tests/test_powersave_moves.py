@@ -55,6 +55,16 @@ def test_power_save_parks_the_node_powered_down_after_its_slurmd_stops():
     assert slurmstate.parked(world.slurm_node) and "POWERED_DOWN" in world.slurm_node.flags  # drain~: held
 
 
+def test_a_drain_slurm_lifts_as_it_powers_the_node_down_is_set_again():
+    """26.05 clears a node's DRAIN when it powers it down: the move ends with the node held, `drain~`."""
+    world = slurm_world(power_save=POWER_SAVE_ON, version="26.05")
+    start(world, SLURM, INFERENCE, NOW)
+    run_move(world, power_save_spec(), NOW)
+    assert_inference(world)
+    assert world.log.count("Drain") == 2 and world.log.index("PowerDown") < len(world.log) - 1 - world.log[::-1].index("Drain")
+    assert "POWERED_DOWN" in world.slurm_node.flags and world.drain_owner == "slurmpool"
+
+
 def test_a_drain_pool_never_enters_the_power_phases_nor_asks_slurm_for_power():
     world = slurm_world(power_save=POWER_SAVE_ON)
     start(world, SLURM, INFERENCE, NOW)
@@ -260,14 +270,15 @@ def test_a_settled_slurm_node_powering_up_gets_its_slurmd_with_b():
     crash_at=st.integers(0, 14),
     keeps_slurm=st.booleans(),
     parking=st.sampled_from(["PowerSave", "Drain"]),
+    version=st.sampled_from(["22.05", "26.05"]),
 )
-def test_a_crash_at_any_round_of_a_power_save_move_still_settles_it(direction, crash_at, keeps_slurm, parking):
+def test_a_crash_at_any_round_of_a_power_save_move_still_settles_it(direction, crash_at, keeps_slurm, parking, version):
     spec = power_save_spec(parking)
     if direction == "in":
-        world = slurm_world(power_save=POWER_SAVE_ON)
+        world = slurm_world(power_save=POWER_SAVE_ON, version=version)
         start(world, SLURM, INFERENCE, NOW)
     else:
-        world = powered_down_world(drained=direction == "out")
+        world = powered_down_world(drained=direction == "out", version=version)
         if direction == "give-back":
             world.slurm_asks_back("42")
         start(world, INFERENCE, SLURM, NOW)

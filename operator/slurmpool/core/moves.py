@@ -517,9 +517,15 @@ def _stopping_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: S
 def _powering_down(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
     """Slurm powers the drained node down, its slurmd stopped: parked as `drain~` (capacity Slurm
     shows, never schedules) until parking.py lends it. Done once Slurm shows it powered down or
-    on its way. A node that need not be powered down (powers_down) goes on: parked by its drain.
-    Bounded by registerTimeout, then parked by its drain too: the upkeep (keep_parked) asks again."""
+    on its way, still drained. A node that need not be powered down (powers_down) goes on: parked
+    by its drain. Bounded by registerTimeout, then parked by its drain: keep_parked asks again."""
     sn = slurm.nodes.get(node.name) if slurm.available else None
+    if sn is not None and slurmstate.parked(sn) and not slurmstate.drain_set(sn):
+        # Slurm lifts the drain of a node it powers down (26.05's power_save.c: "Clear
+        # power_down_asap") or gives up on (ResumeTimeout): the park holds it, drained again.
+        drain(step, node, drain_reason(move), now)
+        step.message = "Slurm lifted the drain as it powered the node down: draining it again"
+        return WAIT
     if not powers_down(spec, slurm, sn):
         return Advance(Phase.RELABELING)
     assert sn is not None, "powers_down needs the node in Slurm"
