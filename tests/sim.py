@@ -15,9 +15,10 @@ tick by an idle node (POWERING_DOWN), powered down the tick after (POWERED_DOWN;
 reason stay). POWER_UP is taken at the next tick (POWERING_UP, NOT_RESPONDING); a job Slurm places
 on a lendable node makes it POWERING_UP too (`slurm_asks_back`). It counts as booted only when a
 slurmd started with `-b` registers; otherwise, ResumeTimeout after the request, it is DOWN and
-POWERED_DOWN, its drain gone and its jobs requeued. "26.05" also lifts the drain of a node as it
-powers it down (its power_save.c: "Clear power_down_asap"). A power request while power saving is off is
-refused (22.05 and 24.11 take none then). A slurmd started on a powered-down node fails the test.
+POWERED_DOWN, its drain gone and its jobs requeued. A power-down of a node powering up with no job
+is the bridge's POWER_DOWN_FORCE: taken at once. "26.05" also lifts the drain of a node as it
+powers it down (its power_save.c: "Clear power_down_asap"). A power request while power saving is
+off is refused (22.05 and 24.11 take none then). A slurmd started on a powered-down node fails the test.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ class World:
     version: str = "22.05"
     drain_owner: str | None = None  # slurmpool | slurm | admin: who set the drain in force
     clock: datetime = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    power_save: PowerSave | None = None  # Slurm's power saving as the operator reads it (None: not known)
+    # Slurm's power saving as the operator reads it (None: the operator cannot read it; Slurm has it on)
+    power_save: PowerSave | None = None
     booting: bool = False  # the slurmd pod was started with -b
     power_up_at: datetime | None = None  # when Slurm began powering the node up (ResumeTimeout runs from it)
 
@@ -202,9 +204,13 @@ class World:
         elif isinstance(action, Resume) and sn:
             assert self.drain_owner in ("slurmpool", None), f"resumed a drain set by {self.drain_owner}: {sn.reason!r}"
             self._resume()
-        elif isinstance(action, PowerDown | PowerUp) and sn and self.power_save is not None and self.power_save.on:
+        elif isinstance(action, PowerDown | PowerUp) and sn and (self.power_save is None or self.power_save.on):
             if isinstance(action, PowerUp) and slurmstate.powered_down(sn):
                 self.slurm_node = replace(sn, flags=sn.flags | {"POWER_UP"})
+            elif isinstance(action, PowerDown) and slurmstate.powering_up(sn) and not slurmstate.busy(sn):
+                # the bridge's POWER_DOWN_FORCE (a plain POWER_DOWN waits for ResumeTimeout there)
+                self.slurm_node = replace(sn, flags=sn.flags - {"POWERING_UP", "NOT_RESPONDING"} | {"POWER_DOWN"})
+                self.power_up_at = None
             elif isinstance(action, PowerDown) and not slurmstate.parked(sn):
                 self.slurm_node = replace(sn, flags=sn.flags | {"POWER_DOWN"})
         elif isinstance(action, Requeue):

@@ -131,12 +131,12 @@ async def test_a_drain_pool_has_no_power_save_condition_and_loses_one_it_had():
     assert condition(status) is None and slurm.calls == []
 
 
-async def test_a_powered_down_parked_node_is_left_as_it_is():
+async def test_a_powered_down_parked_node_is_not_asked_to_power_down_again():
     nodes, view = parked_nodes(1, POWER_SAVE_ON)
     sn = view.nodes["gpu00"]
     view = SlurmView(True, nodes={"gpu00": replace(sn, flags=sn.flags | {"POWERED_DOWN"})}, power_save=POWER_SAVE_ON)
     _, _, slurm = await run(power_save_pool(), nodes, view, slurm=Powering())
-    assert slurm.calls == []
+    assert not [c for c in slurm.calls if c[0].startswith("power")]  # (parking.py may lend it: a resume)
 
 
 class Powering(FakeSlurm):
@@ -148,3 +148,14 @@ class Powering(FakeSlurm):
 
     async def power_save(self) -> PowerSave:
         return POWER_SAVE_ON
+
+
+async def test_power_save_off_lends_nothing_a_parked_powered_down_node_stays_held():
+    """Off, Slurm could not power a lent node up for its job (22.05, 24.11): parking.py lends none."""
+    nodes, view = parked_nodes(1, POWER_SAVE_ON)
+    sn = replace(view.nodes["gpu00"], flags=view.nodes["gpu00"].flags | {"POWERED_DOWN"})
+    _, _, slurm = await run(power_save_pool(), nodes, SlurmView(True, nodes={"gpu00": sn}, power_save=POWER_SAVE_ON), slurm=Powering())
+    assert slurm.calls == [("resume", ("gpu00",))]  # on: lent
+    status, _, slurm = await run(power_save_pool(), nodes, SlurmView(True, nodes={"gpu00": sn}, power_save=POWER_SAVE_OFF),
+                                 slurm=Powering())
+    assert slurm.calls == [] and "power saving is off" in condition(status, "Lending").message

@@ -25,6 +25,8 @@ class Reason(StrEnum):
     CordonRestored = "CordonRestored"
     SlurmdPodReplaced = "SlurmdPodReplaced"
     NotPoweredDown = "NotPoweredDown"
+    # power-save parking (parking.py): Slurm asked a parked node back and slurmpool refused
+    GiveBackDeclined = "GiveBackDeclined"
     # health (decide.py)
     HealthDrain = "HealthDrain"
     HealthResume = "HealthResume"

@@ -55,12 +55,6 @@ def powering_up(sn: SlurmNode | None) -> bool:
     return sn is not None and "POWERING_UP" in sn.flags
 
 
-def powered_down(sn: SlurmNode) -> bool:
-    """Powered down and not asked back yet: a power-up request would be taken now (POWERED_DOWN,
-    neither POWERING_UP nor a POWER_UP request queued)."""
-    return "POWERED_DOWN" in sn.flags and not {"POWERING_UP", "POWER_UP"} & sn.flags
-
-
 def power_down_asked(sn: SlurmNode) -> bool:
     """Powered down, on its way down, or a power-down queued (POWER_DOWN): nothing to ask again."""
     return parked(sn) or "POWER_DOWN" in sn.flags
@@ -69,6 +63,18 @@ def power_down_asked(sn: SlurmNode) -> bool:
 def up_or_coming_up(sn: SlurmNode) -> bool:
     """Powered, or Slurm is powering it up: a slurmd started now serves it (no power-up to ask)."""
     return powered(sn) or powering_up(sn)
+
+
+def powered_down(sn: SlurmNode) -> bool:
+    """Powered down and settled there (`idle~`, `drain~`): not on its way down, not asked back
+    (POWERING_UP, or a POWER_UP request queued): a power-up request would be taken now."""
+    return "POWERED_DOWN" in sn.flags and not {"POWERING_DOWN", "POWERING_UP", "POWER_UP"} & sn.flags
+
+
+def asked_back(sn: SlurmNode) -> bool:
+    """Slurm chose the powered-down node for a job and waits for its slurmd: POWERING_UP with the
+    job allocated (`mix#`, `alloc#`; the job is CONFIGURING). Power saving's own request to resume."""
+    return "POWERING_UP" in sn.flags and busy(sn)
 
 
 def usable(sn: SlurmNode) -> bool:
