@@ -33,7 +33,7 @@ class FakeKube:
     async def patch_node_later(self, name, patch):
         await self.patch_node(name, patch)
 
-    async def create_slurmd_pod(self, pool, spec, node, slurm_name=None):
+    async def create_slurmd_pod(self, pool, spec, node, slurm_name=None, boot=False):
         self.calls.append(("create_slurmd_pod", node))
 
     async def delete_pod(self, namespace, name, uid):

@@ -9,7 +9,8 @@ In order:
    back and its jobs hold, counted on the Slurm side;
 3. each node's step: the move in flight advanced as far as the observations allow
    (moves.py; an unhealthy node's move stops where it is safe), or the upkeep of a settled
-   Slurm node (its slurmd pod; a health drain for a listed condition, resumed once it clears);
+   Slurm node (its slurmd pod; a health drain for a listed condition, resumed once it clears)
+   or of a parked one (powered down where power saving parks it: moves.keep_parked);
 4. nodes deleted from Kubernetes: reported, their orphan slurmd pods deleted once idle;
 5. the give-backs Slurm asked for (parking.py), then the plan (planner.py) on the nodes as the
    steps leave them: moves to turn back, moves to start (each advanced at once on the same observations); then the planned handover's
@@ -33,7 +34,9 @@ from slurmpool.core.models import SlurmNodePoolSpec, seconds
 from slurmpool.core.patch import after, node_patch
 from slurmpool.core.expiry import Overdue, expire
 from slurmpool.core.published import changed_annotations
-from slurmpool.core.moves import Pass, Refusal, Resume, Step, advance, drain, ensure_slurmd_pod, first_phase, restore_cordon, reverse
+from slurmpool.core.moves import (
+    Pass, Refusal, Resume, Step, advance, drain, ensure_slurmd_pod, first_phase, keep_parked, restore_cordon, reverse,
+)
 from slurmpool.core.planner import Goal, Start, current_placement, desired_split, move_now_done, move_now_target, placements, plan
 from slurmpool.core.events import Event, Reason
 from slurmpool.core.snapshot import PoolDecision, PoolSnapshot
@@ -85,6 +88,8 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
                 steps[node.name] = repair
         elif node.name in lend.steps:
             steps[node.name] = lend.steps[node.name]
+        elif pool_of(node.placement) is not None and (parked := keep_parked(node, at)) is not None:
+            steps[node.name] = parked
     for name in lend.unmark:
         steps.setdefault(name, Step(move=None)).given_back = False
     decision = PoolDecision(target=target, desired={}, problems=[], steps=steps, nodes_after=[], node_events=node_events, health=health,
@@ -221,8 +226,8 @@ def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now
     never resumed. A claim outlives nothing: once the node is seen undrained, or drained by
     someone else, the claim goes."""
     step = Step(move=None)
-    ensure_slurmd_pod(node, step)
     sn = slurm.nodes.get(node.name) if slurm.available else None
+    ensure_slurmd_pod(node, step, boot=slurmstate.powering_up(sn))
     if sn is None:
         return step
     if (condition := health.drain_condition) and not slurmstate.drain_set(sn):

@@ -24,6 +24,7 @@ class Reason(StrEnum):
     JobsCancelled = "JobsCancelled"
     CordonRestored = "CordonRestored"
     SlurmdPodReplaced = "SlurmdPodReplaced"
+    NotPoweredDown = "NotPoweredDown"
     # power-save parking (parking.py): Slurm asked a parked node back and slurmpool refused
     GiveBackDeclined = "GiveBackDeclined"
     # health (decide.py)

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError, model_validator
 
-from slurmbridge.models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
+from slurmbridge.models import PowerSave, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
 
 from slurmpool.core import slurmstate
 from slurmpool.core.fit import PodNeeds
@@ -389,6 +389,9 @@ class SlurmView:
     reservations_error: str | None = None
     reservations_api: bool = True  # False: this access cannot list or create reservations (slurmrestd < v0.0.43)
     max_times: dict[str, timedelta | None] = field(default_factory=dict, compare=False)  # partition -> MaxTime (None: UNLIMITED), read with the reservations
+    # Slurm's power saving as slurm.conf sets it, polled for PowerSave pools about once a minute
+    # (access.py); None: not known (not asked, unreadable, or this access cannot tell).
+    power_save: PowerSave | None = field(default=None, compare=False)
     _blocks: dict[int, dict[str, str]] = field(default_factory=dict, compare=False, repr=False)  # level -> {node: block}
 
     def has_pending(self, partition: str | None) -> bool:
