@@ -60,6 +60,7 @@ class SlurmCommands(Protocol):
     async def power_down(self, nodes: Sequence[str]) -> None: ...
     async def power_up(self, nodes: Sequence[str]) -> None: ...
     async def power_save(self) -> PowerSave: ...
+    async def signal(self, job_ids: Sequence[str], signal: str, batch_only: bool) -> None: ...
 
 
 @runtime_checkable
@@ -259,6 +260,19 @@ class ScontrolBackend:
 
     async def power_save(self) -> PowerSave:
         raise SlurmUnsupported("power saving is not built yet (issue 39)")
+
+    async def signal(self, job_ids: Sequence[str], signal: str, batch_only: bool) -> None:
+        """Send the jobs a signal, to the batch shell only (`scancel --batch`) or to every step and
+        the batch shell (`--full`); a job already finished or purged is done (as cancel)."""
+        ids = validate.job_ids(job_ids)
+        if not ids:
+            return
+        whom = "--batch" if batch_only else "--full"
+        try:
+            await self._run(["scancel", f"--signal={validate.signal(signal)}", whom, *ids])
+        except SlurmError as e:
+            if isinstance(e, SlurmUnavailable) or not _only(e, _CANCEL_ALREADY):
+                raise
 
     async def requeue(self, job_ids: Sequence[str]) -> None:
         """Requeue jobs and let them start again at once. A requeued job sits COMPLETING, then

@@ -155,6 +155,9 @@ class SlurmJob:
     start_time: datetime | None  # tz-aware; None for N/A, Unknown, NONE
     end_time: datetime | None
     reason: str
+    # Can Slurm requeue it (a batch job without --no-requeue)? slurmrestd says (`requeue`, `batch_flag`);
+    # squeue -o cannot print it (only -O Requeue): None, not known (a requeue Slurm refuses then fails loudly).
+    requeue: bool | None = None
 
     @property
     def gpus_wanted(self) -> int:

@@ -28,6 +28,11 @@ Calls:
   versions there is no way to requeue over REST: `requeue` raises SlurmUnsupported saying so (the
   operator reports the failed action; use drain.onTimeout Cancel, Wait or Rollback there). As with
   scontrol, a requeued job is then released (POST /slurm/V/job/ID {"begin_time":"now"}) once PENDING.
+- signal (drain.onTimeout Checkpoint): DELETE /slurm/V/job/ID?signal=USR1&flags=BATCH_JOB (FULL_JOB for
+  every step), one per job: openapi/slurmctld's `_parse_job_delete` reads `signal` and the WARN_FLAGS
+  `flags` in v0.0.42 to v0.0.45 (read in 26.05's source; v0.0.40/41, 24.11's, take the same query).
+  A job's own `--signal` is in no version's job (kill_warning_* belong to the job *description* of a
+  submission only); a job's `requeue` and `batch_flag` are (SlurmJob.requeue).
 - reservations (the planned handover's, named `slurmpool-...`; others are never returned, changed
   or deleted): GET /slurm/V/reservations/, POST /slurm/V/reservations/ {"reservations":[desc]}
   (create; slurmrestd updates one of that name instead), DELETE /slurm/V/reservation/NAME. Only
@@ -500,6 +505,14 @@ class RestBackend:
             raise SlurmError(f"slurmrestd could not cancel: {'; '.join(failed)}", argv=("DELETE", "/jobs/"),
                              stdout=json.dumps(data)[:2000])
 
+    async def signal(self, job_ids: Sequence[str], signal: str, batch_only: bool) -> None:
+        """Send each job a signal: DELETE /job/{id}?signal=S&flags=BATCH_JOB (or FULL_JOB), every
+        version from v0.0.40 (openapi/slurmctld's _parse_job_delete; flags unset would mean FULL_JOB).
+        A job already finished or purged is done, as scancel."""
+        ids = rest_job_ids(job_ids)
+        query = f"signal={quote(validate.signal(signal), safe='')}&flags={'BATCH_JOB' if batch_only else 'FULL_JOB'}"
+        await self._each(ids, lambda i: self._call("DELETE", f"/job/{quote(i, safe='')}?{query}", benign=_CANCEL_ALREADY))
+
     async def requeue(self, job_ids: Sequence[str]) -> None:
         """Requeue jobs and let them start again at once (see ScontrolBackend.requeue). Only the
         v0.0.45 API (Slurm 26.05) can requeue; a pending array record (7_[0-3]) is pending
@@ -749,7 +762,17 @@ def parse_rest_job(raw: dict) -> tuple[SlurmJob, set[str]]:
         # As squeue %r: the desc when Slurm set one ("ReqNodeNotAvail, UnavailableNodes:gpu04"),
         # else the reason's name; so each access path reports the same text.
         reason=_text(raw.get("state_description")) or _text(raw.get("state_reason")),
+        requeue=_requeueable(raw),
     ), tokens
+
+
+def _requeueable(raw: dict) -> bool | None:
+    """Can Slurm requeue the job: a batch job (`batch_flag`) that allows it (`requeue`, false for
+    sbatch --no-requeue)? Both are in every version's job (v0.0.40 to v0.0.45); None if either is missing."""
+    requeue, batch = raw.get("requeue"), raw.get("batch_flag")
+    if not isinstance(requeue, bool) or not isinstance(batch, bool):
+        return None
+    return requeue and batch
 
 
 def _state_wanted(tokens: set[str], wanted: set[str] | None) -> bool:

@@ -13,6 +13,8 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 # and a "%N" throttle inside the brackets), a part of a heterogeneous job "5+1".
 JOB_ID_RE = re.compile(r"^[0-9]+(?:_[0-9]+|_\[[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*(?:%[0-9]+)?\]|\+[0-9]+)?$")
 STATE_RE = re.compile(r"^[A-Za-z_]{1,32}$")
+# A signal as scancel --signal and slurmrestd's `signal` take it: a name (USR1, SIGUSR1) or a number.
+SIGNAL_RE = re.compile(r"^((SIG)?[A-Z][A-Z0-9+]{0,15}|[0-9]{1,2})$")
 MAX_REASON = 200
 # What may go into an HTTP header or onto a command line from a Secret: a Unix/Slurm user name,
 # and a JWT (base64url parts joined by dots; some sites use opaque tokens of the same alphabet).
@@ -73,6 +75,13 @@ def het_leader(job_id: str) -> str:
     """The job a part of a heterogeneous job belongs to ("5+1" -> "5"): Slurm requeues only a
     whole heterogeneous job, through its leader."""
     return job_id.split("+", 1)[0]
+
+
+def signal(name: str) -> str:
+    """A signal name or number; nothing else reaches scancel or a URL."""
+    if not isinstance(name, str) or not SIGNAL_RE.fullmatch(name):
+        raise ValueError(f"invalid signal {str(name)[:20]!r}: a name such as USR1 or SIGUSR1, or a number")
+    return name
 
 
 def job_states(states: Iterable[str]) -> list[str]:

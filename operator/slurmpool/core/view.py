@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError, model_validator
 from slurmbridge.models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
 
 from slurmpool.core import slurmstate
+from slurmpool.core.checkpoint import CheckpointRecord
 from slurmpool.core.fit import PodNeeds
 from slurmpool.core.phases import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, Phase
 # Placements are parsed and printed in placement.py only; re-exported here for every caller.
@@ -37,6 +38,7 @@ ANN_MOVE_NOW = f"{PREFIX}/move-now"  # on-call: move this node now (a one-shot p
 ANN_SLURM = f"{PREFIX}/slurm"  # published by the operator: the node's Slurm state and jobs (JSON)
 ANN_SETTLED = f"{PREFIX}/settled-at"  # when the node last settled at its placement
 ANN_DRAIN = f"{PREFIX}/drain"  # JSON DrainClaim: the Slurm drain the operator set (ownership.py)
+ANN_CHECKPOINT = f"{PREFIX}/checkpoint"  # JSON CheckpointRecord: the jobs signalled to checkpoint, and when
 ANN_FORCE = f"{PREFIX}/force"  # on-call: "true" lets a pin or move-now move an unhealthy node
 # "true": the node was already cordoned by someone else when a move took it to Slurm; that cordon
 # is theirs, so it stays when the node returns to inference (moves.inference_shape; patch.py writes it).
@@ -299,6 +301,7 @@ class NodeView:
     move_now: str | None = field(init=False, repr=False)
     held_until: datetime | None = field(init=False, repr=False)
     drain_claim: DrainClaim | None = field(init=False, repr=False)
+    checkpoint: CheckpointRecord | None = field(init=False, repr=False)  # the jobs signalled to checkpoint
     force: bool = field(init=False, repr=False)  # slurmpool.io/force=true: pin/move-now may move it unhealthy
     # Annotations that could not be read (people can write them): the node is left alone.
     problems: tuple[RecordProblem, ...] = field(init=False, repr=False)
@@ -332,6 +335,13 @@ class NodeView:
             except ValueError as err:
                 problems.append(RecordProblem(ANN_DRAIN, str(err)))
         object.__setattr__(self, "drain_claim", claim)
+        checkpoint = None
+        if text := get(ANN_CHECKPOINT):
+            try:
+                checkpoint = CheckpointRecord.from_body(json_object(text))
+            except ValueError as err:
+                problems.append(RecordProblem(ANN_CHECKPOINT, str(err)))
+        object.__setattr__(self, "checkpoint", checkpoint)
         force = get(ANN_FORCE) or None
         if force not in (None, "true"):
             problems.append(RecordProblem(ANN_FORCE, f"{force[:40]!r} is not 'true' (remove the annotation to stop forcing)"))
