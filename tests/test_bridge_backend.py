@@ -306,6 +306,25 @@ async def test_cancel_is_one_scancel():
     assert r.calls == [["scancel", "8", "12_3"]]
 
 
+async def test_signal_is_one_scancel_to_the_batch_shell_or_every_step():
+    b, r = backend(None, None)
+    await b.signal(["8", "12_3"], "USR1", batch_only=True)
+    await b.signal(["9"], "SIGTERM", batch_only=False)
+    assert r.calls == [["scancel", "--signal=USR1", "--batch", "8", "12_3"], ["scancel", "--signal=SIGTERM", "--full", "9"]]
+
+
+async def test_signal_of_a_job_already_gone_is_done_but_a_refusal_is_raised_and_a_bad_signal_never_sent():
+    b, _ = backend(failed(stderr="scancel: error: Kill job error on job id 8: Job/step already completing or completed"))
+    await b.signal(["8"], "USR1", batch_only=True)
+    b, _ = backend(failed(stderr="scancel: error: Kill job error on job id 8: Access/permission denied"))
+    with pytest.raises(SlurmError, match="permission denied"):
+        await b.signal(["8"], "USR1", batch_only=True)
+    b, r = backend()
+    with pytest.raises(ValueError, match="invalid signal"):
+        await b.signal(["8"], "USR1; reboot", batch_only=True)
+    assert r.calls == []
+
+
 # ---------------------------------------------------------------- ping / close
 async def test_ping_down_is_unavailable():
     out = "Slurmctld(primary) at vm is DOWN\n"

@@ -509,6 +509,41 @@ async def test_cancel_fails_on_a_job_that_could_not_be_signalled_but_not_on_one_
         await backend.cancel(["41", "42"])
 
 
+async def test_signal_is_a_delete_of_each_job_with_its_signal_and_whom_on_every_version(serve, backends):
+    fake = FakeSlurmrestd()
+    backend = backends(await serve(fake))
+    await backend.signal(["42", "44_1"], "USR1", batch_only=True)
+    await backend.signal(["43"], "SIGTERM", batch_only=False)
+    assert sorted(fake.signals) == [("v0.0.45", "42", {"signal": "USR1", "flags": "BATCH_JOB"}),
+                                    ("v0.0.45", "43", {"signal": "SIGTERM", "flags": "FULL_JOB"}),
+                                    ("v0.0.45", "44_1", {"signal": "USR1", "flags": "BATCH_JOB"})]
+    old = FakeSlurmrestd(versions=("v0.0.42",))
+    backend = backends(await serve(old))
+    await backend.signal(["42"], "USR1", batch_only=True)
+    assert old.signals == [("v0.0.42", "42", {"signal": "USR1", "flags": "BATCH_JOB"})]
+
+
+async def test_signal_of_a_job_already_gone_is_done_and_a_bad_signal_never_sent(serve, backends):
+    fake = FakeSlurmrestd()
+    fake.scripted[("DELETE", "/job/41")] = (500, {"status": []}, [error("Signal request failed", 2021,
+                                                                    "Job/step already completing or completed", "slurm_kill_jobs()")])
+    backend = backends(await serve(fake))
+    await backend.signal(["41"], "USR1", batch_only=True)
+    fake.scripted[("DELETE", "/job/41")] = (500, {"status": []}, [error("Signal request failed", 2002,
+                                                                    "Access/permission denied", "slurm_kill_jobs()")])
+    with pytest.raises(SlurmError, match="permission denied"):
+        await backend.signal(["41"], "USR1", batch_only=True)
+    with pytest.raises(ValueError, match="invalid signal"):
+        await backend.signal(["41"], "USR1&flags=FULL_JOB", batch_only=True)
+
+
+def test_a_jobs_requeue_and_batch_flag_say_whether_slurm_can_requeue_it():
+    assert parse_rest_job(rest_job(42, ["RUNNING"]))[0].requeue is True
+    assert parse_rest_job({**rest_job(42, ["RUNNING"]), "requeue": False})[0].requeue is False  # sbatch --no-requeue
+    assert parse_rest_job({**rest_job(42, ["RUNNING"]), "batch_flag": False})[0].requeue is False  # salloc, srun
+    assert parse_rest_job({k: v for k, v in rest_job(42, ["RUNNING"]).items() if k != "requeue"})[0].requeue is None
+
+
 async def test_requeue_then_release_on_v0045(serve, backends):
     fake = FakeSlurmrestd(jobs=[rest_job(42, ["RUNNING"], nodes="gpu01"),
                                 rest_job(45, ["RUNNING"], nodes="gpu02", array_job_id=44, array_task_id=1),
