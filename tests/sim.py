@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 
 from slurmbridge import SlurmJob, SlurmNode
 from slurmpool.core.interfaces import PoolRef
-from slurmpool.core.moves import Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, Pass, PatchNode, Requeue, Resume, Step, advance
+from slurmpool.core.moves import Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, Pass, PatchNode, Requeue, Resume, Signal, Step, advance
 from slurmpool.core.patch import VIEWED, after, node_patch
 from slurmpool.core.view import DrainClaim, MoveRecord, NodeView, PodView, SlurmView
 
@@ -50,6 +50,7 @@ class World:
     slurmd_registers: bool = True
     requeued: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
+    signalled: list[str] = field(default_factory=list)  # every job a signal reached, once per signal
     log: list[str] = field(default_factory=list)
     version: str = "22.05"
     drain_owner: str | None = None  # slurmpool | slurm | admin: who set the drain in force
@@ -136,6 +137,8 @@ class World:
         elif isinstance(action, Resume) and sn:
             assert self.drain_owner in ("slurmpool", None), f"resumed a drain set by {self.drain_owner}: {sn.reason!r}"
             self._resume()
+        elif isinstance(action, Signal):
+            self.signalled += [j for j in action.job_ids if any(job.job_id == j for job in self.jobs)]
         elif isinstance(action, Requeue):
             self.requeued += action.job_ids
             self.jobs = [j for j in self.jobs if j.job_id not in action.job_ids]
@@ -159,7 +162,7 @@ class World:
         self.node = merged(self.node, patch)
 
 
-SLURM_ACTIONS = (Drain, Resume, Requeue, Cancel)
+SLURM_ACTIONS = (Drain, Resume, Signal, Requeue, Cancel)
 
 
 def run_move(world: World, spec, now: datetime, rounds=40, crash_at: int | None = None, crash_keeps_slurm=False, step_seconds=1.0):
