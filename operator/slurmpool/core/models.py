@@ -397,6 +397,11 @@ class DrainSpec(Model):
         "give the node back to Slurm, or signal each job, wait checkpoint.grace and requeue it (Checkpoint).",
     )
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, json_schema_extra={"default": {}})
+    min_runtime: Duration | None = Field(
+        default=None,
+        description="A node running a job younger than this is taken out of Slurm last, only when no other node would do "
+        "(among busy nodes the planner takes those whose jobs would lose the least work since they started).",
+    )
     eviction_timeout: Duration = Field(default="10m", description="How long pod evictions may be refused (PDBs) before onEvictionTimeout.")
     on_eviction_timeout: Literal["Wait", "Rollback"] = Field(
         default="Wait", description="When evictions time out: keep waiting (never forced) or give the node back to its inference pool."
