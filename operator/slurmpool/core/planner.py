@@ -173,7 +173,7 @@ def _cost(node: NodeView, slurm: SlurmView, topology_rank: topology.Rank = topol
     name = node.name
     tier, order, block = topology_rank  # flat tuples: one allocation per node (see topology.ranks)
     if placement == NONE:
-        return (0, tier, order, block, int(suspect), 0.0, name)
+        return (0, tier, order, block, int(suspect), 0.0, 0.0, name)
     if placement == SLURM:
         jobs = slurm.jobs_on(name)
         if not jobs:
