@@ -114,14 +114,14 @@ def _checkpoint(running, record=None, now=NOW, stuck=(), spec=GRACE) -> Expiry:
 
 def test_checkpoint_signals_each_running_job_once_and_records_when():
     expiry = _checkpoint(["42", "43"])
-    assert expiry.signal == Signal(("42", "43"), "USR1", batch_only=True)
+    assert expiry.signals == (Signal(("42", "43"), "USR1", batch_only=True),)
     assert expiry.record == CheckpointRecord("USR1", "Batch", (("42", NOW), ("43", NOW)))
     assert expiry.ended == () and expiry.in_grace_until == NOW + timedelta(minutes=5)
 
 
 def test_checkpoint_sends_the_pools_signal_to_every_step_when_asked():
     expiry = _checkpoint(["42"], spec=CheckpointSpec(signal="SIGTERM", to="All"))
-    assert expiry.signal == Signal(("42",), "SIGTERM", batch_only=False)
+    assert expiry.signals == (Signal(("42",), "SIGTERM", batch_only=False),)
 
 
 def test_during_the_grace_nothing_is_sent_again_and_nothing_ended():
@@ -140,7 +140,7 @@ def test_a_job_not_yet_signalled_gets_the_recorded_signal_and_its_own_grace():
     record = CheckpointRecord("USR2", "All", (("42", NOW),))
     later = NOW + timedelta(minutes=6)
     expiry = _checkpoint(["42", "44"], record, now=later)
-    assert expiry.signal == Signal(("44",), "USR2", batch_only=False)
+    assert expiry.signals == (Signal(("44",), "USR2", batch_only=False),)
     assert expiry.record == CheckpointRecord("USR2", "All", (("42", NOW), ("44", later)))
     assert expiry.ended == (JobsEnded(Requeue(("42",)), Reason.JobsRequeued, "requeued"),)
     assert expiry.in_grace_until == later + timedelta(minutes=5)
@@ -178,7 +178,7 @@ def test_a_moves_drain_signals_writes_the_record_with_the_step_then_requeues_aft
     step, node = _pass(node, NOW)
     assert _sent(step) == [Signal(("42",), "USR1", batch_only=True)]
     assert [e.message for e in step.events if e.reason == Reason.JobsSignalled] == [
-        "gpu01: drain timed out; sent USR1 to the batch shell of job(s) 42; requeued after 5m unless they end"]
+        "gpu01: drain timed out; sent USR1 to the batch shell of job(s) 42; requeued after 5m (or the job's own --signal time, if longer) unless they end"]
     assert node.checkpoint == CheckpointRecord("USR1", "Batch", (("42", NOW),))  # in the step's own patch
     assert "jobs checkpointing until" in step.message and step.blocked_by and str(step.blocked_by[0]) == "job/42"
 
@@ -252,3 +252,17 @@ def test_a_health_drain_with_checkpoint_signals_then_requeues_after_the_grace():
     assert [a for a in decision.steps["a"].actions if isinstance(a, Requeue)] == [Requeue(("7",))]
     assert [e.message for e in decision.steps["a"].events if e.reason == Reason.JobsRequeued] == [
         "a: health drain timed out after 10m; requeued job(s) 7"]
+
+
+def test_a_job_whose_own_signal_slurm_shows_gets_it_and_at_least_its_time():
+    from slurmbridge.models import DeclaredSignal
+
+    own = {"44": DeclaredSignal("USR2", batch_only=False, seconds=600)}
+    c = Checkpointing(GRACE, None, NOW, frozenset(), own)
+    expiry = expire("Checkpoint", Overdue(("42", "44"), 1.0, c))
+    assert set(expiry.signals) == {Signal(("42",), "USR1", batch_only=True), Signal(("44",), "USR2", batch_only=False)}
+    record = expiry.record
+    later = replace(c, record=record, now=NOW + timedelta(minutes=6))
+    # 42 has had the pool's 5 minutes; 44 asked for 10 (--signal=USR2@600) and still has them
+    assert expire("Checkpoint", Overdue(("42", "44"), 1.0, later)) == Expiry(
+        (JobsEnded(Requeue(("42",)), Reason.JobsRequeued, "requeued"),), in_grace_until=NOW + timedelta(minutes=10))

@@ -31,8 +31,10 @@ Calls:
 - signal (drain.onTimeout Checkpoint): DELETE /slurm/V/job/ID?signal=USR1&flags=BATCH_JOB (FULL_JOB for
   every step), one per job: openapi/slurmctld's `_parse_job_delete` reads `signal` and the WARN_FLAGS
   `flags` in v0.0.42 to v0.0.45 (read in 26.05's source; v0.0.40/41, 24.11's, take the same query).
-  A job's own `--signal` is in no version's job (kill_warning_* belong to the job *description* of a
-  submission only); a job's `requeue` and `batch_flag` are (SlurmJob.requeue).
+  A job's own `--signal` has no field in any version's job (kill_warning_* belong to the job
+  *description* of a submission only); v0.0.44+ give its `submit_line`, which shows the option when
+  it was on sbatch's command line (SlurmJob.declared_signal). A job's `requeue` and `batch_flag`
+  are in every version (SlurmJob.requeue).
 - reservations (the planned handover's, named `slurmpool-...`; others are never returned, changed
   or deleted): GET /slurm/V/reservations/, POST /slurm/V/reservations/ {"reservations":[desc]}
   (create; slurmrestd updates one of that name instead), DELETE /slurm/V/reservation/NAME. Only
@@ -68,7 +70,7 @@ from .backend import _RELEASE_ALREADY, _REQUEUE_ALREADY, _RESERVATION_GONE, _RES
 from .backoff import Backoff
 from .errors import UNAVAILABLE_MARKERS, SlurmError, SlurmUnavailable, SlurmUnsupported
 from .http import HttpClient, HttpProtocolError
-from .models import PowerSave, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup, gpu_count
+from .models import DeclaredSignal, PowerSave, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup, gpu_count
 
 log = logging.getLogger(__name__)
 
@@ -763,7 +765,17 @@ def parse_rest_job(raw: dict) -> tuple[SlurmJob, set[str]]:
         # else the reason's name; so each access path reports the same text.
         reason=_text(raw.get("state_description")) or _text(raw.get("state_reason")),
         requeue=_requeueable(raw),
+        declared_signal=_declared_signal(raw),
     ), tokens
+
+
+def _declared_signal(raw: dict) -> DeclaredSignal | None:
+    """The job's own --signal, read from its `submit_line` (v0.0.44+; only what sbatch's command line said)."""
+    line, command = raw.get("submit_line"), raw.get("command")
+    if not isinstance(line, str) or not line:
+        return None
+    found = validate.declared_signal(line, command if isinstance(command, str) else "")
+    return DeclaredSignal(*found) if found else None
 
 
 def _requeueable(raw: dict) -> bool | None:

@@ -4,6 +4,7 @@ through here first, so a node, partition or job id can never smuggle shell synta
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable, Sequence
 
 import hostlist
@@ -82,6 +83,29 @@ def signal(name: str) -> str:
     if not isinstance(name, str) or not SIGNAL_RE.fullmatch(name):
         raise ValueError(f"invalid signal {str(name)[:20]!r}: a name such as USR1 or SIGUSR1, or a number")
     return name
+
+
+def declared_signal(submit_line: str, command: str = "") -> tuple[str, bool, int] | None:
+    """The `--signal=[B:]SIG[@SECONDS]` of an sbatch command line (a job's `submit_line`): (signal,
+    batch only, seconds before its end), or None. Only the options before the script (`command`) are
+    read: the script's own arguments are not sbatch's. R: (a reservation's end) is not a warning of
+    a move: None. Anything unreadable is None, never a guess."""
+    try:
+        tokens = shlex.split(submit_line)
+    except ValueError:
+        return None
+    found = None
+    for i, token in enumerate(tokens[1:], start=1):
+        if command and token == command:
+            break
+        if token.startswith("--signal="):
+            found = token.split("=", 1)[1]
+        elif token == "--signal" and i + 1 < len(tokens):
+            found = tokens[i + 1]
+    match = re.fullmatch(r"(?:([BR]+):)?([A-Z0-9+]{1,19})(?:@([0-9]{1,6}))?", found or "")
+    if match is None or "R" in (match.group(1) or "") or not SIGNAL_RE.fullmatch(match.group(2)):
+        return None
+    return match.group(2), "B" in (match.group(1) or ""), int(match.group(3) or 60)
 
 
 def job_states(states: Iterable[str]) -> list[str]:

@@ -6,11 +6,11 @@ caller words its own message and Event; a new policy is a new entry here and its
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from slurmbridge.models import SlurmJob
+from slurmbridge.models import DeclaredSignal, SlurmJob
 
 from slurmpool.core.checkpoint import CheckpointRecord
 from slurmpool.core.events import Reason
@@ -43,12 +43,19 @@ class Signal:
 @dataclass(frozen=True)
 class Checkpointing:
     """What the Checkpoint policy decides on besides the running jobs: its spec, the node's record
-    of the signals already sent (None: none yet), the clock, and the jobs Slurm cannot requeue."""
+    of the signals already sent (None: none yet), the clock, the jobs Slurm cannot requeue, and the
+    jobs' own --signal where Slurm shows it (SlurmJob.declared_signal)."""
 
     spec: CheckpointSpec
     record: CheckpointRecord | None
     now: datetime
     not_requeueable: frozenset[str] = frozenset()
+    declared: Mapping[str, DeclaredSignal] = field(default_factory=dict)
+
+    def grace(self, job: str) -> timedelta:
+        """The pool's grace, or the job's own warning time when it asked for more."""
+        own = self.declared[job].seconds if job in self.declared else 0
+        return timedelta(seconds=max(seconds(self.spec.grace), own))
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,8 @@ def overdue(jobs: Sequence[SlurmJob], late: float, drain: DrainSpec, record: Che
     """The Overdue of a drain whose node holds `jobs`, as both callers build it."""
     running = tuple(j.job_id for j in jobs if j.state == "RUNNING")
     stuck = frozenset(j.job_id for j in jobs if j.requeue is False)
-    return Overdue(running, late, Checkpointing(drain.checkpoint, record, now, stuck))
+    declared = {j.job_id: j.declared_signal for j in jobs if j.declared_signal is not None}
+    return Overdue(running, late, Checkpointing(drain.checkpoint, record, now, stuck, declared))
 
 
 @dataclass(frozen=True)
@@ -82,7 +90,7 @@ class Expiry:
 
     ended: tuple[JobsEnded, ...] = ()
     rollback: bool = False  # a move turns back; a health drain, with no move to undo, waits
-    signal: Signal | None = None  # Checkpoint: the jobs warned now (each once)
+    signals: tuple[Signal, ...] = ()  # Checkpoint: the jobs warned now (each once), by signal
     record: CheckpointRecord | None = None  # Checkpoint: the record to write with the step, before the signal
     in_grace_until: datetime | None = None  # Checkpoint: when the last signalled job's grace ends
     not_requeueable: tuple[str, ...] = field(default=())  # Checkpoint: jobs past their grace Slurm cannot requeue: waited for
@@ -108,7 +116,7 @@ def _checkpoint(overdue: Overdue) -> Expiry:
     """Each running job gets the signal once (the record says which did, and when), runs on for
     `grace` from its own signal, then is requeued; one Slurm cannot requeue is waited for, or
     cancelled when `notRequeueable: Cancel`. A restart reads the record: no second signal, no
-    shorter grace."""
+    shorter grace. A job whose own --signal Slurm shows gets that signal, and at least its time."""
     c = overdue.checkpointing
     assert c is not None, "the Checkpoint policy needs its inputs (expiry.overdue)"
     if not overdue.running:
@@ -116,8 +124,7 @@ def _checkpoint(overdue: Overdue) -> Expiry:
     record = c.record or CheckpointRecord(c.spec.signal, c.spec.to, ())
     fresh = tuple(j for j in overdue.running if record.at(j) is None)
     record = record.adding(fresh, c.now)
-    grace = timedelta(seconds=seconds(c.spec.grace))
-    ends = {j: at + grace for j in overdue.running if (at := record.at(j)) is not None}
+    ends = {j: at + c.grace(j) for j in overdue.running if (at := record.at(j)) is not None}
     over = tuple(j for j in overdue.running if ends[j] <= c.now)
     waiting = [end for j, end in ends.items() if end > c.now]
     stuck = tuple(j for j in over if j in c.not_requeueable)
@@ -129,11 +136,20 @@ def _checkpoint(overdue: Overdue) -> Expiry:
         stuck = ()
     return Expiry(
         ended=tuple(ended),
-        signal=Signal(fresh, record.signal, record.to == "Batch") if fresh else None,
+        signals=_signals(fresh, record, c.declared),
         record=record if fresh else None,
         in_grace_until=max(waiting) if waiting else None,
         not_requeueable=stuck,
     )
+
+
+def _signals(fresh: tuple[str, ...], record: CheckpointRecord, declared: Mapping[str, DeclaredSignal]) -> tuple[Signal, ...]:
+    """The signals to send now: the pool's (as recorded), or each job's own; one call per kind."""
+    kinds: dict[tuple[str, bool], list[str]] = {}
+    for job in fresh:
+        own = declared.get(job)
+        kinds.setdefault((own.signal, own.batch_only) if own else (record.signal, record.to == "Batch"), []).append(job)
+    return tuple(Signal(tuple(jobs), signal, batch) for (signal, batch), jobs in kinds.items())
 
 
 # drain.onTimeout -> what it does (tests/test_expiry.py keeps it equal to the spec's values).

@@ -376,7 +376,8 @@ class CheckpointSpec(Model):
     signal: str = Field(
         default="USR1", max_length=19, pattern=SIGNAL_PATTERN,
         description="The signal sent to each job still running when the drain times out (a name such as USR1, or a number). "
-        "Slurm shows no job's own --signal to the operator (neither squeue, scontrol nor slurmrestd), so every job gets this one.",
+        "A job whose own --signal Slurm shows (slurmrestd v0.0.44+, when it was on sbatch's command line) gets its own, "
+        "with at least its own time as its grace.",
     )
     to: Literal["Batch", "All"] = Field(
         default="Batch", description="Who gets it: the batch shell (scancel --batch), or every step of the job (scancel --full)."

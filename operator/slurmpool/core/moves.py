@@ -467,12 +467,13 @@ def _draining(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNod
 def checkpointing(node: str, expiry: Expiry, step: Step, spec: SlurmNodePoolSpec) -> str:
     """The Checkpoint policy's signal and record into the step (the record is written first, with
     the step's patch); what the drain waits for, in words."""
-    if (signal := expiry.signal) is not None:
+    for signal in expiry.signals:
         step.actions.append(signal)
         step.checkpoint = expiry.record
         to = "the batch shell of" if signal.batch_only else "every step of"
         step.events.append(Event.warning(Reason.JobsSignalled, f"{node}: drain timed out; sent {signal.signal} to {to} job(s) "
-                                         f"{', '.join(signal.job_ids)}; requeued after {spec.drain.checkpoint.grace} unless they end"))
+                                         f"{', '.join(signal.job_ids)}; requeued after {spec.drain.checkpoint.grace} "
+                                         "(or the job's own --signal time, if longer) unless they end"))
     words = []
     if expiry.in_grace_until is not None:
         words.append(f"jobs checkpointing until {iso(expiry.in_grace_until)}")
