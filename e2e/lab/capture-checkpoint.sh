@@ -4,19 +4,19 @@
 # for tests/fixtures/checkpoint/. Made for a throwaway Slurm 26.05 of two static nodes c1, c2 in
 # partition gpu (slurmctld, slurmd, slurmrestd on 127.0.0.1:18830 with JWT) whose files are under
 # D (default /tmp/ckpt-slurm: etc/slurm.conf, sack/ctld/sack.socket) and whose build is P.
-# Submits three jobs, signals them, tries the requeues, then cancels them.
+# Start it with e2e/lab/throwaway-slurm.sh up (and stop it with down). Submits three jobs, signals them, tries the requeues, then cancels them.
 set -uo pipefail
 P=${P:-$(ls -d "$HOME"/.cache/slurmpool/slurm-26.05.3-* | head -1)}
 D=${D:-/tmp/ckpt-slurm}
 OUT=$1
 mkdir -p $OUT $D/out; chmod 1777 $D/out; rm -f $D/out/*
 export PATH=$P/sbin:$P/bin:$PATH SLURM_CONF=$D/etc/slurm.conf SLURM_SACK_SOCKET=$D/sack/ctld/sack.socket
-cat > $D/train.sh <<'S'
+cat > $D/train.sh <<S
 #!/bin/bash
-trap 'echo "USR1 $(date +%s.%N)" >> /tmp/ckpt-slurm/out/$SLURM_JOB_ID.sig' USR1
-trap 'echo "USR2 $(date +%s.%N)" >> /tmp/ckpt-slurm/out/$SLURM_JOB_ID.sig' USR2
-echo "start ${SLURM_RESTART_COUNT:-0}" >> /tmp/ckpt-slurm/out/$SLURM_JOB_ID.start
-while true; do sleep 1 & wait $!; done
+trap 'echo "USR1 \$(date +%s.%N)" >> $D/out/\$SLURM_JOB_ID.sig' USR1
+trap 'echo "USR2 \$(date +%s.%N)" >> $D/out/\$SLURM_JOB_ID.sig' USR2
+echo "start \${SLURM_RESTART_COUNT:-0}" >> $D/out/\$SLURM_JOB_ID.start
+while true; do sleep 1 & wait \$!; done
 S
 a=$(sbatch --parsable -J warned -N2 -n2 --requeue --signal=B:USR1@300 --time=30 -o /dev/null $D/train.sh)
 b=$(sbatch --parsable -J norequeue -N1 -n1 --no-requeue --signal=USR2@120 --time=30 -o /dev/null $D/train.sh)
