@@ -261,6 +261,16 @@ async def test_requeue_not_allowed_is_raised():
         await b.requeue(["8"])
 
 
+async def test_a_job_slurm_may_not_requeue_does_not_hold_back_the_others_of_the_batch():
+    """26.05.3 (tests/fixtures/checkpoint): `scontrol requeue` of a --no-requeue job says so and exits 1;
+    the other jobs of the same call are requeued and released, then the refusal is raised."""
+    refusal = failed(stderr="Requested operation is presently disabled for job 8")
+    b, r = backend(refusal, "7|PENDING\n8|RUNNING\n", None)
+    with pytest.raises(SlurmError, match="presently disabled"):
+        await b.requeue(["7", "8"])
+    assert r.calls[0] == ["scontrol", "requeue", "7,8"] and r.calls[-1] == ["scontrol", "update", "JobId=7,8", "StartTime=now"]
+
+
 @pytest.mark.parametrize("bad", ["8;id", "8,9", "-1", "12_[1-3", "12_[a]", "5+", "5+1+2", "abc", "", "8 ", "7_[0-3];id"])
 async def test_bad_job_ids_are_refused(bad):
     b, r = backend()
