@@ -561,6 +561,17 @@ async def test_requeue_then_release_on_v0045(serve, backends):
                                  ("POST", "/slurm/v0.0.45/job/45", {"begin_time": "now"})]
 
 
+async def test_a_job_slurm_may_not_requeue_does_not_hold_back_the_others_on_v0045(serve, backends):
+    """26.05.3 answered a --no-requeue job's requeue with 422, error 2037 (tests/fixtures/checkpoint)."""
+    fake = FakeSlurmrestd(jobs=[rest_job(42, ["RUNNING"], nodes="gpu01"), {**rest_job(43, ["RUNNING"], nodes="gpu02"), "requeue": False}])
+    fake.scripted[("GET", "/job/43/requeue")] = (422, {}, [error("Requeue JobID=43 failed", 2037, "Requested operation is presently disabled",
+                                                                 "slurm_requeue2()")])
+    with pytest.raises(SlurmError, match="presently disabled"):
+        await backends(await serve(fake)).requeue(["42", "43"])
+    released = [(m, p) for m, p, _, b in fake.requests if m == "POST" and "/job/" in p]
+    assert ("POST", "/slurm/v0.0.45/job/42") in released
+
+
 async def test_a_heterogeneous_job_is_requeued_and_released_through_its_leader(serve, backends):
     fake = FakeSlurmrestd(jobs=[rest_job(5, ["RUNNING"], nodes="gpu01", het_job_id=5, het_job_offset=0),
                                 rest_job(6, ["RUNNING"], nodes="gpu02", het_job_id=5, het_job_offset=1)])

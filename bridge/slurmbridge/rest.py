@@ -66,7 +66,7 @@ from typing import Any
 from urllib.parse import quote
 
 from . import validate
-from .backend import _RELEASE_ALREADY, _REQUEUE_ALREADY, _RESERVATION_GONE, _RESUME_ALREADY, _SETTLING, SETTLE_POLL
+from .backend import _RELEASE_ALREADY, _REQUEUE_ALREADY, _REQUEUE_REFUSED, _RESERVATION_GONE, _RESUME_ALREADY, _SETTLING, SETTLE_POLL
 from .backoff import Backoff
 from .errors import UNAVAILABLE_MARKERS, SlurmError, SlurmUnavailable, SlurmUnsupported
 from .http import HttpClient, HttpProtocolError
@@ -531,10 +531,18 @@ class RestBackend:
                 f"slurmrestd {version} has no requeue endpoint (Slurm 26.05's v0.0.45 has one): cannot requeue "
                 f"{','.join(ids)} over REST; use drain.onTimeout Cancel, Wait or Rollback, or SSH access",
                 argv=("GET", "/job/{id}/requeue"))
-        await self._each(ids, lambda i: self._call("GET", f"/job/{quote(i, safe='')}/requeue",
-                                                   benign=_REQUEUE_ALREADY))
+        refused: SlurmError | None = None
+        try:
+            await self._each(ids, lambda i: self._call("GET", f"/job/{quote(i, safe='')}/requeue",
+                                                       benign=_REQUEUE_ALREADY))
+        except SlurmError as e:  # one Slurm may not requeue (422, 2037): the others are still released
+            if isinstance(e, SlurmUnavailable) or not any(m in e.output.lower() for m in _REQUEUE_REFUSED):
+                raise
+            refused = e
         numeric = await self._wait_pending(ids)
         await self._each(numeric, lambda n: self._release(n))
+        if refused is not None:
+            raise refused
 
     async def _release(self, job_id: int) -> None:
         data = await self._call("POST", f"/job/{job_id}", {"begin_time": "now"}, benign=_RELEASE_ALREADY)
