@@ -30,7 +30,7 @@ from slurmbridge import PowerSave, SlurmJob, SlurmNode
 from slurmpool.core import slurmstate
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.moves import (
-    Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, Pass, PatchNode, PowerDown, PowerUp, Requeue, Resume, Step, advance,
+    Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, Pass, PatchNode, PowerDown, PowerUp, Requeue, Resume, Signal, Step, advance,
 )
 from slurmpool.core.patch import VIEWED, after, node_patch
 from slurmpool.core.view import DrainClaim, MoveRecord, NodeView, PodView, SlurmView
@@ -67,6 +67,7 @@ class World:
     slurmd_registers: bool = True
     requeued: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
+    signalled: list[str] = field(default_factory=list)  # every job a signal reached, once per signal
     log: list[str] = field(default_factory=list)
     phases: list[str] = field(default_factory=list)  # the phases the moves entered, in order (run_move)
     actions: list = field(default_factory=list)  # every action applied, in order
@@ -213,6 +214,8 @@ class World:
                 self.power_up_at = None
             elif isinstance(action, PowerDown) and not slurmstate.parked(sn):
                 self.slurm_node = replace(sn, flags=sn.flags | {"POWER_DOWN"})
+        elif isinstance(action, Signal):
+            self.signalled += [j for j in action.job_ids if any(job.job_id == j for job in self.jobs)]
         elif isinstance(action, Requeue):
             self.requeued += action.job_ids
             self.jobs = [j for j in self.jobs if j.job_id not in action.job_ids]
@@ -238,7 +241,7 @@ class World:
         self.node = merged(self.node, patch)
 
 
-SLURM_ACTIONS = (Drain, Resume, PowerDown, PowerUp, Requeue, Cancel)
+SLURM_ACTIONS = (Drain, Resume, PowerDown, PowerUp, Signal, Requeue, Cancel)
 
 
 def run_move(world: World, spec, now: datetime, rounds=40, crash_at: int | None = None, crash_keeps_slurm=False, step_seconds=1.0):

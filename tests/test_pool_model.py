@@ -35,6 +35,7 @@ from slurmbridge import SlurmJob
 
 from slurmpool.core import slurmstate
 from slurmpool.core.decide import decide
+from slurmpool.core.expiry import Requeue, Signal
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.moves import PatchNode
 from slurmpool.core.snapshot import ApplyResult, PoolSnapshot
@@ -114,6 +115,7 @@ class PoolModel(RuleBasedStateMachine):
                 if name not in refused:
                     for action in step.actions:
                         if isinstance(action, SLURM_ACTIONS):
+                            self.sends(name, action)
                             self.worlds[name].apply(action)
         if self.crash is None:
             for name, step in decision.steps.items():
@@ -129,6 +131,9 @@ class PoolModel(RuleBasedStateMachine):
         for world in self.worlds.values():
             world.tick()
         self.now += timedelta(seconds=1)
+
+    def sends(self, name: str, action: object) -> None:
+        """A Slurm action about to reach the node's world (a model with more invariants checks it)."""
 
     # ------------------------------------------------------------ rules
     @rule(passes=st.integers(1, 5))
@@ -199,6 +204,12 @@ class PoolModel(RuleBasedStateMachine):
         job = SlurmJob(job_id=str(next(self.job_ids)), name="train", user="alice", state="RUNNING", partition="gpu",
                        nodes=(name,), gpus_per_node=8, num_nodes=1, start_time=None, end_time=None, reason="None")
         world.jobs.append(job)
+
+    @rule()
+    def jobs_everywhere(self):
+        """Every node Slurm can use runs a job: a scale-down has only busy nodes to drain."""
+        for name in NODES:
+            self.job_lands(name)
 
     @rule()
     def jobs_finish(self):
@@ -294,3 +305,69 @@ def test_a_refused_ending_keeps_its_slot_from_a_start_of_the_same_pass():
     model.refuse_writes("gpu01", on=False)
     model.settle()
     model.never_more_moves_than_max_concurrent_moves()
+
+
+# ---------------------------------------------------------------- drain.onTimeout: Checkpoint
+
+
+GRACE = timedelta(seconds=20)
+
+
+class CheckpointModel(PoolModel):
+    """The same pool, faults and people with `onTimeout: Checkpoint` (issue 36). Invariants besides
+    the pool's: a job is signalled at most once per move, and a job is requeued only once its
+    grace has passed since the signal recorded on its Node, whatever crashed, relisted or lagged
+    between (a crash between the record and the signal loses the signal, never repeats it)."""
+
+    @initialize(slurm_nodes=st.integers(0, len(NODES)))
+    def start(self, slurm_nodes):
+        super().start(slurm_nodes)
+        self.spec = make_spec(slurm_nodes=slurm_nodes, max_moves=MAX_MOVES,
+                              drain={"timeout": "30s", "onTimeout": "Checkpoint", "checkpoint": {"grace": "20s"},
+                                     "evictionTimeout": "30s", "onEvictionTimeout": "Rollback"})
+        self.signals: set[tuple[str, str]] = set()  # (move id, job) signalled
+
+    def sends(self, name, action):
+        node = self.worlds[name].node  # as written this pass: the record went before the signal
+        if isinstance(action, Signal):
+            move = node.move.id if node.move else "health"
+            for job in action.job_ids:
+                assert (move, job) not in self.signals, f"job {job} signalled twice during move {move}"
+                self.signals.add((move, job))
+        if isinstance(action, Requeue):
+            record = node.checkpoint
+            for job in action.job_ids:
+                at = record.at(job) if record else None
+                assert at is not None and self.now - at >= GRACE, f"job {job} requeued at {self.now}, signalled at {at}"
+
+
+CheckpointModel.TestCase.settings = settings(
+    max_examples=EXAMPLES // 3, stateful_step_count=STEPS, deadline=None, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestCheckpointModel = CheckpointModel.TestCase
+
+
+def test_a_checkpointed_drain_survives_crashes_and_relists_in_its_grace():
+    """A path the model walks: every node busy, a scale-down drains two, the drain times out, the
+    jobs are signalled, the operator crashes (after the patch, after Slurm) and relists in the grace."""
+    model = CheckpointModel()
+    model.start(slurm_nodes=4)
+    model.jobs_everywhere()
+    model.scale(2)
+    model.passes(2)
+    model.time_passes(40)
+    model.crash_in_next_pass("after-slurm")  # the record written and the signals sent, no status
+    signalled = [j for w in model.worlds.values() for j in w.signalled]
+    assert len(signalled) == 2, signalled
+    model.relist()
+    model.passes(5)
+    model.crash_in_next_pass("after-patch")
+    model.time_passes(5)
+    model.passes(5)
+    assert not [j for w in model.worlds.values() for j in w.requeued]  # still within the 20 s grace
+    model.time_passes(5)
+    model.passes(2)
+    assert sorted(j for w in model.worlds.values() for j in w.requeued) == sorted(signalled)
+    assert [j for w in model.worlds.values() for j in w.signalled] == signalled  # never twice
+    model.settle()

@@ -28,6 +28,9 @@ _RESUME_ALREADY = ("invalid node state specified",)  # RESUME on a node that is 
 _RESUME_TRANSITION = ("invalid node state transition",)
 # Requeue of a job that is already pending, or one that finished and was purged since it was seen.
 _REQUEUE_ALREADY = ("job is pending execution", "invalid job id specified")
+# A job Slurm may not requeue (sbatch --no-requeue; 26.05.3: "Requested operation is presently disabled
+# for job 2", tests/fixtures/checkpoint) or not a batch job ("Only batch jobs are accepted or processed").
+_REQUEUE_REFUSED = ("requested operation is presently disabled", "only batch jobs are accepted")
 # Releasing (StartTime=now) a job that already started again, finished, or was purged.
 _RELEASE_ALREADY = ("job is no longer pending execution", "job has already finished", "invalid job id specified")
 # States a requeued job passes through before it is PENDING again.
@@ -61,6 +64,7 @@ class SlurmCommands(Protocol):
     async def power_down(self, nodes: Sequence[str]) -> None: ...
     async def power_up(self, nodes: Sequence[str]) -> None: ...
     async def power_save(self) -> PowerSave: ...
+    async def signal(self, job_ids: Sequence[str], signal: str, batch_only: bool) -> None: ...
 
 
 @runtime_checkable
@@ -278,6 +282,19 @@ class ScontrolBackend:
     async def power_save(self) -> PowerSave:
         raise SlurmUnsupported("power saving is not built yet (issue 39)")
 
+    async def signal(self, job_ids: Sequence[str], signal: str, batch_only: bool) -> None:
+        """Send the jobs a signal, to the batch shell only (`scancel --batch`) or to every step and
+        the batch shell (`--full`); a job already finished or purged is done (as cancel)."""
+        ids = validate.job_ids(job_ids)
+        if not ids:
+            return
+        whom = "--batch" if batch_only else "--full"
+        try:
+            await self._run(["scancel", f"--signal={validate.signal(signal)}", whom, *ids])
+        except SlurmError as e:
+            if isinstance(e, SlurmUnavailable) or not _only(e, _CANCEL_ALREADY):
+                raise
+
     async def requeue(self, job_ids: Sequence[str]) -> None:
         """Requeue jobs and let them start again at once. A requeued job sits COMPLETING, then
         PENDING with BeginTime = now+120 s; `StartTime=now` only sticks once it is PENDING, so
@@ -289,17 +306,23 @@ class ScontrolBackend:
         if not ids:
             return
         joined = ",".join(ids)
+        refused: SlurmError | None = None
         try:
             await self._run(["scontrol", "requeue", joined])
         except SlurmError as e:
-            if isinstance(e, SlurmUnavailable) or not _only(e, _REQUEUE_ALREADY):
+            if isinstance(e, SlurmUnavailable) or not _only(e, _REQUEUE_ALREADY + _REQUEUE_REFUSED):
                 raise
+            # A job Slurm may not requeue (--no-requeue, not a batch job) must not keep the others of
+            # the batch waiting out their begin time: they are released, then the refusal is raised.
+            refused = e if not _only(e, _REQUEUE_ALREADY) else None
         parts = await self._wait_pending(ids)
         try:
             await self._run(["scontrol", "update", f"JobId={','.join(parts)}", "StartTime=now"])
         except SlurmError as e:
             if isinstance(e, SlurmUnavailable) or not _only(e, _RELEASE_ALREADY):
                 raise
+        if refused is not None:
+            raise refused
 
     async def _wait_pending(self, ids: list[str]) -> list[str]:
         """Wait until the requeued jobs have left their settling states; return what to release:

@@ -28,6 +28,13 @@ Calls:
   versions there is no way to requeue over REST: `requeue` raises SlurmUnsupported saying so (the
   operator reports the failed action; use drain.onTimeout Cancel, Wait or Rollback there). As with
   scontrol, a requeued job is then released (POST /slurm/V/job/ID {"begin_time":"now"}) once PENDING.
+- signal (drain.onTimeout Checkpoint): DELETE /slurm/V/job/ID?signal=USR1&flags=BATCH_JOB (FULL_JOB for
+  every step), one per job: openapi/slurmctld's `_parse_job_delete` reads `signal` and the WARN_FLAGS
+  `flags` in v0.0.42 to v0.0.45 (read in 26.05's source; v0.0.40/41, 24.11's, take the same query).
+  A job's own `--signal` has no field in any version's job (kill_warning_* belong to the job
+  *description* of a submission only); v0.0.44+ give its `submit_line`, which shows the option when
+  it was on sbatch's command line (SlurmJob.declared_signal). A job's `requeue` and `batch_flag`
+  are in every version (SlurmJob.requeue).
 - reservations (the planned handover's, named `slurmpool-...`; others are never returned, changed
   or deleted): GET /slurm/V/reservations/, POST /slurm/V/reservations/ {"reservations":[desc]}
   (create; slurmrestd updates one of that name instead), DELETE /slurm/V/reservation/NAME. Only
@@ -59,11 +66,11 @@ from typing import Any
 from urllib.parse import quote
 
 from . import validate
-from .backend import _RELEASE_ALREADY, _REQUEUE_ALREADY, _RESERVATION_GONE, _RESUME_ALREADY, _SETTLING, SETTLE_POLL
+from .backend import _RELEASE_ALREADY, _REQUEUE_ALREADY, _REQUEUE_REFUSED, _RESERVATION_GONE, _RESUME_ALREADY, _SETTLING, SETTLE_POLL
 from .backoff import Backoff
 from .errors import UNAVAILABLE_MARKERS, SlurmError, SlurmUnavailable, SlurmUnsupported
 from .http import HttpClient, HttpProtocolError
-from .models import PowerSave, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup, gpu_count
+from .models import DeclaredSignal, PowerSave, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup, gpu_count
 
 log = logging.getLogger(__name__)
 
@@ -502,6 +509,14 @@ class RestBackend:
             raise SlurmError(f"slurmrestd could not cancel: {'; '.join(failed)}", argv=("DELETE", "/jobs/"),
                              stdout=json.dumps(data)[:2000])
 
+    async def signal(self, job_ids: Sequence[str], signal: str, batch_only: bool) -> None:
+        """Send each job a signal: DELETE /job/{id}?signal=S&flags=BATCH_JOB (or FULL_JOB), every
+        version from v0.0.40 (openapi/slurmctld's _parse_job_delete; flags unset would mean FULL_JOB).
+        A job already finished or purged is done, as scancel."""
+        ids = rest_job_ids(job_ids)
+        query = f"signal={quote(validate.signal(signal), safe='')}&flags={'BATCH_JOB' if batch_only else 'FULL_JOB'}"
+        await self._each(ids, lambda i: self._call("DELETE", f"/job/{quote(i, safe='')}?{query}", benign=_CANCEL_ALREADY))
+
     async def requeue(self, job_ids: Sequence[str]) -> None:
         """Requeue jobs and let them start again at once (see ScontrolBackend.requeue). Only the
         v0.0.45 API (Slurm 26.05) can requeue; a pending array record (7_[0-3]) is pending
@@ -516,10 +531,18 @@ class RestBackend:
                 f"slurmrestd {version} has no requeue endpoint (Slurm 26.05's v0.0.45 has one): cannot requeue "
                 f"{','.join(ids)} over REST; use drain.onTimeout Cancel, Wait or Rollback, or SSH access",
                 argv=("GET", "/job/{id}/requeue"))
-        await self._each(ids, lambda i: self._call("GET", f"/job/{quote(i, safe='')}/requeue",
-                                                   benign=_REQUEUE_ALREADY))
+        refused: SlurmError | None = None
+        try:
+            await self._each(ids, lambda i: self._call("GET", f"/job/{quote(i, safe='')}/requeue",
+                                                       benign=_REQUEUE_ALREADY))
+        except SlurmError as e:  # one Slurm may not requeue (422, 2037): the others are still released
+            if isinstance(e, SlurmUnavailable) or not any(m in e.output.lower() for m in _REQUEUE_REFUSED):
+                raise
+            refused = e
         numeric = await self._wait_pending(ids)
         await self._each(numeric, lambda n: self._release(n))
+        if refused is not None:
+            raise refused
 
     async def _release(self, job_id: int) -> None:
         data = await self._call("POST", f"/job/{job_id}", {"begin_time": "now"}, benign=_RELEASE_ALREADY)
@@ -756,6 +779,8 @@ def parse_rest_job(raw: dict, shared_tells: bool = True) -> tuple[SlurmJob, set[
         required_nodes=validate.expand(_hostlist(raw.get("required_nodes"))),
         unavailable_nodes=validate.unavailable_nodes(reason),
         exclusive=_exclusive(raw.get("shared")) if shared_tells else None,
+        requeue=_requeueable(raw),
+        declared_signal=_declared_signal(raw),
     ), tokens
 
 
@@ -771,6 +796,24 @@ def _exclusive(shared: Any) -> bool | None:
     if shared is None:
         return None
     return "NONE" in _tokens(shared)
+
+
+def _declared_signal(raw: dict) -> DeclaredSignal | None:
+    """The job's own --signal, read from its `submit_line` (v0.0.44+; only what sbatch's command line said)."""
+    line, command = raw.get("submit_line"), raw.get("command")
+    if not isinstance(line, str) or not line:
+        return None
+    found = validate.declared_signal(line, command if isinstance(command, str) else "")
+    return DeclaredSignal(*found) if found else None
+
+
+def _requeueable(raw: dict) -> bool | None:
+    """Can Slurm requeue the job: a batch job (`batch_flag`) that allows it (`requeue`, false for
+    sbatch --no-requeue)? Both are in every version's job (v0.0.40 to v0.0.45); None if either is missing."""
+    requeue, batch = raw.get("requeue"), raw.get("batch_flag")
+    if not isinstance(requeue, bool) or not isinstance(batch, bool):
+        return None
+    return requeue and batch
 
 
 def _state_wanted(tokens: set[str], wanted: set[str] | None) -> bool:

@@ -217,6 +217,9 @@ class Instrumented:
     async def power_save(self) -> PowerSave:
         return await self._timed("power_save", self.inner.power_save())
 
+    async def signal(self, job_ids: Sequence[str], signal: str, batch_only: bool) -> None:
+        await self._timed("signal", self.inner.signal(job_ids, signal, batch_only))
+
     @property
     def commands_run(self) -> int:
         return self.inner.commands_run

@@ -31,7 +31,7 @@ from slurmpool.controller.published import fold_published, publish
 from slurmpool.core.events import Event, Reason
 from slurmpool.core.interfaces import Conflict, Kube, PoolRef, Refused, node_object, pool_object
 from slurmpool.core.models import SlurmNodePoolSpec
-from slurmpool.core.expiry import Cancel, Requeue
+from slurmpool.core.expiry import Cancel, Requeue, Signal
 from slurmpool.core.moves import CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, PowerDown, PowerUp, Refusal, Resume, Step
 from slurmpool.core.patch import RECORD, annotations_of, rebuilt, shape_of
 from slurmpool.core.snapshot import ApplyResult, PoolDecision
@@ -127,6 +127,7 @@ async def _slurm(ctx: ApplyContext, decision: PoolDecision, steps: dict[str, Ste
     updates: dict[type, list[str]] = defaultdict(list)  # Resume, PowerDown, PowerUp -> Slurm names
     requeues: list[str] = []
     cancels: list[str] = []
+    signals: dict[tuple[str, bool], list[str]] = defaultdict(list)  # (signal, batch only) -> jobs
     old = {n.name: n for n in ctx.nodes}
     for name, step in steps.items():
         _crash_point(ctx.crash_after_phase, decision.patches.get(name, {}), step)
@@ -135,6 +136,8 @@ async def _slurm(ctx: ApplyContext, decision: PoolDecision, steps: dict[str, Ste
                 drains[action.reason].append(target)
             elif isinstance(action, Resume | PowerDown | PowerUp) and (target := _in_slurm(decision, action.node)):
                 updates[type(action)].append(target)
+            elif isinstance(action, Signal):
+                signals[(action.signal, action.batch_only)].extend(action.job_ids)
             elif isinstance(action, Requeue):
                 requeues.extend(action.job_ids)
             elif isinstance(action, Cancel):
@@ -150,11 +153,13 @@ async def _slurm(ctx: ApplyContext, decision: PoolDecision, steps: dict[str, Ste
     for kind, what, call in NODE_UPDATES:
         if updates[kind]:
             await _guard(ctx, result, Action.SCONTROL, what, call(ctx.slurm, sorted(set(updates[kind]))))
+    for (sig, batch), jobs in signals.items():  # before any requeue: a grace of 0 signals, then requeues
+        await _guard(ctx, result, Action.SCANCEL, f"scancel --signal={sig}", ctx.slurm.signal(sorted(set(jobs)), sig, batch))
     if requeues:
         await _guard(ctx, result, Action.SCONTROL, "scontrol requeue", ctx.slurm.requeue(sorted(set(requeues))))
     if cancels:
         await _guard(ctx, result, Action.SCANCEL, "scancel", ctx.slurm.cancel(sorted(set(cancels))))
-    result.slurm_changed = bool(drains or any(updates.values()) or requeues or cancels)
+    result.slurm_changed = bool(drains or any(updates.values()) or signals or requeues or cancels)
     result.acted |= result.slurm_changed
 
 

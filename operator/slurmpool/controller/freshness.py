@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from slurmpool.core.models import SlurmNodePoolSpec
-from slurmpool.core.expiry import Cancel, Requeue
+from slurmpool.core.expiry import Cancel, Requeue, Signal
 from slurmpool.core.moves import Blocker, BlockerKind, PowerDown, PowerUp, Resume
 from slurmpool.core.phases import Phase
 from slurmpool.core.view import SlurmView
@@ -56,9 +56,10 @@ def waiting_on_slurm(decision) -> bool:
 
 
 def needs_fresh_slurm(decision) -> bool:
-    """Which node to move, whether a drain is still ours to resume, and whether a node is still
-    powered down (or up), are read from a fresh poll."""
-    return bool(decision.starts) or any(isinstance(a, (Resume, Requeue, Cancel, PowerDown, PowerUp))
+    """Which node to move, whether a drain is still ours to resume, which jobs still run (to
+    signal, requeue or cancel), and whether a node is still powered down (or up), are read from a
+    fresh poll."""
+    return bool(decision.starts) or any(isinstance(a, (Resume, Signal, Requeue, Cancel, PowerDown, PowerUp))
                                         for s in decision.steps.values() for a in s.actions)
 
 

@@ -61,7 +61,7 @@ class NoSlurm:
 
     nodes = jobs = drain = resume = requeue = cancel = ping = _fail
     reservations = partition_max_times = create_reservation = delete_reservation = topology = _fail
-    power_down = power_up = power_save = _fail
+    power_down = power_up = power_save = signal = _fail
 
     async def can_reserve(self) -> bool:
         return False

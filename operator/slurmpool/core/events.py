@@ -21,6 +21,7 @@ class Reason(StrEnum):
     MoveStopped = "MoveStopped"
     ForeignDrain = "ForeignDrain"
     JobsRequeued = "JobsRequeued"
+    JobsSignalled = "JobsSignalled"  # drain.onTimeout Checkpoint: each job warned once, then given its grace
     JobsCancelled = "JobsCancelled"
     CordonRestored = "CordonRestored"
     SlurmdPodReplaced = "SlurmdPodReplaced"

@@ -28,7 +28,8 @@ from slurmbridge.models import SlurmNode, gres_shortfall
 
 from slurmpool.core import slurmstate
 from slurmpool.core.events import Event, Reason
-from slurmpool.core.expiry import Cancel, Overdue, Requeue, expire
+from slurmpool.core.checkpoint import CheckpointRecord
+from slurmpool.core.expiry import Cancel, Expiry, Requeue, Signal, expire, overdue
 from slurmpool.core.fit import misfit
 from slurmpool.core.ownership import claim, why_not_ours
 from slurmpool.core.models import InferencePool, SlurmNodePoolSpec, seconds
@@ -47,6 +48,7 @@ from slurmpool.core.view import (
     Direction,
     SlurmView,
     inference,
+    iso,
     pool_of,
 )
 
@@ -157,7 +159,7 @@ class PatchNode:
     claims_cordon: bool = False
 
 
-Action = Drain | Resume | PowerDown | PowerUp | Requeue | Cancel | Evict | CreateSlurmdPod | DeleteSlurmdPod | PatchNode
+Action = Drain | Resume | PowerDown | PowerUp | Signal | Requeue | Cancel | Evict | CreateSlurmdPod | DeleteSlurmdPod | PatchNode
 
 
 @dataclass
@@ -173,6 +175,8 @@ class Step:
     hold_until: datetime | None = None
     claim: DrainClaim | None = None  # written on the Node with the record, before the drain
     drop_claim: bool = False  # the node serves Slurm again: no drain on it is ours any more
+    checkpoint: CheckpointRecord | None = None  # written on the Node with the record, before the signal
+    drop_checkpoint: bool = False  # the drain that signalled is over: its record goes
     entered: list[Phase] = field(default_factory=list)  # phases this step moved into
     finished: MoveRecord | None = None  # the move that completed in this step (metrics)
     rolled_back: MoveRecord | None = None  # the move this step turned back (metrics)
@@ -368,16 +372,16 @@ def advance(move: MoveRecord, node: NodeView, at: Pass, unhealthy: str | None = 
     step = Step(move=move, refusal=refusal)
     for _ in range(len(TO_SLURM) + len(TO_INFERENCE) + len(BETWEEN_POOLS) + 2):
         if unhealthy and (side := stop_side(move)) is not None:
-            return _stop(move, node, at, step, side, unhealthy)
+            return _forget_checkpoint(node, _stop(move, node, at, step, side, unhealthy))
         outcome: Outcome = PHASE_FUNCTIONS[move.phase](move, node, slurm, spec, now, step)
         match outcome:
             case Wait():
                 step.move = move
-                return step
+                return _forget_checkpoint(node, step)
             case Finish():
                 step.move, step.settled, step.finished = None, move.target, move
                 step.events.append(Event.normal(Reason.MoveCompleted, f"{node.name} now serves {move.target} (move {move.id})"))
-                return step
+                return _forget_checkpoint(node, step)
             case Rollback(why=why):
                 back = reverse(move, spec, now, cause=Cause.GIVEBACK if _giveback(move) else Cause.ROLLBACK)
                 step.events.append(_rolled_back(move, node, back, why))
@@ -390,6 +394,14 @@ def advance(move: MoveRecord, node: NodeView, at: Pass, unhealthy: str | None = 
                 move = move.model_copy(update={"phase": phase, "since": now})
                 step.entered.append(phase)
     step.move = move
+    return _forget_checkpoint(node, step)
+
+
+def _forget_checkpoint(node: NodeView, step: Step) -> Step:
+    """A checkpoint record lives as long as the Draining that signalled: once the move is past it
+    (or turned back, or done) the record goes."""
+    if node.checkpoint is not None and step.checkpoint is None and (step.move is None or step.move.phase != Phase.DRAINING):
+        step.drop_checkpoint = True
     return step
 
 
@@ -516,15 +528,33 @@ def _draining(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNod
     if late < 0:
         return WAIT
     policy = spec.drain.on_timeout
-    running = tuple(j.job_id for j in jobs if j.state == "RUNNING")
-    expiry = expire(policy, Overdue(running, late))
+    expiry = expire(policy, overdue(jobs, late, spec.drain, node.checkpoint, now))
     if expiry.rollback:
         return Rollback(f"drain timed out after {spec.drain.timeout}")
-    if ended := expiry.ended:
+    for ended in expiry.ended:
         step.actions.append(ended.action)
-        step.events.append(Event.warning(ended.reason, f"{node.name}: drain timed out; {ended.verb} job(s) {', '.join(running)}"))
-    step.message = f"drain timed out after {spec.drain.timeout} (onTimeout {policy}); " + step.message
+        step.events.append(Event.warning(ended.reason, f"{node.name}: drain timed out; {ended.verb} job(s) {', '.join(ended.action.job_ids)}"))
+    step.message = f"drain timed out after {spec.drain.timeout} (onTimeout {policy}); " + checkpointing(node.name, expiry, step, spec) + step.message
     return WAIT
+
+
+def checkpointing(node: str, expiry: Expiry, step: Step, spec: SlurmNodePoolSpec) -> str:
+    """The Checkpoint policy's signal and record into the step (the record is written first, with
+    the step's patch); what the drain waits for, in words."""
+    for signal in expiry.signals:
+        step.actions.append(signal)
+        step.checkpoint = expiry.record
+        to = "the batch shell of" if signal.batch_only else "every step of"
+        step.events.append(Event.warning(Reason.JobsSignalled, f"{node}: drain timed out; sent {signal.signal} to {to} job(s) "
+                                         f"{', '.join(signal.job_ids)}; requeued after {spec.drain.checkpoint.grace} "
+                                         "(or the job's own --signal time, if longer) unless they end"))
+    words = []
+    if expiry.in_grace_until is not None:
+        words.append(f"jobs checkpointing until {iso(expiry.in_grace_until)}")
+    if stuck := expiry.not_requeueable:
+        words.append(f"job(s) {', '.join(stuck)} cannot be requeued (--no-requeue or not a batch job): waiting for them "
+                     "(drain.checkpoint.notRequeueable: Cancel cancels them)")
+    return "; ".join(words) + ("; " if words else "")
 
 
 def _stopping_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
