@@ -13,9 +13,18 @@ from typing import Protocol, runtime_checkable
 
 from . import validate
 from .backoff import Backoff
-from .errors import SlurmError, SlurmUnavailable, SlurmUnsupported
+from .errors import SlurmError, SlurmUnavailable
 from .models import PowerSave, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
-from .parse import parse_partition_max_times, parse_reservations, parse_scontrol_nodes, parse_squeue, parse_topology, squeue_format
+from .parse import (
+    parse_config,
+    parse_partition_max_times,
+    parse_reservations,
+    parse_scontrol_nodes,
+    parse_squeue,
+    parse_topology,
+    power_save_from_config,
+    squeue_format,
+)
 from .runner import CommandRunner
 
 log = logging.getLogger(__name__)
@@ -250,15 +259,25 @@ class ScontrolBackend:
             if isinstance(e, SlurmUnavailable) or not any(w in e.output.lower() for w in _RESERVATION_GONE):
                 raise
 
-    # Power saving (issue 39): the calls are on the interface; the backends come next.
     async def power_down(self, nodes: Sequence[str]) -> None:
-        raise SlurmUnsupported("power saving is not built yet (issue 39)")
+        """Power the nodes down in Slurm (`State=POWER_DOWN`; 22.05 has no `scontrol power`), once:
+        see power_requests for what is sent to which node."""
+        for state, names in power_requests(await self._known(nodes), down=True).items():
+            await self._run(["scontrol", "update", f"NodeName={validate.compress(names)}", f"State={state}"])
 
     async def power_up(self, nodes: Sequence[str]) -> None:
-        raise SlurmUnsupported("power saving is not built yet (issue 39)")
+        """Ask Slurm to power the nodes up (`State=POWER_UP`), once: see power_requests."""
+        for state, names in power_requests(await self._known(nodes), down=False).items():
+            await self._run(["scontrol", "update", f"NodeName={validate.compress(names)}", f"State={state}"])
+
+    async def _known(self, nodes: Sequence[str]) -> list[tuple[str, SlurmNode | None]]:
+        checked = validate.node_names(nodes)
+        current = await self.nodes(checked) if checked else {}
+        return [(name, current.get(name)) for name in checked]
 
     async def power_save(self) -> PowerSave:
-        raise SlurmUnsupported("power saving is not built yet (issue 39)")
+        """slurm.conf's power saving as slurmctld has it (`scontrol show config`)."""
+        return power_save_from_config(parse_config(await self._run(["scontrol", "show", "config"])))
 
     async def requeue(self, job_ids: Sequence[str]) -> None:
         """Requeue jobs and let them start again at once. A requeued job sits COMPLETING, then
@@ -335,6 +354,42 @@ class ScontrolBackend:
         close = getattr(self.runner, "close", None)  # a minimal runner may have nothing to close
         if close is not None:
             await close()
+
+
+def power_requests(nodes: Sequence[tuple[str, SlurmNode | None]], down: bool) -> dict[str, list[str]]:
+    """Which power request each node needs ({state: [names]}), so that asking again is harmless.
+
+    Slurm takes a repeated request as a new one (measured on 26.05): POWER_DOWN on a node already
+    powered down powers it down again, through POWERING_DOWN, and drops its DRAIN; POWER_UP on a
+    node already powering up leaves POWER_UP set after it registered. So a node already where it is
+    asked to go, or on its way, gets nothing. Power-down: a node Slurm is powering up without a job
+    (a request we made, or a declined give-back: drained, its job requeued) ignores POWER_DOWN until
+    ResumeTimeout, so it gets POWER_DOWN_FORCE; one with a job is refused here (drain it first:
+    Slurm requeues its job). A node Slurm does not know is passed on, for Slurm to refuse."""
+    out: dict[str, list[str]] = {}
+    for name, node in nodes:
+        state = _power_request(name, node, down)
+        if state:
+            out.setdefault(state, []).append(name)
+    return out
+
+
+def _power_request(name: str, node: SlurmNode | None, down: bool) -> str | None:
+    if node is None:
+        return "POWER_DOWN" if down else "POWER_UP"
+    flags = node.flags
+    if down:
+        if flags & {"POWER_DOWN", "POWERING_DOWN"} or ("POWERED_DOWN" in flags and not flags & {"POWER_UP", "POWERING_UP"}):
+            return None
+        if "POWERING_UP" in flags:
+            if node.busy:
+                raise SlurmError(f"{name} is powering up for a job ({node.state}): drain it first, which requeues the job",
+                                 argv=("scontrol", "update", f"NodeName={name}", "State=POWER_DOWN"))
+            return "POWER_DOWN_FORCE"
+        return "POWER_DOWN"
+    if flags & {"POWER_UP", "POWERING_UP"} or not flags & {"POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN"}:
+        return None
+    return "POWER_UP"
 
 
 def _only(error: SlurmError, benign: tuple[str, ...]) -> bool:
