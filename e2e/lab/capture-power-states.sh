@@ -166,7 +166,7 @@ wait_down "$C" 60
 snap end
 
 scontrol show config > "$out/config-on.txt"
-for v in "${versions[@]}"; do rest GET "/slurm/$v/conf" > "$out/conf-on-$v.json"; done
+for v in "${versions[@]}"; do rest GET "/slurm/$v/conf" | tail -n +2 > "$out/conf-on-$v.json"; done
 # Without the block: slurmctld restarted on a slurm.conf without it, then with it again.
 cp "$SLURM_CONF" "$out/.slurm.conf.on"
 grep -v '^\(SuspendProgram\|ResumeProgram\|SuspendTime\|SuspendExcParts\|SuspendTimeout\|ResumeTimeout\|SuspendRate\|ResumeRate\|ReconfigFlags\)=' \
@@ -174,7 +174,7 @@ grep -v '^\(SuspendProgram\|ResumeProgram\|SuspendTime\|SuspendExcParts\|Suspend
 "$here/daemon.sh" restart slurmctld >/dev/null
 for _ in $(seq 1 60); do scontrol ping >/dev/null 2>&1 && break; sleep 0.5; done
 scontrol show config > "$out/config-off.txt"
-for v in "${versions[@]}"; do rest GET "/slurm/$v/conf" > "$out/conf-off-$v.json"; done
+for v in "${versions[@]}"; do rest GET "/slurm/$v/conf" | tail -n +2 > "$out/conf-off-$v.json"; done
 echo "== without the power-save block" >> "$ans"
 try scontrol update NodeName="$B" State=DRAIN Reason="slurmpool: parked"
 try scontrol update NodeName="$B" State=POWER_DOWN
