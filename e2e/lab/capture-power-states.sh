@@ -19,7 +19,8 @@ set -uo pipefail
 out=$1
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
-mapfile -t all < <(sinfo -h -N -o %N | sort -u)
+# the lab's nodes (dynamic ones are not in Slurm before their slurmd registers)
+mapfile -t all < <(cut -f1 "$LAB_DIR/etc/nodes.tsv" | grep "^gpu" | sort -u)
 n=${#all[@]}
 [ "$n" -ge 4 ] || { echo "need at least 4 nodes" >&2; exit 1; }
 A=${all[n-4]} B=${all[n-3]} C=${all[n-2]} D=${all[n-1]}
