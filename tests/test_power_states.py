@@ -70,8 +70,6 @@ SETTLED = {
                           dict(parked=False, usable=True, idle=False, busy=True, responding=True, down=False)),
     ("declined", "C"): ("IDLE+DRAIN+NOT_RESPONDING+POWERING_UP",  # drained#: the job requeued
                         dict(parked=False, usable=False, idle=False, busy=False, responding=False, down=False)),
-    ("declined-powered-down", "C"): ("IDLE+POWERED_DOWN",  # POWER_DOWN_FORCE: back down, the drain gone
-                                     dict(parked=True, usable=True, idle=True, busy=False, responding=False, down=False)),
 }
 ANSWERS = ("parked", "usable", "idle", "busy", "responding", "down")
 
@@ -101,6 +99,20 @@ def test_a_held_node_keeps_its_reason_and_a_declined_one_names_why(capture):
     assert scontrol_nodes(capture, "declined")[r["C"]].reason == "slurmpool: give-back declined"
     for nodes in rest_captures(capture, "declined").values():
         assert nodes[r["C"]].reason == "slurmpool: give-back declined"
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_declined_node_forced_down_is_parked_lendable_or_down(capture):
+    """POWER_DOWN_FORCE on a declined node: back down, its drain gone (idle~); or, where Slurm had
+    marked it not responding first (24.11 dynamic: its reason gets " : Not responding"), DOWN too
+    (down~): parked either way, and never counted as Slurm's to use while DOWN."""
+    name = roles(capture)["C"]
+    for sn in [scontrol_nodes(capture, "declined-powered-down")[name],
+               *(n[name] for n in rest_captures(capture, "declined-powered-down").values())]:
+        assert sn.state in ("IDLE", "DOWN") and "POWERED_DOWN" in sn.flags and "DRAIN" not in sn.flags, slurmstate.text(sn)
+        assert slurmstate.parked(sn) and not slurmstate.busy(sn) and not slurmstate.responding(sn)
+        assert slurmstate.usable(sn) is (sn.state == "IDLE") and slurmstate.down(sn) is (sn.state == "DOWN")
+        assert (sn.reason or "").startswith("slurmpool: give-back declined")
 
 
 @pytest.mark.parametrize("capture", CAPTURES)
