@@ -7,7 +7,8 @@ The fixtures under tests/fixtures/power_states/<version>-<nodes>/ were captured 
 e2e/lab/capture-power-states.sh (see its header for the steps): nodes-STEP.txt is `scontrol -o -d
 show node`, nodes-STEP-VERSION.json slurmrestd's GET /nodes/, answers.txt every request with what
 Slurm answered, config-{on,off}.txt `scontrol show config` with the lab's power-save block and
-without it, conf-{on,off}-v0.0.45.json GET /conf."""
+without it, conf-{on,off}-v0.0.45.json GET /conf. Of the API versions each slurmrestd serves, the
+lowest and the highest are kept (24.11: v0.0.40, v0.0.42; 26.05: v0.0.42, v0.0.45)."""
 
 from __future__ import annotations
 
