@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 
 from slurmbridge import SlurmError
-from slurmbridge.backend import ScontrolBackend, power_requests
+from slurmbridge.backend import REFUSED, ScontrolBackend, power_requests
 from slurmbridge.errors import SlurmUnsupported
 from slurmbridge.models import SlurmNode
 from slurmbridge.parse import parse_config, parse_scontrol_nodes, power_save_from_config
@@ -158,8 +158,8 @@ def test_power_requests_go_only_where_they_are_needed(capture):
     assert wanted(capture, "given-back", False, "D") == {}
     # Declined (drained, its job requeued): POWER_DOWN is ignored while it powers up; forced.
     assert wanted(capture, "declined", True, "C") == {"POWER_DOWN_FORCE": [r["C"]]}
-    with pytest.raises(SlurmError, match="drain it first"):
-        wanted(capture, "powering-up-job", True, "D")
+    # Powering up for a job: refused (a decline drains first, which requeues the job).
+    assert wanted(capture, "powering-up-job", True, "A", "D") == {"POWER_DOWN": [r["A"]], REFUSED: [r["D"]]}
 
 
 def test_a_node_slurm_does_not_know_is_passed_on_for_slurm_to_refuse():
@@ -187,6 +187,12 @@ async def test_scontrol_power_calls_read_then_update_with_one_command_per_state(
     assert updates == [["scontrol", "update", f"NodeName={r['A']}", "State=POWER_DOWN"],
                        ["scontrol", "update", f"NodeName={r['C']}", "State=POWER_DOWN_FORCE"]], runner.calls
     runner.calls.clear()
+    runner.show_node = (FIXTURES / capture / "nodes-powering-up-job.txt").read_text()
+    with pytest.raises(SlurmError, match="powering up for a job; drain first"):
+        await backend.power_down([r["A"], r["D"]])
+    assert [c for c in runner.calls if c[1] == "update"] == [["scontrol", "update", f"NodeName={r['A']}", "State=POWER_DOWN"]]
+    runner.calls.clear()
+    runner.show_node = (FIXTURES / capture / "nodes-declined.txt").read_text()
     await backend.power_up([r["A"], r["C"]])  # A is up; C is powering up already
     assert [c for c in runner.calls if c[1] == "update"] == []
     await backend.power_down([])
@@ -269,6 +275,11 @@ async def test_rest_power_calls_send_flags_every_version_parses(rest, capture, v
     # C powers up without a job: the two flags of POWER_DOWN_FORCE (a name only v0.0.45 knows)
     assert posts == [(f"/slurm/{version}/node/{r['A']}", {"state": ["POWER_DOWN"]}),
                      (f"/slurm/{version}/node/{r['C']}", {"state": ["POWER_DOWN", "POWERED_DOWN"]})]
+    fake.requests.clear()
+    fake.nodes = rest_fixture(capture, "powering-up-job", version)
+    with pytest.raises(SlurmError, match="powering up for a job"):
+        await backend.power_down([r["A"], r["D"]])
+    assert [(p, b) for m, p, _, b in fake.requests if m == "POST"] == [(f"/slurm/{version}/node/{r['A']}", {"state": ["POWER_DOWN"]})]
     fake.requests.clear()
     fake.nodes = rest_fixture(capture, "idle-powered-down", version)
     await backend.power_up([r["A"], r["D"]])

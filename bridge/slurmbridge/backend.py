@@ -262,18 +262,22 @@ class ScontrolBackend:
     async def power_down(self, nodes: Sequence[str]) -> None:
         """Power the nodes down in Slurm (`State=POWER_DOWN`; 22.05 has no `scontrol power`), once:
         see power_requests for what is sent to which node."""
-        for state, names in power_requests(await self._known(nodes), down=True).items():
-            await self._run(["scontrol", "update", f"NodeName={validate.compress(names)}", f"State={state}"])
+        await self._power(nodes, down=True)
 
     async def power_up(self, nodes: Sequence[str]) -> None:
         """Ask Slurm to power the nodes up (`State=POWER_UP`), once: see power_requests."""
-        for state, names in power_requests(await self._known(nodes), down=False).items():
-            await self._run(["scontrol", "update", f"NodeName={validate.compress(names)}", f"State={state}"])
+        await self._power(nodes, down=False)
 
-    async def _known(self, nodes: Sequence[str]) -> list[tuple[str, SlurmNode | None]]:
+    async def _power(self, nodes: Sequence[str], down: bool) -> None:
         checked = validate.node_names(nodes)
-        current = await self.nodes(checked) if checked else {}
-        return [(name, current.get(name)) for name in checked]
+        if not checked:
+            return
+        current = await self.nodes(checked)
+        requests = power_requests([(name, current.get(name)) for name in checked], down)
+        for state, names in requests.items():
+            if state != REFUSED:
+                await self._run(["scontrol", "update", f"NodeName={validate.compress(names)}", f"State={state}"])
+        refuse_power_down(requests)
 
     async def power_save(self) -> PowerSave:
         """slurm.conf's power saving as slurmctld has it (`scontrol show config`)."""
@@ -356,6 +360,10 @@ class ScontrolBackend:
             await close()
 
 
+# power_requests' key for nodes it will not power down (powering up for a job).
+REFUSED = "refused"
+
+
 def power_requests(nodes: Sequence[tuple[str, SlurmNode | None]], down: bool) -> dict[str, list[str]]:
     """Which power request each node needs ({state: [names]}), so that asking again is harmless.
 
@@ -364,17 +372,17 @@ def power_requests(nodes: Sequence[tuple[str, SlurmNode | None]], down: bool) ->
     node already powering up leaves POWER_UP set after it registered. So a node already where it is
     asked to go, or on its way, gets nothing. Power-down: a node Slurm is powering up without a job
     (a request we made, or a declined give-back: drained, its job requeued) ignores POWER_DOWN until
-    ResumeTimeout, so it gets POWER_DOWN_FORCE; one with a job is refused here (drain it first:
-    Slurm requeues its job). A node Slurm does not know is passed on, for Slurm to refuse."""
+    ResumeTimeout, so it gets POWER_DOWN_FORCE; one powering up for a job is REFUSED (drain it
+    first: Slurm requeues the job). A node Slurm does not know is passed on, for Slurm to refuse."""
     out: dict[str, list[str]] = {}
     for name, node in nodes:
-        state = _power_request(name, node, down)
+        state = _power_request(node, down)
         if state:
             out.setdefault(state, []).append(name)
     return out
 
 
-def _power_request(name: str, node: SlurmNode | None, down: bool) -> str | None:
+def _power_request(node: SlurmNode | None, down: bool) -> str | None:
     if node is None:
         return "POWER_DOWN" if down else "POWER_UP"
     flags = node.flags
@@ -382,14 +390,19 @@ def _power_request(name: str, node: SlurmNode | None, down: bool) -> str | None:
         if flags & {"POWER_DOWN", "POWERING_DOWN"} or ("POWERED_DOWN" in flags and not flags & {"POWER_UP", "POWERING_UP"}):
             return None
         if "POWERING_UP" in flags:
-            if node.busy:
-                raise SlurmError(f"{name} is powering up for a job ({node.state}): drain it first, which requeues the job",
-                                 argv=("scontrol", "update", f"NodeName={name}", "State=POWER_DOWN"))
-            return "POWER_DOWN_FORCE"
+            return REFUSED if node.busy else "POWER_DOWN_FORCE"
         return "POWER_DOWN"
     if flags & {"POWER_UP", "POWERING_UP"} or not flags & {"POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN"}:
         return None
     return "POWER_UP"
+
+
+def refuse_power_down(requests: dict[str, list[str]]) -> None:
+    """Raise for the nodes power_requests refused, once the others were sent."""
+    if requests.get(REFUSED):
+        names = validate.compress(requests[REFUSED])
+        raise SlurmError(f"{names}: powering up for a job; drain first (Slurm requeues the job), then power down",
+                         argv=("power_down", names))
 
 
 def _only(error: SlurmError, benign: tuple[str, ...]) -> bool:

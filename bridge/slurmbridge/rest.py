@@ -59,7 +59,7 @@ from typing import Any
 from urllib.parse import quote
 
 from . import validate
-from .backend import _RELEASE_ALREADY, _REQUEUE_ALREADY, _RESERVATION_GONE, _RESUME_ALREADY, _SETTLING, SETTLE_POLL, power_requests
+from .backend import _RELEASE_ALREADY, _REQUEUE_ALREADY, _RESERVATION_GONE, _RESUME_ALREADY, _SETTLING, REFUSED, SETTLE_POLL, power_requests, refuse_power_down
 from .backoff import Backoff
 from .errors import UNAVAILABLE_MARKERS, SlurmError, SlurmUnavailable, SlurmUnsupported
 from .http import HttpClient, HttpProtocolError
@@ -465,9 +465,10 @@ class RestBackend:
         if not checked:
             return
         current = await self.nodes(checked)
-        wanted = power_requests([(n, current.get(n)) for n in checked], down=down)
-        sends = [(name, _POWER_STATES[state]) for state, names in wanted.items() for name in names]
+        requests = power_requests([(n, current.get(n)) for n in checked], down)
+        sends = [(name, _POWER_STATES[state]) for state, names in requests.items() if state != REFUSED for name in names]
         await self._each(sends, lambda item: self._call("POST", f"/node/{quote(item[0], safe='')}", {"state": item[1]}))
+        refuse_power_down(requests)
 
     async def power_save(self) -> PowerSave:
         """slurm.conf's power saving from GET /conf (v0.0.45, Slurm 26.05). Older versions have no
