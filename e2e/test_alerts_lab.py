@@ -10,6 +10,8 @@ through Prometheus' HTTP API:
   SlurmPoolOperatorDown   the operator stopped
   SlurmPoolNodesUnhealthy an admin drains one of a pool's Slurm nodes in Slurm (a drain not slurmpool's)
 
+and a Degraded pool deleted: every series of it leaves /metrics within a pass, and its alert resolves.
+
 Two pools on disjoint nodes (block-1, block-2) let the first two run at once. No other alert may
 fire or even be pending while this runs. Each situation prints an `ALERT | ...` row
 (docs/metrics.md has the table)."""
@@ -40,10 +42,12 @@ from harness import (
     split_reached,
     wait,
 )
+from load import scrape
 from prometheus import free_port, job_label, prometheus, register, unregister  # noqa: F401 - prometheus: the fixture
 
 pytestmark = pytest.mark.e2e
 A, B = "alerts-a", "alerts-b"  # pools over block-1 (gpu01-04) and block-2 (gpu05-08)
+GONE = "alerts-gone"  # a pool of no node whose Slurm is unreachable: Degraded, then deleted
 BLOCK_2 = ("gpu05", "gpu06", "gpu07", "gpu08")
 TARGET = "e2e-alerts"
 ROWS: list[str] = []
@@ -193,7 +197,8 @@ def test_alerts_fire_in_real_situations_and_resolve(lab, prometheus, operator):
         wait(lambda: events(lab, "MoveRolledBack", since), 60, what="B's move rolled back")
         patch_pool(lab, B, {"slurmNodes": 2, "slurm": {"slurmdPod": good["slurmdPod"], "registerTimeout": good["registerTimeout"]}})
         t_failing_fixed = time.time()
-        fired_failing = watch.wait_fired("SlurmPoolMovesFailing", t_failing, 30, direction="to_slurm", reason="rollback")
+        fired_failing = watch.wait_fired("SlurmPoolMovesFailing", t_failing, 30, pool=f"{NAMESPACE}/{B}", direction="to_slurm",
+                                         reason="rollback")
         fired_blocked = watch.wait_fired("SlurmPoolDrainBlocked", t_blocked, 60, pool=f"{NAMESPACE}/{A}")
         alert = next(a for a in prometheus.alerts() if a["labels"]["alertname"] == "SlurmPoolDrainBlocked")
         assert f"kubectl get snp -n {NAMESPACE} {A} -o jsonpath" in alert["annotations"]["description"], alert
@@ -253,7 +258,7 @@ def test_alerts_fire_in_real_situations_and_resolve(lab, prometheus, operator):
         time.sleep(1)
 
     # Nothing else was pending or firing at any poll: only the alerts of the situations, for their pools.
-    expected = {("SlurmPoolDrainBlocked", f"{NAMESPACE}/{A}"), ("SlurmPoolMovesFailing", None),
+    expected = {("SlurmPoolDrainBlocked", f"{NAMESPACE}/{A}"), ("SlurmPoolMovesFailing", f"{NAMESPACE}/{B}"),
                 ("SlurmPoolDegraded", f"{NAMESPACE}/{A}"), ("SlurmPoolDegraded", f"{NAMESPACE}/{B}"),
                 ("SlurmPoolOperatorDown", None), ("SlurmPoolNodesUnhealthy", f"{NAMESPACE}/{B}")}
     seen = {(dict(k)["alertname"], dict(k).get("pool")) for k in watch.seen}
@@ -264,3 +269,40 @@ def test_alerts_fire_in_real_situations_and_resolve(lab, prometheus, operator):
     # All resolved now, and the ALERTS series agrees with the API.
     assert not prometheus.alerts()
     assert not prometheus.query("ALERTS")
+
+
+def test_a_deleted_degraded_pool_leaves_metrics_within_a_pass_and_its_alert_resolves(lab, prometheus, operator):
+    """Issue 38: a deleted pool kept every series, so a pool deleted while Degraded kept
+    SlurmPoolDegraded firing until the operator restarted."""
+    _, args = operator
+    port = int(args[args.index("--metrics-port") + 1])
+    key = f"{NAMESPACE}/{GONE}"
+    manifest = pool(lab, GONE, "block-none", 0)  # selects no node: nothing of A's or B's is touched
+    closed = free_port()  # nothing listens there: Slurm unreachable, at once
+    manifest["spec"]["slurm"]["access"] = {"ssh": {"host": "127.0.0.1", "port": closed, "user": lab.ssh_user,
+                                                    "secretRef": {"name": "slurm-ssh"}}}
+
+    def series() -> dict:
+        return {k: v for k, v in scrape(port).items() if dict(k[1]).get("pool") == key}
+
+    t_degraded = time.time()
+    apply(lab, manifest)
+    wait(lambda: series().get(("slurmpool_pool_condition", (("pool", key), ("type", "Degraded")))) == 1, 60,
+         what=f"{GONE} Degraded in /metrics")
+    fired = wait(lambda: any(a["labels"].get("pool") == key and a["state"] == "firing" for a in prometheus.alerts()
+                             if a["labels"]["alertname"] == "SlurmPoolDegraded") and time.time(), 60, what="SlurmPoolDegraded firing")
+    before = {name for name, _ in series()}
+    # gauges and the per-move counters (at 0 from its first pass), each with the pool
+    assert {"slurmpool_pool_condition", "slurmpool_unhealthy_nodes", "slurmpool_moves_failed_total",
+            "slurmpool_action_errors_total", "slurmpool_drain_duration_seconds_count"} <= before, before
+    t_deleted = time.monotonic()
+    t_deleted_wall = time.time()
+    lab.kubectl("delete", "snp", GONE, "-n", NAMESPACE, "--wait=false")
+    wait(lambda: not series(), 10, interval=0.05, what=f"every series of {GONE} gone from /metrics")
+    gone_s = time.monotonic() - t_deleted
+    print(f"series of the deleted pool gone from /metrics {gone_s:.2f} s after the delete")
+    assert gone_s < 2.0, gone_s  # a pass is 0.5 s here; the deletion's watch event is what removes them
+    resolved = wait(lambda: not any(a["labels"].get("pool") == key for a in prometheus.alerts()) and time.time(), 30,
+                    what="SlurmPoolDegraded resolved")
+    row("SlurmPoolDegraded", "a Degraded pool (Slurm unreachable) is deleted", rule_for(prometheus, "SlurmPoolDegraded"),
+        fired - t_degraded, resolved - t_deleted_wall, "the pool is deleted")

@@ -7,6 +7,7 @@ Nodes deleted, slurmd that never registers and people acting mid-move: test_faul
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -147,6 +148,63 @@ def test_two_replicas_only_one_acts_and_the_other_takes_over(lab, pool):
         a.stop()
         b.stop()
         delete_lease(lab, lease_ns)  # the next operator (the tests' own identity) need not wait for it to expire
+
+
+def test_two_replicas_the_leader_stopped_with_sigterm_hands_over_within_2_s(lab, pool):
+    """Issue 38: on SIGTERM the leader stops acting, then releases the Lease; the other replica
+    takes it at its next look (every second) instead of waiting out the Lease (the default 15 s
+    here: a handover faster than that is the release's). "Acts" is its first reconcile pass:
+    slurmpool_reconcile_total counts only the passes of the Lease holder."""
+    from load import counter, free_port, scrape
+
+    identity = Operator(lab).identity
+    lease_ns = "slurmpool-system" if identity == "serviceaccount" else "default"
+    delete_lease(lab, lease_ns)
+    ports = {"replica-a": free_port(), "replica-b": free_port()}
+    ops = {name: Operator(lab, f"operator-handover-{name}.log", {"SLURMPOOL_IDENTITY": name},
+                          args=["run", "--metrics-port", str(port), "--metrics-address", "127.0.0.1"]).start()
+           for name, port in ports.items()}
+    try:
+        wait(lambda: settled(lab, 8), 60, what="8/0 with two replicas")
+        def lease_holder() -> str | None:  # None until a replica has made the Lease
+            got = lab.kubectl("get", "lease", "slurmpool", "-n", lease_ns, "-o", "json", check=False)
+            return json.loads(got.stdout).get("spec", {}).get("holderIdentity") if got.returncode == 0 else None
+
+        holder = wait(lease_holder, 30, what="a Lease holder")
+        follower = next(name for name in ops if name != holder)
+        wait(lambda: "indexes ready" in ops[follower].log_tail(400), 60, what="the follower's watches ready")
+        assert counter(scrape(ports[holder]), "slurmpool_leader") == 1
+        before = scrape(ports[follower])
+        assert counter(before, "slurmpool_leader") == 0
+        assert not [k for k in before if k[0] in ("slurmpool_nodes", "slurmpool_pool_condition")], "a follower exports no pool gauge"
+        passes = counter(before, "slurmpool_reconcile_total")
+        t0 = time.monotonic()
+        ops[holder].proc.send_signal(signal.SIGTERM)
+
+        def acting():
+            now = scrape(ports[follower])
+            return counter(now, "slurmpool_leader") == 1 and counter(now, "slurmpool_reconcile_total") > passes
+
+        wait(acting, 10, interval=0.05, what="the follower leading and reconciling")
+        took = time.monotonic() - t0
+        lease = get_json(lab, "lease", "slurmpool", "-n", lease_ns)["spec"]
+        print(f"SIGTERM to the other replica's first pass: {took:.2f} s")
+        assert lease["holderIdentity"] == follower and lease["leaseDurationSeconds"] == 15, lease
+        assert took < 2.0, took
+        ops[holder].proc.wait(30)
+        assert "released" in ops[holder].log_tail(200), ops[holder].log_tail(40)
+        moved = counter(scrape(ports[follower]), "slurmpool_moves_started_total")
+        lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=7")
+        wait(lambda: settled(lab, 7), 60, what="7/1 by the new leader")
+        assert counter(scrape(ports[follower]), "slurmpool_moves_started_total") == moved + 1
+        fault_line("two replicas; the leader stopped (SIGTERM, a rollout)", "it stops acting and releases the Lease; the "
+                   "other takes over at its next look, not after the Lease duration", took, "none running", 0)
+        lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=8")
+        wait(lambda: settled(lab, 8), 60, what="8/0 again")
+    finally:
+        for op in ops.values():
+            op.stop()
+        delete_lease(lab, lease_ns)
 
 
 def test_sshd_down_fails_closed_then_recovers(lab, pool):

@@ -636,3 +636,23 @@ def test_deleting_a_reservation_already_gone_is_done():
     b, _ = backend(SlurmError("exit 1", argv=["scontrol"], stderr="Access/permission denied"))
     with pytest.raises(SlurmError):
         asyncio.run(b.delete_reservation("slurmpool-ns-gpu"))
+
+
+async def test_jobs_read_exclusive_from_oversubscribe_only_where_squeue_means_it():
+    """%h is NO for an --exclusive job before 26.05; 26.05 prints NO for every job of an
+    OverSubscribe=NO partition, so there the job reads as not known. The version is asked once,
+    the first time a job reads as exclusive."""
+    whole = ["9", "PENDING", "gpu", "bob", "2", "", "N/A", "N/A", "N/A", "ReqNodeNotAvail, UnavailableNodes:gpu[07-08]",
+             "gpu[07-08]", "NO", "pinned"]
+    shared = ["10", "PENDING", "gpu", "bob", "1", "", "gres:gpu:8", "N/A", "N/A", "Priority", "", "OK", "one"]
+    old, _ = backend(squeue_reply(whole, shared), "slurm 22.05.8\n", squeue_reply(whole))
+    jobs = await old.jobs()
+    assert [(j.job_id, j.exclusive, j.required_nodes) for j in jobs] == [("9", True, ("gpu07", "gpu08")), ("10", False, ())]
+    assert (await old.jobs())[0].exclusive is True and old.commands_run == 3  # asked once
+    new, r = backend(squeue_reply(whole, shared), "slurm 26.05.3\n")
+    assert [j.exclusive for j in await new.jobs()] == [None, None]
+    assert r.calls[1] == ["squeue", "--version"]
+    unknown, _ = backend(squeue_reply(whole), failed("squeue: unrecognized option"))
+    assert [j.exclusive for j in await unknown.jobs()] == [None]
+    quiet, r = backend(squeue_reply(shared))
+    assert [j.exclusive for j in await quiet.jobs()] == [False] and len(r.calls) == 1  # nothing to ask

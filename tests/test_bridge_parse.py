@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given, settings
@@ -13,7 +14,17 @@ from hypothesis import strategies as st
 
 from slurmbridge import SlurmNode, validate
 from slurmbridge.models import gpu_count
-from slurmbridge.parse import DEFAULT_SEP, SQUEUE_FIELDS, node_fields, parse_scontrol_nodes, parse_squeue, parse_state, parse_time, squeue_format
+from slurmbridge.parse import (
+    DEFAULT_SEP,
+    SQUEUE_FIELDS,
+    node_fields,
+    oversubscribe_tells,
+    parse_scontrol_nodes,
+    parse_squeue,
+    parse_state,
+    parse_time,
+    squeue_format,
+)
 from slurmbridge.ssh import remote_command
 
 # ---------------------------------------------------------------- captured `scontrol -o -d show node` lines
@@ -344,3 +355,45 @@ def test_validation_accepts_exactly_the_documented_names(name):
 def test_slurmd_start_time_is_parsed():
     assert one(IDLE_DRAIN_FEATURES).slurmd_start == utc(2026, 11, 29, 15, 46, 47)
     assert one(IDLE_DRAIN_FEATURES.replace("SlurmdStartTime=2026-11-29T15:46:47", "SlurmdStartTime=None")).slurmd_start is None
+
+
+# ---------------------------------------------------------------- what jobs ask of nodes (issue 39)
+NAMED_JOBS = Path(__file__).parent / "fixtures" / "named_jobs"
+
+
+def test_squeue_22_05_says_which_nodes_a_job_names_and_whether_it_takes_whole_nodes():
+    """Real output (e2e/lab/capture-named-jobs.sh on Debian's 22.05): gpu03 and gpu04 drained as
+    slurmpool parks them, gpu01-02 full."""
+    jobs = {j.name: j for j in parse_squeue((NAMED_JOBS / "22.05-local" / "squeue.txt").read_text())}
+    pinned = jobs["pinned-gres"]
+    assert pinned.required_nodes == ("gpu03", "gpu04") and pinned.exclusive is True and pinned.gpus_per_node == 8
+    assert pinned.reason == "ReqNodeNotAvail, UnavailableNodes:gpu[03-04]" and pinned.unavailable_nodes == ("gpu03", "gpu04")
+    assert (jobs["pinned-excl"].required_nodes, jobs["pinned-excl"].exclusive, jobs["pinned-excl"].gpus_per_node) == (("gpu03", "gpu04"), True, 0)
+    assert (jobs["pinned-one"].required_nodes, jobs["pinned-one"].unavailable_nodes, jobs["pinned-one"].exclusive) == (("gpu04",), ("gpu04",), False)
+    assert (jobs["excl"].exclusive, jobs["shared"].exclusive, jobs["fill"].exclusive) == (True, False, True)
+    assert jobs["excl"].required_nodes == jobs["shared"].required_nodes == jobs["excluding"].required_nodes == ()
+    assert jobs["excl"].unavailable_nodes == ()  # Resources lists none
+
+
+def test_records_in_the_format_before_issue_39_still_parse():
+    """squeue-old.txt: the same jobs in the 11-field format (as tests/fixtures/pending_reasons has them)."""
+    old = {j.name: j for j in parse_squeue((NAMED_JOBS / "22.05-local" / "squeue-old.txt").read_text())}
+    new = {j.name: j for j in parse_squeue((NAMED_JOBS / "22.05-local" / "squeue.txt").read_text())}
+    assert old.keys() == new.keys()
+    for name, job in old.items():
+        assert job.required_nodes == () and job.exclusive is None  # not printed: not known
+        assert dataclasses.replace(job, required_nodes=new[name].required_nodes, exclusive=new[name].exclusive) == new[name]
+
+
+@pytest.mark.parametrize("version, tells", [
+    ("slurm 22.05.8", True), ("slurm 24.11.6", True), ("slurm 25.11.0", True), ("slurm 26.05.3", False),
+    ("slurm 27.05.0-0rc1", False), ("", False), ("squeue: command not found", False),
+])
+def test_oversubscribe_says_exclusive_only_before_26_05(version, tells):
+    assert oversubscribe_tells(version) is tells
+
+
+def test_unavailable_nodes_of_a_reason():
+    assert validate.unavailable_nodes("ReqNodeNotAvail, UnavailableNodes:gpu[01-02,05]") == ("gpu01", "gpu02", "gpu05")
+    assert validate.unavailable_nodes("ReqNodeNotAvail, May be reserved for other job") == ()
+    assert validate.unavailable_nodes("ReqNodeNotAvail, UnavailableNodes:gpu[01-") == ()  # unreadable: none

@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmbridge import SlurmJob
+from slurmbridge.parse import parse_squeue
 from slurmpool.core.demand import Base, PendingPod, Placed, Signals, Want, bounds, decide_demand, gpu_pods, signals, slurm_jobs
 from slurmpool.core.demand.slurm_jobs import job_waits_for_nodes
+from slurmpool.core.decide import decide
 from slurmpool.core.demand.pendingpod import is_pending_gpu_pod, pending_pod
+from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.placement import SLURM, Side
+from slurmpool.core.snapshot import PoolSnapshot
 from slurmpool.core.target import decide_target
 from slurmpool.core.view import ANN_PLACEMENT, NodeView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
+from .sim import parked
 
 
 def spec_with(demand: dict, slurm_nodes=4, **kw) -> SlurmNodePoolSpec:
@@ -295,3 +302,113 @@ def test_a_powered_down_slurm_node_counts_as_idle_capacity_slurm_has():
     assert parked == plain
     assert "one asks for" not in parked.what(Side.SLURM)
     assert held.nodes(Side.SLURM) == 1 and "one asks for 1 node(s) more" in held.what(Side.SLURM)  # 3 usable
+
+
+# ---------------------------------------------------------------- jobs that name their nodes, whole-node jobs (issue 39)
+def named_job(job_id, *names, nodes=None, gpus=8, exclusive=None, reason="ReqNodeNotAvail, May be reserved for other job", unavailable=()):
+    return replace(pending(job_id, gpus=gpus, nodes=len(names) if nodes is None else nodes, reason=reason),
+                   required_nodes=names, exclusive=exclusive, unavailable_nodes=unavailable)
+
+
+def test_a_job_that_names_parked_nodes_wants_those_nodes_back_by_name():
+    spec = spec_with({})
+    nodes, states = cluster(4, 4)  # every Slurm node idle: a count alone would want nothing
+    jobs = (named_job("1", "i2", "i3", exclusive=True, reason="ReqNodeNotAvail, UnavailableNodes:i[2-3]", unavailable=("i2", "i3")),)
+    sig = signals(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [])
+    assert sig.named(Side.SLURM) == ("i2", "i3") and sig.nodes(Side.SLURM) == 2
+    assert "2 named by their jobs (i2, i3)" in sig.what(Side.SLURM)
+
+
+def test_a_job_naming_nodes_and_asking_for_more_counts_the_rest_as_any_job():
+    spec = spec_with({})
+    nodes, states = cluster(4, 4, busy=4)
+    sig = signals(spec, nodes, SlurmView(True, nodes=states, jobs=(named_job("1", "i0", "s0", nodes=4),)), [])
+    assert sig.named(Side.SLURM) == ("i0",)  # s0 is in Slurm already
+    assert sig.nodes(Side.SLURM) == 1 + 2  # i0 by name, two more of any (none idle)
+
+
+def test_a_cpu_job_pinned_to_a_parked_node_counts_though_it_asks_for_no_gpus():
+    spec = spec_with({})
+    nodes, states = cluster(4, 4)
+    outside = named_job("2", "cpu07", gpus=0)  # names no node of the pool: not this pool's demand
+    sig = signals(spec, nodes, SlurmView(True, nodes=states, jobs=(named_job("1", "i1", gpus=0), outside)), [])
+    assert sig.named(Side.SLURM) == ("i1",) and sig.waiting(Side.SLURM) == 1
+
+
+@pytest.mark.parametrize("why, world", [
+    ("which is unhealthy", {"unhealthy": frozenset({"i3"})}),
+    ("which is pinned to inference:default", {"pin": "i3"}),
+    ("whose slurmpool records cannot be read", {"broken": "i3"}),
+])
+def test_a_job_naming_a_node_that_cannot_come_is_reported_and_nothing_moves_for_it(why, world):
+    spec = spec_with({"cooldown": "0s"})
+    nodes, states = cluster(4, 4)
+    if "pin" in world:
+        nodes = [replace(n, annotations={**n.annotations, "slurmpool.io/pin": "inference:default"}) if n.name == "i3" else n for n in nodes]
+    if "broken" in world:
+        nodes = [replace(n, annotations={**n.annotations, ANN_PLACEMENT: "nowhere"}) if n.name == "i3" else n for n in nodes]
+    jobs = (named_job("1", "i2", "i3", exclusive=True),)
+    sig = signals(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [], world.get("unhealthy", frozenset()))
+    assert sig.nodes(Side.SLURM) == 0 and sig.named(Side.SLURM) == ()
+    assert sig.unstartable == (f"job 1: names i3, {why}",)
+
+
+def test_a_named_node_outside_the_pool_that_slurm_lists_as_unavailable_is_reported():
+    spec = spec_with({})
+    nodes, states = cluster(4, 4)
+    jobs = (named_job("1", "i0", "gpu99", reason="ReqNodeNotAvail, UnavailableNodes:gpu99,i0", unavailable=("gpu99", "i0")),
+            named_job("2", "i1", "cpu01"))  # cpu01 is not the pool's but Slurm has it: i1 is all job 2 lacks
+    sig = signals(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [])
+    assert sig.unstartable == ("job 1: names gpu99, which Slurm lists as unavailable and is not in the pool",)
+    assert sig.named(Side.SLURM) == ("i1",)
+
+
+def test_an_exclusive_job_without_gpus_counts_as_whole_nodes():
+    spec = spec_with({})
+    nodes, states = cluster(4, 4, busy=4)
+    whole = replace(pending("1", gpus=0, nodes=2), exclusive=True)
+    unknown = replace(pending("2", gpus=0, nodes=2), exclusive=None)  # a path that cannot tell: not counted
+    shared = replace(pending("3", gpus=0, nodes=2), exclusive=False)
+    sig = signals(spec, nodes, SlurmView(True, nodes=states, jobs=(whole, unknown, shared)), [])
+    assert sig.waiting(Side.SLURM) == 1 and sig.gpus(Side.SLURM) == 16 and sig.nodes(Side.SLURM) == 2
+    # An exclusive job asking for fewer GPUs than a node has still takes the whole node.
+    part = signals(spec, nodes, SlurmView(True, nodes=states, jobs=(replace(pending("4", gpus=2, nodes=3), exclusive=True),)), [])
+    assert part.gpus(Side.SLURM) == 24 and part.nodes(Side.SLURM) == 3
+
+
+def test_demand_brings_back_the_named_nodes_in_a_whole_pass():
+    """The issue's case: 5 Slurm / 3 inference, demand on, `sbatch -N2 -w gpu07,gpu08 --exclusive`
+    (with and without --gres): the pass moves exactly gpu07 and gpu08, though gpu06 is cheaper."""
+    for gpus in (8, 0):
+        spec = spec_with({"cooldown": "0s"}, slurm_nodes=5, max_moves=4)
+        names = [f"gpu0{i}" for i in range(1, 9)]
+        nodes = [NodeView(n, annotations={ANN_PLACEMENT: SLURM}) for n in names[:5]]
+        states = {n: slurm_node(n, "ALLOCATED") for n in names[:5]}
+        for n in names[5:]:  # parked by slurmpool: its claim on the Node, its drain in Slurm
+            node, states[n] = parked(NodeView(n, annotations={ANN_PLACEMENT: "inference:default"}), slurm_node(n), "default",
+                                     NOW - timedelta(hours=1))
+            nodes.append(node)
+        busy = SlurmJob(job_id="9", name="fill", user="u", state="RUNNING", partition="gpu", nodes=tuple(names[:5]),
+                        gpus_per_node=8, num_nodes=5, start_time=None, end_time=None, reason="None")
+        job = named_job("10", "gpu07", "gpu08", gpus=gpus, exclusive=True, reason="ReqNodeNotAvail, UnavailableNodes:gpu[07-08]",
+                        unavailable=("gpu07", "gpu08"))
+        decision = decide(PoolSnapshot(pool=PoolRef("ns", "gpu", "u"), spec=spec, nodes=tuple(nodes),
+                                       slurm=SlurmView(True, nodes=states, jobs=(busy, job)), now=NOW))
+        assert decision.target.slurm_nodes == 7
+        assert sorted(s.node for s, _ in decision.starts) == ["gpu07", "gpu08"], gpus
+        unnamed = decide(PoolSnapshot(pool=PoolRef("ns", "gpu", "u"), spec=spec, nodes=tuple(nodes),
+                                      slurm=SlurmView(True, nodes=states, jobs=(busy, replace(job, required_nodes=()))), now=NOW))
+        assert sorted(s.node for s, _ in unnamed.starts) == ["gpu06", "gpu07"]  # by cost, as before
+
+
+def test_demand_from_the_real_22_05_capture_of_pinned_and_whole_node_jobs():
+    """tests/fixtures/named_jobs/22.05-local: gpu03 and gpu04 parked, gpu01-02 full (job fill)."""
+    jobs = tuple(parse_squeue((Path(__file__).parent / "fixtures" / "named_jobs" / "22.05-local" / "squeue.txt").read_text()))
+    names = ["gpu01", "gpu02", "gpu03", "gpu04"]
+    nodes = [NodeView(n, annotations={ANN_PLACEMENT: SLURM if n < "gpu03" else "inference:default"}) for n in names]
+    states = {n: slurm_node(n, "ALLOCATED") for n in names[:2]}
+    sig = signals(spec_with({}, slurm_nodes=2), nodes, SlurmView(True, nodes=states, jobs=jobs), [])
+    assert sig.named(Side.SLURM) == ("gpu03", "gpu04")
+    # pinned-gres, pinned-excl, pinned-one (a CPU job on gpu04), excl (1 whole node), excluding (8 GPUs);
+    # shared asks for no GPUs and takes no whole node: not counted.
+    assert sig.waiting(Side.SLURM) == 5 and sig.nodes(Side.SLURM) == 2 + 2  # the named two, and ceil(16 / 8) more

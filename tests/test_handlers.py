@@ -172,12 +172,11 @@ def test_a_deleted_pool_takes_its_reservation_with_it_and_only_its_own():
 def test_a_pool_state_starts_empty():
     state = PoolState()
     assert (state.generation, state.failures, state.reconcile_error) == (None, 0, None)
-    assert state.overlaps == frozenset() and state.exported == set()
+    assert state.overlaps == frozenset()
     assert state.spec.raw is None and state.spec.parsed == (None, "")
     assert (state.slurm.changed_at, state.slurm.last_poll, state.slurm.waiting) == (None, None, False)
     other = PoolState()
-    other.exported.add(("slurm", "Settled"))
-    assert state.exported == set()  # nothing shared between pools
+    assert other.spec is not state.spec and other.slurm is not state.slurm  # nothing shared between pools
 
 
 def test_a_record_written_by_one_pool_is_waited_for_by_the_pool_that_has_the_node_now():

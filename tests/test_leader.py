@@ -117,3 +117,119 @@ def test_a_leader_that_cannot_renew_stops_acting_before_others_may_take_over():
     assert ensure(b) is True  # within renew_deadline (10 s)
     clock.t += 2
     assert ensure(b) is False
+
+
+# ---------------------------------------------------------------- released on SIGTERM (issue 38)
+
+
+def test_a_released_lease_is_taken_by_another_replica_at_once():
+    """client-go's ReleaseOnCancel: the holder clears holderIdentity; the others need not wait a
+    whole Lease duration (15 s) for it to expire, as after a crash."""
+    leases, clock = FakeLeases(), Clock()
+    a, b = elector(leases, clock, "a"), elector(leases, clock, "b")
+    assert ensure(a) and not ensure(b)
+    clock.t += 1
+    asyncio.run(a.release())
+    spec = leases.lease.spec
+    assert spec.holder_identity is None and spec.lease_duration_seconds == 1 and not a.leading
+    assert ensure(b) and leases.lease.spec.holder_identity == "b"  # no wait
+    assert leases.lease.spec.lease_transitions == 1 and leases.lease.spec.lease_duration_seconds == 15
+    clock.t += 5
+    assert not ensure(a)  # a stopped replica never takes it again
+    assert leases.lease.spec.holder_identity == "b"
+
+
+def test_a_replica_that_steps_down_stops_acting_at_once_and_never_writes_the_lease_again():
+    leases, clock = FakeLeases(), Clock()
+    a = elector(leases, clock, "a")
+    assert ensure(a) and a.leading
+    a.step_down()
+    assert not a.leading  # within its renew deadline, but stopping: no pass starts
+    version = leases.version
+    clock.t += 4
+    assert not ensure(a) and leases.version == version  # not renewed either
+    asyncio.run(a.release())
+    assert leases.lease.spec.holder_identity is None
+
+
+def test_release_leaves_a_lease_it_does_not_hold_and_survives_an_api_failure():
+    leases, clock = FakeLeases(), Clock()
+    leases.held_by("a", datetime.now(timezone.utc))
+    b = elector(leases, clock)
+    assert not ensure(b)
+    asyncio.run(b.release())  # never led: not even read
+    assert leases.lease.spec.holder_identity == "a"
+    # b led once, then a took over (b did not see it): b's release leaves a's Lease alone
+    leases2, clock2 = FakeLeases(), Clock()
+    c = elector(leases2, clock2, "c")
+    assert ensure(c)
+    leases2.held_by("d", datetime.now(timezone.utc))
+    asyncio.run(c.release())
+    assert leases2.lease.spec.holder_identity == "d"
+    # the API away: logged, and the others wait for the Lease to expire as after a crash
+    leases3, clock3 = FakeLeases(), Clock()
+    e = elector(leases3, clock3, "e")
+    assert ensure(e)
+    leases3.read_namespaced_lease = lambda *_: (_ for _ in ()).throw(ApiException(status=500))
+    asyncio.run(e.release())
+    assert not e.leading and leases3.lease.spec.holder_identity == "e"
+
+
+async def _stopping(stop_seconds: float, pass_seconds: float | None) -> list[str]:
+    """PoolController.close with a pass under way for `pass_seconds` (None: one that never ends)."""
+    from slurmpool.controller import pools
+
+    from .test_handlers import controller_for
+
+    said: list[str] = []
+
+    class Leader:
+        leading, renew_every = True, 1.0
+
+        def step_down(self):
+            said.append("step down")
+
+        async def release(self):
+            said.append("release")
+
+    class Kube:
+        async def flush_events(self, seconds):
+            said.append("events")
+
+    class Access:
+        async def close(self):
+            said.append("access")
+
+    controller = controller_for()
+    controller.leader, controller.access = Leader(), Access()
+    controller.kube = Kube()
+    controller.queue = pools.WorkQueue()
+
+    async def worker():
+        controller.queue.add(("ns", "p"))
+        key = await controller.queue.get()
+        try:
+            await asyncio.sleep(3600 if pass_seconds is None else pass_seconds)
+            said.append("pass ended")
+        except asyncio.CancelledError:
+            said.append("pass cancelled")
+            raise
+        finally:
+            controller.queue.done(key)
+
+    controller.tasks = [asyncio.create_task(worker())]
+    await asyncio.sleep(0.01)
+    pools.STOP_SECONDS, saved = stop_seconds, pools.STOP_SECONDS
+    try:
+        await controller.close()
+    finally:
+        pools.STOP_SECONDS = saved
+    return said
+
+
+def test_on_sigterm_the_controller_stops_acting_then_releases_the_lease():
+    """The pass under way ends first (no write of this replica after the other may act), then the
+    Lease goes, then the Events are flushed (they may take seconds: nobody waits for them)."""
+    assert asyncio.run(_stopping(1.0, 0.05)) == ["step down", "pass ended", "release", "events", "access"]
+    # a pass that hangs (Slurm not answering) is cancelled after STOP_SECONDS: the Lease is released anyway
+    assert asyncio.run(_stopping(0.05, None)) == ["step down", "pass cancelled", "release", "events", "access"]

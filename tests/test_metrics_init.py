@@ -41,7 +41,7 @@ def _action(arg: ast.expr) -> str:
 
 def test_actions_are_the_labels_of_every_guarded_action():
     tree = ast.parse((SRC / "controller" / "apply.py").read_text())
-    labels = {_action(call.args[1]) for call in _calls(tree, "_guard")}
+    labels = {_action(call.args[2]) for call in _calls(tree, "_guard")}  # _guard(ctx, result, action, ...)
     # and every other action label set in apply.py (_guard's own is its parameter)
     labels |= {_action(k.value) for call in _calls(tree, "labels") for k in call.keywords
                if k.arg == "action" and ast.unparse(k.value) != "action"}
@@ -183,13 +183,23 @@ def test_a_full_event_queue_counts_what_it_drops():
 
 
 def test_every_known_label_value_is_exported_at_zero_from_the_start():
+    """The operator's own from its start; a pool's from its first pass (pools.py calls poolmetrics.begin
+    before the pass acts), with the pool's label."""
+    from slurmpool.controller import poolmetrics
+
+    pool = "ns/zeros"
+    poolmetrics.begin(pool)
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for m in REGISTRY.collect() for s in m.samples}
     for d in metrics.DIRECTIONS:
-        assert (("slurmpool_moves_failed_total", (("direction", d), ("reason", "rollback")))) in samples
-        assert ("slurmpool_moves_completed_total", (("direction", d),)) in samples
-        assert ("slurmpool_move_duration_seconds_bucket", (("direction", d), ("le", "1.0"))) in samples
+        for r in metrics.FAILURE_REASONS:
+            assert samples[("slurmpool_moves_failed_total", (("direction", d), ("pool", pool), ("reason", r)))] == 0
+        assert samples[("slurmpool_moves_completed_total", (("direction", d), ("pool", pool)))] == 0
+        assert samples[("slurmpool_move_duration_seconds_bucket", (("direction", d), ("le", "1.0"), ("pool", pool)))] == 0
     for a in metrics.ACTIONS:
-        assert ("slurmpool_action_errors_total", (("action", a),)) in samples
+        assert samples[("slurmpool_action_errors_total", (("action", a), ("pool", pool)))] == 0
+    assert samples[("slurmpool_evictions_refused_total", (("pool", pool),))] == 0
+    assert samples[("slurmpool_drain_duration_seconds_count", (("pool", pool),))] == 0
+    assert samples[("slurmpool_leader", ())] in (0, 1)
     for c in metrics.SLURM_COMMANDS:
         assert ("slurmpool_slurm_command_errors_total", (("command", c),)) in samples
     assert ("slurmpool_reconcile_total", (("result", "error"),)) in samples

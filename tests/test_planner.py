@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmbridge import SlurmJob
-from slurmpool.core.planner import current_placement, desired_split, plan
+from slurmpool.core.planner import Goal, current_placement, desired_split, plan
 from slurmpool.core.moves import abortable, first_phase
 from slurmpool.core.view import ANN_HOLD_UNTIL, ANN_MOVE, ANN_PIN, ANN_PLACEMENT, NONE, SLURM, MoveRecord, NodeView, SlurmView
 
@@ -113,6 +113,31 @@ def test_unadopted_nodes_are_placed_first():
     assert all(s.source == NONE for s in result.starts)
 
 
+def test_slurm_takes_the_nodes_jobs_name_before_cheaper_ones():
+    spec = make_spec(slurm_nodes=4, max_moves=4)
+    nodes = [node(f"s{i}") for i in range(2)] + [node(f"i{i}", placement="inference:default") for i in range(4)]
+    assert sorted(s.node for s in plan(spec, nodes, SlurmView(True), NOW).starts) == ["i0", "i1"]  # by cost
+    result = plan(spec, nodes, SlurmView(True), NOW, Goal(named=("i3", "s0", "i2", "gone")))
+    assert sorted((s.node, s.target) for s in result.starts) == [("i2", SLURM), ("i3", SLURM)]
+    # One node short: the first named goes; the rest of the split still by cost.
+    one = plan(make_spec(slurm_nodes=3, max_moves=4), nodes, SlurmView(True), NOW, Goal(named=("i3", "i2")))
+    assert [s.node for s in one.starts] == ["i3"]
+
+
+def test_named_nodes_respect_floors_holds_and_pins_and_serve_no_other_pool():
+    spec = make_spec(slurm_nodes=3, min_inference=3, max_moves=4)
+    nodes = [node(f"s{i}") for i in range(2)] + [node(f"i{i}", placement="inference:default") for i in range(4)]
+    assert plan(spec, nodes, SlurmView(True), NOW, Goal(named=("i3",))).starts[0].node == "i3"
+    held = [node("i3", placement="inference:default", annotations={ANN_HOLD_UNTIL: (NOW + timedelta(minutes=5)).isoformat()})
+            if n.name == "i3" else n for n in nodes]
+    assert [s.node for s in plan(spec, held, SlurmView(True), NOW, Goal(named=("i3",))).starts] == ["i0"]
+    # Between pools a named node stays: it waits for Slurm.
+    pools = make_spec(slurm_nodes=0, max_moves=4, pools=[("llm", 10, 0, None), ("batch", 0, 0, None)])
+    spread = [node("a0", placement="inference:batch"), node("a1", placement="inference:batch")]
+    moved = plan(pools, spread, SlurmView(True), NOW, Goal(slurm_nodes=0, pool_counts={"llm": 1}, named=("a0",)))
+    assert [(s.node, s.target) for s in moved.starts] == [("a1", "inference:llm")]
+
+
 # ---------------------------------------------------------------- properties
 
 PLACEMENTS = [SLURM, "inference:llm", "inference:batch", NONE]
@@ -140,14 +165,15 @@ def clusters(draw):
                ("batch", draw(st.integers(-5, 5)), 0, None)],
     )
     states = {f"n{i:03d}": slurm_node(f"n{i:03d}", draw(st.sampled_from(["IDLE", "MIXED", "ALLOCATED", "DOWN"]))) for i in range(n)}
-    return spec, nodes, SlurmView(True, nodes=states)
+    named = draw(st.lists(st.sampled_from([n.name for n in nodes] + ["elsewhere"]), max_size=4)) if nodes else []
+    return spec, nodes, SlurmView(True, nodes=states), tuple(named)
 
 
 @settings(max_examples=300, deadline=None)
 @given(clusters())
 def test_plan_invariants(cluster):
-    spec, nodes, slurm = cluster
-    result = plan(spec, nodes, slurm, NOW)
+    spec, nodes, slurm, named = cluster
+    result = plan(spec, nodes, slurm, NOW, Goal(named=named))
     by_name = {n.name: n for n in nodes}
     started = [s.node for s in result.starts]
     in_flight = sum(1 for n in nodes if n.move)
@@ -158,10 +184,12 @@ def test_plan_invariants(cluster):
     assert len(started) <= max(0, spec.max_concurrent_moves - in_flight)
     if spec.paused or result.problems:
         assert started == []
-    # a pinned node is only ever moved to its pin
+    # a pinned node is only ever moved to its pin; a node jobs name, not in Slurm, is rebalanced to Slurm only
     for s in result.starts:
         if by_name[s.node].pin:
             assert s.target == by_name[s.node].pin and s.cause == "pin"
+        if s.node in named and s.cause == "rebalance" and by_name[s.node].placement != SLURM:
+            assert s.target == SLURM
     # counts add up, and rebalancing never overshoots: no group crosses its desired count
     before: dict[str, int] = {}
     for n in nodes:

@@ -1,5 +1,6 @@
-"""Per-pool metrics (poolmetrics.py): GPU-seconds per side, GPUs per placement, conditions as
-gauges, blocked moves, drain durations; and the GPU count read from the Node."""
+"""Per-pool metrics (poolmetrics.py): GPU-seconds per side, nodes and GPUs per placement, conditions
+as gauges, blocked moves, drain durations; the GPU count read from the Node; and the series
+following the pools and the Lease (a deleted pool's removed, a lost Lease's gauges cleared)."""
 
 from __future__ import annotations
 
@@ -61,14 +62,18 @@ def test_gpu_seconds_count_settled_nodes_on_the_same_side_across_a_pass():
     assert value("slurmpool_gpu_seconds_total", pool=pool, side="inference") == 8 * 10 + 8 * 5
 
 
-def test_gpus_per_placement_and_phase_and_stale_series_go_to_zero():
+def test_nodes_and_gpus_per_placement_and_phase_and_stale_series_go_to_zero():
     pool = "ns/gpus"
-    poolmetrics.export(pool, [settled("a", "slurm"), moving("b", "Draining")], status(), now=1.0, wall=NOW)
+    poolmetrics.export(pool, [settled("a", "slurm"), moving("b", "Draining"), settled("c", "slurm", gpus=0)], status(), now=1.0, wall=NOW)
     assert value("slurmpool_gpus", pool=pool, placement="slurm", phase="Settled") == 8
+    assert value("slurmpool_nodes", pool=pool, placement="slurm", phase="Settled") == 2
     assert value("slurmpool_gpus", pool=pool, placement="inference:llm", phase="Draining") == 8
+    assert value("slurmpool_nodes", pool=pool, placement="inference:llm", phase="Draining") == 1
     poolmetrics.export(pool, [settled("a", "slurm"), settled("b", "inference:llm")], status(), now=2.0, wall=NOW)
     assert value("slurmpool_gpus", pool=pool, placement="inference:llm", phase="Draining") == 0
+    assert value("slurmpool_nodes", pool=pool, placement="inference:llm", phase="Draining") == 0
     assert value("slurmpool_gpus", pool=pool, placement="inference:llm", phase="Settled") == 8
+    assert value("slurmpool_nodes", pool=pool, placement="slurm", phase="Settled") == 1
 
 
 def test_conditions_and_blocked_moves_are_gauges():
@@ -85,14 +90,14 @@ def test_conditions_and_blocked_moves_are_gauges():
 
 def test_drain_duration_is_observed_when_draining_ends():
     pool = "ns/drain"
-    before = value("slurmpool_drain_duration_seconds_count") or 0
-    total = value("slurmpool_drain_duration_seconds_sum") or 0
+    poolmetrics.begin(pool)
+    assert value("slurmpool_drain_duration_seconds_count", pool=pool) == 0  # from the pool's first pass
     poolmetrics.export(pool, [moving("a", "Draining", since=NOW)], status(), now=1.0, wall=NOW + timedelta(seconds=30))
-    assert (value("slurmpool_drain_duration_seconds_count") or 0) == before
+    assert value("slurmpool_drain_duration_seconds_count", pool=pool) == 0
     poolmetrics.export(pool, [moving("a", "StoppingSlurmd", since=NOW + timedelta(seconds=40))], status(), now=2.0,
                        wall=NOW + timedelta(seconds=41))
-    assert value("slurmpool_drain_duration_seconds_count") == before + 1
-    assert value("slurmpool_drain_duration_seconds_sum") == total + 41
+    assert value("slurmpool_drain_duration_seconds_count", pool=pool) == 1
+    assert value("slurmpool_drain_duration_seconds_sum", pool=pool) == 41
 
 
 def test_unhealthy_nodes_per_side_and_kind_with_zeros():
@@ -120,3 +125,125 @@ def test_the_health_kind_label_values_are_those_alerts_and_dashboards_know():
     from slurmpool.adapters import metrics
 
     assert metrics.HEALTH_KINDS == ("SlurmDown", "DrainedByOthers", "SlurmUnlisted", "NotReady", "Condition")
+
+
+def series_of(pool: str) -> list[tuple[str, dict]]:
+    """Every sample of the registry labelled with the pool."""
+    return [(s.name, s.labels) for m in REGISTRY.collect() for s in m.samples if s.labels.get("pool") == pool]
+
+
+def a_pass_with_everything(pool: str) -> None:
+    """A pool's pass that sets each kind of its series: gauges, GPU-seconds, every per-move counter."""
+    from slurmpool.adapters import metrics
+
+    poolmetrics.begin(pool)
+    st = status(blocked=1, Degraded=True, Ready=False)
+    poolmetrics.export(pool, [settled("a", "slurm"), moving("b", "Draining")], st, now=1.0, wall=NOW)
+    poolmetrics.export(pool, [settled("a", "slurm"), moving("b", "StoppingSlurmd")], st, now=2.0, wall=NOW)
+    metrics.MOVES_STARTED.labels(pool=pool, direction="to_inference", cause="rebalance").inc()
+    metrics.MOVES_FAILED.labels(pool=pool, direction="to_slurm", reason="rollback").inc()
+    metrics.ACTION_ERRORS.labels(pool=pool, action="evict").inc()
+    metrics.EVICTIONS_REFUSED.labels(pool=pool).inc()
+
+
+def test_a_deleted_pools_series_are_all_removed_and_no_other_pools():
+    from slurmpool.adapters import metrics
+
+    gone, kept = "ns/deleted", "ns/kept"
+    a_pass_with_everything(gone)
+    a_pass_with_everything(kept)
+    names = {name for name, _ in series_of(gone)}
+    # each labelled series the operator has (every metric with a pool label) has some of the pool's
+    for metric in metrics.POOL_SERIES:
+        assert any(n.startswith(metric.describe()[0].name) for n in names), metric.describe()[0].name
+    assert value("slurmpool_pool_condition", pool=gone, type="Degraded") == 1
+    kept_before = series_of(kept)
+    poolmetrics.forget(gone)
+    assert series_of(gone) == []
+    assert series_of(kept) == kept_before
+    # a pool of the same name made again starts afresh: counters at 0, no GPU-seconds from the old one's passes
+    poolmetrics.begin(gone)
+    assert value("slurmpool_moves_failed_total", pool=gone, direction="to_slurm", reason="rollback") == 0
+    poolmetrics.export(gone, [settled("a", "slurm")], status(), now=50.0, wall=NOW)
+    assert value("slurmpool_gpu_seconds_total", pool=gone, side="slurm") == 0
+
+
+def test_a_replica_that_loses_the_lease_clears_its_gauges_and_keeps_its_counters():
+    from slurmpool.adapters import metrics
+
+    pool = "ns/lease"
+    poolmetrics.leading(True)
+    assert value("slurmpool_leader") == 1
+    a_pass_with_everything(pool)
+    seconds = value("slurmpool_gpu_seconds_total", pool=pool, side="slurm")
+    assert seconds == 8
+    poolmetrics.leading(False)
+    assert value("slurmpool_leader") == 0
+    left = {name for name, _ in series_of(pool)}
+    for gauge in metrics.POOL_GAUGES:
+        assert gauge.describe()[0].name not in left, gauge.describe()[0].name  # sum() over replicas counts the holder's alone
+    assert value("slurmpool_moves_failed_total", pool=pool, direction="to_slurm", reason="rollback") == 1
+    assert value("slurmpool_gpu_seconds_total", pool=pool, side="slurm") == seconds
+    # Leading again (another replica led meanwhile): the gauges come back with the next pass, and
+    # the GPU-seconds count only from it, never the time another replica led.
+    poolmetrics.leading(True)
+    poolmetrics.export(pool, [settled("a", "slurm")], status(Ready=True), now=500.0, wall=NOW)
+    assert value("slurmpool_gpu_seconds_total", pool=pool, side="slurm") == seconds
+    assert value("slurmpool_nodes", pool=pool, placement="slurm", phase="Settled") == 1
+    assert value("slurmpool_pool_condition", pool=pool, type="Ready") == 1
+    poolmetrics.export(pool, [settled("a", "slurm")], status(Ready=True), now=501.0, wall=NOW)
+    assert value("slurmpool_gpu_seconds_total", pool=pool, side="slurm") == seconds + 8
+
+
+# ---------------------------------------------------------------- the controller's calls (pools.py)
+
+
+def test_a_deleted_pool_loses_its_series_at_its_deletion_and_at_a_pass_that_finds_it_gone():
+    """kopf's DELETED event removes them; a pass that was under way at the deletion exports them
+    again, and the pass it schedules finds the pool gone and removes them once more."""
+    import asyncio
+
+    from .test_handlers import Access, RestLike, controller_for
+
+    controller = controller_for(access=Access(RestLike()))
+    a_pass_with_everything("ns/gone")
+    asyncio.run(controller.pool_changed("DELETED", ("ns", "gone"), {"spec": {}}))
+    assert series_of("ns/gone") == []
+    a_pass_with_everything("ns/gone")  # the pass under way at the deletion
+    asyncio.run(controller.reconcile_key(("ns", "gone")))  # the next: the index no longer has it
+    assert series_of("ns/gone") == []
+
+
+def test_the_lead_loop_exports_slurmpool_leader_and_clears_the_gauges_when_the_lease_is_lost():
+    import asyncio
+
+    from .test_handlers import controller_for
+
+    async def scenario():
+        answers = [True, True, False]
+
+        class Leader:
+            renew_every = 0.001
+
+            async def ensure(self):
+                if not answers:
+                    await asyncio.Event().wait()
+                if len(answers) == 1:  # a pass while leading, before the Lease is lost
+                    poolmetrics.export("ns/led", [settled("a", "slurm")], status(Ready=True), now=1.0, wall=NOW)
+                    seen.append((value("slurmpool_leader"), value("slurmpool_nodes", pool="ns/led", placement="slurm", phase="Settled")))
+                return answers.pop(0)
+
+        seen: list = []
+        controller = controller_for(pools={("ns", "led"): [{"uid": "u"}]})
+        controller.leader = Leader()
+        task = asyncio.create_task(controller.lead())
+        while answers:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)
+        task.cancel()
+        return seen, controller.queue.scheduled
+
+    seen, queued = asyncio.run(scenario())
+    assert seen == [(1, 1)] and queued == [0.0]  # leading: the gauge 1, every pool queued once
+    assert value("slurmpool_leader") == 0
+    assert value("slurmpool_nodes", pool="ns/led", placement="slurm", phase="Settled") is None

@@ -4,9 +4,11 @@ and the request bodies of drain, resume, requeue and cancel."""
 
 from __future__ import annotations
 
+import json
 import asyncio
 import socket
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -760,3 +762,32 @@ async def test_a_200_without_a_node_list_is_a_failed_poll_not_an_empty_cluster(s
         await backend.nodes()
     fake.scripted[("GET", "/nodes/")] = (200, {"nodes": []}, [])  # a cluster of dynamic nodes none of which registered yet
     assert await backend.nodes() == {}
+
+
+# ---------------------------------------------------------------- what jobs ask of nodes (issue 39)
+PENDING_REASONS = Path(__file__).parent / "fixtures" / "pending_reasons"
+
+
+@pytest.mark.parametrize("capture", ["24.11-local", "26.05-local"])
+def test_real_jobs_say_which_nodes_they_name_and_whether_they_take_whole_nodes(capture):
+    """GET /slurm/v0.0.42/jobs as 24.11 and 26.05 answer it: "required_nodes" a hostlist string,
+    "shared" ["none"] for --exclusive (fill, gang) and [] otherwise."""
+    raw = json.loads((PENDING_REASONS / capture / "jobs.json").read_text())["jobs"]
+    jobs = {j.name: j for j in (parse_rest_job(r)[0] for r in raw)}
+    assert (jobs["fill"].exclusive, jobs["gang"].exclusive, jobs["one"].exclusive, jobs["pinned"].exclusive) == (True, True, False, False)
+    assert jobs["pinned"].required_nodes == ("gpu08",) and jobs["one"].required_nodes == ()
+    assert jobs["pinned"].unavailable_nodes == ()  # "ReqNodeNotAvail, May be reserved for other job" names none
+
+
+async def test_jobs_read_exclusive_up_to_v0044_and_not_from_v0045(serve, backends):
+    """v0.0.45 (26.05) removed "shared" from a job's info (dumped as an empty list) and put no
+    "exclusive" there: whole-node jobs read as not known."""
+    pinned = {**rest_job(9, ["PENDING"], node_count=2, reason="ReqNodeNotAvail"), "shared": ["none"],
+              "required_nodes": "gpu[07-08]", "state_description": "ReqNodeNotAvail, UnavailableNodes:gpu[07-08]"}
+    for version, exclusive in (("v0.0.42", True), ("v0.0.44", True), ("v0.0.45", None)):
+        fake = FakeSlurmrestd(versions=(version,), jobs=[pinned])
+        (job,) = await backends(await serve(fake)).jobs()
+        assert (job.exclusive, job.required_nodes, job.unavailable_nodes) == (exclusive, ("gpu07", "gpu08"), ("gpu07", "gpu08")), version
+    assert parse_rest_job({**pinned, "shared": []})[0].exclusive is False
+    assert parse_rest_job({k: v for k, v in pinned.items() if k != "shared"})[0].exclusive is None
+    assert parse_rest_job({**pinned, "required_nodes": ["gpu07", "gpu08"]})[0].required_nodes == ("gpu07", "gpu08")

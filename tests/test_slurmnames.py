@@ -52,6 +52,16 @@ def test_by_node_renames_nodes_jobs_and_leaves_out_what_no_node_maps_to():
     assert by_node(view, {"gpu01": "gpu01"}) is view
 
 
+def test_by_node_renames_the_nodes_a_job_names_and_keeps_those_no_node_maps_to():
+    """Demand asks by Node name which nodes a job names (-w) and which Slurm lists as unavailable;
+    a Slurm name no Node maps to stays as it is (a node outside the pool, as reservations')."""
+    job = SlurmJob(job_id="43", state="PENDING", partition="gpu", user="a", num_nodes=2, nodes=(), gpus_per_node=8,
+                   start_time=None, end_time=None, reason="ReqNodeNotAvail, UnavailableNodes:gpu02,cpu09", name="pinned",
+                   required_nodes=("gpu02", "cpu09"), unavailable_nodes=("gpu02", "cpu09"))
+    (mapped,) = by_node(SlurmView(True, jobs=(job,)), {FQDN[0]: "gpu01", FQDN[1]: "gpu02"}).jobs
+    assert mapped.required_nodes == mapped.unavailable_nodes == (FQDN[1], "cpu09")
+
+
 def slurm_world(name: str, slurm_name: str) -> World:
     node = NodeView(
         name=name, annotations={ANN_PLACEMENT: SLURM}, labels={LABEL_SIDE: "slurm", "gpu": "true"},

@@ -235,7 +235,7 @@ def test_a_refusal_is_the_status_message_it_was_and_is_read_back_from_it():
 def test_a_moves_cause_keeps_its_string_in_the_record():
     from slurmpool.core.view import Cause
 
-    assert [c.value for c in Cause] == ["rebalance", "pin", "move-now", "rollback", "abort"]
+    assert [c.value for c in Cause] == ["rebalance", "pin", "move-now", "rollback", "abort", "give-back"]
     move = MoveRecord(id="m", source="slurm", target="inference:a", phase=Phase.DRAINING, since=NOW, started=NOW, cause=Cause.MOVE_NOW)
     assert '"cause":"move-now"' in move.to_annotation() and MoveRecord.parse(move.to_annotation()).cause is Cause.MOVE_NOW
     assert MoveRecord.parse(move.to_annotation().replace('"cause":"move-now",', "")).cause is Cause.REBALANCE  # records without one

@@ -8,6 +8,7 @@ import inspect
 import logging
 import secrets
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Protocol, runtime_checkable
 
@@ -16,6 +17,7 @@ from .backoff import Backoff
 from .errors import SlurmError, SlurmUnavailable
 from .models import PowerSave, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
 from .parse import (
+    oversubscribe_tells,
     parse_config,
     parse_partition_max_times,
     parse_reservations,
@@ -134,6 +136,7 @@ class ScontrolBackend:
         self.requeue_settle = requeue_settle
         self.commands_run = 0
         self._node_lines: dict[str, SlurmNode] = {}  # the last full `show node`, parsed (parse.py)
+        self._oversubscribe_tells: bool | None = None  # squeue's %h says --exclusive (parse.py); asked once
 
     filters_jobs = True  # squeue -p, -t
 
@@ -195,9 +198,25 @@ class ScontrolBackend:
             argv += ["-t", ",".join(checked)]
         out = await self._run(argv)
         try:
-            return parse_squeue(out, sep, self.tz)
+            jobs = parse_squeue(out, sep, self.tz)
         except ValueError as e:
             raise SlurmError(f"cannot parse squeue output: {e}", argv=argv, stdout=out) from e
+        if any(j.exclusive for j in jobs) and not await self._squeue_tells_exclusive():
+            jobs = [replace(j, exclusive=None) for j in jobs]
+        return jobs
+
+    async def _squeue_tells_exclusive(self) -> bool:
+        """Whether squeue's %h means --exclusive here (its version, asked the first time a job
+        reads as exclusive); a squeue that does not say its version is taken as one that cannot tell."""
+        if self._oversubscribe_tells is None:
+            try:
+                version = await self._run(["squeue", "--version"])
+            except SlurmUnavailable:
+                raise
+            except SlurmError:
+                version = ""
+            self._oversubscribe_tells = oversubscribe_tells(version)
+        return self._oversubscribe_tells
 
     async def drain(self, nodes: Sequence[str], reason: str) -> None:
         checked = validate.node_names(nodes)

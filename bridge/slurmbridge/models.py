@@ -155,6 +155,12 @@ class SlurmJob:
     start_time: datetime | None  # tz-aware; None for N/A, Unknown, NONE
     end_time: datetime | None
     reason: str
+    # What the job asks of nodes: the nodes it names (-w: squeue %n, REST required_nodes), the
+    # nodes its reason lists as unavailable ("ReqNodeNotAvail, UnavailableNodes:gpu[01-02]"), and
+    # whether it takes whole nodes (--exclusive; None where this Slurm and path cannot tell).
+    required_nodes: tuple[str, ...] = ()
+    unavailable_nodes: tuple[str, ...] = ()
+    exclusive: bool | None = None
 
     @property
     def gpus_wanted(self) -> int:

@@ -14,7 +14,7 @@ import re
 from datetime import datetime, timedelta, timezone, tzinfo
 
 from .models import PowerSave, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup, gpu_count
-from .validate import expand
+from .validate import expand, unavailable_nodes
 
 # sinfo-style one-character state suffixes (scontrol spells these as +FLAG, but accept both).
 STATE_SUFFIX_FLAGS = {
@@ -51,7 +51,12 @@ _REASON = re.compile(
     + "".join(f" {k}=|" for k in _AFTER_REASON) + "$)"
 )
 
-SQUEUE_FIELDS = ("%i", "%T", "%P", "%u", "%D", "%N", "%b", "%S", "%e", "%r", "%j")
+# %n: the nodes the job names (-w); %h: OverSubscribe, "NO" for a job that takes whole nodes
+# before Slurm 26.05 (26.05 prints "NO" for every job of an OverSubscribe=NO partition and has
+# no letter for its Exclusive). The job name stays last.
+SQUEUE_FIELDS = ("%i", "%T", "%P", "%u", "%D", "%N", "%b", "%S", "%e", "%r", "%n", "%h", "%j")
+# Records in the format before issue 39 (without %n and %h), as older captures have them.
+_SQUEUE_FIELDS_BEFORE_39 = 11
 DEFAULT_SEP = "|~slurmbridge~|"
 
 
@@ -168,7 +173,8 @@ def squeue_format(sep: str = DEFAULT_SEP) -> str:
 
 
 def parse_squeue(text: str, sep: str = DEFAULT_SEP, tz: tzinfo = timezone.utc) -> list[SlurmJob]:
-    """Parse `squeue -h -a -o squeue_format(sep)` output. Raises ValueError on a malformed record."""
+    """Parse `squeue -h -a -o squeue_format(sep)` output. Raises ValueError on a malformed record.
+    %h is read as Slurm before 26.05 prints it (`oversubscribe_tells` says which squeue does)."""
     if text.endswith("\n"):
         text = text[:-1]
     if not text.strip():
@@ -178,11 +184,13 @@ def parse_squeue(text: str, sep: str = DEFAULT_SEP, tz: tzinfo = timezone.utc) -
     jobs = []
     for record in text[: -len(sep)].split(sep + "\n"):
         parts = record.split(sep)
+        if len(parts) == _SQUEUE_FIELDS_BEFORE_39:
+            parts[-1:-1] = ["", ""]
         if len(parts) != len(SQUEUE_FIELDS):
             raise ValueError(
                 f"squeue record has {len(parts)} fields, expected {len(SQUEUE_FIELDS)}: {record[:200]!r}"
             )
-        job_id, state, part, user, num, nodes, tres, start, end, reason, name = parts
+        job_id, state, part, user, num, nodes, tres, start, end, reason, required, oversubscribe, name = parts
         jobs.append(
             SlurmJob(
                 job_id=job_id.strip(),
@@ -196,9 +204,27 @@ def parse_squeue(text: str, sep: str = DEFAULT_SEP, tz: tzinfo = timezone.utc) -
                 start_time=parse_time(start, tz),
                 end_time=parse_time(end, tz),
                 reason=reason.strip(),
+                required_nodes=expand(required),
+                unavailable_nodes=unavailable_nodes(reason),
+                exclusive=_exclusive(oversubscribe),
             )
         )
     return jobs
+
+
+def _exclusive(oversubscribe: str) -> bool | None:
+    """squeue's %h before 26.05 (job_share_string): NO for a job that takes whole nodes; OK, YES,
+    USER, MCS or TOPO otherwise; empty (an older capture): not known."""
+    value = oversubscribe.strip().upper()
+    return value == "NO" if value else None
+
+
+def oversubscribe_tells(version: str) -> bool:
+    """Does this squeue's %h say whether a job takes whole nodes? `squeue --version` ("slurm
+    22.05.8"): yes before 26.05; 26.05 prints its OverSubscribe there (NO for every job of an
+    OverSubscribe=NO partition) and its Exclusive in no -o letter. Unreadable: no."""
+    m = re.search(r"(\d+)\.(\d+)", version)
+    return m is not None and (int(m.group(1)), int(m.group(2))) < (26, 5)
 
 
 def parse_topology(text: str) -> list[TopologyGroup]:

@@ -364,10 +364,12 @@ class RestBackend:
             if not wanted:
                 return []
         data = await self._call("GET", "/jobs/")
+        # v0.0.45 dumps the removed "shared" as an empty list and has no "exclusive" in a job's info.
+        shared_tells = not self.version or _version_key(self.version) < _version_key("v0.0.45")
         jobs = []
         for raw in _list(data, "jobs"):
             try:
-                job, tokens = parse_rest_job(raw)
+                job, tokens = parse_rest_job(raw, shared_tells)
             except (KeyError, TypeError, ValueError) as e:
                 raise SlurmError(f"cannot read a job in slurmrestd's answer: {e}: {str(raw)[:200]}",
                                  argv=("GET", "/jobs/")) from e
@@ -777,7 +779,9 @@ def job_id(raw: dict) -> str:
     return str(number)
 
 
-def parse_rest_job(raw: dict) -> tuple[SlurmJob, set[str]]:
+def parse_rest_job(raw: dict, shared_tells: bool = True) -> tuple[SlurmJob, set[str]]:
+    """A job as GET /jobs/ dumps it (JOB_INFO). `shared_tells`: its "shared" says whether the job
+    takes whole nodes (v0.0.40 to v0.0.44: ["none"] for --exclusive, as squeue's %h NO)."""
     if not isinstance(raw, dict):
         raise TypeError(f"a job is a {type(raw).__name__}, not an object")
     state, tokens = job_state(raw.get("job_state"))
@@ -795,8 +799,25 @@ def parse_rest_job(raw: dict) -> tuple[SlurmJob, set[str]]:
         end_time=_time(raw.get("end_time")),
         # As squeue %r: the desc when Slurm set one ("ReqNodeNotAvail, UnavailableNodes:gpu04"),
         # else the reason's name; so each access path reports the same text.
-        reason=_text(raw.get("state_description")) or _text(raw.get("state_reason")),
+        reason=(reason := _text(raw.get("state_description")) or _text(raw.get("state_reason"))),
+        required_nodes=validate.expand(_hostlist(raw.get("required_nodes"))),
+        unavailable_nodes=validate.unavailable_nodes(reason),
+        exclusive=_exclusive(raw.get("shared")) if shared_tells else None,
     ), tokens
+
+
+def _hostlist(value: Any) -> str:
+    """A node list as the data parsers dump it: a hostlist string ("gpu[03-04]") or a list of them."""
+    return ",".join(str(n) for n in value) if isinstance(value, list) else _text(value)
+
+
+def _exclusive(shared: Any) -> bool | None:
+    """JOB_SHARED as the data parsers dump it: a list of flags ("none": the job takes whole
+    nodes; "oversubscribe", "user", "mcs", "topo"; empty: the partition's default), or (older
+    dumps) one string. Absent: not known."""
+    if shared is None:
+        return None
+    return "NONE" in _tokens(shared)
 
 
 def _state_wanted(tokens: set[str], wanted: set[str] | None) -> bool:

@@ -133,6 +133,22 @@ def expand(expr: str) -> tuple[str, ...]:
     return tuple(hostlist.expand_hostlist(expr))
 
 
+_UNAVAILABLE = re.compile(r"UnavailableNodes:(\S+)")
+
+
+def unavailable_nodes(reason: str) -> tuple[str, ...]:
+    """The nodes a pending job's reason lists as unavailable: "ReqNodeNotAvail,
+    UnavailableNodes:gpu[01-02]" (node_scheduler.c; for a job that names nodes, only those of
+    its nodes) -> ("gpu01", "gpu02"). An unreadable list reads as none."""
+    m = _UNAVAILABLE.search(reason or "")
+    if not m:
+        return ()
+    try:
+        return expand(m.group(1))
+    except hostlist.BadHostlist:
+        return ()
+
+
 # Reservations the operator creates, changes and deletes carry this prefix; the bridge refuses
 # any other name, so a reservation someone else made is never touched.
 RESERVATION_PREFIX = "slurmpool-"

@@ -10,6 +10,9 @@ resourceVersion they read, so two replicas can never both win the same round. A 
 that cannot renew stops acting before the others may take over (`renew_deadline`).
 The identity is the pod name (POD_NAME, else the host name): a restarted container of the
 same pod takes its Lease back at once, while another pod waits for it to expire.
+On SIGTERM the holder steps down (`step_down`: it stops acting) and then releases the Lease
+(`release`: holderIdentity cleared, a duration of 1 s, as client-go's ReleaseOnCancel), and a
+Lease without a holder is taken at the next look: a rollout hands over in a second or so.
 """
 
 from __future__ import annotations
@@ -71,13 +74,44 @@ class LeaderElector:
         self._clock = clock
         self._observed: tuple | None = None  # the Lease's record as last read (holder, times, transitions)
         self._observed_at = 0.0  # when (our monotonic clock) we saw that record change
+        self._stopped = False  # stepped down for good (the process is stopping)
 
     @property
     def leading(self) -> bool:
-        return self._leading and self._clock() - self._renewed_at < self.renew_deadline
+        return self._leading and not self._stopped and self._clock() - self._renewed_at < self.renew_deadline
+
+    def step_down(self) -> None:
+        """Stop acting at once and never take the Lease again (the process is stopping)."""
+        self._stopped = True
+
+    async def release(self) -> None:
+        """After `step_down`: give up the Lease we hold, so another replica need not wait for it to
+        expire. Best effort: unreleased, it expires as after a crash."""
+        self.step_down()
+        if not self._leading:
+            return
+        self._leading = False
+        try:
+            if await asyncio.to_thread(self._release):
+                log.info("lease %s/%s released by %s", self.namespace, self.name, self.identity)
+        except Exception as err:  # noqa: BLE001 - the others wait for it to expire
+            log.warning("lease %s/%s not released: %s", self.namespace, self.name, err)
+
+    def _release(self) -> bool:
+        lease = self.api.read_namespaced_lease(self.name, self.namespace)
+        spec = lease.spec
+        if spec is None or spec.holder_identity != self.identity:
+            return False
+        spec.holder_identity = None  # taken at once by the others (_try); 1 s for those that wait it out
+        spec.lease_duration_seconds = 1
+        spec.renew_time = _now()
+        self.api.replace_namespaced_lease(self.name, self.namespace, lease)  # under the resourceVersion read
+        return True
 
     async def ensure(self) -> bool:
         """Acquire or renew as needed; True while we may act."""
+        if self._stopped:
+            return False
         if self.leading and self._clock() - self._renewed_at < self.renew_every:
             return True
         try:
@@ -129,7 +163,7 @@ class LeaderElector:
         if spec is None:  # a Lease made without one by someone else: not taken (ensure logs it)
             raise ValueError("the Lease has no spec")
         holder = spec.holder_identity
-        if holder != self.identity and not self._expired(spec):
+        if holder and holder != self.identity and not self._expired(spec):  # released (no holder): taken at once
             return False
         if holder != self.identity:
             spec.acquire_time = now

@@ -50,18 +50,23 @@ EVENT_LOOP_LAG = Histogram(
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
 QUEUE_DEPTH = Gauge("slurmpool_workqueue_depth", "Pools waiting for a worker (due or scheduled)")
+LEADER = Gauge("slurmpool_leader", "1 on the replica that holds the Lease (and reconciles), 0 on the others")
+LEADER.set(0)
 NODES = Gauge("slurmpool_nodes", "Nodes per pool, placement and phase", ["pool", "placement", "phase"])
-MOVES_STARTED = Counter("slurmpool_moves_started_total", "Moves started", ["direction", "cause"])  # cause: core/view.Cause
-MOVES_COMPLETED = Counter("slurmpool_moves_completed_total", "Moves completed", ["direction"])
-MOVES_FAILED = Counter("slurmpool_moves_failed_total", "Moves that failed or rolled back", ["direction", "reason"])
+# Per move, by pool (bounded by the number of pools: a deleted pool's series go with it, forget()).
+MOVES_STARTED = Counter("slurmpool_moves_started_total", "Moves started", ["pool", "direction", "cause"])  # cause: core/view.Cause
+MOVES_COMPLETED = Counter("slurmpool_moves_completed_total", "Moves completed", ["pool", "direction"])
+MOVES_FAILED = Counter("slurmpool_moves_failed_total", "Moves that failed or rolled back", ["pool", "direction", "reason"])
 MOVE_SECONDS = Histogram(
-    "slurmpool_move_duration_seconds", "Time from a move's start to its end", ["direction"], buckets=(1, 2, 5, 10, 30, 60, 300, 900, 3600, 14400)
+    "slurmpool_move_duration_seconds", "Time from a move's start to its end", ["pool", "direction"],
+    buckets=(1, 2, 5, 10, 30, 60, 300, 900, 3600, 14400),
 )
 DRAIN_SECONDS = Histogram(
-    "slurmpool_drain_duration_seconds", "Time a node spent draining in Slurm", buckets=(1, 5, 30, 60, 300, 900, 3600, 14400, 86400)
+    "slurmpool_drain_duration_seconds", "Time a node spent draining in Slurm", ["pool"],
+    buckets=(1, 5, 30, 60, 300, 900, 3600, 14400, 86400),
 )
-EVICTIONS_REFUSED = Counter("slurmpool_evictions_refused_total", "Evictions refused (PodDisruptionBudgets)")
-ACTION_ERRORS = Counter("slurmpool_action_errors_total", "Actions that failed", ["action"])
+EVICTIONS_REFUSED = Counter("slurmpool_evictions_refused_total", "Evictions refused (PodDisruptionBudgets)", ["pool"])
+ACTION_ERRORS = Counter("slurmpool_action_errors_total", "Actions of a pool's pass that failed", ["pool", "action"])
 SLURM_COMMAND_SECONDS = Histogram(
     "slurmpool_slurm_command_duration_seconds", "Latency of Slurm commands", ["command"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30)
 )
@@ -86,7 +91,8 @@ HEALTH_KINDS = tuple(k.value for k in HealthKind)  # models.UnhealthyNode.kind
 # at 1 has no increase() or rate() in Prometheus: without this, SlurmPoolMovesFailing would miss
 # the first rollback of a direction since the operator started, SlurmPoolReconcileErrors its first
 # error, and the dashboard's failure and error panels would show "No data" on a healthy cluster.
-# tests/test_metrics_init.py keeps these lists equal to the values the code uses.
+# The per-pool ones start at a pool's first pass (count_from_zero). tests/test_metrics_init.py
+# keeps these lists equal to the values the code uses.
 DIRECTIONS = tuple(d.value for d in Direction)  # to_slurm, to_inference, between_pools (core/placement.py)
 FAILURE_REASONS = ("rollback", "unhealthy")  # apply: MOVES_FAILED reasons
 
@@ -104,13 +110,6 @@ class Action(StrEnum):
 
 ACTIONS = tuple(a.value for a in Action)
 SLURM_COMMANDS = slurm_commands()  # the SlurmCommands Protocol's calls (slurmbridge/backend.py), as access.Instrumented times them
-for _direction in DIRECTIONS:
-    MOVES_COMPLETED.labels(direction=_direction)
-    MOVE_SECONDS.labels(direction=_direction)  # its buckets too: the dashboard's Move duration
-    for _reason in FAILURE_REASONS:
-        MOVES_FAILED.labels(direction=_direction, reason=_reason)
-for _action in ACTIONS:
-    ACTION_ERRORS.labels(action=_action)
 for _command in SLURM_COMMANDS:
     SLURM_COMMAND_ERRORS.labels(command=_command)
 for _why in EVENT_DROP_REASONS:
@@ -120,6 +119,36 @@ for _stage in RECONCILE_STAGES:
 for _result in ("ok", "error"):
     RECONCILE_TOTAL.labels(result=_result)
     STATUS_WRITES.labels(result=_result)
+
+# Every series labelled with a pool; the gauges among them are the state of the pool now, which
+# only the Lease holder exports (a replica that loses it clears them: sum() counts one replica).
+POOL_GAUGES = (NODES, GPUS, POOL_CONDITION, MOVES_BLOCKED, UNHEALTHY_NODES)
+POOL_SERIES = (*POOL_GAUGES, GPU_SECONDS, MOVES_STARTED, MOVES_COMPLETED, MOVES_FAILED, MOVE_SECONDS, DRAIN_SECONDS,
+               EVICTIONS_REFUSED, ACTION_ERRORS)
+
+
+def count_from_zero(pool: str) -> None:
+    """A pool's counters at 0 for every label value the code sets (above: why)."""
+    for direction in DIRECTIONS:
+        MOVES_COMPLETED.labels(pool=pool, direction=direction)
+        MOVE_SECONDS.labels(pool=pool, direction=direction)  # its buckets too: the dashboard's Move duration
+        for reason in FAILURE_REASONS:
+            MOVES_FAILED.labels(pool=pool, direction=direction, reason=reason)
+    for action in ACTIONS:
+        ACTION_ERRORS.labels(pool=pool, action=action)
+    EVICTIONS_REFUSED.labels(pool=pool)
+    DRAIN_SECONDS.labels(pool=pool)
+
+
+def forget(pool: str) -> None:
+    """Every series of a deleted pool."""
+    for metric in POOL_SERIES:
+        metric.remove_by_labels({"pool": pool})
+
+
+def clear_pool_gauges() -> None:
+    for gauge in POOL_GAUGES:
+        gauge.clear()
 
 
 def _kopf_version() -> str:

@@ -65,7 +65,7 @@ async def apply(ctx: ApplyContext, decision: PoolDecision) -> ApplyResult:
     for ev in (*decision.pool_events, *decision.node_events):
         await _post(ctx, ev)
     for pod in decision.orphans_to_delete:
-        await _guard(result, Action.DELETE, f"delete pod {pod.key}", ctx.kube.delete_pod(pod.namespace, pod.name, pod.uid))
+        await _guard(ctx, result, Action.DELETE, f"delete pod {pod.key}", ctx.kube.delete_pod(pod.namespace, pod.name, pod.uid))
     written = await _write_nodes(ctx, decision, result)
     await _slurm(ctx, decision, written, result)
     await asyncio.gather(*(_pod_actions(ctx, name, step, result, _in_slurm(decision, name)) for name, step in written.items()))
@@ -109,7 +109,7 @@ async def _patch_all(ctx: ApplyContext, decision: PoolDecision, patches: dict[st
     """Write the patches concurrently; the nodes whose patch failed."""
     old = {n.name: n for n in ctx.nodes}
     written = await asyncio.gather(*(
-        _guard(result, Action.PATCH, f"patch node {n}", _write_node(ctx.kube, old[n], decision.steps[n], p), ok=True, node=n)
+        _guard(ctx, result, Action.PATCH, f"patch node {n}", _write_node(ctx.kube, old[n], decision.steps[n], p), node=n)
         for n, p in patches.items()))
     return {name for name, ok in zip(patches, written) if ok is None}
 
@@ -134,18 +134,18 @@ async def _slurm(ctx: ApplyContext, decision: PoolDecision, steps: dict[str, Ste
                 cancels.extend(action.job_ids)
         for ev in step.events:
             await _post(ctx, ev.on(name))
-        _count(old[name], step)
+        _count(ctx.pool.key, old[name], step)
     for start, move in decision.starts:
         if start.node not in result.unwritten:
-            metrics.MOVES_STARTED.labels(direction=Direction.of(move.source, move.target), cause=start.cause).inc()
+            metrics.MOVES_STARTED.labels(pool=ctx.pool.key, direction=Direction.of(move.source, move.target), cause=start.cause).inc()
     for reason, names in drains.items():
-        await _guard(result, Action.SCONTROL, "scontrol drain", ctx.slurm.drain(sorted(set(names)), reason))
+        await _guard(ctx, result, Action.SCONTROL, "scontrol drain", ctx.slurm.drain(sorted(set(names)), reason))
     if resumes:
-        await _guard(result, Action.SCONTROL, "scontrol resume", ctx.slurm.resume(sorted(set(resumes))))
+        await _guard(ctx, result, Action.SCONTROL, "scontrol resume", ctx.slurm.resume(sorted(set(resumes))))
     if requeues:
-        await _guard(result, Action.SCONTROL, "scontrol requeue", ctx.slurm.requeue(sorted(set(requeues))))
+        await _guard(ctx, result, Action.SCONTROL, "scontrol requeue", ctx.slurm.requeue(sorted(set(requeues))))
     if cancels:
-        await _guard(result, Action.SCANCEL, "scancel", ctx.slurm.cancel(sorted(set(cancels))))
+        await _guard(ctx, result, Action.SCANCEL, "scancel", ctx.slurm.cancel(sorted(set(cancels))))
     result.slurm_changed = bool(drains or resumes or requeues or cancels)
     result.acted |= result.slurm_changed
 
@@ -166,7 +166,7 @@ async def _handover(ctx: ApplyContext, decision: PoolDecision, result: ApplyResu
     except Exception as err:  # noqa: BLE001 - reported on the pool, retried next pass
         log.warning("%s: reservation %s failed: %s", ctx.pool.key, plan.outcome, err)
         result.handover_error = f"{plan.outcome} reservation: {err}"[:500]
-        metrics.ACTION_ERRORS.labels(action=Action.SCONTROL).inc()
+        metrics.ACTION_ERRORS.labels(pool=ctx.pool.key, action=Action.SCONTROL).inc()
         if result.handover_error != plan.reported:
             await _post(ctx, Event.warning(Reason.HandoverFailed, f"{result.handover_error}; retried next pass, moves go on"))
         return
@@ -189,18 +189,18 @@ async def _post(ctx: ApplyContext, ev: Event) -> None:
         await ctx.kube.event(node_object(ev.node), ev.type, ev.reason, ev.message)
 
 
-def _count(node: NodeView, step: Step) -> None:
+def _count(pool: str, node: NodeView, step: Step) -> None:
     """Moves completed, their duration, rollbacks and moves stopped on unhealthy nodes (slurmpool_moves_*)."""
     if step.stopped is not None:
-        metrics.MOVES_FAILED.labels(direction=Direction.of(step.stopped.source, step.stopped.target), reason="unhealthy").inc()
+        metrics.MOVES_FAILED.labels(pool=pool, direction=Direction.of(step.stopped.source, step.stopped.target), reason="unhealthy").inc()
     elif step.settled:
         move = step.finished or node.move
         d = Direction.of(move.source if move else NONE, step.settled)
-        metrics.MOVES_COMPLETED.labels(direction=d).inc()
+        metrics.MOVES_COMPLETED.labels(pool=pool, direction=d).inc()
         if node.move:  # the wall clock: a metric of how long moves take, not a record
-            metrics.MOVE_SECONDS.labels(direction=d).observe(max(0.0, (datetime.now(timezone.utc) - node.move.started).total_seconds()))
+            metrics.MOVE_SECONDS.labels(pool=pool, direction=d).observe(max(0.0, (datetime.now(timezone.utc) - node.move.started).total_seconds()))
     if step.rolled_back is not None:
-        metrics.MOVES_FAILED.labels(direction=Direction.of(step.rolled_back.source, step.rolled_back.target), reason="rollback").inc()
+        metrics.MOVES_FAILED.labels(pool=pool, direction=Direction.of(step.rolled_back.source, step.rolled_back.target), reason="rollback").inc()
 
 
 def _in_slurm(decision: PoolDecision, node: str) -> str | None:
@@ -216,34 +216,33 @@ async def _pod_actions(ctx: ApplyContext, name: str, step: Step, result: ApplyRe
                 result.errors.append(f"create slurmd pod on {name}: the Node has no Slurm NodeName (spec.slurm.nodeNameLabel)")
                 continue
             result.acted = True
-            await _guard(result, Action.CREATE, f"create slurmd pod on {name}", kube.create_slurmd_pod(ctx.pool, ctx.spec, name, slurm_name), node=name)
+            await _guard(ctx, result, Action.CREATE, f"create slurmd pod on {name}", kube.create_slurmd_pod(ctx.pool, ctx.spec, name, slurm_name), node=name)
         elif isinstance(action, DeleteSlurmdPod):
             pod = action.pod
             result.acted = True
-            await _guard(result, Action.DELETE, f"delete pod {pod.key}", kube.delete_pod(pod.namespace, pod.name, pod.uid))
+            await _guard(ctx, result, Action.DELETE, f"delete pod {pod.key}", kube.delete_pod(pod.namespace, pod.name, pod.uid))
         elif isinstance(action, Evict):
-            refused = await _guard(result, Action.EVICT, f"evict pod {action.pod.key}", kube.evict(action.pod.namespace, action.pod.name))
+            refused = await _guard(ctx, result, Action.EVICT, f"evict pod {action.pod.key}", kube.evict(action.pod.namespace, action.pod.name))
             if refused:
                 result.refused[name] = f"eviction of {action.pod.key} refused: {refused}"
-                metrics.EVICTIONS_REFUSED.inc()
+                metrics.EVICTIONS_REFUSED.labels(pool=ctx.pool.key).inc()
             elif refused is not None:
                 result.acted = True
 
 
-async def _guard(result: ApplyResult, action: Action, what: str, coro, ok=None, node: str | None = None):
+async def _guard(ctx: ApplyContext, result: ApplyResult, action: Action, what: str, coro, node: str | None = None):
     """Run one action; a failure is reported (Degraded, lastError; slurmpool_action_errors_total
-    by `action`) and retried next pass. A write the API server refused is also the node's move
+    by pool and `action`) and retried next pass. A write the API server refused is also the node's move
     message (moves.Refusal), which the next pass reads: a bounded phase's rollback names it.
-    Returns the action's result (or `ok` when it has none), None on failure."""
+    Returns the action's result, None on failure."""
     try:
-        value = await coro
-        return ok if value is None else value
+        return await coro
     except Exception as err:  # noqa: BLE001 - any failure of one action must not stop the others
         log.warning("%s failed: %s", what, err)
         if node is not None and isinstance(err, Refused):
             result.refused[node] = Refusal.of(what, err)
         result.errors.append(f"{what}: {err}"[:500])
-        metrics.ACTION_ERRORS.labels(action=action).inc()
+        metrics.ACTION_ERRORS.labels(pool=ctx.pool.key, action=action).inc()
         return None
 
 
@@ -256,16 +255,18 @@ def _crash_point(phase: str | None, patch: dict, step: Step) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-async def _write_node(kube: Kube, before: NodeView, step: Step, patch: dict) -> None:
+async def _write_node(kube: Kube, before: NodeView, step: Step, patch: dict) -> bool:
     """Write a node's patch; one that carries the node's shape is rebuilt on the Node read again
-    while its precondition fails (someone else wrote the Node since the pass read it)."""
-    shape = shape_of(step)
-    for attempt in range(CONFLICT_RETRIES + 1):
+    while its precondition fails (someone else wrote the Node since the pass read it). True once written."""
+    shape, attempt = shape_of(step), 0
+    while True:
         try:
-            return await kube.patch_node(before.name, patch)
+            await kube.patch_node(before.name, patch)
+            return True
         except Conflict:
             if shape is None or attempt == CONFLICT_RETRIES:
                 raise
+            attempt += 1
             log.info("node %s changed since the pass read it: its shape is written again on the Node as it is now", before.name)
             current = await kube.read_node(before.name)
             if current is None:

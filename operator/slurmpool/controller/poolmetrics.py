@@ -1,4 +1,4 @@
-"""Per-pool metrics derived from a reconcile pass: GPUs per placement, GPU-seconds served per
+"""Per-pool metrics derived from a reconcile pass: nodes and GPUs per placement, GPU-seconds served per
 side, the pool's conditions and blocked moves. Conditions live in the pool's status, which
 Prometheus cannot read; these gauges make them alertable (deploy/helm/slurmpool's
 PrometheusRule) and the Grafana dashboard's GPU panels possible.
@@ -13,6 +13,11 @@ the time it was down is not counted.
 It also observes slurmpool_drain_duration_seconds: when a node seen in phase `Draining` at the
 previous pass is no longer draining (the next phase, a rollback, or gone from the pool), the
 time since that phase started (the move record's `since`), to within one pass.
+
+The series follow the pools and the Lease: `begin` starts a pool's counters at 0 before its
+first pass acts, `forget` removes every series of a deleted pool, and `leading(False)` clears
+the gauges of a replica that lost the Lease (the holder exports them; two replicas' would add up
+in sum()) and what it kept of the passes, so a replica that leads again counts from its next pass.
 """
 
 from __future__ import annotations
@@ -31,12 +36,35 @@ from slurmpool.core.view import NONE, NodeView, counts_at, side_of
 class _Last:
     at: float
     sides: dict[str, tuple[str, int]]  # node -> (side, gpus) of settled nodes
-    gpu_labels: set[tuple[str, str]] = field(default_factory=set)
+    placements: set[tuple[str, str]] = field(default_factory=set)  # (placement, phase) with nodes
     conditions: set[str] = field(default_factory=set)
     draining: dict[str, tuple[str, datetime]] = field(default_factory=dict)  # node -> (move id, phase start)
 
 
 _last: dict[str, _Last] = {}
+_counted: set[str] = set()  # pools whose counters exist (metrics.count_from_zero)
+
+
+def begin(pool_key: str) -> None:
+    """Before a pass acts: the pool's counters exist at 0 (an alert's increase() sees the first failure)."""
+    if pool_key not in _counted:
+        metrics.count_from_zero(pool_key)
+        _counted.add(pool_key)
+
+
+def forget(pool_key: str) -> None:
+    """A deleted pool: every series labelled with it, and what was kept of its passes."""
+    metrics.forget(pool_key)
+    _last.pop(pool_key, None)
+    _counted.discard(pool_key)
+
+
+def leading(holder: bool) -> None:
+    """slurmpool_leader; a replica that no longer holds the Lease exports no pool's gauges."""
+    metrics.LEADER.set(1 if holder else 0)
+    if not holder:
+        metrics.clear_pool_gauges()
+        _last.clear()
 
 
 def settled_side(node: NodeView) -> str | None:
@@ -79,13 +107,16 @@ def export(
                 served[at] = served.get(at, 0.0) + count * (now - last.at)
         for at, value in served.items():
             metrics.GPU_SECONDS.labels(pool=pool_key, side=at).inc(value)
-    # GPUs per placement and phase, like slurmpool_nodes.
-    gpus: dict[tuple[str, str], int] = dict.fromkeys(last.gpu_labels if last else (), 0)
+    # Nodes and GPUs per placement and phase; a pair exported before and gone now is set to 0.
+    counts: dict[tuple[str, str], int] = dict.fromkeys(last.placements if last else (), 0)
+    gpus = dict(counts)
     for node in nodes:
         key = (counts_at(node), phase_label(node.move.phase if node.move else None))
+        counts[key] = counts.get(key, 0) + 1
         gpus[key] = gpus.get(key, 0) + node.gpus
-    for (placement, phase), value in gpus.items():
-        metrics.GPUS.labels(pool=pool_key, placement=placement, phase=phase).set(value)
+    for (placement, phase), value in counts.items():
+        metrics.NODES.labels(pool=pool_key, placement=placement, phase=phase).set(value)
+        metrics.GPUS.labels(pool=pool_key, placement=placement, phase=phase).set(gpus[(placement, phase)])
     conditions: set[str] = set()
     if status is not None:
         for cond in status.conditions:
@@ -103,7 +134,7 @@ def export(
             draining[node.name] = (move.id, move.since)
     for name, (move_id, since) in (last.draining if last else {}).items():
         if draining.get(name, (None,))[0] != move_id:
-            metrics.DRAIN_SECONDS.observe(max(0.0, (wall - since).total_seconds()))
+            metrics.DRAIN_SECONDS.labels(pool=pool_key).observe(max(0.0, (wall - since).total_seconds()))
     _last[pool_key] = _Last(
-        at=now, sides=sides, gpu_labels={k for k, v in gpus.items() if v}, conditions=conditions, draining=draining
+        at=now, sides=sides, placements={k for k, v in counts.items() if v}, conditions=conditions, draining=draining
     )

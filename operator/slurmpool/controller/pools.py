@@ -11,6 +11,7 @@ pass come sooner."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -46,6 +47,7 @@ QUICK_INTERVAL = 0.2  # seconds: the next look of a pool whose move waits on Slu
 Key = tuple[str, str]  # (namespace, name)
 PoolsIndex = Mapping[Key, Iterable[dict[str, Any]]]  # kopf's index of the pools: key -> a store of one body (handlers.pools_index)
 EVENT_FLUSH_SECONDS = 5.0  # of the pod's 30 s grace: the Events queued when SIGTERM came
+STOP_SECONDS = 1.0  # on SIGTERM: for the passes under way to end, then for their statuses, before the Lease is released
 
 
 @dataclass
@@ -57,7 +59,6 @@ class PoolState:
     reconcile_error: str | None = None  # the last ReconcileError posted (one Event per distinct failure)
     overlaps: frozenset[str] = frozenset()  # the overlap last posted as an Event
     spec: snapshots.SpecCache = field(default_factory=snapshots.SpecCache)
-    exported: set[tuple[str, str]] = field(default_factory=set)  # (placement, phase) gauges set above 0
     slurm: SlurmFreshness = field(default_factory=SlurmFreshness)
 
 
@@ -91,9 +92,17 @@ class PoolController:
         self.tasks = [asyncio.create_task(self.run())]
 
     async def close(self) -> None:
+        """On SIGTERM (kopf's cleanup): stop acting, then release the Lease so another replica
+        takes over at once rather than after a whole Lease duration (as client-go's ReleaseOnCancel)."""
+        self.leader.step_down()  # no pass starts from now on; those under way may end, then are cancelled
+        await self.queue.idle(STOP_SECONDS)
         for task in self.tasks:
             task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        with contextlib.suppress(TimeoutError):  # their statuses, written before another replica writes its own
+            await asyncio.wait_for(self.status.flush(), STOP_SECONDS)
         self.status.close()
+        await self.leader.release()
         await self.kube.flush_events(EVENT_FLUSH_SECONDS)
         await self.access.close()
 
@@ -106,6 +115,7 @@ class PoolController:
             self.queue.forget(key)
             self.status.forget(*key)
             self.pools.pop(key, None)
+            poolmetrics.forget(PoolRef(*key).key)
             self.membership.selectors_stale = True
             await self.release_reservation(key, body)
             return
@@ -169,11 +179,12 @@ class PoolController:
     async def lead(self) -> None:
         """Every replica watches; only the Lease holder reconciles (two replicas never both move a
         node). On taking the Lease, every pool is queued."""
-        was = False
+        was = None
         while True:
             leading = await self.leader.ensure()
-            if leading and not was:
-                for key in list(self.pools_index):
+            if leading != was:  # a replica that stops leading exports no pool's gauges; one that starts queues every pool
+                poolmetrics.leading(leading)
+                for key in list(self.pools_index) if leading else ():
                     self.queue.add(key)
             was = leading
             metrics.QUEUE_DEPTH.set(len(self.queue))
@@ -185,9 +196,11 @@ class PoolController:
             self.queue.add(key, after=self.settings.interval)
             return
         raw = snapshots.first(self.pools_index.get(key, ()))
-        if raw is None:
-            return  # deleted: nothing more to do
+        if raw is None:  # deleted (a pass under way at the deletion exported its series again)
+            poolmetrics.forget(PoolRef(*key).key)
+            return
         pool, state = PoolRef(key[0], key[1], raw["uid"], raw["generation"]), self.state(key)
+        poolmetrics.begin(pool.key)
         started = time.monotonic()
         try:
             after = await self.reconcile(pool, raw, state)
@@ -241,8 +254,8 @@ class PoolController:
             state.slurm.changed(self.access.clock())  # its next look must see what it did
         t3 = time.monotonic()
         status = build_status(snap, decision, result)
-        state.exported = reports.export_gauges(pool.key, list(snap.nodes), state.exported)
-        poolmetrics.export(pool.key, list(snap.nodes), status)
+        if self.leader.leading:  # not after the Lease was lost in the pass: poolmetrics.leading cleared them
+            poolmetrics.export(pool.key, list(snap.nodes), status)
         self.write_status(pool, raw, status)
         t4 = time.monotonic()
         reports.log_pass(pool, decision, {"snapshot": snapshot_s, "decide": decide_s, "apply": t3 - t2, "status": t4 - t3}, t4 - t0)

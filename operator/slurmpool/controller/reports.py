@@ -1,5 +1,5 @@
 """What a pass reports besides its decision: the status of a pool whose spec cannot be used, the
-Event of a change of its overlaps, and its nodes' gauges."""
+Event of a change of its overlaps, and where its time went (its nodes' gauges: poolmetrics.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ from datetime import datetime
 
 from slurmpool.adapters import metrics
 from slurmpool.core.membership import Membership
-from slurmpool.core.phases import phase_label
 from slurmpool.core.models import SlurmNodePoolStatus
 from slurmpool.core.status import Observed, StatusBasis, status_from
 from slurmpool.core.interfaces import PoolRef
-from slurmpool.core.view import NodeView, counts_at
 
 log = logging.getLogger("slurmpool")
 SLOW_PASS = 2.0  # seconds: a pass slower than this is logged with where its time went
@@ -37,18 +35,6 @@ def invalid_basis(name: str, generation: int | None, raw) -> StatusBasis:
 def overlap_message(key: tuple[str, str], overlaps: set[str], membership: Membership) -> str:
     others = sorted({f"{ns}/{n}" for name in overlaps for ns, n in membership.owners(name) or () if (ns, n) != key})
     return f"nodes {', '.join(sorted(overlaps)[:10])} are also selected by {', '.join(others)}"
-
-
-def export_gauges(pool_key: str, nodes: list[NodeView], exported: set[tuple[str, str]]) -> set[tuple[str, str]]:
-    """slurmpool_nodes by placement and phase; a pair exported before and gone now is set to 0.
-    Returns the pairs exported now."""
-    counts: dict[tuple[str, str], int] = dict.fromkeys(exported, 0)
-    for node in nodes:
-        placement, phase = counts_at(node), phase_label(node.move.phase if node.move else None)
-        counts[(placement, phase)] = counts.get((placement, phase), 0) + 1
-    for (placement, phase), n in counts.items():
-        metrics.NODES.labels(pool=pool_key, placement=placement, phase=phase).set(n)
-    return {k for k, n in counts.items() if n}
 
 
 def log_pass(pool: PoolRef, decision, stages: dict[str, float], took: float) -> None:

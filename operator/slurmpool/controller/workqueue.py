@@ -66,6 +66,13 @@ class WorkQueue(Generic[K]):
     def __len__(self) -> int:
         return len(self._due)
 
+    async def idle(self, timeout: float, poll: float = 0.01) -> bool:
+        """Wait, at most `timeout` seconds, until no key is being processed; whether none is."""
+        deadline = self._clock() + timeout
+        while self._processing and self._clock() < deadline:
+            await asyncio.sleep(poll)
+        return not self._processing
+
     async def get(self) -> K:
         """The next due key, marked as processing; call done(key) after."""
         while True:

@@ -4,13 +4,15 @@ clock but the snapshot's, no randomness; the same snapshot gives the same decisi
 In order:
 1. records: a node whose annotations cannot be read (or name what this pool does not have)
    is left alone and reported; every other node goes on; each node's health (health.py);
-2. the target: who sets the split now (target.py: manual, schedule, demand);
+2. the target: who sets the split now (target.py: manual, schedule, demand); with power-save
+   parking, which parked nodes are lent to Slurm or held (parking.py), and the nodes Slurm asked
+   back and its jobs hold, counted on the Slurm side;
 3. each node's step: the move in flight advanced as far as the observations allow
    (moves.py; an unhealthy node's move stops where it is safe), or the upkeep of a settled
    Slurm node (its slurmd pod; a health drain for a listed condition, resumed once it clears);
 4. nodes deleted from Kubernetes: reported, their orphan slurmd pods deleted once idle;
-5. the plan (planner.py) on the nodes as the steps leave them: moves to turn back, moves
-   to start (each advanced at once on the same observations); then the planned handover's
+5. the give-backs Slurm asked for (parking.py), then the plan (planner.py) on the nodes as the
+   steps leave them: moves to turn back, moves to start (each advanced at once on the same observations); then the planned handover's
    reservation ahead of the next schedule edge (handover.py) on the nodes as they leave them;
 6. what to publish on nodes (Slurm's state) and the move-now requests now fulfilled.
 """
@@ -22,7 +24,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from slurmpool.core import health as healthmod
-from slurmpool.core import slurmnames, slurmstate
+from slurmpool.core import parking, slurmnames, slurmstate
 from slurmpool.core.demand import signals
 from slurmpool.core.handover import PoolView, reconcile as reconcile_handover
 from slurmpool.core.health import HEALTHY, NodeHealth
@@ -32,10 +34,10 @@ from slurmpool.core.patch import after, node_patch
 from slurmpool.core.expiry import Overdue, expire
 from slurmpool.core.published import changed_annotations
 from slurmpool.core.moves import Pass, Refusal, Resume, Step, advance, drain, ensure_slurmd_pod, first_phase, restore_cordon, reverse
-from slurmpool.core.planner import Goal, current_placement, desired_split, move_now_done, move_now_target, placements, plan
+from slurmpool.core.planner import Goal, Start, current_placement, desired_split, move_now_done, move_now_target, placements, plan
 from slurmpool.core.events import Event, Reason
 from slurmpool.core.snapshot import PoolDecision, PoolSnapshot
-from slurmpool.core.target import Decision, decide_target
+from slurmpool.core.target import Decision, decide_target, with_given_back
 from slurmpool.core.view import (
     ANN_MOVE,
     ANN_PIN,
@@ -58,9 +60,13 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     spec, slurm, now = snap.spec, snap.slurm, snap.now
     at = Pass(slurm, spec, now)  # what every move of this pass is advanced against
     nodes = [_flag(spec, n) for n in snap.nodes]
-    target = _target(snap, nodes)
     node_events = _record_events(snap, nodes)
     health = healthmod.assess_all(spec.health, nodes, slurm, now, snap.previous.unhealthy_nodes if snap.previous else ())
+    target = _target(snap, nodes, frozenset(n for n, h in health.items() if h.unhealthy))
+    window = desired_split(spec, len(nodes), target.slurm_nodes, target.pool_counts)[0] if target.status.window else None
+    lend = parking.settle(spec, nodes, slurm, health, now, window)
+    lend.waiting = parking.waiting_on_held(spec, slurm, lend.held)
+    target = with_given_back(target, lend.given_back, len(nodes))
 
     # A write the API server refused last pass, as the move's status said (apply.py puts it there).
     refusals = {m.node: r for m in snap.previous.moves if (r := Refusal.read(m.message))} if snap.previous else {}
@@ -68,15 +74,21 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     for node in nodes:
         if node.problems:
             continue  # left alone: no step, never a victim (planner), reported above
-        if node.move is not None:
+        if node.move is not None and (why := lend.declines.get(node.name)):
+            steps[node.name] = parking.decline(node.move, node, at, why)
+        elif node.move is not None:
             steps[node.name] = advance(node.move, node, at, _unhealthy(node, health), refusals.get(node.name))
         elif node.placement == SLURM:
             repair = _repair_slurm_node(node, slurm, health.get(node.name, HEALTHY), now, spec)
             restore_cordon(node, spec, repair, "while settled in Slurm")
             if repair.actions or repair.drop_claim:
                 steps[node.name] = repair
+        elif node.name in lend.steps:
+            steps[node.name] = lend.steps[node.name]
+    for name in lend.unmark:
+        steps.setdefault(name, Step(move=None)).given_back = False
     decision = PoolDecision(target=target, desired={}, problems=[], steps=steps, nodes_after=[], node_events=node_events, health=health,
-                            slurm_names=slurmnames.renamed(names))
+                            slurm_names=slurmnames.renamed(names), parking=lend)
     decision.pool_events.extend(target.events)
     _gone(snap, nodes, decision)
 
@@ -84,7 +96,9 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     by_name = {n.name: n for n in nodes}
     for name, step in steps.items():
         by_name[name] = _after(snap.pool, by_name[name], step, now)
-    result = plan(spec, list(by_name.values()), slurm, now, Goal(target.slurm_nodes, target.pool_counts), health)
+    for giveback in lend.givebacks:  # before the plan: it counts them in flight (and the target on the Slurm side)
+        _begin(snap, by_name, giveback, at, health, decision)
+    result = plan(spec, list(by_name.values()), slurm, now, Goal(target.slurm_nodes, target.pool_counts, target.named), health)
     decision.desired, decision.problems = result.desired, result.problems
     decision.held = sorted(set(result.refused))
     was_held = {r.node for r in snap.previous.unhealthy_nodes if r.held} if snap.previous else set()
@@ -103,25 +117,10 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
         steps[name] = step
         by_name[name] = _after(snap.pool, node, step, now)
     for start in result.starts:
-        node = by_name[start.node]
-        move = MoveRecord(
-            id=move_id(snap.pool, node.name, start.target, now),
-            source=start.source,
-            target=start.target,
-            phase=first_phase(start.target, start.source),
-            since=now,
-            started=now,
-            cause=start.cause,
-        )
-        step = advance(move, node, at, _unhealthy(node, health))
-        step.entered.insert(0, move.phase)
+        step = _begin(snap, by_name, start, at, health, decision)
         if start.node in result.forced:
-            step.events.insert(0, Event.warning(Reason.UnhealthyNodeForced, f"{node.name} is unhealthy ({health[node.name].reason}) and "
+            step.events.insert(1, Event.warning(Reason.UnhealthyNodeForced, f"{start.node} is unhealthy ({health[start.node].reason}) and "
                                    f"moves to {start.target} anyway: {start.cause} with slurmpool.io/force=true"))
-        step.events.insert(0, Event.normal(Reason.MoveStarted, f"{node.name}: {start.source} -> {start.target} ({start.cause}, move {move.id})"))
-        steps[node.name] = step
-        by_name[node.name] = _after(snap.pool, node, step, now)
-        decision.starts.append((start, move))
     decision.nodes_after = list(by_name.values())
     before = {n.name: n for n in nodes}
     decision.patches = {name: p for name, step in steps.items() if (p := node_patch(snap.pool, before[name], step, now))}
@@ -131,6 +130,22 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     decision.publish = changed_annotations(nodes, slurm)
     decision.clear_move_now = _fulfilled_move_now(spec, nodes, target)
     return decision
+
+
+def _begin(snap: PoolSnapshot, by_name: dict[str, NodeView], start: Start, at: Pass, health: dict[str, NodeHealth],
+           decision: PoolDecision) -> Step:
+    """Start a move (the planner's, or a give-back) and take it as far as this pass allows."""
+    node, now = by_name[start.node], snap.now
+    move = MoveRecord(id=move_id(snap.pool, node.name, start.target, now), source=start.source, target=start.target,
+                      phase=first_phase(start.target, start.source), since=now, started=now, cause=start.cause)
+    step = advance(move, node, at, _unhealthy(node, health))
+    step.entered.insert(0, move.phase)
+    step.given_back = True if start.cause == Cause.GIVEBACK else None  # marked with its move: the target counts it
+    step.events.insert(0, Event.normal(Reason.MoveStarted, f"{node.name}: {start.source} -> {start.target} ({start.cause}, move {move.id})"))
+    decision.steps[node.name] = step
+    by_name[node.name] = _after(snap.pool, node, step, now)
+    decision.starts.append((start, move))
+    return step
 
 
 def move_id(pool: PoolRef, node: str, target: str, now: datetime) -> str:
@@ -180,11 +195,11 @@ def _record_events(snap: PoolSnapshot, nodes: list[NodeView]) -> list[Event]:
 # ---------------------------------------------------------------- 2. the target
 
 
-def _target(snap: PoolSnapshot, nodes: list[NodeView]) -> Decision:
+def _target(snap: PoolSnapshot, nodes: list[NodeView], unhealthy: frozenset[str]) -> Decision:
     spec = snap.spec
     sig = None
     if spec.demand is not None and spec.demand.enabled and snap.slurm.available and snap.slurm.has_pending(spec.slurm.partition):
-        sig = signals(spec, nodes, snap.slurm, snap.pending)
+        sig = signals(spec, nodes, snap.slurm, snap.pending, unhealthy)
     previous = snap.previous.target if snap.previous else None
     return decide_target(spec, len(nodes), snap.now, previous, snap.author, sig)
 

@@ -24,6 +24,8 @@ class Reason(StrEnum):
     JobsCancelled = "JobsCancelled"
     CordonRestored = "CordonRestored"
     SlurmdPodReplaced = "SlurmdPodReplaced"
+    # power-save parking (parking.py): Slurm asked a parked node back and slurmpool refused
+    GiveBackDeclined = "GiveBackDeclined"
     # health (decide.py)
     HealthDrain = "HealthDrain"
     HealthResume = "HealthResume"

@@ -164,6 +164,7 @@ class Step:
     rolled_back: MoveRecord | None = None  # the move this step turned back (metrics)
     stopped: MoveRecord | None = None  # the move this step stopped: its node is unhealthy (metrics)
     refusal: Refusal | None = None  # what the API server refused on this node last pass
+    given_back: bool | None = None  # True: mark the node given back to Slurm's job (now); False: unmark; None: as it is
 
 
 def between_pools(source: str, target: str) -> bool:
@@ -187,6 +188,11 @@ def abortable(move: MoveRecord) -> bool:
 def drain_reason(move: MoveRecord) -> str:
     # No move id in it: moves to the same place share one batched `scontrol update`.
     return f"{REASON_PREFIX} moving to {move.target}"
+
+
+def hold_reason(placement: str) -> str:
+    """The drain of a held power-save parked node (`drain~`, parking.py): one per pool, so holds batch."""
+    return f"{REASON_PREFIX} parked for {placement}"
 
 
 def drain(step: Step, node: NodeView, reason: str, now: datetime) -> None:
@@ -328,8 +334,8 @@ def advance(move: MoveRecord, node: NodeView, at: Pass, unhealthy: str | None = 
                 step.events.append(Event.normal(Reason.MoveCompleted, f"{node.name} now serves {move.target} (move {move.id})"))
                 return step
             case Rollback(why=why):
-                back = reverse(move, spec, now, cause=Cause.ROLLBACK)
-                step.events.append(Event.warning(Reason.MoveRolledBack, f"{node.name}: {why}; returning to {back.target} (move {move.id})"))
+                back = reverse(move, spec, now, cause=Cause.GIVEBACK if _giveback(move) else Cause.ROLLBACK)
+                step.events.append(_rolled_back(move, node, back, why))
                 step.hold_until = now + timedelta(seconds=seconds(spec.drain.timeout))
                 step.actions, step.blocked_by, step.rolled_back = [], [], move
                 move = back
@@ -340,6 +346,18 @@ def advance(move: MoveRecord, node: NodeView, at: Pass, unhealthy: str | None = 
                 step.entered.append(phase)
     step.move = move
     return step
+
+
+def _giveback(move: MoveRecord) -> bool:
+    """A move to Slurm that Slurm asked for (power saving: parking.py), not yet declined."""
+    return move.cause == Cause.GIVEBACK and not move.rollback
+
+
+def _rolled_back(move: MoveRecord, node: NodeView, back: MoveRecord, why: str) -> Event:
+    if _giveback(move):  # the rollback drains the node: Slurm requeues the job that asked for it
+        return Event.warning(Reason.GiveBackDeclined, f"{node.name}: give-back declined: {why}; returning to {back.target} "
+                             f"(move {move.id}); Slurm requeues the job waiting for it")
+    return Event.warning(Reason.MoveRolledBack, f"{node.name}: {why}; returning to {back.target} (move {move.id})")
 
 
 # Where a move of an unhealthy node stops, by direction and phase (None: it goes on).
@@ -355,7 +373,10 @@ STOP_IN_SLURM = (Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING)
 
 
 def stop_side(move: MoveRecord) -> str | None:
-    """Where a move of an unhealthy node stops now: its source, Slurm, or None (it goes on)."""
+    """Where a move of an unhealthy node stops now: its source, Slurm, or None (it goes on). A
+    declined give-back goes on: its drain is the decline, and the node never served Slurm."""
+    if move.cause == Cause.GIVEBACK and move.rollback:
+        return None
     if move.phase in STOP_AT_SOURCE.get(move.direction, ()):
         return move.source
     if move.direction == Direction.TO_SLURM and move.phase in STOP_IN_SLURM:
@@ -374,6 +395,11 @@ def _stop(move: MoveRecord, node: NodeView, at: Pass, step: Step, side: str, why
     sn = slurm.nodes.get(node.name) if slurm.available else None
     if side == SLURM and move.target == SLURM and sn is not None and not slurmstate.drain_set(sn):
         drain(step, node, drain_reason(move), now)  # held drained until healthy
+    elif _giveback(move) and sn is not None and not slurmstate.drain_set(sn):
+        drain(step, node, hold_reason(side), now)  # held in inference (parking.py): Slurm requeues the job
+    if _giveback(move):
+        step.events.append(Event.warning(Reason.GiveBackDeclined, f"{node.name}: give-back declined: unhealthy ({why}); "
+                                         "drained in Slurm, which requeues the job waiting for it"))
     where = {SLURM: "stays in Slurm, drained until it is healthy", NONE: "stays unadopted"}.get(
         side, f"stays in {side}, cordoned (uncordon it once it is fixed)")
     step.events.append(Event.warning(Reason.MoveStopped, f"{node.name} is unhealthy ({why}): move {move.id} to {move.target} stopped "
@@ -520,7 +546,8 @@ def _evicting(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNod
     step.blocked_by = [Blocker(BlockerKind.POD, p.key) for p in pending]
     step.message = f"evicting {len(pending)} pod(s)"
     if _elapsed(move, now) >= seconds(spec.drain.eviction_timeout):
-        if spec.drain.on_eviction_timeout == "Rollback":
+        # A give-back cannot wait: Slurm's ResumeTimeout runs. Declined, its job is requeued.
+        if spec.drain.on_eviction_timeout == "Rollback" or _giveback(move):
             return Rollback(f"evictions refused for {spec.drain.eviction_timeout}")
         step.message = f"evictions timed out after {spec.drain.eviction_timeout} (onEvictionTimeout Wait); " + step.message
     return WAIT
@@ -531,16 +558,18 @@ def _starting_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: S
         step.blocked_by = list(SLURM_UNAVAILABLE)
         step.message = f"waiting for Slurm: {slurm.error or 'unavailable'}"
         return WAIT
-    # Hold the node drained in Slurm until we have checked it: no job lands before Resuming.
+    # Hold the node drained in Slurm until we have checked it: no job lands before Resuming. Not
+    # a give-back: a drain would requeue the job Slurm powers the node up for (its own hold).
     sn = slurm.nodes.get(node.name)
-    if sn is not None and not slurmstate.drain_set(sn):
+    held = sn is None or slurmstate.drain_set(sn) or _giveback(move)
+    if not held:
         drain(step, node, drain_reason(move), now)
     patch = slurm_shape(spec, node)
     if not shaped(node, patch):
         step.actions.append(patch)
     pod = node.slurmd_pod
     running = ensure_slurmd_pod(node, step)
-    if running and (sn is None or slurmstate.drain_set(sn)) and shaped(node, patch):
+    if running and held and shaped(node, patch):
         return Advance(Phase.REGISTERING)
     if pod is not None and pod.deleting:
         step.message = "waiting for an old slurmd pod to go"

@@ -7,7 +7,8 @@ to start now. Pure and O(n log n) in the number of nodes.
    lowest-priority pool is the first to give nodes back.
 2. Pinned nodes that are elsewhere move to their pin.
 3. Groups above their desired count give nodes to groups below it (unadopted nodes first),
-   cheapest node first, within the budget `maxConcurrentMoves - moves in flight`.
+   cheapest node first, within the budget `maxConcurrentMoves - moves in flight`; Slurm
+   takes the nodes pending jobs name (`Goal.named`, demand) before any other.
 Unhealthy nodes (health.py) are never chosen, in either direction: their side keeps them;
 a pin or move-now moves one only with slurmpool.io/force=true. Suspect ones (a finding within
 its grace) come after the healthy idle ones. With `health.replace` the split counts healthy
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -49,6 +50,7 @@ class Goal:
 
     slurm_nodes: int | None = None
     pool_counts: dict[str, int] | None = None
+    named: tuple[str, ...] = ()  # nodes pending jobs name (demand): Slurm takes these before any other
 
 
 @dataclass
@@ -192,6 +194,27 @@ def _movable(node: NodeView, now: datetime) -> bool:
     return node.move is None and node.pin is None and node.move_now is None and not node.problems and not (hold and hold > now)
 
 
+def _candidates(spec: SlurmNodePoolSpec, nodes: list[NodeView], slurm: SlurmView, now: datetime, keep: set[str],
+                chosen: Collection[str] = ()) -> tuple[list[NodeView], dict[str, topology.Rank]]:
+    """The nodes a rebalance may choose (not unhealthy, `keep`; not `chosen` already), and their topology ranks."""
+    movable = [n for n in nodes if n.name not in keep and n.name not in chosen and _movable(n, now)]
+    names = {n.name for n in movable}
+    return movable, topology.ranks(spec.topology, nodes, slurm, current_placement, lambda n: n.name in names, keep)
+
+
+def victim_order(spec: SlurmNodePoolSpec, nodes: list[NodeView], slurm: SlurmView, now: datetime,
+                 health: Mapping[str, NodeHealth]) -> list[NodeView]:
+    """The inference nodes a rebalance toward Slurm may choose, in the order it would: the
+    lowest-priority pool first (the split gives its nodes first), then by cost. Nodes it never
+    chooses (unhealthy, pinned, move-now, held after a rollback, moving, unreadable) are left out.
+    Power-save parking lends parked nodes in this order (parking.py)."""
+    keep = {n.name for n in nodes if n.name in health and health[n.name].unhealthy}
+    movable, topo = _candidates(spec, nodes, slurm, now, keep)
+    priority = {inference(p.name): p.priority for p in spec.inference.pools}
+    chosen = [n for n in movable if n.placement in priority]
+    return sorted(chosen, key=lambda n: (priority[n.placement], _cost(n, slurm, topo.get(n.name, topology.NO_BLOCK), n.name in health)))
+
+
 def move_now_target(node: NodeView, spec: SlurmNodePoolSpec, desired: dict[str, int], count: dict[str, int]) -> str | None:
     """Where a slurmpool.io/move-now annotation asks the node to go: `slurm`, `inference:<pool>`,
     or `inference` (the highest-priority pool short of its desired count, else the highest
@@ -313,7 +336,8 @@ def plan(
                 count[NONE] -= 1
                 count[source] += 1
             continue
-        if not abortable(move) or move.rollback or move.cause in (Cause.PIN, Cause.MOVE_NOW):
+        # A give-back is Slurm's own request: only parking.py declines it, for the bounds it keeps.
+        if not abortable(move) or move.rollback or move.cause in (Cause.PIN, Cause.MOVE_NOW, Cause.GIVEBACK):
             continue
         if count[move.target] > desired[move.target] and count[source] < desired_with_none[source]:
             result.aborts.append(node.name)
@@ -327,14 +351,17 @@ def plan(
         return result
     # One heap of candidates across all groups in surplus; a group stops giving at its surplus.
     already = {s.node for s in result.starts}
-    movable = [n for n in nodes if n.name not in already and n.name not in keep and _movable(n, now)]
+    movable, topo = _candidates(spec, nodes, slurm, now, keep, already)
     by_name = {n.name: n for n in movable}
-    topo = topology.ranks(spec.topology, nodes, slurm, current_placement, lambda n: n.name in by_name, keep)
     whole_only = spec.topology.whole_blocks and spec.topology.enabled
+    # The nodes jobs name come to Slurm first, whatever their cost or block: no other node would
+    # start those jobs. They serve no other target (a move between pools would take them away).
+    named = [by_name[name] for name in dict.fromkeys(goal.named) if name in by_name and side_of(by_name[name].placement) != SLURM]
+    named_names = {n.name for n in named}
     by_group: dict[str, list[NodeView]] = {g: [] for g in surplus}
     for n in movable:
         group = n.placement if n.placement in valid else NONE
-        if group in by_group:
+        if group in by_group and n.name not in named_names:
             by_group[group].append(n)
     candidates: list[Cost] = []  # costs end with the node's name: unique, so the heap never compares further
     for group, members in by_group.items():
@@ -351,9 +378,9 @@ def plan(
     for target in order:
         if not budget:
             break
-        chosen: NodeView | None = None
+        chosen: NodeView | None = _named_for(spec, target, named, count, surplus, valid)
         passed_over: list[Cost] = []
-        while candidates:
+        while candidates and chosen is None:
             entry = heapq.heappop(candidates)
             cand = by_name[entry[-1]]
             group = cand.placement if cand.placement in valid else NONE
@@ -378,6 +405,19 @@ def plan(
         start(chosen, target, Cause.REBALANCE)
         budget -= 1
     return result
+
+
+def _named_for(spec: SlurmNodePoolSpec, target: str, named: list[NodeView], count: dict[str, int], surplus: dict[str, int],
+               valid: set[str]) -> NodeView | None:
+    """The next node jobs name that may go to `target` now (Slurm only), taken off `named`."""
+    if target != SLURM:
+        return None
+    for i, node in enumerate(named):
+        group = node.placement if node.placement in valid else NONE
+        if surplus.get(group, 0) > 0 and not _takes_side_to_floor(spec, count, group, target):
+            surplus[group] -= 1
+            return named.pop(i)
+    return None
 
 
 def _takes_side_to_floor(spec: SlurmNodePoolSpec, count: dict[str, int], group: str, target: str) -> bool:

@@ -1,8 +1,8 @@
 """Which Slurm NodeName a Kubernetes Node is (`spec.slurm.nodeName`, `spec.slurm.nodeNameLabel`).
 Pure. Sites that ran slurmd under systemd often have an FQDN Node beside a short NodeName.
 
-`decide` reads Slurm through `by_node`: the view keyed by Node names, so the core asks every
-question by Node name; Slurm's own name is used again only to write to Slurm (apply.py) and in
+`decide` reads Slurm through `by_node`: the view keyed by Node names (jobs' nodes and the nodes
+they name too), so the core asks every question by Node name; Slurm's own name is used again only to write to Slurm (apply.py) and in
 the slurmd pod (`SLURM_NODENAME`). A Node that maps to no valid name is absent from that view:
 fail closed (health.py: `SlurmUnlisted` when its slurmd should run; moves.py: never "nothing to
 drain" for a node leaving Slurm)."""
@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+
+from slurmbridge.models import SlurmJob
 
 from slurmpool.core.models import SLURM_NAME_PATTERN, SlurmSpec
 from slurmpool.core.view import NodeView, SlurmView
@@ -55,8 +57,16 @@ def by_node(view: SlurmView, names: Mapping[str, str | None]) -> SlurmView:
         return view
     node_of = {s: node for node, s in names.items() if s is not None}
     nodes = {node_of[s]: sn for s, sn in view.nodes.items() if s in node_of}
-    jobs = tuple(replace(j, nodes=tuple(node_of[n] for n in j.nodes if n in node_of)) for j in view.jobs)
+    jobs = tuple(_job_by_node(j, node_of) for j in view.jobs)
     topology = tuple(replace(g, nodes=tuple(node_of[n] for n in g.nodes if n in node_of)) for g in view.topology)
     reservations = view.reservations if view.reservations is None else \
         tuple(replace(r, nodes=tuple(node_of.get(n, n) for n in r.nodes)) for r in view.reservations)
     return replace(view, nodes=nodes, jobs=jobs, topology=topology, reservations=reservations, _blocks={})
+
+
+def _job_by_node(job: SlurmJob, node_of: Mapping[str, str]) -> SlurmJob:
+    """A job's nodes by Node name. The nodes it names keep a Slurm name no Node maps to (demand
+    tells a node outside the pool that way), as reservations' do."""
+    return replace(job, nodes=tuple(node_of[n] for n in job.nodes if n in node_of),
+                   required_nodes=tuple(node_of.get(n, n) for n in job.required_nodes),
+                   unavailable_nodes=tuple(node_of.get(n, n) for n in job.unavailable_nodes))

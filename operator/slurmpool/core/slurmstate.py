@@ -47,6 +47,17 @@ def parked(sn: SlurmNode) -> bool:
     return bool({"POWERED_DOWN", "POWERING_DOWN"} & sn.flags)
 
 
+def powered_down(sn: SlurmNode) -> bool:
+    """Powered down and settled there (`idle~`, `drain~`): not on its way down, not asked back."""
+    return "POWERED_DOWN" in sn.flags and not {"POWERING_DOWN", "POWERING_UP"} & sn.flags
+
+
+def asked_back(sn: SlurmNode) -> bool:
+    """Slurm chose the powered-down node for a job and waits for its slurmd: POWERING_UP with the
+    job allocated (`mix#`, `alloc#`; the job is CONFIGURING). Power saving's own request to resume."""
+    return "POWERING_UP" in sn.flags and busy(sn)
+
+
 def usable(sn: SlurmNode) -> bool:
     """Slurm may give the node to a job, busy or idle: not drained, not DOWN, UNKNOWN, FUTURE or
     NOT_RESPONDING. A node powered down without a drain (`idle~`) is usable: Slurm powers it up

@@ -22,8 +22,10 @@ from slurmpool.core import slurmnames
 from slurmpool.core.forecast import draining_out_of_slurm, forecast
 from slurmpool.core.health import NodeHealth
 from slurmpool.core.moves import Blocker, BlockerKind, Refusal
+from slurmpool.core.events import Reason
+from slurmpool.core.parking import Parking
 from slurmpool.core.snapshot import ApplyResult, PoolDecision, PoolSnapshot
-from slurmpool.core.view import LABEL_COMPONENT, LABEL_POOL, SLURM, MoveRecord, NodeView, counts_at, inference, iso, side_of
+from slurmpool.core.view import LABEL_COMPONENT, LABEL_POOL, SLURM, Cause, MoveRecord, NodeView, counts_at, inference, iso, side_of
 
 
 @dataclass(frozen=True)
@@ -36,10 +38,12 @@ class StatusBasis:
     pools: tuple[str, ...] = ()  # the inference pools' names (spec.inference.pools)
     paused: bool = False
     replace: bool = False  # spec.health.replace: the split counts healthy nodes only
+    power_save: bool = False  # spec.slurm.parking is PowerSave: the Lending condition (parking.py)
 
     @classmethod
     def of(cls, name: str, generation: int | None, spec: SlurmNodePoolSpec) -> StatusBasis:
-        return cls(name, generation, tuple(p.name for p in spec.inference.pools), spec.paused, spec.health.replace)
+        return cls(name, generation, tuple(p.name for p in spec.inference.pools), spec.paused, spec.health.replace,
+                   spec.slurm.parking == "PowerSave")
 
 
 @dataclass
@@ -59,6 +63,8 @@ class Observed:
     held: list[str] = field(default_factory=list)  # unhealthy nodes whose pin or move-now waits
     refusals: dict[str, str] = field(default_factory=dict)  # node -> a write the API server refused
     free_at: dict[str, str] = field(default_factory=dict)  # node draining out of Slurm -> its jobs' latest end (draining_forecast)
+    parking: Parking | None = None  # lendable and held parked nodes (parking.py)
+    declined: list[str] = field(default_factory=list)  # this pass's GiveBackDeclined messages
 
 
 def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult) -> SlurmNodePoolStatus:
@@ -75,6 +81,8 @@ def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult
         held=decision.held,
         refusals={n: str(why) for n, why in result.refused.items() if isinstance(why, Refusal)},
         free_at=draining_forecast(decision.nodes_after, snap),
+        parking=decision.parking,
+        declined=[e.message for s in decision.steps.values() for e in s.events if e.reason == Reason.GiveBackDeclined],
     )
     for name, step in decision.steps.items():
         message = str(result.refused.get(name) or step.message)
@@ -165,6 +173,8 @@ def status_from(
         if move.target in moving:
             moving[move.target] += 1
         blocked_by, message = seen.blocked.get(node.name, ([], ""))
+        if move.cause == Cause.GIVEBACK and move.rollback:
+            message = f"give-back declined (Slurm requeued its job); {message}"
         blocked_by = blocked_by[:20]
         if workload := [b for b in blocked_by if b.workload]:
             waiting[node.name] = workload
@@ -231,6 +241,19 @@ def _split_reached(basis: StatusBasis, status: SlurmNodePoolStatus) -> bool:
     return have(status.slurm) == status.slurm.desired and all(have(p) == p.desired for p in status.inference.pools)
 
 
+def _lending(parking: Parking, declined: list[str], moves: list[MoveStatus]) -> Verdict:
+    """Power-save parking: which parked nodes Slurm may ask back (idle~), which are held (drain~)
+    and why, and give-backs declined (this pass, or still returning)."""
+    held = "; ".join(f"{n}: {why}" for n, why in sorted(parking.held.items())[:10]) + (" ..." if len(parking.held) > 10 else "")
+    text = f"lendable (idle~): {', '.join(parking.lendable[:20]) or 'none'}; held (drain~): {held or 'none'}"
+    if parking.waiting:
+        text += "; " + "; ".join(parking.waiting[:5])
+    returning = [f"{m.node} ({m.phase})" for m in moves if m.message.startswith("give-back declined")]
+    if declined or returning:
+        return Verdict(True, "GiveBackDeclined", "; ".join(declined[:3] + ([f"returning: {', '.join(returning)}"] if returning else [])) + f". {text}")
+    return Verdict(bool(parking.lendable), "Lending" if parking.lendable else "AllHeld", text)
+
+
 def _conditions(basis: StatusBasis, status: SlurmNodePoolStatus, seen: Observed, blocked: list[tuple[MoveStatus, list[Blocker]]],
                 previous: list[Condition], now: datetime) -> list[Condition]:
     generation = basis.generation
@@ -274,6 +297,10 @@ def _conditions(basis: StatusBasis, status: SlurmNodePoolStatus, seen: Observed,
         c = set_condition(c, "Progressing", Verdict(False, "Paused", "spec.paused is set: no new moves start"), now, generation)
     else:
         c = set_condition(c, "Progressing", Verdict(False, "Idle"), now, generation)
+    if basis.power_save and seen.parking is not None:
+        c = set_condition(c, "Lending", _lending(seen.parking, seen.declined, status.moves), now, generation)
+    else:  # Drain parking lends nothing: no such condition (one left by an earlier PowerSave goes)
+        c = [x for x in c if x.type != "Lending"]
     settled = _split_reached(basis, status)
     if degraded:
         ready = Verdict(False, degraded[0][0], "; ".join(m for _, m in degraded))
@@ -283,6 +310,6 @@ def _conditions(basis: StatusBasis, status: SlurmNodePoolStatus, seen: Observed,
         ready = Verdict(True, "SplitReached", f"Slurm {status.slurm.ready}, inference {status.inference.ready}" + (
             f" ({status.unhealthy} unhealthy: see status.unhealthyNodes)" if status.unhealthy else ""))
     c = set_condition(c, "Ready", ready, now, generation)
-    order = {"Ready": 0, "Progressing": 1, "DrainBlocked": 2, "Degraded": 3}
+    order = {"Ready": 0, "Progressing": 1, "DrainBlocked": 2, "Degraded": 3, "Lending": 4}
     return sorted(c, key=lambda x: order.get(x.type, 9))
 

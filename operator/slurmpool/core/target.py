@@ -23,7 +23,7 @@ status (status.target.specSlurmNodes), so it survives operator restarts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -31,6 +31,7 @@ from slurmpool.core import schedule as sched
 from slurmpool.core.demand import Base, DemandOutcome, Signals, decide_demand
 from slurmpool.core.events import Event, Reason
 from slurmpool.core.models import DemandStatus, SlurmNodePoolSpec, TargetStatus
+from slurmpool.core.placement import Side
 from slurmpool.core.view import iso, parse_time
 
 
@@ -39,6 +40,7 @@ from slurmpool.core.view import iso, parse_time
 class Decision:
     status: TargetStatus
     events: list[Event] = field(default_factory=list)
+    named: tuple[str, ...] = ()  # nodes pending jobs name, this pass's (demand): they come to Slurm first
 
     @property
     def slurm_nodes(self) -> int:
@@ -151,6 +153,7 @@ def decide_target(
     )
 
     # -- demand on top (without fresh signals, e.g. Slurm unreachable, its count holds)
+    named = signals.named(Side.SLURM) if signals is not None and spec.demand is not None and spec.demand.enabled else ()
     if spec.demand is not None and spec.demand.enabled:
         prev_demand = previous.demand if previous else None
         if signals is not None:
@@ -174,8 +177,20 @@ def decide_target(
             target.since = outcome.status.last_change or iso(now)
             target.by = None
             target.reason = f"demand on top of {source.lower()} count {base}: {outcome.status.message}"
-    return Decision(target, events)
+    return Decision(target, events, named)
 
 
 def _window_key(previous: TargetStatus) -> str:
     return previous.base_key or ""
+
+
+def with_given_back(decision: Decision, given_back: int, total: int) -> Decision:
+    """Nodes Slurm asked back from power-save parking (parking.py) count on the Slurm side while
+    Slurm's jobs hold them: the planner must not send other Slurm nodes to inference for them.
+    Once their jobs are done they are not counted, and are surplus the planner may take back."""
+    if not given_back:
+        return decision
+    status = decision.status
+    count = min(total, status.slurm_nodes + given_back)
+    update = {"slurm_nodes": count, "reason": f"{status.reason}; +{count - status.slurm_nodes} given back to Slurm's jobs (power saving)"}
+    return replace(decision, status=status.model_copy(update=update))

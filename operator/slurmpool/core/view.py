@@ -37,6 +37,9 @@ ANN_MOVE_NOW = f"{PREFIX}/move-now"  # on-call: move this node now (a one-shot p
 ANN_SLURM = f"{PREFIX}/slurm"  # published by the operator: the node's Slurm state and jobs (JSON)
 ANN_SETTLED = f"{PREFIX}/settled-at"  # when the node last settled at its placement
 ANN_DRAIN = f"{PREFIX}/drain"  # JSON DrainClaim: the Slurm drain the operator set (ownership.py)
+# When Slurm asked the node back (power saving: a job allocated on it while it was parked, lent);
+# while Slurm's jobs hold it the target counts it on the Slurm side (parking.py, target.py).
+ANN_GIVEN_BACK = f"{PREFIX}/given-back"
 ANN_FORCE = f"{PREFIX}/force"  # on-call: "true" lets a pin or move-now move an unhealthy node
 # "true": the node was already cordoned by someone else when a move took it to Slurm; that cordon
 # is theirs, so it stays when the node returns to inference (moves.inference_shape; patch.py writes it).
@@ -133,13 +136,16 @@ class RecordProblem:
 class Cause(StrEnum):
     """Why a move started: the record's `cause`, the `cause` label of slurmpool_moves_started_total
     and the plan's `cause` column. The planner starts moves for the first three; a move turned
-    back is a new move, for one of the last two."""
+    back is a new move, for ROLLBACK or ABORT; parking.py starts GIVEBACK."""
 
     REBALANCE = "rebalance"  # the split (manual, schedule or demand) wants it
     PIN = "pin"  # slurmpool.io/pin names another placement
     MOVE_NOW = "move-now"  # slurmpool.io/move-now asks for it
     ROLLBACK = "rollback"  # its move failed (a timeout, refused evictions): back the way it came
     ABORT = "abort"  # the split no longer wants a move still abortable: back the way it came
+    # Slurm asked a lendable parked node back (parking.py): the move to Slurm; its decline, a
+    # rollback, keeps the cause (rollback=True) so the status can say it was declined.
+    GIVEBACK = "give-back"
 
 
 class MoveRecord(BaseModel):
@@ -299,6 +305,7 @@ class NodeView:
     move_now: str | None = field(init=False, repr=False)
     held_until: datetime | None = field(init=False, repr=False)
     drain_claim: DrainClaim | None = field(init=False, repr=False)
+    given_back: datetime | None = field(init=False, repr=False)  # ANN_GIVEN_BACK: Slurm asked for it then
     force: bool = field(init=False, repr=False)  # slurmpool.io/force=true: pin/move-now may move it unhealthy
     # Annotations that could not be read (people can write them): the node is left alone.
     problems: tuple[RecordProblem, ...] = field(init=False, repr=False)
@@ -325,6 +332,12 @@ class NodeView:
             held = read_time(get(ANN_HOLD_UNTIL))
         except ValueError:
             problems.append(RecordProblem(ANN_HOLD_UNTIL, f"{get(ANN_HOLD_UNTIL)!r} is no RFC 3339 time"))
+        given_back = None
+        try:
+            given_back = read_time(get(ANN_GIVEN_BACK))
+        except ValueError:
+            problems.append(RecordProblem(ANN_GIVEN_BACK, f"{get(ANN_GIVEN_BACK)!r} is no RFC 3339 time"))
+        object.__setattr__(self, "given_back", given_back)
         claim = None
         if text := get(ANN_DRAIN):
             try:

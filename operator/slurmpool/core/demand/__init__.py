@@ -2,8 +2,9 @@
 
 The sources, read each pass (`SOURCES`: one module each, in this order):
 - `slurm_jobs`: jobs pending in the pool's Slurm partition that more nodes would start (waiting
-  reasons, gang jobs larger than the usable nodes, idle nodes deducted); jobs no split of the
-  pool could start are reported, never counted.
+  reasons, gang jobs larger than the usable nodes, idle nodes deducted, whole nodes for
+  --exclusive); a job that names nodes (-w) wants those nodes back, by name; jobs no split of
+  the pool could start are reported, never counted.
 - `gpu_pods`: unschedulable pods asking for nvidia.com/gpu that fit an inference pool, each for
   the highest-priority pool it fits.
 Each yields `Want`s (want.py): what its waiting work wants from one side, and from which named
@@ -30,7 +31,9 @@ __all__ = [
 SOURCES: tuple[Source, ...] = (slurm_jobs.wants, gpu_pods.wants)
 
 
-def signals(spec: SlurmNodePoolSpec, nodes: Sequence[NodeView], slurm: SlurmView, pending: Sequence[PendingPod]) -> Signals:
+def signals(
+    spec: SlurmNodePoolSpec, nodes: Sequence[NodeView], slurm: SlurmView, pending: Sequence[PendingPod], unhealthy: frozenset[str] = frozenset()
+) -> Signals:
     """Every source's wants this pass, and where the pool's nodes are."""
-    seen = Seen(spec, nodes, slurm, pending, gpus_per_node(spec))
+    seen = Seen(spec, nodes, slurm, pending, gpus_per_node(spec), unhealthy)
     return Signals(tuple(w for source in SOURCES for w in source(seen)), placed(nodes))

@@ -60,6 +60,10 @@ class Signals:
     def gpus(self, side: Side) -> int:
         return sum(w.gpus for w in self.wants if w.side is side)
 
+    def named(self, side: Side) -> tuple[str, ...]:
+        """The nodes the side's waiting work names, once each, in the order the sources name them."""
+        return tuple(dict.fromkeys(n for w in self.wants if w.side is side for n in w.named))
+
     def what(self, side: Side) -> str:
         return "; ".join(w.what for w in self.wants if w.side is side)
 

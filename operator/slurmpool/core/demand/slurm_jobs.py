@@ -1,6 +1,7 @@
 """Demand source: jobs pending in Slurm that more nodes would start. Pure.
 
-Jobs PENDING in `spec.slurm.partition` that want GPUs and whose reason means "waits for
+Jobs PENDING in `spec.slurm.partition` that want GPUs, whole nodes (--exclusive: every GPU of
+their nodes, though they name none) or nodes of the pool by name (-w), and whose reason means "waits for
 nodes" (`job_waits_for_nodes`: Resources, Priority, ReqNodeNotAvail, NodeDown,
 PartitionNodeLimit and the desc "Nodes required for job are DOWN, DRAINED or reserved..." in
 every spelling squeue, scontrol and slurmrestd print; not jobs held, waiting on a dependency,
@@ -8,22 +9,27 @@ a begin time or a limit: more nodes would not start those). A job that asks for 
 than the pool's usable Slurm nodes (a gang job while nodes are parked for inference) needs its
 node count less those usable nodes, busy or not; the other jobs need max(ceil(their GPUs / GPUs
 per node), the largest one's node count) less the idle Slurm nodes. Slurm's want is the larger
-of the two. A job no split of the pool could start (more nodes than the pool has, more GPUs per
-node than its nodes have, BadConstraints) is reported (`unstartable`), never counted.
+of the two. A job that names its nodes (-w) needs exactly those: the ones not in Slurm are
+wanted by name (`Want.named`: the planner moves them before any other), on top of the above,
+and only the nodes it asks for beyond them count as above. A job no split of the pool could
+start (more nodes than the pool has, more GPUs per node than its nodes have, BadConstraints,
+a named node that cannot come: unhealthy, pinned elsewhere, or not the pool's and unavailable)
+is reported (`unstartable`), never counted: other nodes in its place would not start it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import lru_cache
-from collections.abc import Sequence
 
 from slurmbridge.models import SlurmJob
 
 from slurmpool.core import slurmstate
 from slurmpool.core.demand.want import Seen, Want
-from slurmpool.core.placement import SLURM, Side
-from slurmpool.core.view import NodeView, SlurmView
+from slurmpool.core.placement import NONE, SLURM, Side
+from slurmpool.core.view import NodeView, SlurmView, counts_at
 
 # A pending job's reason, normalised (lower case, "_" as " "), that more nodes could end. Slurm
 # prints a job's state_desc instead of its reason when one is set: squeue %r and slurmrestd's
@@ -69,49 +75,99 @@ def never_starts(job: SlurmJob, pool_nodes: int, gpn: int) -> str | None:
     return None
 
 
-def want(waiting: int, gpus: int, nodes: int, gang: int, unstartable: tuple[str, ...] = ()) -> Want:
+def want(waiting: int, gpus: int, nodes: int, gang: int, unstartable: tuple[str, ...] = (), named: tuple[str, ...] = ()) -> Want:
     """Slurm's want: `nodes` for the jobs that fit the usable nodes (idle ones deducted), `gang`
-    for the largest job that does not."""
+    for the largest job that does not, and the `named` nodes jobs name that are not in Slurm."""
     gang_text = f", one asks for {gang} node(s) more than Slurm has usable" if gang else ""
-    return Want(Side.SLURM, max(0, nodes, gang), waiting, gpus, f"{waiting} pending job(s) want {gpus} GPU(s){gang_text}",
-                unstartable=unstartable)
+    named_text = f", {len(named)} named by their jobs ({_listed(named)})" if named else ""
+    return Want(Side.SLURM, max(0, nodes, gang) + len(named), waiting, gpus,
+                f"{waiting} pending job(s) want {gpus} GPU(s){gang_text}{named_text}", unstartable=unstartable, named=named)
 
 
 def wants(seen: Seen) -> list[Want]:
     """The source (an entry of SOURCES): what the pool's pending jobs want from Slurm."""
     gpn = seen.gpus_per_node
-    candidates = _pending(seen.slurm.jobs, seen.spec.slurm.partition)
-    unstartable = {j.job_id: why for j in candidates if (why := never_starts(j, len(seen.nodes), gpn))}
+    pool = {n.name: n for n in seen.nodes}
+    candidates = _pending(seen.slurm.jobs, seen.spec.slurm.partition, pool)
+    unstartable = {j.job_id: why for j in candidates if (why := never_starts(j, len(seen.nodes), gpn) or named_stuck(j, pool, seen.unhealthy))}
     jobs = [j for j in candidates if j.job_id not in unstartable] if unstartable else candidates
     if not jobs and not unstartable:
         return []
-    usable, idle = _usable_and_idle(seen.nodes, seen.slurm)
-    fitting = [j for j in jobs if j.num_nodes <= usable]
-    packed = max([math.ceil(sum(j.gpus_wanted for j in fitting) / gpn)] + [j.num_nodes for j in fitting]) if fitting else 0
-    gang = max((j.num_nodes - usable for j in jobs if j.num_nodes > usable), default=0)
+    usable, idle = _usable_and_idle(seen.nodes, seen.slurm, seen.spec.slurm.parking == "PowerSave")
+    named = tuple(dict.fromkeys(n for j in jobs for n in j.required_nodes if n in pool and counts_at(pool[n]) != SLURM))
+    counted = [rest for j in jobs if (rest := _beyond_named(j)) is not None]
+    fitting = [j for j in counted if j.num_nodes <= usable]
+    packed = max([math.ceil(sum(_gpus(j, gpn) for j in fitting) / gpn)] + [j.num_nodes for j in fitting]) if fitting else 0
+    gang = max((j.num_nodes - usable for j in counted if j.num_nodes > usable), default=0)
     reported = tuple(why for _, why in sorted(unstartable.items()))
-    return [want(len(jobs), sum(j.gpus_wanted for j in jobs), packed - idle, gang, reported)]
+    return [want(len(jobs), sum(_gpus(j, gpn) for j in jobs), packed - idle, gang, reported, named)]
 
 
-def _pending(jobs: Sequence[SlurmJob], partition: str) -> list[SlurmJob]:
-    """The partition's pending GPU jobs that wait for nodes or never start."""
+def named_stuck(job: SlurmJob, pool: Mapping[str, NodeView], unhealthy: frozenset[str]) -> str | None:
+    """Why a node the job names cannot come to Slurm, or None. Not another node in its place:
+    the job could not use it. A node of the pool that is not in Slurm and unhealthy, pinned
+    elsewhere or left alone for an unreadable record; or one outside the pool that Slurm lists
+    as unavailable (not ours to bring back)."""
+    for name in job.required_nodes:
+        node = pool.get(name)
+        if node is None:
+            if name in job.unavailable_nodes:
+                return f"job {job.job_id}: names {name}, which Slurm lists as unavailable and is not in the pool"
+            continue
+        if counts_at(node) == SLURM:
+            continue
+        if node.problems:
+            return f"job {job.job_id}: names {name}, whose slurmpool records cannot be read"
+        if name in unhealthy:
+            return f"job {job.job_id}: names {name}, which is unhealthy"
+        if node.pin is not None and node.pin != SLURM:
+            return f"job {job.job_id}: names {name}, which is pinned to {node.pin}"
+    return None
+
+
+def _beyond_named(job: SlurmJob) -> SlurmJob | None:
+    """The part of a job its named nodes do not serve (-N4 -w a,b: two nodes more, any of the
+    partition's); the whole job when it names none, None when its named nodes serve it all."""
+    if not job.required_nodes:
+        return job
+    rest = job.num_nodes - len(job.required_nodes)
+    return replace(job, num_nodes=rest, required_nodes=()) if rest > 0 else None
+
+
+def _gpus(job: SlurmJob, gpn: int) -> int:
+    """GPUs a job takes: every GPU of its nodes when it takes whole nodes (--exclusive)."""
+    return gpn * job.num_nodes if job.exclusive else job.gpus_wanted
+
+
+def _listed(names: Sequence[str], at_most: int = 5) -> str:
+    more = f" and {len(names) - at_most} more" if len(names) > at_most else ""
+    return ", ".join(names[:at_most]) + more
+
+
+def _pending(jobs: Sequence[SlurmJob], partition: str, pool: Mapping[str, NodeView]) -> list[SlurmJob]:
+    """The partition's pending jobs that wait for nodes or never start and want the pool's nodes:
+    GPUs, whole nodes (--exclusive), or nodes of the pool by name."""
     return [
         j
         for j in jobs
         if j.state == "PENDING"
-        and j.gpus_per_node * j.num_nodes > 0
+        and j.num_nodes > 0
+        and (j.gpus_per_node > 0 or j.exclusive or any(n in pool for n in j.required_nodes))
         and partition in j.partition.split(",")
         and _normal(j.reason).startswith(COUNTED_REASONS)
     ]
 
 
-def _usable_and_idle(nodes: Sequence[NodeView], slurm: SlurmView) -> tuple[int, int]:
-    """Settled Slurm nodes a job could get, busy or idle (usable), and those idle with no job."""
+def _usable_and_idle(nodes: Sequence[NodeView], slurm: SlurmView, power_save: bool = False) -> tuple[int, int]:
+    """Settled Slurm nodes a job could get, busy or idle (usable), and those idle with no job.
+    With power-save parking a lent parked node (`idle~`: usable) is Slurm's capacity too: Slurm
+    starts jobs there itself (a give-back, parking.py); a held one (`drain~`) is not usable."""
     usable = idle = 0
     if not slurm.available:
         return 0, 0
     for node in nodes:
-        sn = slurm.nodes.get(node.name) if node.move is None and node.placement == SLURM else None
+        counted = node.placement == SLURM or (power_save and node.placement != NONE)
+        sn = slurm.nodes.get(node.name) if node.move is None and counted else None
         if sn is not None and slurmstate.usable(sn):
             usable += 1
             idle += slurmstate.idle(sn) and not slurm.jobs_on(node.name)

@@ -30,17 +30,22 @@ class Want:
     # these need not add up to `nodes`).
     pools: tuple[tuple[str, int], ...] = ()
     unstartable: tuple[str, ...] = ()  # work no split of the pool could start, and why: reported, never counted
+    # Of `nodes`, the pool's nodes the work names (a job's -w): the planner moves these to the
+    # side before any other (planner.Goal.named).
+    named: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Seen:
-    """What a source may read: the pool, its nodes, the Slurm view and the pending-pod index."""
+    """What a source may read: the pool, its nodes, the Slurm view, the pending-pod index, and
+    the nodes health.py finds unhealthy (never moved: work that names one cannot start)."""
 
     spec: SlurmNodePoolSpec
     nodes: Sequence[NodeView]
     slurm: SlurmView
     pods: Sequence[PendingPod]
     gpus_per_node: int
+    unhealthy: frozenset[str] = frozenset()
 
 
 Source = Callable[[Seen], Iterable[Want]]
