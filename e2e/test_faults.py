@@ -7,6 +7,7 @@ Nodes deleted, slurmd that never registers and people acting mid-move: test_faul
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -165,8 +166,11 @@ def test_two_replicas_the_leader_stopped_with_sigterm_hands_over_within_2_s(lab,
            for name, port in ports.items()}
     try:
         wait(lambda: settled(lab, 8), 60, what="8/0 with two replicas")
-        holder = wait(lambda: get_json(lab, "lease", "slurmpool", "-n", lease_ns).get("spec", {}).get("holderIdentity"), 30,
-                      what="a Lease holder")
+        def lease_holder() -> str | None:  # None until a replica has made the Lease
+            got = lab.kubectl("get", "lease", "slurmpool", "-n", lease_ns, "-o", "json", check=False)
+            return json.loads(got.stdout).get("spec", {}).get("holderIdentity") if got.returncode == 0 else None
+
+        holder = wait(lease_holder, 30, what="a Lease holder")
         follower = next(name for name in ops if name != holder)
         wait(lambda: "indexes ready" in ops[follower].log_tail(400), 60, what="the follower's watches ready")
         assert counter(scrape(ports[holder]), "slurmpool_leader") == 1

@@ -66,11 +66,15 @@ from typing import Any
 from urllib.parse import quote
 
 from . import validate
-from .backend import _RELEASE_ALREADY, _REQUEUE_ALREADY, _REQUEUE_REFUSED, _RESERVATION_GONE, _RESUME_ALREADY, _SETTLING, SETTLE_POLL
+from .backend import (
+    _RELEASE_ALREADY, _REQUEUE_ALREADY, _REQUEUE_REFUSED, _RESERVATION_GONE, _RESUME_ALREADY, _SETTLING, REFUSED, SETTLE_POLL, power_requests,
+    refuse_power_down,
+)
 from .backoff import Backoff
 from .errors import UNAVAILABLE_MARKERS, SlurmError, SlurmUnavailable, SlurmUnsupported
 from .http import HttpClient, HttpProtocolError
 from .models import DeclaredSignal, PowerSave, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup, gpu_count
+from .parse import power_save_from_config
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +82,13 @@ KNOWN_VERSIONS = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.4
 REQUEUE_VERSIONS = frozenset({"v0.0.45"})  # the first data parser with GET /job/{id}/requeue
 # The first data parser that creates and deletes reservations (Slurm 25.05); 24.11 serves up to v0.0.42.
 RESERVATION_VERSIONS = frozenset({"v0.0.43", "v0.0.44", "v0.0.45"})
+# The first data parser with GET /conf (slurm.conf as slurmctld has it): Slurm 26.05.
+CONF_VERSIONS = frozenset({"v0.0.45"})
+POWER_SAVE_KEYS = ("SuspendProgram", "ResumeProgram", "SuspendTime", "ResumeTimeout", "SuspendExcParts",
+                   "SuspendExcNodes", "ReconfigFlags", "SuspendRate", "ResumeRate", "SlurmctldParameters")
+# The node states a power request sends: flag names every data parser from v0.0.40 knows (measured:
+# v0.0.42 to v0.0.44 refuse "POWER_DOWN_FORCE" and "POWER_DOWN_ASAP" as unknown flags, with 500).
+_POWER_STATES = {"POWER_DOWN": ["POWER_DOWN"], "POWER_UP": ["POWER_UP"], "POWER_DOWN_FORCE": ["POWER_DOWN", "POWERED_DOWN"]}
 _VERSION_PATH = re.compile(r"^/slurm/(v0\.0\.\d+)/")
 
 NODE_BASE_STATES = ("UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "INVALID")
@@ -449,15 +460,43 @@ class RestBackend:
         await self._reserving()
         await self._call("DELETE", f"/reservation/{quote(checked, safe='')}", benign=_RESERVATION_GONE)
 
-    # Power saving (issue 39): the calls are on the interface; the backends come next.
+    # ------------------------------------------------------------------ power saving
+
     async def power_down(self, nodes: Sequence[str]) -> None:
-        raise SlurmUnsupported("power saving is not built yet (issue 39)")
+        """POST /node/NAME {"state": ["POWER_DOWN"]} per node that needs it (backend.power_requests);
+        a node powering up without a job gets POWER_DOWN and POWERED_DOWN together, the two flags
+        26.05's POWER_DOWN_FORCE is made of, which every version from v0.0.40 parses."""
+        await self._power(nodes, down=True)
 
     async def power_up(self, nodes: Sequence[str]) -> None:
-        raise SlurmUnsupported("power saving is not built yet (issue 39)")
+        """POST /node/NAME {"state": ["POWER_UP"]} per node that needs it (backend.power_requests)."""
+        await self._power(nodes, down=False)
+
+    async def _power(self, nodes: Sequence[str], down: bool) -> None:
+        checked = list(dict.fromkeys(validate.node_names(nodes)))
+        if not checked:
+            return
+        current = await self.nodes(checked)
+        requests = power_requests([(n, current.get(n)) for n in checked], down)
+        sends = [(name, _POWER_STATES[state]) for state, names in requests.items() if state != REFUSED for name in names]
+        await self._each(sends, lambda item: self._call("POST", f"/node/{quote(item[0], safe='')}", {"state": item[1]}))
+        refuse_power_down(requests)
 
     async def power_save(self) -> PowerSave:
-        raise SlurmUnsupported("power saving is not built yet (issue 39)")
+        """slurm.conf's power saving from GET /conf (v0.0.45, Slurm 26.05). Older versions have no
+        endpoint that tells it (their partitions show SuspendTime and ResumeTimeout, never the
+        programs): SlurmUnsupported, which the operator reports as not known."""
+        version = await self._version()
+        if version not in CONF_VERSIONS:
+            raise SlurmUnsupported(
+                f"slurmrestd {version} does not tell slurm.conf's power saving (GET /conf is v0.0.45's, Slurm 26.05): "
+                "not known over this REST API; check slurm.conf as docs/slurm-admin.md says, or use SSH access",
+                argv=("GET", "/conf"))
+        data = await self._call("GET", "/conf")
+        conf = data.get("slurm_conf")
+        if not isinstance(conf, dict):
+            raise SlurmError("slurmrestd answered GET /conf without slurm_conf", argv=("GET", "/conf"))
+        return power_save_from_config({k: _conf_text(conf[k]) for k in POWER_SAVE_KEYS if k in conf})
 
     async def _reserving(self) -> None:
         if not await self.can_reserve():
@@ -667,6 +706,17 @@ def _strings(value: Any) -> tuple[str, ...]:
     if isinstance(value, str) and value not in ("", "(null)", "N/A"):
         return tuple(v for v in value.split(",") if v)
     return ()
+
+
+def _conf_text(value: Any) -> str:
+    """A GET /conf value as `scontrol show config` prints it: lists joined by commas, a number
+    that is not set or infinite as INFINITE."""
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, dict):
+        number = _number(value)
+        return "INFINITE" if number is None else str(number)
+    return "" if value is None else str(value)
 
 
 def _text(value: Any) -> str:

@@ -80,8 +80,12 @@ def asked_back(sn: SlurmNode) -> bool:
 def usable(sn: SlurmNode) -> bool:
     """Slurm may give the node to a job, busy or idle: not drained, not DOWN, UNKNOWN, FUTURE or
     NOT_RESPONDING. A node powered down without a drain (`idle~`) is usable: Slurm powers it up
-    for the job it chose (power_save.shtml), so it is capacity Slurm already has."""
-    return not drain_set(sn) and "NOT_RESPONDING" not in sn.flags and sn.state not in UNREACHABLE_STATES
+    for the job it chose (power_save.shtml), so it is capacity Slurm already has; NOT_RESPONDING
+    does not count there (24.11 and 26.05 add it to a lent node whose slurmd has been gone for
+    SlurmdTimeout, and still power it up for a job: tests/fixtures/power_states)."""
+    if drain_set(sn) or sn.state in UNREACHABLE_STATES:
+        return False
+    return "NOT_RESPONDING" not in sn.flags or "POWERED_DOWN" in sn.flags
 
 
 def idle(sn: SlurmNode) -> bool:
