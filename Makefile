@@ -43,10 +43,12 @@ tools: deps
 	e2e/lab/build-celcheck.sh >/dev/null
 
 # The chart: helm lint and template (defaults and every option on); deploy/manifests/ current.
+# CHART_REQUIRED: the two values with no default (docs/install.md), as a site sets them.
+CHART_REQUIRED := --set image.repository=registry.example.com/hpc/slurmpool --set 'poolPolicy.imagePrefixes={registry.example.com/hpc/}'
 chart: tools
-	h=$$(e2e/lab/build-helm.sh) && $$h lint --strict $(CHART) && \
-	  $$h template slurmpool $(CHART) -n slurmpool-system >/dev/null && \
-	  $$h template slurmpool $(CHART) -n slurmpool-system --set metrics.serviceMonitor.enabled=true \
+	h=$$(e2e/lab/build-helm.sh) && $$h lint --strict $(CHART) $(CHART_REQUIRED) && \
+	  $$h template slurmpool $(CHART) -n slurmpool-system $(CHART_REQUIRED) >/dev/null && \
+	  $$h template slurmpool $(CHART) -n slurmpool-system $(CHART_REQUIRED) --set metrics.serviceMonitor.enabled=true \
 	    --set metrics.prometheusRule.enabled=true --set cadence.createRole=true \
 	    --set oncall.createRole=true --set 'oncall.subjects[0].kind=Group,oncall.subjects[0].name=gpu-oncall' \
 	    --set 'rbac.poolNamespaces={gpu-a,gpu-b}' >/dev/null

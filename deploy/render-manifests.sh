@@ -10,6 +10,9 @@
 # committed files differ (make test runs that). `--crds-only` copies crds/ into the chart
 # (files/crds/, which templates/crds.yaml renders) and writes crds.yaml, without Helm (`make crds`
 # runs that). slurmpool.yaml is rendered with crds.install=false: the CRD is crds.yaml alone.
+# The two values with no default are the placeholder registry.invalid/change-me/ (a reserved name that
+# never resolves): the operator image and the one registry slurmd images may come from. Replace it
+# before applying (docs/install.md#without-helm).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -32,9 +35,11 @@ fi
 [ "${1:-}" = --crds-only ] && exit 0
 
 helm=${HELM:-$("$repo/e2e/lab/build-helm.sh")}
-t() { "$helm" template slurmpool "$chart" --namespace "$ns" "$@"; }
+placeholder=registry.invalid/change-me/
+t() { "$helm" template slurmpool "$chart" --namespace "$ns" --set "image.repository=${placeholder}slurmpool" \
+  --set "poolPolicy.imagePrefixes={$placeholder}" "$@"; }
 {
-  header "default values, crds.install=false"
+  header "default values, crds.install=false, image and slurmd registry registry.invalid/change-me/"
   cat <<YAML
 ---
 apiVersion: v1

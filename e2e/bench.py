@@ -137,7 +137,7 @@ class CountingKube:
     async def patch_node_later(self, name, patch):
         self.requests += 1
 
-    async def create_slurmd_pod(self, pool, spec, node, slurm_name=None):
+    async def create_slurmd_pod(self, pool, spec, node, slurm_name=None, boot=False):
         self.requests += 1
 
     async def delete_pod(self, namespace, name, uid):

@@ -115,7 +115,7 @@ def admission_objects() -> list[dict]:
     ServiceAccount the operator runs as (slurmpool in slurmpool-system)."""
     helm = subprocess.run([str(REPO / "e2e" / "lab" / "build-helm.sh")], check=True, capture_output=True, text=True).stdout.strip()
     with tempfile.NamedTemporaryFile("w", suffix=".json") as values:
-        json.dump(admission_values(), values)
+        json.dump({"image": {"repository": "slurmpool.local/slurmpool"}, **admission_values()}, values)  # required by the chart
         values.flush()
         out = subprocess.run([helm, "template", "slurmpool", str(CHART), "-n", OPERATOR_NAMESPACE, "-f", values.name,
                               "--show-only", "templates/admission.yaml"], check=True, capture_output=True, text=True).stdout

@@ -24,6 +24,8 @@ short="e2e/test_health.py::test_a_node_slurm_drains_for_missing_gpus_is_unhealth
 # (LAB_REAL_NODES=1, 26.05) as a pod of a real kubelet. Each image is built once, cached.
 image="e2e/test_slurmd_image.py"
 requeue="e2e/test_operator.py::test_drain_timeout_requeue_keeps_the_job"
+# Power saving through each access path the row has (issue 39): power_save, power_down, power_up.
+power="e2e/test_power_real.py"
 # srun --container-image on nodes the operator moved into Slurm (issue 29; needs LAB_PYXIS=1)
 pyxis="e2e/test_pyxis.py"
 
@@ -31,23 +33,23 @@ pyxis="e2e/test_pyxis.py"
 rows=(
   "22.05|LAB_SLURM=22.05|$core e2e/test_bridge_real.py $short"
   "22.05-slurmdbd|LAB_SLURM=22.05 LAB_SLURMDBD=1|$core $short"
-  "24.11|LAB_SLURM=24.11|$core e2e/test_bridge_real.py $short"
+  "24.11|LAB_SLURM=24.11|$core e2e/test_bridge_real.py $power $short"
   # slurmrestd before 26.05 has no requeue (the REST rows skip that policy): CI runs it on 24.11 over
   # SSH, on dynamic nodes, with the 24.11 slurmd image (24.11-dynamic-requeue).
   "24.11-requeue|LAB_SLURM=24.11|$requeue"
-  "24.11-rest|LAB_SLURM=24.11 LAB_ACCESS=rest|$core e2e/test_bridge_real.py e2e/test_rest_operator.py e2e/test_demand_gang.py e2e/test_handover.py $short"
+  "24.11-rest|LAB_SLURM=24.11 LAB_ACCESS=rest|$core e2e/test_bridge_real.py $power e2e/test_rest_operator.py e2e/test_demand_gang.py e2e/test_handover.py $short"
   # 26.05 with GPUs bound to sockets (gres.conf Cores=: Slurm reports gpu:h100:8(S:0-1), as real GPUs
   # do), and pyxis and enroot (LAB_PYXIS=1): every job of the row's tests runs with the SPANK plugin
   # loaded (its epilog too), and e2e/test_pyxis.py runs container jobs on nodes the operator moved in.
-  "26.05|LAB_SLURM=26.05 LAB_GRES_CORES=1 LAB_PYXIS=1|$core e2e/test_bridge_real.py e2e/test_demand_gang.py e2e/test_handover.py $short $pyxis"
+  "26.05|LAB_SLURM=26.05 LAB_GRES_CORES=1 LAB_PYXIS=1|$core e2e/test_bridge_real.py $power e2e/test_demand_gang.py e2e/test_handover.py $short $pyxis"
   # 24.11's dynamic slurmd run one network namespace each (e2e/lab/netns.sh: 24.11 takes no Port= in --conf).
-  "24.11-dynamic|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$core $image"
+  "24.11-dynamic|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$core $power $image"
   "24.11-dynamic-requeue|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$requeue $image"
   "26.05-rest|LAB_SLURM=26.05 LAB_ACCESS=rest|$core e2e/test_rest_operator.py e2e/test_demand_gang.py e2e/test_handover.py $short"
   # No $short on dynamic nodes: a dynamic node's configuration is what its slurmd reports
   # (--conf), so it cannot register with fewer GPUs than configured.
-  "26.05-dynamic|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic|$core $image"
-  "26.05-dynamic-rest|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic LAB_ACCESS=rest LAB_REAL_NODES=1|$core e2e/test_rest_operator.py e2e/test_handover.py $image"
+  "26.05-dynamic|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic|$core $power $image"
+  "26.05-dynamic-rest|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic LAB_ACCESS=rest LAB_REAL_NODES=1|$core $power e2e/test_rest_operator.py e2e/test_handover.py $image"
   # pyxis on a real kubelet node: the 22.05-pyxis slurmd image as the slurmd pod of a node the
   # operator moved in, a container job with mounts and GPUs in it (and on the lab's nodes as above).
   "22.05-pyxis-real|LAB_SLURM=22.05 LAB_PYXIS=1 LAB_REAL_NODES=1|$pyxis"

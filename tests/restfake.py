@@ -92,6 +92,7 @@ class FakeSlurmrestd:
     scripted: dict[tuple[str, str], tuple[int, dict, list]] = field(default_factory=dict)
     controller_up: bool = True
     requeue_state: list[str] = field(default_factory=lambda: ["PENDING"])
+    signals: list[tuple[str, str, dict]] = field(default_factory=list)  # DELETE /job/{id}: version, id, query
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -177,6 +178,9 @@ class FakeSlurmrestd:
                     job["job_state"] = list(self.requeue_state)
             return self.answer(version, status=[{"job_id": int(job_id.split("_")[0]), "step_id": job_id,
                                                  "error": "No error", "error_code": 0, "why": ""}])
+        if rest.startswith("/job/") and request.method == "DELETE":  # openapi/slurmctld _handle_job_delete
+            self.signals.append((version, rest[len("/job/"):], dict(request.query)))
+            return self.answer(version, status=[])
         if rest.startswith("/job/") and request.method == "POST":
             return self.answer(version, job_id=int(rest.split("/")[2]), step_id=None, job_submit_user_msg="",
                                results=[{"job_id": int(rest.split("/")[2]), "step_id": rest.split("/")[2],

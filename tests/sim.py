@@ -9,6 +9,16 @@ Slurm's reasons are modelled per version, as slurmctld's set_node_reason() and R
   and restamped by SlurmUser.
 `drain_owner` is the ground truth the operator cannot see: who set the drain in force. Resuming a
 drain that is not slurmpool's fails the test.
+
+Power saving (slurmctld's power_save.c, 22.05): POWER_DOWN queues a power-down, taken at the next
+tick by an idle node (POWERING_DOWN), powered down the tick after (POWERED_DOWN; the drain and its
+reason stay). POWER_UP is taken at the next tick (POWERING_UP, NOT_RESPONDING); a job Slurm places
+on a lendable node makes it POWERING_UP too (`slurm_asks_back`). It counts as booted only when a
+slurmd started with `-b` registers; otherwise, ResumeTimeout after the request, it is DOWN and
+POWERED_DOWN, its drain gone and its jobs requeued. A power-down of a node powering up with no job
+is the bridge's POWER_DOWN_FORCE: taken at once. "26.05" also lifts the drain of a node as it
+powers it down (its power_save.c: "Clear power_down_asap"). A power request while power saving is
+off is refused (22.05 and 24.11 take none then). A slurmd started on a powered-down node fails the test.
 """
 
 from __future__ import annotations
@@ -16,14 +26,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
-from slurmbridge import SlurmJob, SlurmNode
+from slurmbridge import PowerSave, SlurmJob, SlurmNode
+from slurmpool.core import slurmstate
 from slurmpool.core.interfaces import PoolRef
-from slurmpool.core.moves import Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, Pass, PatchNode, Requeue, Resume, Step, advance
+from slurmpool.core.moves import (
+    Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, Pass, PatchNode, PowerDown, PowerUp, Requeue, Resume, Signal, Step, advance,
+)
 from slurmpool.core.patch import VIEWED, after, node_patch
 from slurmpool.core.view import DrainClaim, MoveRecord, NodeView, PodView, SlurmView
 
 VERSIONS = ("22.05", "24.11")
 POOL = PoolRef("ns", "gpu", "uid")
+RESUME_TIMEOUT = timedelta(seconds=60)
+POWER_SAVE_ON = PowerSave(on=True, why_off="", resume_timeout=RESUME_TIMEOUT, suspend_exc_parts=("gpu",))
+POWER_SAVE_OFF = PowerSave(on=False, why_off="SuspendTime=INFINITE", resume_timeout=RESUME_TIMEOUT)
+POWER_REQUESTS = frozenset({"POWER_DOWN", "POWER_UP"})
 
 
 def merged(node: NodeView, patch: dict) -> NodeView:
@@ -50,10 +67,17 @@ class World:
     slurmd_registers: bool = True
     requeued: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
+    signalled: list[str] = field(default_factory=list)  # every job a signal reached, once per signal
     log: list[str] = field(default_factory=list)
+    phases: list[str] = field(default_factory=list)  # the phases the moves entered, in order (run_move)
+    actions: list = field(default_factory=list)  # every action applied, in order
     version: str = "22.05"
     drain_owner: str | None = None  # slurmpool | slurm | admin: who set the drain in force
     clock: datetime = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    # Slurm's power saving as the operator reads it (None: the operator cannot read it; Slurm has it on)
+    power_save: PowerSave | None = None
+    booting: bool = False  # the slurmd pod was started with -b
+    power_up_at: datetime | None = None  # when Slurm began powering the node up (ResumeTimeout runs from it)
 
     def __post_init__(self) -> None:
         if self.drain_owner is None and self.slurm_node is not None and self.slurm_node.drain_set:
@@ -98,15 +122,55 @@ class World:
         if not self.slurm_up:
             return SlurmView(False, error="down")
         nodes = {self.slurm_node.name: self.slurm_node} if self.slurm_node else {}
-        return SlurmView(True, nodes=nodes, jobs=tuple(self.jobs))
+        return SlurmView(True, nodes=nodes, jobs=tuple(self.jobs), power_save=self.power_save)
+
+    def slurm_asks_back(self, job_id: str = "900") -> None:
+        """Slurm places a job on the lendable node (`idle~`): POWERING_UP, the job CONFIGURING."""
+        sn = self.slurm_node
+        assert sn.flags >= {"POWERED_DOWN"} and not sn.drain_set, f"Slurm schedules only on a lendable node: {slurmstate.text(sn)}"
+        self.slurm_node = replace(sn, state="MIXED", flags=sn.flags - {"POWERED_DOWN"} | {"POWERING_UP", "NOT_RESPONDING"})
+        self.power_up_at = self.clock
+        self.jobs.append(SlurmJob(job_id=job_id, name="pinned", user="alice", state="CONFIGURING", partition="gpu", nodes=(sn.name,),
+                                  gpus_per_node=8, num_nodes=1, start_time=None, end_time=None, reason="None"))
 
     # -- world dynamics between reconciles
+    def _power_tick(self, has_slurmd: bool) -> bool:
+        """Power saving's part of a tick; True when it decided the node's state."""
+        sn = self.slurm_node
+        flags, busy = sn.flags, any(self.node.name in j.nodes for j in self.jobs)
+        if "POWERING_UP" in flags and has_slurmd and self.booting and self.slurmd_registers:  # registered with -b: booted
+            self.slurm_node = replace(sn, state="MIXED" if busy else "IDLE", flags=flags - {"POWERING_UP", "NOT_RESPONDING", "POWERED_DOWN"})
+            self.jobs = [replace(j, state="RUNNING") if j.state == "CONFIGURING" else j for j in self.jobs]
+            self.power_up_at = None
+        elif "POWERING_UP" in flags and self.clock >= self.power_up_at + RESUME_TIMEOUT:  # not resumed by ResumeTimeout
+            self.requeued += [j.job_id for j in self.jobs]
+            self.jobs, self.power_up_at, self.drain_owner = [], None, None
+            self.slurm_node = replace(sn, state="DOWN", flags=flags - {"POWERING_UP", "DRAIN", "POWER_DOWN", "NOT_RESPONDING"} | {"POWERED_DOWN"})
+        elif "POWERING_UP" in flags:
+            pass
+        elif "POWER_UP" in flags:
+            self.slurm_node = replace(sn, flags=flags - {"POWER_UP", "POWERED_DOWN"} | {"POWERING_UP", "NOT_RESPONDING"})
+            self.power_up_at = self.clock
+        elif "POWERING_DOWN" in flags:
+            self.slurm_node = replace(sn, state="IDLE", flags=flags - {"POWERING_DOWN"} | {"POWERED_DOWN"})
+        elif "POWER_DOWN" in flags and not busy and not has_slurmd:
+            lifted = {"DRAIN"} if self.version == "26.05" else set()  # 26.05 clears a drain as it powers a node down
+            self.slurm_node = replace(sn, state="IDLE", flags=flags - {"POWER_DOWN", "NOT_RESPONDING"} - lifted | {"POWERING_DOWN"})
+            if lifted:
+                self.drain_owner = None
+        else:
+            return "POWERED_DOWN" in flags
+        return True
+
     def tick(self) -> None:
         sn = self.slurm_node
         if sn is None:  # Slurm does not know the node: only the pods move on
             self.node = replace(self.node, pods=tuple(p for p in self.node.pods if not p.deleting))
             return
         has_slurmd = self.node.slurmd_pod is not None
+        if self._power_tick(has_slurmd):
+            self.node = replace(self.node, pods=tuple(p for p in self.node.pods if not p.deleting))
+            return
         busy = any(self.node.name in j.nodes for j in self.jobs)
         if has_slurmd and self.slurmd_registers:
             state = "MIXED" if busy else "IDLE"
@@ -125,6 +189,7 @@ class World:
     # -- actions
     def apply(self, action) -> None:
         self.log.append(type(action).__name__)
+        self.actions.append(action)
         sn = self.slurm_node
         if isinstance(action, Drain) and sn:
             # The machine drains only a node not drained yet: it never overwrites anyone's reason.
@@ -133,9 +198,24 @@ class World:
             assert claim is not None and claim.reason == action.reason, "drained without claiming the drain first"
             self.slurm_node = replace(sn, flags=sn.flags | {"DRAIN"}, reason=action.reason, reason_user="root", reason_time=self.clock)
             self.drain_owner = "slurmpool"
+            if slurmstate.powering_up(sn) and slurmstate.busy(sn):  # "DRAIN/FAIL request for node ... being powered up. Requeuing jobs"
+                self.requeued += [j.job_id for j in self.jobs]
+                self.jobs = []
+                self.slurm_node = replace(self.slurm_node, state="IDLE")
         elif isinstance(action, Resume) and sn:
             assert self.drain_owner in ("slurmpool", None), f"resumed a drain set by {self.drain_owner}: {sn.reason!r}"
             self._resume()
+        elif isinstance(action, PowerDown | PowerUp) and sn and (self.power_save is None or self.power_save.on):
+            if isinstance(action, PowerUp) and slurmstate.powered_down(sn):
+                self.slurm_node = replace(sn, flags=sn.flags | {"POWER_UP"})
+            elif isinstance(action, PowerDown) and slurmstate.powering_up(sn) and not slurmstate.busy(sn):
+                # the bridge's POWER_DOWN_FORCE (a plain POWER_DOWN waits for ResumeTimeout there)
+                self.slurm_node = replace(sn, flags=sn.flags - {"POWERING_UP", "NOT_RESPONDING"} | {"POWER_DOWN"})
+                self.power_up_at = None
+            elif isinstance(action, PowerDown) and not slurmstate.parked(sn):
+                self.slurm_node = replace(sn, flags=sn.flags | {"POWER_DOWN"})
+        elif isinstance(action, Signal):
+            self.signalled += [j for j in action.job_ids if any(job.job_id == j for job in self.jobs)]
         elif isinstance(action, Requeue):
             self.requeued += action.job_ids
             self.jobs = [j for j in self.jobs if j.job_id not in action.job_ids]
@@ -146,9 +226,11 @@ class World:
             if action.pod.key not in self.protected:
                 self.node = replace(self.node, pods=tuple(p if p.key != action.pod.key else replace(p, deleting=True) for p in self.node.pods))
         elif isinstance(action, CreateSlurmdPod):
+            assert not (sn and slurmstate.powered_down(sn)), "a slurmd started on a node Slurm shows powered down"
             if self.node.slurmd_pod is None:
                 pod = PodView("slurm", f"slurmd-{self.node.name}", "uid", slurmd=True)
                 self.node = replace(self.node, pods=self.node.pods + (pod,))
+                self.booting = action.boot
         elif isinstance(action, DeleteSlurmdPod):
             self.node = replace(self.node, pods=tuple(replace(p, deleting=True) if p.slurmd else p for p in self.node.pods))
         else:
@@ -159,7 +241,7 @@ class World:
         self.node = merged(self.node, patch)
 
 
-SLURM_ACTIONS = (Drain, Resume, Requeue, Cancel)
+SLURM_ACTIONS = (Drain, Resume, PowerDown, PowerUp, Signal, Requeue, Cancel)
 
 
 def run_move(world: World, spec, now: datetime, rounds=40, crash_at: int | None = None, crash_keeps_slurm=False, step_seconds=1.0):
@@ -173,6 +255,7 @@ def run_move(world: World, spec, now: datetime, rounds=40, crash_at: int | None 
             return world
         world.clock = now
         step = advance(move, world.node, Pass(world.view(), spec, now))
+        world.phases += [str(p) for p in step.entered]
         world.write(node_patch(POOL, world.node, step, now))
         groups = [
             [a for a in step.actions if isinstance(a, SLURM_ACTIONS)],
@@ -215,7 +298,8 @@ class PoolWorld:
 
     def view(self) -> SlurmView:
         nodes = {w.slurm_node.name: w.slurm_node for w in self.worlds.values() if w.slurm_node}
-        return SlurmView(True, nodes=nodes, jobs=tuple(j for w in self.worlds.values() for j in w.jobs))
+        power_save = next(iter(self.worlds.values())).power_save if self.worlds else None
+        return SlurmView(True, nodes=nodes, jobs=tuple(j for w in self.worlds.values() for j in w.jobs), power_save=power_save)
 
     def snapshot(self):
         from slurmpool.core.snapshot import PoolSnapshot

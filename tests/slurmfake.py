@@ -18,7 +18,7 @@ class Refusing:
 
     nodes = jobs = drain = resume = requeue = cancel = ping = _refuse
     reservations = partition_max_times = create_reservation = delete_reservation = topology = _refuse
-    power_down = power_up = power_save = _refuse
+    power_down = power_up = power_save = signal = _refuse
 
     async def can_reserve(self) -> bool:
         return False

@@ -4,6 +4,7 @@ what order, and how many calls a pass makes."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 from slurmpool.controller.apply import ApplyContext, apply
 from slurmpool.core.decide import decide
@@ -15,9 +16,13 @@ from slurmpool.core.models import MoveStatus, SlurmNodePoolStatus
 from dataclasses import replace
 
 from slurmpool.core.view import ANN_DRAIN, ANN_MOVE, ANN_POOL, DrainClaim, ANN_PLACEMENT, ANN_SLURM, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
+from slurmpool.core.checkpoint import CheckpointRecord
+from slurmpool.core.phases import Phase
+from slurmpool.core.view import ANN_CHECKPOINT, MoveRecord
 
 from .factories import NOW, make_spec, slurm_node
 from .slurmfake import Refusing
+from .test_planner import job
 
 
 class FakeKube:
@@ -33,7 +38,7 @@ class FakeKube:
     async def patch_node_later(self, name, patch):
         await self.patch_node(name, patch)
 
-    async def create_slurmd_pod(self, pool, spec, node, slurm_name=None):
+    async def create_slurmd_pod(self, pool, spec, node, slurm_name=None, boot=False):
         self.calls.append(("create_slurmd_pod", node))
 
     async def delete_pod(self, namespace, name, uid):
@@ -62,6 +67,9 @@ class FakeSlurm(Refusing):
 
     async def cancel(self, ids):
         self.calls.append(("cancel", tuple(ids)))
+
+    async def signal(self, ids, signal, batch_only):
+        self.calls.append(("signal", tuple(ids), signal, batch_only))
 
 
 POOL = PoolRef("ns", "gpu", "uid-1", 3)
@@ -361,3 +369,26 @@ async def test_a_start_waits_when_the_move_whose_slot_it_takes_cannot_be_written
     status, kube, slurm = await run(spec, nodes, view)  # the ending written: the start follows
     assert [c[1] for c in kube.calls if c[0] == "patch_node"] == ["gpu00", started]
     assert slurm.calls == [("drain", (started,), "slurmpool: moving to inference:default")]
+
+
+async def test_checkpoint_writes_each_record_then_signals_in_one_call_per_kind_before_any_requeue():
+    """Two nodes draining past drain.timeout: gpu00's job is new to the signal, gpu01's was signalled
+    past its grace. The record goes with gpu00's patch (before the signal); one scancel per signal
+    kind; the signal before the requeue."""
+    spec = make_spec(slurm_nodes=0, max_moves=2, drain={"timeout": "1m", "onTimeout": "Checkpoint", "checkpoint": {"grace": "5m"}})
+    since = NOW - timedelta(minutes=10)
+    move = MoveRecord(id="m", source=SLURM, target="inference:default", phase=Phase.DRAINING, since=since, started=since)
+    reason = "slurmpool: moving to inference:default"
+    signalled = CheckpointRecord("USR1", "Batch", (("8", NOW - timedelta(minutes=6)),))
+    nodes = [NodeView(name=f"gpu0{i}", annotations={ANN_PLACEMENT: SLURM, ANN_MOVE: move.model_copy(update={"id": f"m{i}"}).to_annotation(),
+                                                     ANN_DRAIN: DrainClaim(reason, since).to_annotation(),
+                                                     **({ANN_CHECKPOINT: json.dumps(signalled.body())} if i else {})},
+                      unschedulable=True, taints=(SLURM_TAINT,), pods=(PodView("ns", f"slurmd-gpu0{i}", f"u{i}", slurmd=True),))
+             for i in range(2)]
+    view = SlurmView(True, nodes={n.name: slurm_node(n.name, "MIXED", {"DRAIN"}, reason=reason) for n in nodes},
+                     jobs=(job("7", ["gpu00"], end_in=36000), job("8", ["gpu01"], end_in=36000)))
+    status, kube, slurm = await run(spec, nodes, view)
+    written = {c[1]: json.loads(c[2])["metadata"].get("annotations", {}) for c in kube.calls if c[0] == "patch_node"}
+    assert json.loads(written["gpu00"][ANN_CHECKPOINT])["jobs"] == {"7": NOW.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    assert slurm.calls == [("signal", ("7",), "USR1", True), ("requeue", ("8",))]
+    assert [c[2] for c in kube.calls if c[0] == "event"].count("JobsSignalled") == 2  # on the pool and the node

@@ -261,6 +261,16 @@ async def test_requeue_not_allowed_is_raised():
         await b.requeue(["8"])
 
 
+async def test_a_job_slurm_may_not_requeue_does_not_hold_back_the_others_of_the_batch():
+    """26.05.3 (tests/fixtures/checkpoint): `scontrol requeue` of a --no-requeue job says so and exits 1;
+    the other jobs of the same call are requeued and released, then the refusal is raised."""
+    refusal = failed(stderr="Requested operation is presently disabled for job 8")
+    b, r = backend(refusal, "7|PENDING\n8|RUNNING\n", None)
+    with pytest.raises(SlurmError, match="presently disabled"):
+        await b.requeue(["7", "8"])
+    assert r.calls[0] == ["scontrol", "requeue", "7,8"] and r.calls[-1] == ["scontrol", "update", "JobId=7,8", "StartTime=now"]
+
+
 @pytest.mark.parametrize("bad", ["8;id", "8,9", "-1", "12_[1-3", "12_[a]", "5+", "5+1+2", "abc", "", "8 ", "7_[0-3];id"])
 async def test_bad_job_ids_are_refused(bad):
     b, r = backend()
@@ -304,6 +314,25 @@ async def test_cancel_is_one_scancel():
     b, r = backend()
     await b.cancel(["8", "12_3"])
     assert r.calls == [["scancel", "8", "12_3"]]
+
+
+async def test_signal_is_one_scancel_to_the_batch_shell_or_every_step():
+    b, r = backend(None, None)
+    await b.signal(["8", "12_3"], "USR1", batch_only=True)
+    await b.signal(["9"], "SIGTERM", batch_only=False)
+    assert r.calls == [["scancel", "--signal=USR1", "--batch", "8", "12_3"], ["scancel", "--signal=SIGTERM", "--full", "9"]]
+
+
+async def test_signal_of_a_job_already_gone_is_done_but_a_refusal_is_raised_and_a_bad_signal_never_sent():
+    b, _ = backend(failed(stderr="scancel: error: Kill job error on job id 8: Job/step already completing or completed"))
+    await b.signal(["8"], "USR1", batch_only=True)
+    b, _ = backend(failed(stderr="scancel: error: Kill job error on job id 8: Access/permission denied"))
+    with pytest.raises(SlurmError, match="permission denied"):
+        await b.signal(["8"], "USR1", batch_only=True)
+    b, r = backend()
+    with pytest.raises(ValueError, match="invalid signal"):
+        await b.signal(["8"], "USR1; reboot", batch_only=True)
+    assert r.calls == []
 
 
 # ---------------------------------------------------------------- ping / close

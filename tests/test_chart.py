@@ -54,8 +54,28 @@ def celcheck() -> str:
     return go_tool("build-celcheck.sh")
 
 
-def template(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run([helm, "template", "slurmpool", str(CHART), "-n", "slurmpool-system", *args],
+# The two values with no default (the chart fails without them): a registry of the site's own.
+REQUIRED_PREFIXES = ("registry.example.com/hpc/",)
+REQUIRED_VALUES = {"image": {"repository": "registry.example.com/hpc/slurmpool"},
+                   "poolPolicy": {"imagePrefixes": list(REQUIRED_PREFIXES)}}
+
+
+# deploy/manifests/ are rendered with a placeholder for them (render-manifests.sh; .invalid never resolves).
+MANIFEST_VALUES = {"image": {"repository": "registry.invalid/change-me/slurmpool"},
+                   "poolPolicy": {"imagePrefixes": ["registry.invalid/change-me/"]}}
+
+
+def required_values_file() -> Path:
+    path = REPO / ".pytest_cache" / "required-values.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(REQUIRED_VALUES))
+    return path
+
+
+def template(helm: str, *args: str, check: bool = True, required: bool = True) -> subprocess.CompletedProcess:
+    """helm template with REQUIRED_VALUES first (a later -f or --set in args overrides them)."""
+    given = ["-f", str(required_values_file())] if required else []
+    return subprocess.run([helm, "template", "slurmpool", str(CHART), "-n", "slurmpool-system", *given, *args],
                           capture_output=True, text=True, check=check)
 
 
@@ -67,8 +87,20 @@ def objects(text: str) -> list[dict]:
 
 
 def test_helm_lint_strict(helm):
-    out = subprocess.run([helm, "lint", "--strict", str(CHART)], capture_output=True, text=True)
+    out = subprocess.run([helm, "lint", "--strict", str(CHART), "-f", str(required_values_file())], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_chart_needs_an_image_and_slurmd_registries_of_the_sites_own(helm):
+    """No default names a registry the project does not control (issue 38): each of the two values
+    missing fails the render with a message that names it."""
+    for args, value in (([], "image.repository"), (["--set", "image.repository=registry.example.com/hpc/slurmpool"],
+                                                   "poolPolicy.imagePrefixes")):
+        out = template(helm, *args, check=False, required=False)
+        assert out.returncode != 0 and f"{value} is required" in out.stderr, out.stderr
+    empty = template(helm, "--set", "poolPolicy.imagePrefixes=null", check=False)
+    assert empty.returncode != 0 and "poolPolicy.imagePrefixes is required" in empty.stderr, empty.stderr
+    assert objects(template(helm).stdout)  # with both: renders
 
 
 def test_manifests_are_current(helm):
@@ -83,6 +115,21 @@ def test_pool_namespaces_bind_pod_and_secret_rights_only_there(helm):
     assert sorted((d["kind"], d["metadata"]["namespace"]) for d in bindings) == [("RoleBinding", "gpu-a"), ("RoleBinding", "gpu-b")]
     # the cluster-wide rules stay cluster-wide
     assert any(d["kind"] == "ClusterRoleBinding" and d["roleRef"]["name"] == "slurmpool" for d in docs)
+
+
+def notes(helm: str, *args: str) -> str:
+    """templates/NOTES.txt as `helm install` prints it (a client-side dry run: no cluster)."""
+    out = subprocess.run([helm, "install", "slurmpool", str(CHART), "-n", "slurmpool-system", "--dry-run=client",
+                          "-f", str(required_values_file()), *args], capture_output=True, text=True, check=True).stdout
+    return " ".join(out.split("NOTES:", 1)[1].split())
+
+
+def test_the_notes_say_where_pools_may_live(helm):
+    """Empty rbac.poolNamespaces is the release namespace only (rbac.yaml), not every namespace."""
+    assert "SlurmNodePools may live in slurmpool-system only" in notes(helm)
+    listed = notes(helm, "--set", "rbac.poolNamespaces={gpu-a,gpu-b}")
+    assert "SlurmNodePools may live in gpu-a, gpu-b only" in listed and "every namespace" not in listed
+    assert "create and delete slurmd pods in every namespace" in notes(helm, "--set", "rbac.allNamespaces=true")
 
 
 def test_cadence_role_allows_only_reading_pools_and_their_scale(helm):
@@ -135,7 +182,7 @@ def test_oncall_role_allows_only_the_plugin_and_the_runbook(helm):
 def test_image_by_digest(helm):
     digest = "sha256:" + "ab" * 32
     docs = objects(template(helm, "--set", f"image.digest={digest}", "--show-only", "templates/deployment.yaml").stdout)
-    assert docs[0]["spec"]["template"]["spec"]["containers"][0]["image"] == f"ghcr.io/slurmpool/slurmpool@{digest}"
+    assert docs[0]["spec"]["template"]["spec"]["containers"][0]["image"] == f"registry.example.com/hpc/slurmpool@{digest}"
 
 
 @pytest.mark.parametrize(
@@ -323,7 +370,7 @@ def check_cel(celcheck: str, docs: list[dict]) -> list[dict]:
 
 
 def test_admission_policies_on_by_default_and_bound(helm):
-    docs = admission(helm)
+    docs = admission(helm, MANIFEST_VALUES)
     names = {(d["kind"], d["metadata"]["name"]) for d in docs}
     # without oncall.subjects there is nobody to hold to the on-call policy
     assert names == {(k, n) for k in ADMISSION for n in ("slurmpool-operator-records", "slurmpool-placement-values", POOL_POLICY)}

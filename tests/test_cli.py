@@ -175,6 +175,9 @@ def test_clip():
 def test_sinfo_states():
     assert [cli_render.sinfo_state(s) for s in ("IDLE", "MIXED+DRAIN", "IDLE+DRAIN+NOT_RESPONDING", "ALLOCATED", None)] == [
         "idle", "drng", "drain*", "alloc", "-"]
+    # power saving (issue 39): sinfo shows its one suffix instead of '*'
+    assert [cli_render.sinfo_state(s) for s in ("IDLE+DRAIN+POWERED_DOWN", "IDLE+POWERED_DOWN", "IDLE+DRAIN+POWERING_DOWN",
+                                                "MIXED+NOT_RESPONDING+POWERING_UP")] == ["drain~", "idle~", "drain%", "mix#"]
 
 
 def test_move_rejects_unknown_sides(capsys):

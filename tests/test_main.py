@@ -20,6 +20,7 @@ def ran(monkeypatch):
     monkeypatch.setattr("slurmpool.__main__.configure_logging", lambda log_format, verbose: seen.update(log_format=log_format))
     for name in [k for k in os.environ if k.startswith("SLURMPOOL_")]:
         monkeypatch.delenv(name)
+    monkeypatch.setenv("SLURMPOOL_POOL_POLICY", '{"imagePrefixes": ["registry.example.com/hpc/"]}')  # no default
     return seen
 
 
@@ -49,4 +50,12 @@ def test_a_bad_setting_is_one_line_naming_it(ran, monkeypatch):
         main(["run"])
     with pytest.raises(SystemExit):
         main(["run", "--interval", "0"])
+    assert "memo" not in ran
+
+
+def test_run_refuses_to_start_with_no_slurmd_registry(ran, monkeypatch):
+    """No default names a registry (issue 38): without imagePrefixes every pool would be refused."""
+    monkeypatch.delenv("SLURMPOOL_POOL_POLICY")
+    with pytest.raises(SystemExit, match="^slurmpool: SLURMPOOL_POOL_POLICY names no imagePrefixes, so no slurmd image is allowed"):
+        main(["run"])
     assert "memo" not in ran

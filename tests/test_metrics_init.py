@@ -87,7 +87,7 @@ def _seconds_and_errors(command: str) -> tuple[float, float]:
 def test_slurm_commands_are_the_protocols_calls_with_the_label_values_the_dashboards_use():
     assert metrics.SLURM_COMMANDS == slurm_commands() == (
         "nodes", "jobs", "drain", "resume", "requeue", "cancel", "ping", "reservations", "partition_max_times",
-        "create_reservation", "delete_reservation", "power_down", "power_up", "power_save")
+        "create_reservation", "delete_reservation", "power_down", "power_up", "power_save", "signal")
 
 
 async def test_instrumented_passes_every_slurm_command_on_and_times_and_counts_it_under_its_name():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from hypothesis import given, settings
@@ -72,6 +73,48 @@ def test_victims_idle_and_draining_first_then_soonest_job_end():
     result = plan(spec, nodes, slurm, NOW)
     assert [s.node for s in result.starts] == ["d", "c", "b"]
     assert all(s.target == "inference:default" for s in result.starts)
+
+
+def _started(job_id, nodes, ran, end_in=None, num_nodes=None):
+    """A running job that started `ran` seconds ago."""
+    j = job(job_id, nodes, end_in=end_in)
+    return replace(j, start_time=NOW - timedelta(seconds=ran), num_nodes=num_nodes or len(nodes))
+
+
+def _busy_plan(drain, jobs, slurm_nodes=3):
+    spec = make_spec(slurm_nodes=slurm_nodes, max_moves=1, drain=drain)
+    nodes = [node(n) for n in "abcd"]
+    slurm = SlurmView(True, nodes={n: slurm_node(n, "ALLOCATED") for n in "abcd"}, jobs=jobs)
+    return [s.node for s in plan(spec, nodes, slurm, NOW).starts]
+
+
+def test_when_the_drain_ends_jobs_the_busy_node_whose_jobs_lose_the_least_work_goes_first():
+    jobs = (_started("1", ["a"], ran=3600, end_in=7200), _started("2", ["b"], ran=600, end_in=9000),
+            _started("3", ["c", "d"], ran=400, end_in=9000))  # 400 s on 2 nodes: 800 node-seconds
+    assert _busy_plan({"timeout": "5m", "onTimeout": "Requeue"}, jobs) == ["b"]
+    assert _busy_plan({"timeout": "5m", "onTimeout": "Checkpoint"}, jobs) == ["b"]
+    # the drain waits for them (Wait): nothing is lost, the soonest free goes first, as before
+    assert _busy_plan({"timeout": "5m", "onTimeout": "Wait"}, jobs) == ["a"]
+
+
+def test_a_job_that_ends_before_the_drain_would_end_it_loses_nothing():
+    jobs = (_started("1", ["a"], ran=36000, end_in=200), _started("2", ["b"], ran=60, end_in=9000),
+            _started("3", ["c"], ran=600, end_in=9000), _started("4", ["d"], ran=600, end_in=9000))
+    assert _busy_plan({"timeout": "5m", "onTimeout": "Requeue"}, jobs) == ["a"]
+    # with Checkpoint the grace counts too: a job ending within timeout + grace leaves by itself
+    jobs = (_started("1", ["a"], ran=36000, end_in=500),) + jobs[1:]
+    assert _busy_plan({"timeout": "5m", "onTimeout": "Checkpoint", "checkpoint": {"grace": "5m"}}, jobs) == ["a"]
+    assert _busy_plan({"timeout": "5m", "onTimeout": "Requeue"}, jobs) == ["b"]
+
+
+def test_a_node_with_a_job_younger_than_min_runtime_is_taken_only_when_no_other_would_do():
+    drain = {"timeout": "5m", "onTimeout": "Requeue", "minRuntime": "30m"}
+    jobs = (_started("1", ["a"], ran=60, end_in=9000), _started("2", ["b"], ran=7200, end_in=9000),
+            _started("3", ["c"], ran=7200, end_in=9000), _started("4", ["d"], ran=7200, end_in=9000))
+    assert _busy_plan(drain, jobs) == ["b"]  # the youngest job loses the least, but it is protected
+    assert _busy_plan({k: v for k, v in drain.items() if k != "minRuntime"}, jobs) == ["a"]
+    young = tuple(_started(str(i), [n], ran=60, end_in=9000) for i, n in enumerate("abcd"))
+    assert _busy_plan(drain, young) == ["a"]  # every node runs a young job: one is still taken
 
 
 def test_pinned_nodes_never_chosen_and_pins_pull_their_node():

@@ -6,14 +6,19 @@ with faults injected between passes:
   status lost), skewed clocks (slurmctld's stamps behind or ahead of the operator's clock),
   partial Slurm views (a node missing from a poll), Slurm unreachable, refused node writes, a
   failed slurmd pod, crashes between any two steps of a pass (after the node patch, after Slurm);
-- people: scale changes, an admin's drain, jobs landing on Slurm nodes.
+- people: scale changes, an admin's drain, jobs landing on Slurm nodes;
+- parking (issue 39): the pool parks by Drain or PowerSave and switches between them; Slurm's
+  power saving turns on and off (sim.py models the power flags, slurmd -b and ResumeTimeout).
 
 Invariants, checked after every rule:
 1. no node both runs slurmd and takes inference pods (a slurmd pod on it => cordoned);
 2. no drain but the operator's is lifted (World.apply refuses to resume anyone else's drain);
 3. never more moves in flight than maxConcurrentMoves;
 4. no node stays off both sides past its bounds: once faults stop and jobs end, every move
-   settles within a bounded number of passes (`settle`).
+   settles within a bounded number of passes (`settle`);
+5. no slurmd started on a node Slurm shows powered down (World.apply), no node settled in Slurm
+   powered down; once settled with power saving on, a PowerSave pool's parked nodes are powered
+   down (`settle`).
 
 `EXAMPLES` runs of up to `STEPS` rules each run in `make test`.
 """
@@ -28,7 +33,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from slurmbridge import SlurmJob
 
+from slurmpool.core import slurmstate
 from slurmpool.core.decide import decide
+from slurmpool.core.expiry import Requeue, Signal
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.moves import PatchNode
 from slurmpool.core.snapshot import ApplyResult, PoolSnapshot
@@ -36,7 +43,7 @@ from slurmpool.core.status import build_status
 from slurmpool.core.view import ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
-from .sim import SLURM_ACTIONS, World
+from .sim import POWER_SAVE_OFF, POWER_SAVE_ON, SLURM_ACTIONS, World
 
 EXAMPLES = 300  # runs per `make test`
 STEPS = 50  # rules per run at most
@@ -53,14 +60,19 @@ def slurm_world(name: str) -> World:
         taints=({"key": SLURM_TAINT_KEY, "value": "true", "effect": "NoSchedule"},), unschedulable=True,
         pods=(PodView("slurm", f"slurmd-{name}", f"u-{name}", slurmd=True, ready=True),),
     )
-    return World(node=node, slurm_node=slurm_node(name), clock=NOW)
+    return World(node=node, slurm_node=slurm_node(name), clock=NOW, power_save=POWER_SAVE_ON)
 
 
 class PoolModel(RuleBasedStateMachine):
-    @initialize(slurm_nodes=st.integers(0, len(NODES)))
-    def start(self, slurm_nodes):
-        self.spec = make_spec(slurm_nodes=slurm_nodes, **SPEC)
-        self.worlds = {n: slurm_world(n) for n in NODES}
+    @initialize(slurm_nodes=st.integers(0, len(NODES)), parking=st.sampled_from(["Drain", "PowerSave"]),
+                version=st.sampled_from(["22.05", "26.05"]))
+    def start(self, slurm_nodes, parking="Drain", version="22.05"):
+        spec = make_spec(slurm_nodes=slurm_nodes, **SPEC)
+        # registerTimeout bounds a power-up Slurm refuses (its power saving off): inside SETTLE_PASSES
+        spec = spec.model_copy(update={"slurm": spec.slurm.model_copy(update={"register_timeout": "60s"})})
+        self.spec = with_parking(spec, parking)
+        self.worlds = {n: replace(slurm_world(n), version=version) for n in NODES}
+        self.power_save = POWER_SAVE_ON
         self.now = NOW
         self.status = None
         self.skew = timedelta(0)  # slurmctld's clock minus the operator's
@@ -77,7 +89,7 @@ class PoolModel(RuleBasedStateMachine):
         if self.slurm_down:
             return SlurmView(False, error="down")
         nodes = {w.slurm_node.name: w.slurm_node for n, w in self.worlds.items() if w.slurm_node and n not in self.missing}
-        return SlurmView(True, nodes=nodes, jobs=tuple(j for w in self.worlds.values() for j in w.jobs))
+        return SlurmView(True, nodes=nodes, jobs=tuple(j for w in self.worlds.values() for j in w.jobs), power_save=self.power_save)
 
     def seen(self, name: str, world: World) -> NodeView:
         if self.lag and name in self.stale_pods:
@@ -103,6 +115,7 @@ class PoolModel(RuleBasedStateMachine):
                 if name not in refused:
                     for action in step.actions:
                         if isinstance(action, SLURM_ACTIONS):
+                            self.sends(name, action)
                             self.worlds[name].apply(action)
         if self.crash is None:
             for name, step in decision.steps.items():
@@ -119,11 +132,25 @@ class PoolModel(RuleBasedStateMachine):
             world.tick()
         self.now += timedelta(seconds=1)
 
+    def sends(self, name: str, action: object) -> None:
+        """A Slurm action about to reach the node's world (a model with more invariants checks it)."""
+
     # ------------------------------------------------------------ rules
     @rule(passes=st.integers(1, 5))
     def passes(self, passes):
         for _ in range(passes):
             self.one_pass()
+
+    @rule(parking=st.sampled_from(["Drain", "PowerSave"]))
+    def switch_parking(self, parking):
+        self.spec = with_parking(self.spec, parking)
+
+    @rule(state=st.sampled_from(["on", "off", "unknown"]))
+    def slurm_power_save(self, state):
+        """slurm.conf's power saving turned off or on (a reconfigure), or its read failing."""
+        self.power_save = {"on": POWER_SAVE_ON, "off": POWER_SAVE_OFF, "unknown": None}[state]
+        for world in self.worlds.values():
+            world.power_save = self.power_save
 
     @rule(n=st.integers(0, len(NODES)))
     def scale(self, n):
@@ -179,6 +206,12 @@ class PoolModel(RuleBasedStateMachine):
         world.jobs.append(job)
 
     @rule()
+    def jobs_everywhere(self):
+        """Every node Slurm can use runs a job: a scale-down has only busy nodes to drain."""
+        for name in NODES:
+            self.job_lands(name)
+
+    @rule()
     def jobs_finish(self):
         for world in self.worlds.values():
             world.finish_jobs()
@@ -199,6 +232,7 @@ class PoolModel(RuleBasedStateMachine):
     def settle(self):
         """Faults stop, people stop, jobs end: every move must settle within its bounds."""
         self.lag, self.missing, self.slurm_down, self.refused, self.crash = False, set(), False, set(), None
+        self.slurm_power_save("on")  # off, a node parked powered down cannot come back (22.05, 24.11)
         for world in self.worlds.values():
             world.finish_jobs()
             if world.drain_owner == "admin":
@@ -211,6 +245,12 @@ class PoolModel(RuleBasedStateMachine):
                 break
         stuck = {n: (w.node.move.phase, w.node.move.target) for n, w in self.worlds.items() if w.node.move is not None}
         assert not stuck, f"off both sides past their bounds after {SETTLE_PASSES} passes: {stuck}"
+        if self.spec.slurm.parking == "PowerSave" and self.power_save is POWER_SAVE_ON:
+            for _ in range(3):  # the upkeep asks, Slurm takes it: POWERING_DOWN, then POWERED_DOWN
+                self.one_pass()
+            awake = {n: slurmstate.text(w.slurm_node) for n, w in self.worlds.items()
+                     if w.node.placement != SLURM and w.drain_owner == "slurmpool" and not slurmstate.parked(w.slurm_node)}
+            assert not awake, f"parked nodes of a PowerSave pool not powered down: {awake}"
 
     # ------------------------------------------------------------ invariants
     @invariant()
@@ -223,12 +263,23 @@ class PoolModel(RuleBasedStateMachine):
                     f"{name} runs slurmd and takes inference pods: {node.labels}, {node.taints}, cordoned={node.unschedulable}"
 
     @invariant()
+    def no_node_settled_in_slurm_is_powered_down(self):
+        for name, world in self.worlds.items():
+            sn = world.slurm_node
+            if world.node.move is None and world.node.placement == SLURM and sn is not None:
+                assert not slurmstate.power_down_asked(sn), f"{name} serves Slurm but is powered down: {slurmstate.text(sn)}"
+
+    @invariant()
     def never_more_moves_than_max_concurrent_moves(self):
         moving = [n for n, w in self.worlds.items() if w.node.move is not None]
         assert len(moving) <= MAX_MOVES, f"{len(moving)} moves in flight: {moving}"
 
     # Invariant 2 (no drain but the operator's is lifted) is World.apply's: it raises when a
     # Resume reaches a drain an admin or Slurm set.
+
+
+def with_parking(spec, parking: str):
+    return spec.model_copy(update={"slurm": spec.slurm.model_copy(update={"parking": parking})})
 
 
 PoolModel.TestCase.settings = settings(
@@ -254,3 +305,69 @@ def test_a_refused_ending_keeps_its_slot_from_a_start_of_the_same_pass():
     model.refuse_writes("gpu01", on=False)
     model.settle()
     model.never_more_moves_than_max_concurrent_moves()
+
+
+# ---------------------------------------------------------------- drain.onTimeout: Checkpoint
+
+
+GRACE = timedelta(seconds=20)
+
+
+class CheckpointModel(PoolModel):
+    """The same pool, faults and people with `onTimeout: Checkpoint` (issue 36). Invariants besides
+    the pool's: a job is signalled at most once per move, and a job is requeued only once its
+    grace has passed since the signal recorded on its Node, whatever crashed, relisted or lagged
+    between (a crash between the record and the signal loses the signal, never repeats it)."""
+
+    @initialize(slurm_nodes=st.integers(0, len(NODES)))
+    def start(self, slurm_nodes):
+        super().start(slurm_nodes)
+        self.spec = make_spec(slurm_nodes=slurm_nodes, max_moves=MAX_MOVES,
+                              drain={"timeout": "30s", "onTimeout": "Checkpoint", "checkpoint": {"grace": "20s"},
+                                     "evictionTimeout": "30s", "onEvictionTimeout": "Rollback"})
+        self.signals: set[tuple[str, str]] = set()  # (move id, job) signalled
+
+    def sends(self, name, action):
+        node = self.worlds[name].node  # as written this pass: the record went before the signal
+        if isinstance(action, Signal):
+            move = node.move.id if node.move else "health"
+            for job in action.job_ids:
+                assert (move, job) not in self.signals, f"job {job} signalled twice during move {move}"
+                self.signals.add((move, job))
+        if isinstance(action, Requeue):
+            record = node.checkpoint
+            for job in action.job_ids:
+                at = record.at(job) if record else None
+                assert at is not None and self.now - at >= GRACE, f"job {job} requeued at {self.now}, signalled at {at}"
+
+
+CheckpointModel.TestCase.settings = settings(
+    max_examples=EXAMPLES // 3, stateful_step_count=STEPS, deadline=None, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestCheckpointModel = CheckpointModel.TestCase
+
+
+def test_a_checkpointed_drain_survives_crashes_and_relists_in_its_grace():
+    """A path the model walks: every node busy, a scale-down drains two, the drain times out, the
+    jobs are signalled, the operator crashes (after the patch, after Slurm) and relists in the grace."""
+    model = CheckpointModel()
+    model.start(slurm_nodes=4)
+    model.jobs_everywhere()
+    model.scale(2)
+    model.passes(2)
+    model.time_passes(40)
+    model.crash_in_next_pass("after-slurm")  # the record written and the signals sent, no status
+    signalled = [j for w in model.worlds.values() for j in w.signalled]
+    assert len(signalled) == 2, signalled
+    model.relist()
+    model.passes(5)
+    model.crash_in_next_pass("after-patch")
+    model.time_passes(5)
+    model.passes(5)
+    assert not [j for w in model.worlds.values() for j in w.requeued]  # still within the 20 s grace
+    model.time_passes(5)
+    model.passes(2)
+    assert sorted(j for w in model.worlds.values() for j in w.requeued) == sorted(signalled)
+    assert [j for w in model.worlds.values() for j in w.signalled] == signalled  # never twice
+    model.settle()

@@ -17,7 +17,7 @@ from slurmpool.core.poolpolicy import PoolPolicy, violations
 from slurmpool.controller.settings import Settings
 
 from .factories import make_spec
-from .test_chart import ADMISSION, ONCALL_SUBJECTS, admission, celcheck, helm, objects, template  # noqa: F401 - fixtures
+from .test_chart import ADMISSION, ONCALL_SUBJECTS, REQUIRED_PREFIXES, admission, celcheck, helm, objects, template  # noqa: F401 - fixtures
 
 POOL_POLICY, ONCALL_POOL = "slurmpool-pool-policy", "slurmpool-oncall-pool-changes"
 ONCALL = ("bob", ["gpu-oncall", "system:authenticated"])
@@ -149,14 +149,20 @@ def test_violations_name_the_field_and_what_is_allowed():
         "slurm.slurmdPod.volumes root: hostPath / is not allowed (/run/munge)",
     ]
     assert violations(SlurmNodePoolSpec.model_validate(pool()["spec"]), POLICY) == []
-    assert violations(SlurmNodePoolSpec.model_validate(pool()["spec"]), PoolPolicy())  # the defaults: ghcr.io/slurmpool/ only
+    assert violations(SlurmNodePoolSpec.model_validate(pool()["spec"]), PoolPolicy()) == [  # the default: no registry
+        "slurm.slurmdPod.image registry.example.com/hpc/slurmd:26.05 is not from an allowed registry "
+        "(none allowed: poolPolicy.imagePrefixes is empty)"]
 
 
 def test_the_policy_comes_from_the_chart_values():
-    assert Settings.from_env({}).pool_policy == PoolPolicy()
-    got = Settings.from_env({"SLURMPOOL_POOL_POLICY": json.dumps({"hostPaths": ["/a"], "allowHttpRest": True})}).pool_policy
-    assert got.host_paths == ("/a",) and got.allow_http_rest and got.image_prefixes == PoolPolicy().image_prefixes
-    for bad in ('{"hostpaths": []}', '{"allowHttpRest": "yes"}', '[]', '{"hostPaths": "/a"}'):
+    got = Settings.from_env({"SLURMPOOL_POOL_POLICY": json.dumps({"imagePrefixes": ["r.example/"], "hostPaths": ["/a"],
+                                                                  "allowHttpRest": True})}).pool_policy
+    assert got.host_paths == ("/a",) and got.allow_http_rest and got.image_prefixes == ("r.example/",)
+    # `slurmpool run` with no prefixes refuses to start (every pool would be refused), naming the fix
+    for unset in ({}, {"SLURMPOOL_POOL_POLICY": '{"hostPaths": ["/a"]}'}, {"SLURMPOOL_POOL_POLICY": '{"imagePrefixes": []}'}):
+        with pytest.raises(ValueError, match="names no imagePrefixes, so no slurmd image is allowed.*poolPolicy.imagePrefixes"):
+            Settings.from_env(unset)
+    for bad in ('{"hostpaths": []}', '{"allowHttpRest": "yes"}', '[]', '{"hostPaths": "/a"}', '{"imagePrefixes": [""]}'):
         with pytest.raises(ValueError, match="SLURMPOOL_POOL_POLICY"):
             PoolPolicy.from_json(bad)
 
@@ -165,7 +171,7 @@ def test_the_deployment_passes_the_values_to_the_operator(helm):
     docs = objects(template(helm, "--set", "poolPolicy.hostPaths={/run/munge}").stdout)
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert PoolPolicy.from_json(env["SLURMPOOL_POOL_POLICY"]) == PoolPolicy(host_paths=("/run/munge",))
+    assert PoolPolicy.from_json(env["SLURMPOOL_POOL_POLICY"]) == PoolPolicy(image_prefixes=REQUIRED_PREFIXES, host_paths=("/run/munge",))
 
 
 def test_control_plane_nodes_belong_to_no_pool_unless_allowed():

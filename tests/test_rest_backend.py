@@ -511,6 +511,41 @@ async def test_cancel_fails_on_a_job_that_could_not_be_signalled_but_not_on_one_
         await backend.cancel(["41", "42"])
 
 
+async def test_signal_is_a_delete_of_each_job_with_its_signal_and_whom_on_every_version(serve, backends):
+    fake = FakeSlurmrestd()
+    backend = backends(await serve(fake))
+    await backend.signal(["42", "44_1"], "USR1", batch_only=True)
+    await backend.signal(["43"], "SIGTERM", batch_only=False)
+    assert sorted(fake.signals) == [("v0.0.45", "42", {"signal": "USR1", "flags": "BATCH_JOB"}),
+                                    ("v0.0.45", "43", {"signal": "SIGTERM", "flags": "FULL_JOB"}),
+                                    ("v0.0.45", "44_1", {"signal": "USR1", "flags": "BATCH_JOB"})]
+    old = FakeSlurmrestd(versions=("v0.0.42",))
+    backend = backends(await serve(old))
+    await backend.signal(["42"], "USR1", batch_only=True)
+    assert old.signals == [("v0.0.42", "42", {"signal": "USR1", "flags": "BATCH_JOB"})]
+
+
+async def test_signal_of_a_job_already_gone_is_done_and_a_bad_signal_never_sent(serve, backends):
+    fake = FakeSlurmrestd()
+    fake.scripted[("DELETE", "/job/41")] = (500, {"status": []}, [error("Signal request failed", 2021,
+                                                                    "Job/step already completing or completed", "slurm_kill_jobs()")])
+    backend = backends(await serve(fake))
+    await backend.signal(["41"], "USR1", batch_only=True)
+    fake.scripted[("DELETE", "/job/41")] = (500, {"status": []}, [error("Signal request failed", 2002,
+                                                                    "Access/permission denied", "slurm_kill_jobs()")])
+    with pytest.raises(SlurmError, match="permission denied"):
+        await backend.signal(["41"], "USR1", batch_only=True)
+    with pytest.raises(ValueError, match="invalid signal"):
+        await backend.signal(["41"], "USR1&flags=FULL_JOB", batch_only=True)
+
+
+def test_a_jobs_requeue_and_batch_flag_say_whether_slurm_can_requeue_it():
+    assert parse_rest_job(rest_job(42, ["RUNNING"]))[0].requeue is True
+    assert parse_rest_job({**rest_job(42, ["RUNNING"]), "requeue": False})[0].requeue is False  # sbatch --no-requeue
+    assert parse_rest_job({**rest_job(42, ["RUNNING"]), "batch_flag": False})[0].requeue is False  # salloc, srun
+    assert parse_rest_job({k: v for k, v in rest_job(42, ["RUNNING"]).items() if k != "requeue"})[0].requeue is None
+
+
 async def test_requeue_then_release_on_v0045(serve, backends):
     fake = FakeSlurmrestd(jobs=[rest_job(42, ["RUNNING"], nodes="gpu01"),
                                 rest_job(45, ["RUNNING"], nodes="gpu02", array_job_id=44, array_task_id=1),
@@ -524,6 +559,17 @@ async def test_requeue_then_release_on_v0045(serve, backends):
                                  ("GET", "/slurm/v0.0.45/job/44_1/requeue", None)]
     assert sorted(calls[2:]) == [("POST", "/slurm/v0.0.45/job/42", {"begin_time": "now"}),
                                  ("POST", "/slurm/v0.0.45/job/45", {"begin_time": "now"})]
+
+
+async def test_a_job_slurm_may_not_requeue_does_not_hold_back_the_others_on_v0045(serve, backends):
+    """26.05.3 answered a --no-requeue job's requeue with 422, error 2037 (tests/fixtures/checkpoint)."""
+    fake = FakeSlurmrestd(jobs=[rest_job(42, ["RUNNING"], nodes="gpu01"), {**rest_job(43, ["RUNNING"], nodes="gpu02"), "requeue": False}])
+    fake.scripted[("GET", "/job/43/requeue")] = (422, {}, [error("Requeue JobID=43 failed", 2037, "Requested operation is presently disabled",
+                                                                 "slurm_requeue2()")])
+    with pytest.raises(SlurmError, match="presently disabled"):
+        await backends(await serve(fake)).requeue(["42", "43"])
+    released = [(m, p) for m, p, _, b in fake.requests if m == "POST" and "/job/" in p]
+    assert ("POST", "/slurm/v0.0.45/job/42") in released
 
 
 async def test_a_heterogeneous_job_is_requeued_and_released_through_its_leader(serve, backends):

@@ -117,7 +117,7 @@ class RefusingKube:
     async def delete_pod(self, namespace, name, uid): ...
     async def evict(self, namespace, name): ...
 
-    async def create_slurmd_pod(self, pool, spec, node, slurm_name=None):
+    async def create_slurmd_pod(self, pool, spec, node, slurm_name=None, boot=False):
         raise Refused('(403) pods "slurmd-gpu01" is forbidden: no PriorityClass with name gold was found')
 
     async def event(self, obj, type_, reason, message):

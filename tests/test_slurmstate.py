@@ -42,6 +42,13 @@ def test_power_states_are_parked_and_not_responding():
     assert not slurmstate.usable(held) and not slurmstate.idle(held)
     assert not slurmstate.usable(asked) and not slurmstate.idle(asked)
     assert not slurmstate.parked(asked) and not slurmstate.powered(asked) and slurmstate.busy(asked)
+    # 24.11 and 26.05 mark a lent node NOT_RESPONDING once its slurmd has been gone SlurmdTimeout,
+    # and still power it up for a job (sinfo idle~): usable; held or DOWN ones are not.
+    gone = node("IDLE", "POWERED_DOWN", "NOT_RESPONDING")
+    assert slurmstate.usable(gone) and slurmstate.idle(gone) and slurmstate.parked(gone) and not slurmstate.down(gone)
+    assert not slurmstate.usable(node("IDLE", "DRAIN", "POWERED_DOWN", "NOT_RESPONDING"))
+    assert not slurmstate.usable(node("DOWN", "POWERED_DOWN", "NOT_RESPONDING"))
+    assert not slurmstate.usable(node("IDLE", "NOT_RESPONDING"))
 
 
 def test_verdict_and_text():

@@ -50,7 +50,8 @@ def test_chart_version_app_version_and_image_tag_follow_the_version():
     assert chart["version"] == chart["appVersion"] == PYPROJECT_VERSION
     assert values["image"]["tag"] == "", "an empty tag means the chart's appVersion (_helpers.tpl)"
     rendered = (REPO / "deploy" / "manifests" / "slurmpool.yaml").read_text()
-    assert f"image: {values['image']['repository']}:{PYPROJECT_VERSION}\n" in rendered
+    # rendered with the placeholder repository (deploy/render-manifests.sh): the tag is appVersion
+    assert f"image: registry.invalid/change-me/slurmpool:{PYPROJECT_VERSION}\n" in rendered
 
 
 def test_changelog_has_an_unreleased_section_and_the_version():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from slurmpool.controller.settings import Settings
+from slurmpool.core.poolpolicy import PoolPolicy
 from slurmpool.controller.workqueue import WorkQueue, run_workers
 
 import pytest
@@ -79,13 +80,14 @@ async def test_a_hung_pool_holds_one_worker_and_the_others_go_on():
 
 
 def test_settings_come_from_the_environment_and_bad_values_are_refused():
-    s = Settings.from_env({"SLURMPOOL_INTERVAL": "0.5", "SLURMPOOL_LEASE_DURATION": "6", "SLURMPOOL_LEASE_RENEW": "1", "POD_NAME": "op-1"})
+    policy = {"SLURMPOOL_POOL_POLICY": '{"imagePrefixes": ["registry.example.com/hpc/"]}'}  # required
+    s = Settings.from_env({"SLURMPOOL_INTERVAL": "0.5", "SLURMPOOL_LEASE_DURATION": "6", "SLURMPOOL_LEASE_RENEW": "1", "POD_NAME": "op-1", **policy})
     assert (s.interval, s.lease_duration, s.lease_renew, s.identity) == (0.5, 6.0, 1.0, "op-1")
-    assert Settings.from_env({}) == Settings()
+    assert Settings.from_env(policy) == Settings(pool_policy=PoolPolicy(image_prefixes=("registry.example.com/hpc/",)))
     with pytest.raises(ValueError, match="SLURMPOOL_INTERVAL"):
-        Settings.from_env({"SLURMPOOL_INTERVAL": "soon"})
+        Settings.from_env({"SLURMPOOL_INTERVAL": "soon", **policy})
     with pytest.raises(ValueError, match="2/3"):
-        Settings.from_env({"SLURMPOOL_LEASE_DURATION": "3", "SLURMPOOL_LEASE_RENEW": "3"})
+        Settings.from_env({"SLURMPOOL_LEASE_DURATION": "3", "SLURMPOOL_LEASE_RENEW": "3", **policy})
 
 
 async def test_an_urgent_key_goes_before_every_due_key_that_is_not():

@@ -14,9 +14,19 @@ from typing import Protocol, runtime_checkable
 
 from . import validate
 from .backoff import Backoff
-from .errors import SlurmError, SlurmUnavailable, SlurmUnsupported
+from .errors import SlurmError, SlurmUnavailable
 from .models import PowerSave, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
-from .parse import oversubscribe_tells, parse_partition_max_times, parse_reservations, parse_scontrol_nodes, parse_squeue, parse_topology, squeue_format
+from .parse import (
+    oversubscribe_tells,
+    parse_config,
+    parse_partition_max_times,
+    parse_reservations,
+    parse_scontrol_nodes,
+    parse_squeue,
+    parse_topology,
+    power_save_from_config,
+    squeue_format,
+)
 from .runner import CommandRunner
 
 log = logging.getLogger(__name__)
@@ -28,6 +38,9 @@ _RESUME_ALREADY = ("invalid node state specified",)  # RESUME on a node that is 
 _RESUME_TRANSITION = ("invalid node state transition",)
 # Requeue of a job that is already pending, or one that finished and was purged since it was seen.
 _REQUEUE_ALREADY = ("job is pending execution", "invalid job id specified")
+# A job Slurm may not requeue (sbatch --no-requeue; 26.05.3: "Requested operation is presently disabled
+# for job 2", tests/fixtures/checkpoint) or not a batch job ("Only batch jobs are accepted or processed").
+_REQUEUE_REFUSED = ("requested operation is presently disabled", "only batch jobs are accepted")
 # Releasing (StartTime=now) a job that already started again, finished, or was purged.
 _RELEASE_ALREADY = ("job is no longer pending execution", "job has already finished", "invalid job id specified")
 # States a requeued job passes through before it is PENDING again.
@@ -61,6 +74,7 @@ class SlurmCommands(Protocol):
     async def power_down(self, nodes: Sequence[str]) -> None: ...
     async def power_up(self, nodes: Sequence[str]) -> None: ...
     async def power_save(self) -> PowerSave: ...
+    async def signal(self, job_ids: Sequence[str], signal: str, batch_only: bool) -> None: ...
 
 
 @runtime_checkable
@@ -268,15 +282,42 @@ class ScontrolBackend:
             if isinstance(e, SlurmUnavailable) or not any(w in e.output.lower() for w in _RESERVATION_GONE):
                 raise
 
-    # Power saving (issue 39): the calls are on the interface; the backends come next.
     async def power_down(self, nodes: Sequence[str]) -> None:
-        raise SlurmUnsupported("power saving is not built yet (issue 39)")
+        """Power the nodes down in Slurm (`State=POWER_DOWN`; 22.05 has no `scontrol power`), once:
+        see power_requests for what is sent to which node."""
+        await self._power(nodes, down=True)
 
     async def power_up(self, nodes: Sequence[str]) -> None:
-        raise SlurmUnsupported("power saving is not built yet (issue 39)")
+        """Ask Slurm to power the nodes up (`State=POWER_UP`), once: see power_requests."""
+        await self._power(nodes, down=False)
+
+    async def _power(self, nodes: Sequence[str], down: bool) -> None:
+        checked = validate.node_names(nodes)
+        if not checked:
+            return
+        current = await self.nodes(checked)
+        requests = power_requests([(name, current.get(name)) for name in checked], down)
+        for state, names in requests.items():
+            if state != REFUSED:
+                await self._run(["scontrol", "update", f"NodeName={validate.compress(names)}", f"State={state}"])
+        refuse_power_down(requests)
 
     async def power_save(self) -> PowerSave:
-        raise SlurmUnsupported("power saving is not built yet (issue 39)")
+        """slurm.conf's power saving as slurmctld has it (`scontrol show config`)."""
+        return power_save_from_config(parse_config(await self._run(["scontrol", "show", "config"])))
+
+    async def signal(self, job_ids: Sequence[str], signal: str, batch_only: bool) -> None:
+        """Send the jobs a signal, to the batch shell only (`scancel --batch`) or to every step and
+        the batch shell (`--full`); a job already finished or purged is done (as cancel)."""
+        ids = validate.job_ids(job_ids)
+        if not ids:
+            return
+        whom = "--batch" if batch_only else "--full"
+        try:
+            await self._run(["scancel", f"--signal={validate.signal(signal)}", whom, *ids])
+        except SlurmError as e:
+            if isinstance(e, SlurmUnavailable) or not _only(e, _CANCEL_ALREADY):
+                raise
 
     async def requeue(self, job_ids: Sequence[str]) -> None:
         """Requeue jobs and let them start again at once. A requeued job sits COMPLETING, then
@@ -289,17 +330,23 @@ class ScontrolBackend:
         if not ids:
             return
         joined = ",".join(ids)
+        refused: SlurmError | None = None
         try:
             await self._run(["scontrol", "requeue", joined])
         except SlurmError as e:
-            if isinstance(e, SlurmUnavailable) or not _only(e, _REQUEUE_ALREADY):
+            if isinstance(e, SlurmUnavailable) or not _only(e, _REQUEUE_ALREADY + _REQUEUE_REFUSED):
                 raise
+            # A job Slurm may not requeue (--no-requeue, not a batch job) must not keep the others of
+            # the batch waiting out their begin time: they are released, then the refusal is raised.
+            refused = e if not _only(e, _REQUEUE_ALREADY) else None
         parts = await self._wait_pending(ids)
         try:
             await self._run(["scontrol", "update", f"JobId={','.join(parts)}", "StartTime=now"])
         except SlurmError as e:
             if isinstance(e, SlurmUnavailable) or not _only(e, _RELEASE_ALREADY):
                 raise
+        if refused is not None:
+            raise refused
 
     async def _wait_pending(self, ids: list[str]) -> list[str]:
         """Wait until the requeued jobs have left their settling states; return what to release:
@@ -353,6 +400,51 @@ class ScontrolBackend:
         close = getattr(self.runner, "close", None)  # a minimal runner may have nothing to close
         if close is not None:
             await close()
+
+
+# power_requests' key for nodes it will not power down (powering up for a job).
+REFUSED = "refused"
+
+
+def power_requests(nodes: Sequence[tuple[str, SlurmNode | None]], down: bool) -> dict[str, list[str]]:
+    """Which power request each node needs ({state: [names]}), so that asking again is harmless.
+
+    Slurm takes a repeated request as a new one (measured on 26.05): POWER_DOWN on a node already
+    powered down powers it down again, through POWERING_DOWN, and drops its DRAIN; POWER_UP on a
+    node already powering up leaves POWER_UP set after it registered. So a node already where it is
+    asked to go, or on its way, gets nothing. Power-down: a node Slurm is powering up without a job
+    (a request we made, or a declined give-back: drained, its job requeued) ignores POWER_DOWN until
+    ResumeTimeout, so it gets POWER_DOWN_FORCE; one powering up for a job is REFUSED (drain it
+    first: Slurm requeues the job). A node Slurm does not know is passed on, for Slurm to refuse."""
+    out: dict[str, list[str]] = {}
+    for name, node in nodes:
+        state = _power_request(node, down)
+        if state:
+            out.setdefault(state, []).append(name)
+    return out
+
+
+def _power_request(node: SlurmNode | None, down: bool) -> str | None:
+    if node is None:
+        return "POWER_DOWN" if down else "POWER_UP"
+    flags = node.flags
+    if down:
+        if flags & {"POWER_DOWN", "POWERING_DOWN"} or ("POWERED_DOWN" in flags and not flags & {"POWER_UP", "POWERING_UP"}):
+            return None
+        if "POWERING_UP" in flags:
+            return REFUSED if node.busy else "POWER_DOWN_FORCE"
+        return "POWER_DOWN"
+    if flags & {"POWER_UP", "POWERING_UP"} or not flags & {"POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN"}:
+        return None
+    return "POWER_UP"
+
+
+def refuse_power_down(requests: dict[str, list[str]]) -> None:
+    """Raise for the nodes power_requests refused, once the others were sent."""
+    if requests.get(REFUSED):
+        names = validate.compress(requests[REFUSED])
+        raise SlurmError(f"{names}: powering up for a job; drain first (Slurm requeues the job), then power down",
+                         argv=("power_down", names))
 
 
 def _only(error: SlurmError, benign: tuple[str, ...]) -> bool:

@@ -143,6 +143,16 @@ class TopologyGroup:
 
 
 @dataclass(frozen=True)
+class DeclaredSignal:
+    """A job's own `--signal=[B:]SIG[@SECONDS]` (sbatch): which signal, to the batch shell only (B:)
+    or to every step, and how long before its end it wants it (Slurm's default 60 s)."""
+
+    signal: str
+    batch_only: bool
+    seconds: int
+
+
+@dataclass(frozen=True)
 class SlurmJob:
     job_id: str  # as squeue prints it: "42", "42_3" (array task), "7_[0-3]" (pending array), "5+1" (het job part)
     name: str
@@ -161,6 +171,12 @@ class SlurmJob:
     required_nodes: tuple[str, ...] = ()
     unavailable_nodes: tuple[str, ...] = ()
     exclusive: bool | None = None
+    # Can Slurm requeue it (a batch job without --no-requeue)? slurmrestd says (`requeue`, `batch_flag`);
+    # squeue -o cannot print it (only -O Requeue): None, not known (a requeue Slurm refuses then fails loudly).
+    requeue: bool | None = None
+    # Its own --signal, where Slurm shows it: only slurmrestd v0.0.44+ (`submit_line`), and only when
+    # given on sbatch's command line (an #SBATCH line is in no output); None: not known.
+    declared_signal: DeclaredSignal | None = None
 
     @property
     def gpus_wanted(self) -> int:

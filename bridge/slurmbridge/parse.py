@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone, tzinfo
 
-from .models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup, gpu_count
+from .models import PowerSave, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup, gpu_count
 from .validate import expand, unavailable_nodes
 
 # sinfo-style one-character state suffixes (scontrol spells these as +FLAG, but accept both).
@@ -293,3 +293,57 @@ def parse_partition_max_times(text: str) -> dict[str, timedelta | None]:
             f = node_fields(line)
             out[f.get("PartitionName", "")] = parse_duration(f.get("MaxTime", ""))
     return out
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """`scontrol show config`: `Key = Value` lines (the value may hold spaces: "300 sec"). Lines
+    that are not settings (the banner, blank lines, plugin sections' headers) are skipped; a
+    repeated key keeps its first value (the main section comes first)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        m = re.match(r"^([A-Za-z][A-Za-z0-9_]*)\s+=\s?(.*)$", line)
+        if m and m.group(1) not in out:
+            out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+_UNSET = frozenset({"", "(NULL)", "N/A", "NONE"})
+
+
+def _seconds(text: str) -> timedelta | None:
+    """"300 sec" (scontrol) or "300" -> 300 s; NONE, INFINITE or anything else -> None."""
+    m = re.fullmatch(r"(\d+)(?:\s*sec)?", text.strip())
+    return timedelta(seconds=int(m.group(1))) if m else None
+
+
+def power_save_from_config(conf: dict[str, str]) -> PowerSave:
+    """slurm.conf's power saving, from its settings as `scontrol show config` names them, judged
+    as slurmctld's power_save.c judges them: automatic power save is on only with a SuspendProgram
+    and a ResumeProgram (absolute paths: slurmctld also checks them executable and not group- or
+    world-writable, which only its host can tell) and a SuspendTime that is not INFINITE, and with
+    SlurmctldParameters' power_save_interval and power_save_min_interval at most 60 while a rate
+    is set. A partition's own SuspendTime can turn it on too; slurm.conf's is what is read here."""
+    why: list[str] = []
+    for key in ("SuspendProgram", "ResumeProgram"):
+        program = conf.get(key, "")
+        if program.upper() in _UNSET:
+            why.append(f"{key} is not set")
+        elif not program.startswith("/"):
+            why.append(f"{key}={program} is not an absolute path")
+    suspend_time = conf.get("SuspendTime", "").strip()
+    if suspend_time.upper() in _UNSET | {"INFINITE", "-1"} or _seconds(suspend_time) is None:
+        why.append(f"SuspendTime is {suspend_time or 'not set'} (INFINITE: no node is ever powered down, so none resumed)")
+    rates = any(conf.get(k, "0").split(" ")[0] not in ("0", "") for k in ("SuspendRate", "ResumeRate"))
+    for param in _list(conf.get("SlurmctldParameters")):
+        key, _, value = param.partition("=")
+        if key in ("power_save_interval", "power_save_min_interval") and value.isdigit() and int(value) > 60 and rates:
+            why.append(f"SlurmctldParameters {param} is over 60 while SuspendRate or ResumeRate is set")
+    flags = conf.get("ReconfigFlags")
+    return PowerSave(
+        on=not why,
+        why_off="; ".join(why),
+        resume_timeout=_seconds(conf.get("ResumeTimeout", "")),
+        suspend_exc_parts=_list(conf.get("SuspendExcParts")),
+        suspend_exc_nodes="" if conf.get("SuspendExcNodes", "").upper() in _UNSET else conf.get("SuspendExcNodes", ""),
+        keeps_settings=None if flags is None else "KeepPowerSaveSettings".lower() in flags.lower(),
+    )

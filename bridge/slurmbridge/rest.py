@@ -28,6 +28,13 @@ Calls:
   versions there is no way to requeue over REST: `requeue` raises SlurmUnsupported saying so (the
   operator reports the failed action; use drain.onTimeout Cancel, Wait or Rollback there). As with
   scontrol, a requeued job is then released (POST /slurm/V/job/ID {"begin_time":"now"}) once PENDING.
+- signal (drain.onTimeout Checkpoint): DELETE /slurm/V/job/ID?signal=USR1&flags=BATCH_JOB (FULL_JOB for
+  every step), one per job: openapi/slurmctld's `_parse_job_delete` reads `signal` and the WARN_FLAGS
+  `flags` in v0.0.42 to v0.0.45 (read in 26.05's source; v0.0.40/41, 24.11's, take the same query).
+  A job's own `--signal` has no field in any version's job (kill_warning_* belong to the job
+  *description* of a submission only); v0.0.44+ give its `submit_line`, which shows the option when
+  it was on sbatch's command line (SlurmJob.declared_signal). A job's `requeue` and `batch_flag`
+  are in every version (SlurmJob.requeue).
 - reservations (the planned handover's, named `slurmpool-...`; others are never returned, changed
   or deleted): GET /slurm/V/reservations/, POST /slurm/V/reservations/ {"reservations":[desc]}
   (create; slurmrestd updates one of that name instead), DELETE /slurm/V/reservation/NAME. Only
@@ -59,11 +66,15 @@ from typing import Any
 from urllib.parse import quote
 
 from . import validate
-from .backend import _RELEASE_ALREADY, _REQUEUE_ALREADY, _RESERVATION_GONE, _RESUME_ALREADY, _SETTLING, SETTLE_POLL
+from .backend import (
+    _RELEASE_ALREADY, _REQUEUE_ALREADY, _REQUEUE_REFUSED, _RESERVATION_GONE, _RESUME_ALREADY, _SETTLING, REFUSED, SETTLE_POLL, power_requests,
+    refuse_power_down,
+)
 from .backoff import Backoff
 from .errors import UNAVAILABLE_MARKERS, SlurmError, SlurmUnavailable, SlurmUnsupported
 from .http import HttpClient, HttpProtocolError
-from .models import PowerSave, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup, gpu_count
+from .models import DeclaredSignal, PowerSave, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup, gpu_count
+from .parse import power_save_from_config
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +82,13 @@ KNOWN_VERSIONS = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.4
 REQUEUE_VERSIONS = frozenset({"v0.0.45"})  # the first data parser with GET /job/{id}/requeue
 # The first data parser that creates and deletes reservations (Slurm 25.05); 24.11 serves up to v0.0.42.
 RESERVATION_VERSIONS = frozenset({"v0.0.43", "v0.0.44", "v0.0.45"})
+# The first data parser with GET /conf (slurm.conf as slurmctld has it): Slurm 26.05.
+CONF_VERSIONS = frozenset({"v0.0.45"})
+POWER_SAVE_KEYS = ("SuspendProgram", "ResumeProgram", "SuspendTime", "ResumeTimeout", "SuspendExcParts",
+                   "SuspendExcNodes", "ReconfigFlags", "SuspendRate", "ResumeRate", "SlurmctldParameters")
+# The node states a power request sends: flag names every data parser from v0.0.40 knows (measured:
+# v0.0.42 to v0.0.44 refuse "POWER_DOWN_FORCE" and "POWER_DOWN_ASAP" as unknown flags, with 500).
+_POWER_STATES = {"POWER_DOWN": ["POWER_DOWN"], "POWER_UP": ["POWER_UP"], "POWER_DOWN_FORCE": ["POWER_DOWN", "POWERED_DOWN"]}
 _VERSION_PATH = re.compile(r"^/slurm/(v0\.0\.\d+)/")
 
 NODE_BASE_STATES = ("UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "INVALID")
@@ -442,15 +460,43 @@ class RestBackend:
         await self._reserving()
         await self._call("DELETE", f"/reservation/{quote(checked, safe='')}", benign=_RESERVATION_GONE)
 
-    # Power saving (issue 39): the calls are on the interface; the backends come next.
+    # ------------------------------------------------------------------ power saving
+
     async def power_down(self, nodes: Sequence[str]) -> None:
-        raise SlurmUnsupported("power saving is not built yet (issue 39)")
+        """POST /node/NAME {"state": ["POWER_DOWN"]} per node that needs it (backend.power_requests);
+        a node powering up without a job gets POWER_DOWN and POWERED_DOWN together, the two flags
+        26.05's POWER_DOWN_FORCE is made of, which every version from v0.0.40 parses."""
+        await self._power(nodes, down=True)
 
     async def power_up(self, nodes: Sequence[str]) -> None:
-        raise SlurmUnsupported("power saving is not built yet (issue 39)")
+        """POST /node/NAME {"state": ["POWER_UP"]} per node that needs it (backend.power_requests)."""
+        await self._power(nodes, down=False)
+
+    async def _power(self, nodes: Sequence[str], down: bool) -> None:
+        checked = list(dict.fromkeys(validate.node_names(nodes)))
+        if not checked:
+            return
+        current = await self.nodes(checked)
+        requests = power_requests([(n, current.get(n)) for n in checked], down)
+        sends = [(name, _POWER_STATES[state]) for state, names in requests.items() if state != REFUSED for name in names]
+        await self._each(sends, lambda item: self._call("POST", f"/node/{quote(item[0], safe='')}", {"state": item[1]}))
+        refuse_power_down(requests)
 
     async def power_save(self) -> PowerSave:
-        raise SlurmUnsupported("power saving is not built yet (issue 39)")
+        """slurm.conf's power saving from GET /conf (v0.0.45, Slurm 26.05). Older versions have no
+        endpoint that tells it (their partitions show SuspendTime and ResumeTimeout, never the
+        programs): SlurmUnsupported, which the operator reports as not known."""
+        version = await self._version()
+        if version not in CONF_VERSIONS:
+            raise SlurmUnsupported(
+                f"slurmrestd {version} does not tell slurm.conf's power saving (GET /conf is v0.0.45's, Slurm 26.05): "
+                "not known over this REST API; check slurm.conf as docs/slurm-admin.md says, or use SSH access",
+                argv=("GET", "/conf"))
+        data = await self._call("GET", "/conf")
+        conf = data.get("slurm_conf")
+        if not isinstance(conf, dict):
+            raise SlurmError("slurmrestd answered GET /conf without slurm_conf", argv=("GET", "/conf"))
+        return power_save_from_config({k: _conf_text(conf[k]) for k in POWER_SAVE_KEYS if k in conf})
 
     async def _reserving(self) -> None:
         if not await self.can_reserve():
@@ -502,6 +548,14 @@ class RestBackend:
             raise SlurmError(f"slurmrestd could not cancel: {'; '.join(failed)}", argv=("DELETE", "/jobs/"),
                              stdout=json.dumps(data)[:2000])
 
+    async def signal(self, job_ids: Sequence[str], signal: str, batch_only: bool) -> None:
+        """Send each job a signal: DELETE /job/{id}?signal=S&flags=BATCH_JOB (or FULL_JOB), every
+        version from v0.0.40 (openapi/slurmctld's _parse_job_delete; flags unset would mean FULL_JOB).
+        A job already finished or purged is done, as scancel."""
+        ids = rest_job_ids(job_ids)
+        query = f"signal={quote(validate.signal(signal), safe='')}&flags={'BATCH_JOB' if batch_only else 'FULL_JOB'}"
+        await self._each(ids, lambda i: self._call("DELETE", f"/job/{quote(i, safe='')}?{query}", benign=_CANCEL_ALREADY))
+
     async def requeue(self, job_ids: Sequence[str]) -> None:
         """Requeue jobs and let them start again at once (see ScontrolBackend.requeue). Only the
         v0.0.45 API (Slurm 26.05) can requeue; a pending array record (7_[0-3]) is pending
@@ -516,10 +570,18 @@ class RestBackend:
                 f"slurmrestd {version} has no requeue endpoint (Slurm 26.05's v0.0.45 has one): cannot requeue "
                 f"{','.join(ids)} over REST; use drain.onTimeout Cancel, Wait or Rollback, or SSH access",
                 argv=("GET", "/job/{id}/requeue"))
-        await self._each(ids, lambda i: self._call("GET", f"/job/{quote(i, safe='')}/requeue",
-                                                   benign=_REQUEUE_ALREADY))
+        refused: SlurmError | None = None
+        try:
+            await self._each(ids, lambda i: self._call("GET", f"/job/{quote(i, safe='')}/requeue",
+                                                       benign=_REQUEUE_ALREADY))
+        except SlurmError as e:  # one Slurm may not requeue (422, 2037): the others are still released
+            if isinstance(e, SlurmUnavailable) or not any(m in e.output.lower() for m in _REQUEUE_REFUSED):
+                raise
+            refused = e
         numeric = await self._wait_pending(ids)
         await self._each(numeric, lambda n: self._release(n))
+        if refused is not None:
+            raise refused
 
     async def _release(self, job_id: int) -> None:
         data = await self._call("POST", f"/job/{job_id}", {"begin_time": "now"}, benign=_RELEASE_ALREADY)
@@ -646,6 +708,17 @@ def _strings(value: Any) -> tuple[str, ...]:
     return ()
 
 
+def _conf_text(value: Any) -> str:
+    """A GET /conf value as `scontrol show config` prints it: lists joined by commas, a number
+    that is not set or infinite as INFINITE."""
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, dict):
+        number = _number(value)
+        return "INFINITE" if number is None else str(number)
+    return "" if value is None else str(value)
+
+
 def _text(value: Any) -> str:
     return value if isinstance(value, str) and value != "(null)" else ""
 
@@ -756,6 +829,8 @@ def parse_rest_job(raw: dict, shared_tells: bool = True) -> tuple[SlurmJob, set[
         required_nodes=validate.expand(_hostlist(raw.get("required_nodes"))),
         unavailable_nodes=validate.unavailable_nodes(reason),
         exclusive=_exclusive(raw.get("shared")) if shared_tells else None,
+        requeue=_requeueable(raw),
+        declared_signal=_declared_signal(raw),
     ), tokens
 
 
@@ -771,6 +846,24 @@ def _exclusive(shared: Any) -> bool | None:
     if shared is None:
         return None
     return "NONE" in _tokens(shared)
+
+
+def _declared_signal(raw: dict) -> DeclaredSignal | None:
+    """The job's own --signal, read from its `submit_line` (v0.0.44+; only what sbatch's command line said)."""
+    line, command = raw.get("submit_line"), raw.get("command")
+    if not isinstance(line, str) or not line:
+        return None
+    found = validate.declared_signal(line, command if isinstance(command, str) else "")
+    return DeclaredSignal(*found) if found else None
+
+
+def _requeueable(raw: dict) -> bool | None:
+    """Can Slurm requeue the job: a batch job (`batch_flag`) that allows it (`requeue`, false for
+    sbatch --no-requeue)? Both are in every version's job (v0.0.40 to v0.0.45); None if either is missing."""
+    requeue, batch = raw.get("requeue"), raw.get("batch_flag")
+    if not isinstance(requeue, bool) or not isinstance(batch, bool):
+        return None
+    return requeue and batch
 
 
 def _state_wanted(tokens: set[str], wanted: set[str] | None) -> bool:

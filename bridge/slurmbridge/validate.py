@@ -4,6 +4,7 @@ through here first, so a node, partition or job id can never smuggle shell synta
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable, Sequence
 
 import hostlist
@@ -13,6 +14,8 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 # and a "%N" throttle inside the brackets), a part of a heterogeneous job "5+1".
 JOB_ID_RE = re.compile(r"^[0-9]+(?:_[0-9]+|_\[[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*(?:%[0-9]+)?\]|\+[0-9]+)?$")
 STATE_RE = re.compile(r"^[A-Za-z_]{1,32}$")
+# A signal as scancel --signal and slurmrestd's `signal` take it: a name (USR1, SIGUSR1) or a number.
+SIGNAL_RE = re.compile(r"^((SIG)?[A-Z][A-Z0-9+]{0,15}|[0-9]{1,2})$")
 MAX_REASON = 200
 # What may go into an HTTP header or onto a command line from a Secret: a Unix/Slurm user name,
 # and a JWT (base64url parts joined by dots; some sites use opaque tokens of the same alphabet).
@@ -73,6 +76,36 @@ def het_leader(job_id: str) -> str:
     """The job a part of a heterogeneous job belongs to ("5+1" -> "5"): Slurm requeues only a
     whole heterogeneous job, through its leader."""
     return job_id.split("+", 1)[0]
+
+
+def signal(name: str) -> str:
+    """A signal name or number; nothing else reaches scancel or a URL."""
+    if not isinstance(name, str) or not SIGNAL_RE.fullmatch(name):
+        raise ValueError(f"invalid signal {str(name)[:20]!r}: a name such as USR1 or SIGUSR1, or a number")
+    return name
+
+
+def declared_signal(submit_line: str, command: str = "") -> tuple[str, bool, int] | None:
+    """The `--signal=[B:]SIG[@SECONDS]` of an sbatch command line (a job's `submit_line`): (signal,
+    batch only, seconds before its end), or None. Only the options before the script (`command`) are
+    read: the script's own arguments are not sbatch's. R: (a reservation's end) is not a warning of
+    a move: None. Anything unreadable is None, never a guess."""
+    try:
+        tokens = shlex.split(submit_line)
+    except ValueError:
+        return None
+    found = None
+    for i, token in enumerate(tokens[1:], start=1):
+        if command and token == command:
+            break
+        if token.startswith("--signal="):
+            found = token.split("=", 1)[1]
+        elif token == "--signal" and i + 1 < len(tokens):
+            found = tokens[i + 1]
+    match = re.fullmatch(r"(?:([BR]+):)?([A-Z0-9+]{1,19})(?:@([0-9]{1,6}))?", found or "")
+    if match is None or "R" in (match.group(1) or "") or not SIGNAL_RE.fullmatch(match.group(2)):
+        return None
+    return match.group(2), "B" in (match.group(1) or ""), int(match.group(3) or 60)
 
 
 def job_states(states: Iterable[str]) -> list[str]:

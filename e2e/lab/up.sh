@@ -465,6 +465,24 @@ SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=5
 MailProg=/bin/true
 EOF
+# Power saving (issue 39, docs/slurm-admin.md), in every row, so Drain and PowerSave pools both run
+# here. /bin/true for both programs: slurmpool, not a program, powers nodes down and brings them
+# back; automatic power save must still be "on" (both programs valid, a SuspendTime), or Slurm never
+# resumes a powered-down node for a job (and 22.05 and 24.11 refuse a manual power-down).
+# SuspendExcParts: Slurm never powers an idle node down by itself (a manual power-down still works).
+# ResumeTimeout: a move to Slurm (evictions, the slurmd pod's start, registration) fits in it.
+cat >> "$SLURM_CONF" <<EOF
+SuspendProgram=/bin/true
+ResumeProgram=/bin/true
+SuspendTime=3600
+SuspendExcParts=gpu
+SuspendTimeout=5
+ResumeTimeout=300
+SuspendRate=0
+ResumeRate=0
+EOF
+# 23.02+: `scontrol reconfigure` keeps SuspendExc* as scontrol changed them (22.05 has no such flag).
+[ "$LAB_SLURM" = 22.05 ] || echo "ReconfigFlags=KeepPowerSaveSettings" >> "$SLURM_CONF"
 # Each node's slurmd port, and (dynamic nodes) the --conf line its slurmd registers with: the agent
 # reads this file (NAME<TAB>PORT<TAB>CONF). The topology unit of a dynamic node is its path in the
 # tree of topology.conf ("default" is topology.conf's name): spine:block-k:rack-r, as static nodes.

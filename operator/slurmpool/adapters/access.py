@@ -27,6 +27,7 @@ from slurmpool.core.view import ACTIVE_JOB_STATES, SlurmView
 
 ReadSecret = Callable[[str, str], Awaitable[dict[str, str]]]
 TOPOLOGY_MAX_AGE = 60.0  # seconds: slurm.conf's topology changes with a reconfigure, rarely
+POWER_SAVE_MAX_AGE = 60.0  # seconds: slurm.conf's power saving too (a failed read is kept as long: "not known")
 SECRET_MAX_AGE = 30.0  # seconds: SSH keys are read again this often (the REST token too: restaccess.py)
 PENDING_FOR = 60.0  # seconds: a pool's partition is polled for pending jobs this long after it last looked
 RETIRE_AFTER = 60.0  # seconds: an SSH connection replaced by a new key is closed this much later
@@ -48,6 +49,7 @@ class Wanted:
     pending: str | None = None  # the pool's partition, with demand on: its pending jobs are read
     topology: bool = False  # Slurm's switches or blocks too
     reservations: bool = False  # the operator's reservations too
+    power_save: bool = False  # Slurm's power-save settings too (a PowerSave pool)
 
     def shown_by(self, began: float, oldest: float) -> bool:
         """Does a poll begun at `began` answer it (no older than `oldest`)?"""
@@ -215,6 +217,9 @@ class Instrumented:
     async def power_save(self) -> PowerSave:
         return await self._timed("power_save", self.inner.power_save())
 
+    async def signal(self, job_ids: Sequence[str], signal: str, batch_only: bool) -> None:
+        await self._timed("signal", self.inner.signal(job_ids, signal, batch_only))
+
     @property
     def commands_run(self) -> int:
         return self.inner.commands_run
@@ -254,6 +259,7 @@ class SlurmAccessPool:
         self._closing: set[asyncio.Task] = set()
         self._views: dict[tuple, tuple[float, SlurmView]] = {}  # key -> (when its poll began, view)
         self._topology: dict[tuple, tuple[float, tuple]] = {}  # key -> (when, groups): changes rarely
+        self._power_save: dict[tuple, tuple[float, PowerSave | None]] = {}  # key -> (when, settings; None: not known)
         self._failing: dict[tuple, tuple[int, float, SlurmView]] = {}  # key -> (failures, retry at, view)
         self._locks: dict[tuple, asyncio.Lock] = {}
         self._ssh_read: dict[tuple, float] = {}  # key -> when its SSH Secret was last read
@@ -326,14 +332,34 @@ class SlurmAccessPool:
         # rather than polling again after it (pools sharing one Slurm queue on its lock).
         oldest = self.clock() - wanted.max_age
         lock = self._locks.setdefault(key, asyncio.Lock())
+        backend, view = None, None
         if lock.locked():  # another pool is polling: a view a little older does rather than queue behind it
             cached = self._views.get(key)
             if cached and wanted.shown_by(cached[0], oldest - STALE_WHILE_POLLING * wanted.max_age) and \
                     cached[1].has_pending(wanted.pending) and _has_reservations(cached[1], wanted.reservations) and \
                     (not wanted.topology or cached[1].topology or not cached[1].available):
-                return self._backends.get(key), cached[1]
-        async with lock:  # pools reconcile concurrently: one poll
-            return await self._observe(key, namespace, access, oldest, wanted)
+                backend, view = self._backends.get(key), cached[1]
+        if view is None:
+            async with lock:  # pools reconcile concurrently: one poll
+                backend, view = await self._observe(key, namespace, access, oldest, wanted)
+        if wanted.power_save and view.available and view.power_save is None and backend is not None:
+            view = replace(view, power_save=await self._power_saving(key, backend))
+        return backend, view
+
+    async def _power_saving(self, key: tuple, backend: SlurmBackend) -> PowerSave | None:
+        """Slurm's power-save settings, read at most once per POWER_SAVE_MAX_AGE. A failure (or an
+        access that cannot tell: SlurmUnsupported) is "not known" for as long, and never fails the
+        pass: a PowerSave pool then parks by drain and says so (status: PowerSaveReady Unknown)."""
+        known = self._power_save.get(key)
+        if known and self.clock() - known[0] < POWER_SAVE_MAX_AGE:
+            return known[1]
+        try:
+            value: PowerSave | None = await backend.power_save()
+        except SlurmError as err:
+            log.warning("cannot read Slurm's power-save settings: %s", err)
+            value = None
+        self._power_save[key] = (self.clock(), value)
+        return value
 
     def _pending_partitions(self, key: tuple, now: float) -> frozenset[str]:
         """The union of the partitions whose pools have demand on, as they asked lately: a deleted

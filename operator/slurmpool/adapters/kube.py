@@ -267,9 +267,11 @@ SLURMD_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SET
                        "SYS_CHROOT")
 
 
-def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: str | None = None) -> dict[str, Any]:
+def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: str | None = None, boot: bool = False) -> dict[str, Any]:
     """The slurmd pod for one node: bound to it directly (the node is cordoned), host network,
-    tolerating the cordon and our Slurm taint. See e2e/lab/README.md for the lab's contract."""
+    tolerating the cordon and our Slurm taint. See e2e/lab/README.md for the lab's contract.
+    `boot`: Slurm is powering the node up, so `-b` is appended to the args (slurmd reports a boot
+    now; a wrapper in slurmdPod.command must pass its arguments on to slurmd: docs/pools.md)."""
     t = spec.slurm.slurmd_pod
     tolerations = [
         {"key": SLURM_TAINT_KEY, "operator": "Exists"},
@@ -282,7 +284,7 @@ def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: st
         "name": SLURMD_CONTAINER,
         "image": t.image,
         "command": list(t.command),
-        "args": list(t.args),
+        "args": list(t.args) + (["-b"] if boot else []),
         "env": env,
         "resources": t.resources.model_dump(by_alias=True),
     }
@@ -405,9 +407,10 @@ class KubeAdapter:
             except Exception as err:  # noqa: BLE001 - best effort
                 log.warning("could not patch node %s: %s", name, err)
 
-    async def create_slurmd_pod(self, pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: str | None = None) -> None:
+    async def create_slurmd_pod(self, pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: str | None = None,
+                                boot: bool = False) -> None:
         try:
-            await self._call(self.core.create_namespaced_pod, pool.namespace, slurmd_pod(pool, spec, node, slurm_name))
+            await self._call(self.core.create_namespaced_pod, pool.namespace, slurmd_pod(pool, spec, node, slurm_name, boot))
         except ApiException as err:
             if err.status == 409:  # already there: level-triggered, that is success
                 return

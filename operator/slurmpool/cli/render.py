@@ -115,7 +115,8 @@ _SINFO = {"IDLE": "idle", "ALLOCATED": "alloc", "MIXED": "mix", "DOWN": "down", 
 
 
 def sinfo_state(state: str | None) -> str:
-    """Slurm's state as sinfo abbreviates it: idle, mix, alloc, drain, drng (draining), '*' not responding."""
+    """Slurm's state as sinfo abbreviates it: idle, mix, alloc, drain, drng (draining); '*' not responding,
+    and power saving's '~' powered down, '%' powering down, '#' powering up (sinfo shows one suffix)."""
     if not state:
         return "-"
     base, *flags = state.split("+")
@@ -124,7 +125,8 @@ def sinfo_state(state: str | None) -> str:
         text = "drng" if base in ("ALLOCATED", "MIXED") or "COMPLETING" in flags else "drain"
     elif "COMPLETING" in flags:
         text = "comp"
-    return text + ("*" if "NOT_RESPONDING" in flags else "")
+    power = "#" if "POWERING_UP" in flags else "%" if "POWERING_DOWN" in flags else "~" if "POWERED_DOWN" in flags else ""
+    return text + (power or ("*" if "NOT_RESPONDING" in flags else ""))
 
 
 def _short(placement: str) -> str:

@@ -31,8 +31,8 @@ from slurmpool.controller.published import fold_published, publish
 from slurmpool.core.events import Event, Reason
 from slurmpool.core.interfaces import Conflict, Kube, PoolRef, Refused, node_object, pool_object
 from slurmpool.core.models import SlurmNodePoolSpec
-from slurmpool.core.expiry import Cancel, Requeue
-from slurmpool.core.moves import CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, Refusal, Resume, Step
+from slurmpool.core.expiry import Cancel, Requeue, Signal
+from slurmpool.core.moves import CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, PowerDown, PowerUp, Refusal, Resume, Step
 from slurmpool.core.patch import RECORD, annotations_of, rebuilt, shape_of
 from slurmpool.core.snapshot import ApplyResult, PoolDecision
 from slurmpool.core.view import ANN_MOVE, ANN_MOVE_NOW, NONE, Direction, NodeView
@@ -114,20 +114,30 @@ async def _patch_all(ctx: ApplyContext, decision: PoolDecision, patches: dict[st
     return {name for name, ok in zip(patches, written) if ok is None}
 
 
+# The Slurm updates of node lists, batched by hostlist, in this order: a drain before the power-up
+# of the node it holds (moves.PoweringUp), a resume (a lent node) beside the power-downs.
+NODE_UPDATES = ((Resume, "scontrol resume", lambda s, nodes: s.resume(nodes)),
+                (PowerDown, "scontrol power down", lambda s, nodes: s.power_down(nodes)),
+                (PowerUp, "scontrol power up", lambda s, nodes: s.power_up(nodes)))
+
+
 async def _slurm(ctx: ApplyContext, decision: PoolDecision, steps: dict[str, Step], result: ApplyResult) -> None:
     """The steps' Slurm actions, batched (one command per kind), after their nodes' records."""
     drains: dict[str, list[str]] = defaultdict(list)
-    resumes: list[str] = []
+    updates: dict[type, list[str]] = defaultdict(list)  # Resume, PowerDown, PowerUp -> Slurm names
     requeues: list[str] = []
     cancels: list[str] = []
+    signals: dict[tuple[str, bool], list[str]] = defaultdict(list)  # (signal, batch only) -> jobs
     old = {n.name: n for n in ctx.nodes}
     for name, step in steps.items():
         _crash_point(ctx.crash_after_phase, decision.patches.get(name, {}), step)
         for action in step.actions:
             if isinstance(action, Drain) and (target := _in_slurm(decision, action.node)):
                 drains[action.reason].append(target)
-            elif isinstance(action, Resume) and (target := _in_slurm(decision, action.node)):
-                resumes.append(target)
+            elif isinstance(action, Resume | PowerDown | PowerUp) and (target := _in_slurm(decision, action.node)):
+                updates[type(action)].append(target)
+            elif isinstance(action, Signal):
+                signals[(action.signal, action.batch_only)].extend(action.job_ids)
             elif isinstance(action, Requeue):
                 requeues.extend(action.job_ids)
             elif isinstance(action, Cancel):
@@ -140,13 +150,16 @@ async def _slurm(ctx: ApplyContext, decision: PoolDecision, steps: dict[str, Ste
             metrics.MOVES_STARTED.labels(pool=ctx.pool.key, direction=Direction.of(move.source, move.target), cause=start.cause).inc()
     for reason, names in drains.items():
         await _guard(ctx, result, Action.SCONTROL, "scontrol drain", ctx.slurm.drain(sorted(set(names)), reason))
-    if resumes:
-        await _guard(ctx, result, Action.SCONTROL, "scontrol resume", ctx.slurm.resume(sorted(set(resumes))))
+    for kind, what, call in NODE_UPDATES:
+        if updates[kind]:
+            await _guard(ctx, result, Action.SCONTROL, what, call(ctx.slurm, sorted(set(updates[kind]))))
+    for (sig, batch), jobs in signals.items():  # before any requeue: a grace of 0 signals, then requeues
+        await _guard(ctx, result, Action.SCANCEL, f"scancel --signal={sig}", ctx.slurm.signal(sorted(set(jobs)), sig, batch))
     if requeues:
         await _guard(ctx, result, Action.SCONTROL, "scontrol requeue", ctx.slurm.requeue(sorted(set(requeues))))
     if cancels:
         await _guard(ctx, result, Action.SCANCEL, "scancel", ctx.slurm.cancel(sorted(set(cancels))))
-    result.slurm_changed = bool(drains or resumes or requeues or cancels)
+    result.slurm_changed = bool(drains or any(updates.values()) or signals or requeues or cancels)
     result.acted |= result.slurm_changed
 
 
@@ -216,7 +229,8 @@ async def _pod_actions(ctx: ApplyContext, name: str, step: Step, result: ApplyRe
                 result.errors.append(f"create slurmd pod on {name}: the Node has no Slurm NodeName (spec.slurm.nodeNameLabel)")
                 continue
             result.acted = True
-            await _guard(ctx, result, Action.CREATE, f"create slurmd pod on {name}", kube.create_slurmd_pod(ctx.pool, ctx.spec, name, slurm_name), node=name)
+            created = kube.create_slurmd_pod(ctx.pool, ctx.spec, name, slurm_name, boot=action.boot)
+            await _guard(ctx, result, Action.CREATE, f"create slurmd pod on {name}", created, node=name)
         elif isinstance(action, DeleteSlurmdPod):
             pod = action.pod
             result.acted = True

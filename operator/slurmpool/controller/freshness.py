@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from slurmpool.core.models import SlurmNodePoolSpec
-from slurmpool.core.expiry import Cancel, Requeue
-from slurmpool.core.moves import Blocker, BlockerKind, Resume
+from slurmpool.core.expiry import Cancel, Requeue, Signal
+from slurmpool.core.moves import Blocker, BlockerKind, PowerDown, PowerUp, Resume
 from slurmpool.core.phases import Phase
 from slurmpool.core.view import SlurmView
 
@@ -25,7 +25,7 @@ from slurmpool.core.view import SlurmView
 # round trip of scontrol and squeue (a few hundred ms) that most passes of a move do not need.
 SLURM_MAX_AGE = 2.0
 # Phases that wait on Slurm or the node agent rather than on a watch event: polled faster.
-QUICK_PHASES = frozenset({Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING, Phase.DRAINING})
+QUICK_PHASES = frozenset({Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING, Phase.DRAINING, Phase.POWERING_DOWN, Phase.POWERING_UP})
 # What a move blocked only by these waits for is Slurm's to report soon (moves.py: Registering).
 SLURM_SOON = frozenset({Blocker(BlockerKind.SLURMD_REGISTRATION)})
 
@@ -56,8 +56,11 @@ def waiting_on_slurm(decision) -> bool:
 
 
 def needs_fresh_slurm(decision) -> bool:
-    """Which node to move, and whether a drain is still ours to resume, are read from a fresh poll."""
-    return bool(decision.starts) or any(isinstance(a, (Resume, Requeue, Cancel)) for s in decision.steps.values() for a in s.actions)
+    """Which node to move, whether a drain is still ours to resume, which jobs still run (to
+    signal, requeue or cancel), and whether a node is still powered down (or up), are read from a
+    fresh poll."""
+    return bool(decision.starts) or any(isinstance(a, (Resume, Signal, Requeue, Cancel, PowerDown, PowerUp))
+                                        for s in decision.steps.values() for a in s.actions)
 
 
 @dataclass

@@ -55,6 +55,11 @@ class Settings:
         lease_renew = number("SLURMPOOL_LEASE_RENEW", cls.lease_renew)
         if lease_renew >= lease_duration * 2 / 3:
             raise ValueError(f"SLURMPOOL_LEASE_RENEW ({lease_renew:g}) must be under 2/3 of SLURMPOOL_LEASE_DURATION ({lease_duration:g})")
+        pool_policy = PoolPolicy.from_json(env.get("SLURMPOOL_POOL_POLICY"))
+        if not pool_policy.image_prefixes:  # every pool would be refused: say so at startup
+            raise ValueError("SLURMPOOL_POOL_POLICY names no imagePrefixes, so no slurmd image is allowed: set the "
+                             "registries slurmd images may come from, e.g. SLURMPOOL_POOL_POLICY="
+                             "'{\"imagePrefixes\": [\"registry.example.com/hpc/\"]}' (the chart's poolPolicy.imagePrefixes)")
         return cls(
             interval=number("SLURMPOOL_INTERVAL", cls.interval),
             pool_concurrency=number("SLURMPOOL_POOL_CONCURRENCY", cls.pool_concurrency, int),
@@ -65,7 +70,7 @@ class Settings:
             lease_namespace=env.get("SLURMPOOL_LEASE_NAMESPACE") or None,
             identity=env.get("SLURMPOOL_IDENTITY") or env.get("POD_NAME") or None,
             crash_after_phase=env.get("SLURMPOOL_CRASH_AFTER_PHASE") or None,
-            pool_policy=PoolPolicy.from_json(env.get("SLURMPOOL_POOL_POLICY")),
+            pool_policy=pool_policy,
             metrics_port=number("SLURMPOOL_METRICS_PORT", cls.metrics_port, int, least=0),
             metrics_address=env.get("SLURMPOOL_METRICS_ADDRESS") or cls.metrics_address,
             liveness=env.get("SLURMPOOL_LIVENESS") or cls.liveness,

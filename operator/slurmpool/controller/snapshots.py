@@ -61,7 +61,7 @@ class NoSlurm:
 
     nodes = jobs = drain = resume = requeue = cancel = ping = _fail
     reservations = partition_max_times = create_reservation = delete_reservation = topology = _fail
-    power_down = power_up = power_save = _fail
+    power_down = power_up = power_save = signal = _fail
 
     async def can_reserve(self) -> bool:
         return False
@@ -144,7 +144,8 @@ async def snapshot(src: Sources, pool: PoolRef, spec: SlurmNodePoolSpec, raw, fr
                     if p.slurmd and p.pool == pool.name and p.namespace == pool.namespace)
     demand = spec.demand is not None and spec.demand.enabled
     wanted = Wanted(*fresh, pool=pool.key, pending=spec.slurm.partition if demand else None,
-                    topology=spec.topology.from_slurm, reservations=handover_wanted(spec, raw))
+                    topology=spec.topology.from_slurm, reservations=handover_wanted(spec, raw),
+                    power_save=spec.slurm.parking == "PowerSave")
     backend, slurm = await src.access.observe(pool.namespace, spec.slurm.access, wanted)
     snap = PoolSnapshot(
         pool=pool, spec=spec, nodes=tuple(mine), slurm=slurm, now=datetime.now(timezone.utc),

@@ -9,7 +9,8 @@ In order:
    back and its jobs hold, counted on the Slurm side;
 3. each node's step: the move in flight advanced as far as the observations allow
    (moves.py; an unhealthy node's move stops where it is safe), or the upkeep of a settled
-   Slurm node (its slurmd pod; a health drain for a listed condition, resumed once it clears);
+   Slurm node (its slurmd pod; a health drain for a listed condition, resumed once it clears)
+   or of a parked one (powered down where power saving parks it: moves.keep_parked);
 4. nodes deleted from Kubernetes: reported, their orphan slurmd pods deleted once idle;
 5. the give-backs Slurm asked for (parking.py), then the plan (planner.py) on the nodes as the
    steps leave them: moves to turn back, moves to start (each advanced at once on the same observations); then the planned handover's
@@ -31,9 +32,11 @@ from slurmpool.core.health import HEALTHY, NodeHealth
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import SlurmNodePoolSpec, seconds
 from slurmpool.core.patch import after, node_patch
-from slurmpool.core.expiry import Overdue, expire
+from slurmpool.core.expiry import expire, overdue
 from slurmpool.core.published import changed_annotations
-from slurmpool.core.moves import Pass, Refusal, Resume, Step, advance, drain, ensure_slurmd_pod, first_phase, restore_cordon, reverse
+from slurmpool.core.moves import (
+    Pass, Refusal, Resume, Step, advance, checkpointing, drain, ensure_slurmd_pod, first_phase, keep_parked, restore_cordon, reverse,
+)
 from slurmpool.core.planner import Goal, Start, current_placement, desired_split, move_now_done, move_now_target, placements, plan
 from slurmpool.core.events import Event, Reason
 from slurmpool.core.snapshot import PoolDecision, PoolSnapshot
@@ -81,10 +84,12 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
         elif node.placement == SLURM:
             repair = _repair_slurm_node(node, slurm, health.get(node.name, HEALTHY), now, spec)
             restore_cordon(node, spec, repair, "while settled in Slurm")
-            if repair.actions or repair.drop_claim:
+            if repair.actions or repair.drop_claim or repair.drop_checkpoint:
                 steps[node.name] = repair
         elif node.name in lend.steps:
             steps[node.name] = lend.steps[node.name]
+        elif pool_of(node.placement) is not None and (parked := keep_parked(node, at)) is not None:
+            steps[node.name] = parked
     for name in lend.unmark:
         steps.setdefault(name, Step(move=None)).given_back = False
     decision = PoolDecision(target=target, desired={}, problems=[], steps=steps, nodes_after=[], node_events=node_events, health=health,
@@ -221,8 +226,8 @@ def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now
     never resumed. A claim outlives nothing: once the node is seen undrained, or drained by
     someone else, the claim goes."""
     step = Step(move=None)
-    ensure_slurmd_pod(node, step)
     sn = slurm.nodes.get(node.name) if slurm.available else None
+    ensure_slurmd_pod(node, step, boot=slurmstate.powering_up(sn))
     if sn is None:
         return step
     if (condition := health.drain_condition) and not slurmstate.drain_set(sn):
@@ -230,10 +235,12 @@ def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now
         step.events.append(Event.warning(Reason.HealthDrain, f"{node.name}: {health.reason}; draining it in Slurm (running jobs end, no new job starts)"))
         return step
     if node.drain_claim is None:
+        step.drop_checkpoint = node.checkpoint is not None
         return step
     if slurmstate.drain_set(sn) and not healthmod.drained_by_others(node, sn):
         if health.drain_condition and (sn.reason or "").startswith(healthmod.HEALTH_REASON):
             _health_drain_timeout(node, slurm, spec, now, step)
+        step.drop_checkpoint = node.checkpoint is not None and step.checkpoint is None and not slurm.jobs_on(node.name)
         if slurmstate.resumable(sn) and not health.suspect:
             step.actions.append(Resume(node.name))
             if (sn.reason or "").startswith(healthmod.HEALTH_REASON):
@@ -245,21 +252,25 @@ def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now
 
 def _health_drain_timeout(node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> None:
     """A health drain's jobs end by the drain policy (expiry.py) once `drain.timeout` has passed
-    since the claim: Requeue or Cancel ends them; Wait (and Rollback, which has no move to undo)
+    since the claim: Requeue or Cancel ends them; Checkpoint signals them, then requeues them after
+    the grace (its record on the Node, as a move's); Wait (and Rollback, which has no move to undo)
     lets them run."""
     claim = node.drain_claim
-    running = tuple(j.job_id for j in slurm.jobs_on(node.name) if j.state == "RUNNING")
-    if not running or claim is None or claim.at is None:
+    jobs = slurm.jobs_on(node.name)
+    if not any(j.state == "RUNNING" for j in jobs) or claim is None or claim.at is None:
         return
     late = (now - claim.at).total_seconds() - seconds(spec.drain.timeout)
-    policy = spec.drain.on_timeout
-    ended = expire(policy, Overdue(running, late)).ended if late >= 0 else None
-    if ended is None:
+    if late < 0:
         return
-    step.actions.append(ended.action)
-    # The Event's wording as it always was ("requeueed", "canceled"): changing it is not this refactor's.
-    step.events.append(Event.warning(ended.reason, f"{node.name}: health drain timed out after {spec.drain.timeout}; "
-                                     f"{policy.lower()}ed job(s) {', '.join(running)}"))
+    policy = spec.drain.on_timeout
+    expiry = expire(policy, overdue(jobs, late, spec.drain, node.checkpoint, now))
+    step.message = checkpointing(node.name, expiry, step, spec)
+    for ended in expiry.ended:
+        step.actions.append(ended.action)
+        # The Event's wording as it always was for Requeue and Cancel ("requeueed", "canceled").
+        verb = f"{policy.lower()}ed" if policy in ("Requeue", "Cancel") else ended.verb
+        step.events.append(Event.warning(ended.reason, f"{node.name}: health drain timed out after {spec.drain.timeout}; "
+                                         f"{verb} job(s) {', '.join(ended.action.job_ids)}"))
 
 
 def _after(pool: PoolRef, node: NodeView, step: Step, now: datetime) -> NodeView:

@@ -21,9 +21,11 @@ class Reason(StrEnum):
     MoveStopped = "MoveStopped"
     ForeignDrain = "ForeignDrain"
     JobsRequeued = "JobsRequeued"
+    JobsSignalled = "JobsSignalled"  # drain.onTimeout Checkpoint: each job warned once, then given its grace
     JobsCancelled = "JobsCancelled"
     CordonRestored = "CordonRestored"
     SlurmdPodReplaced = "SlurmdPodReplaced"
+    NotPoweredDown = "NotPoweredDown"
     # power-save parking (parking.py): Slurm asked a parked node back and slurmpool refused
     GiveBackDeclined = "GiveBackDeclined"
     # health (decide.py)

@@ -45,7 +45,8 @@ class Kube(Protocol):
     async def patch_node_later(self, name: str, patch: dict[str, Any]) -> None:
         """Queue a patch nothing waits for (Slurm's state published on the node) and return."""
 
-    async def create_slurmd_pod(self, pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: str | None = None) -> None: ...
+    async def create_slurmd_pod(self, pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: str | None = None,
+                                boot: bool = False) -> None: ...
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
     async def evict(self, namespace: str, name: str) -> str | None:
         """Ask the Eviction API; return why it was refused (a PDB), or None."""

@@ -48,6 +48,8 @@ VOLUME_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 QUALIFIED_NAME_MESSAGE = ("must be a qualified name: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, "
                           "'-', '_' or '.', starting and ending with a letter or digit (e.g. example.com/gpu-pool)")
 CAPABILITY_PATTERN = r"^[A-Z_]{2,32}$"
+# A signal as scancel --signal and slurmrestd's `signal` take it: a name (USR1, SIGUSR1) or a number.
+SIGNAL_PATTERN = r"^((SIG)?[A-Z][A-Z0-9+]{0,15}|[0-9]{1,2})$"
 GRES_PATTERN = r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$"
 NODE_NAME_TEMPLATE_PATTERN = r"^([A-Za-z0-9._-]|\{name\}|\{shortName\}|\{hostname\})+$"
 LABEL_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
@@ -71,6 +73,7 @@ PATTERN_MESSAGES = {
     QUALIFIED_NAME_PATTERN: QUALIFIED_NAME_MESSAGE,
     LABEL_VALUE_PATTERN: "must be a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
     ENV_NAME_PATTERN: "must be an environment variable name: letters, digits, '_', '-' or '.', not starting with a digit",
+    SIGNAL_PATTERN: "must be a signal name such as USR1 or SIGUSR1, or its number",
     CAPABILITY_PATTERN: "must be a Linux capability such as SYS_ADMIN (capital letters and '_', no CAP_ prefix)",
 }
 
@@ -366,11 +369,39 @@ def _no_duplicates(what: str, names: list[str]) -> None:
         raise ValueError(f"{what} has duplicate names: {', '.join(sorted(seen))}")
 
 
+class CheckpointSpec(Model):
+    """drain.onTimeout: Checkpoint: warn each job with a signal, give it `grace` to checkpoint, then requeue it
+    (docs/pools.md: Checkpoint before preemption)."""
+
+    signal: str = Field(
+        default="USR1", max_length=19, pattern=SIGNAL_PATTERN,
+        description="The signal sent to each job still running when the drain times out (a name such as USR1, or a number). "
+        "A job whose own --signal Slurm shows (slurmrestd v0.0.44+, when it was on sbatch's command line) gets its own, "
+        "with at least its own time as its grace.",
+    )
+    to: Literal["Batch", "All"] = Field(
+        default="Batch", description="Who gets it: the batch shell (scancel --batch), or every step of the job (scancel --full)."
+    )
+    grace: Duration = Field(default="5m", description="How long a signalled job may run on before it is requeued.")
+    not_requeueable: Literal["Wait", "Cancel"] = Field(
+        default="Wait",
+        description="A job that cannot be requeued (sbatch --no-requeue, or not a batch job) once its grace is over: "
+        "wait for it (the move says so) or cancel it.",
+    )
+
+
 class DrainSpec(Model):
     timeout: Duration = Field(default="1h", description="How long a Slurm drain may wait for running jobs.")
-    on_timeout: Literal["Wait", "Requeue", "Cancel", "Rollback"] = Field(
+    on_timeout: Literal["Wait", "Requeue", "Cancel", "Rollback", "Checkpoint"] = Field(
         default="Wait",
-        description="When the drain times out: keep waiting (and report DrainBlocked), requeue or cancel the node's jobs, or give the node back to Slurm.",
+        description="When the drain times out: keep waiting (and report DrainBlocked), requeue or cancel the node's jobs, "
+        "give the node back to Slurm, or signal each job, wait checkpoint.grace and requeue it (Checkpoint).",
+    )
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, json_schema_extra={"default": {}})
+    min_runtime: Duration | None = Field(
+        default=None,
+        description="A node running a job younger than this is taken out of Slurm last, only when no other node would do "
+        "(among busy nodes the planner takes those whose jobs would lose the least work since they started).",
     )
     eviction_timeout: Duration = Field(default="10m", description="How long pod evictions may be refused (PDBs) before onEvictionTimeout.")
     on_eviction_timeout: Literal["Wait", "Rollback"] = Field(

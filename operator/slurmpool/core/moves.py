@@ -6,9 +6,12 @@ and its *done* test on fresh observations, answering one typed outcome (Wait, Ad
 Finish, Rollback). A phase advances only when its done test passes. So an operator killed
 at any instant re-observes, re-ensures and carries on: no step runs twice harmfully.
 
-    to inference:  Draining -> StoppingSlurmd -> Relabeling -> settled inference:<pool>
-    to Slurm:      Cordoning -> Evicting -> StartingSlurmd -> Registering -> Resuming -> settled slurm
+    to inference:  Draining -> StoppingSlurmd -> [PoweringDown] -> Relabeling -> settled inference:<pool>
+    to Slurm:      Cordoning -> Evicting -> [PoweringUp] -> StartingSlurmd -> Registering -> Resuming -> settled slurm
     between pools: Relabeling -> EvictingMisfits -> settled inference:<other pool>   (no Slurm step)
+
+The bracketed phases are power saving's (`spec.slurm.parking: PowerSave`): entered only when
+their done test does not already pass, so a Drain pool's moves go as they always went.
 
 A rollback is a move back the way it came, through the same phases.
 """
@@ -25,7 +28,8 @@ from slurmbridge.models import SlurmNode, gres_shortfall
 
 from slurmpool.core import slurmstate
 from slurmpool.core.events import Event, Reason
-from slurmpool.core.expiry import Cancel, Overdue, Requeue, expire
+from slurmpool.core.checkpoint import CheckpointRecord
+from slurmpool.core.expiry import Cancel, Expiry, Requeue, Signal, expire, overdue
 from slurmpool.core.fit import misfit
 from slurmpool.core.ownership import claim, why_not_ours
 from slurmpool.core.models import InferencePool, SlurmNodePoolSpec, seconds
@@ -44,6 +48,7 @@ from slurmpool.core.view import (
     Direction,
     SlurmView,
     inference,
+    iso,
     pool_of,
 )
 
@@ -119,6 +124,16 @@ class Resume:
 
 
 @dataclass(frozen=True)
+class PowerDown:
+    node: str
+
+
+@dataclass(frozen=True)
+class PowerUp:
+    node: str
+
+
+@dataclass(frozen=True)
 class Evict:
     pod: PodView
 
@@ -126,6 +141,7 @@ class Evict:
 @dataclass(frozen=True)
 class CreateSlurmdPod:
     node: str
+    boot: bool = False  # `slurmd -b`: Slurm is powering the node up and counts it booted only on a boot reported now
 
 
 @dataclass(frozen=True)
@@ -143,7 +159,7 @@ class PatchNode:
     claims_cordon: bool = False
 
 
-Action = Drain | Resume | Requeue | Cancel | Evict | CreateSlurmdPod | DeleteSlurmdPod | PatchNode
+Action = Drain | Resume | PowerDown | PowerUp | Signal | Requeue | Cancel | Evict | CreateSlurmdPod | DeleteSlurmdPod | PatchNode
 
 
 @dataclass
@@ -159,6 +175,8 @@ class Step:
     hold_until: datetime | None = None
     claim: DrainClaim | None = None  # written on the Node with the record, before the drain
     drop_claim: bool = False  # the node serves Slurm again: no drain on it is ours any more
+    checkpoint: CheckpointRecord | None = None  # written on the Node with the record, before the signal
+    drop_checkpoint: bool = False  # the drain that signalled is over: its record goes
     entered: list[Phase] = field(default_factory=list)  # phases this step moved into
     finished: MoveRecord | None = None  # the move that completed in this step (metrics)
     rolled_back: MoveRecord | None = None  # the move this step turned back (metrics)
@@ -280,14 +298,15 @@ def shaped(node: NodeView, patch: PatchNode) -> bool:
     return _norm_taints(node.taints) == _norm_taints(patch.taints)
 
 
-def ensure_slurmd_pod(node: NodeView, step: Step) -> bool:
+def ensure_slurmd_pod(node: NodeView, step: Step, boot: bool = False) -> bool:
     """The node's slurmd pod is there and running (True), or is being made so. A pod that ended
     (evicted under memory pressure, refused at admission after a reboot) is a bare pod nothing
     else replaces: it is deleted, with a Warning naming the kubelet's reason, and created again
-    once it is gone (its name is the node's)."""
+    once it is gone (its name is the node's). `boot`: Slurm shows the node POWERING_UP, so the
+    new slurmd reports a boot (`-b`; on any other start it would be "unexpectedly rebooted")."""
     pod = node.slurmd_pod
     if pod is None:
-        step.actions.append(CreateSlurmdPod(node.name))
+        step.actions.append(CreateSlurmdPod(node.name, boot=boot))
         return False
     if pod.ended and not pod.deleting:
         step.actions.append(DeleteSlurmdPod(pod))
@@ -301,6 +320,36 @@ def _bound_reached(move: MoveRecord, spec: SlurmNodePoolSpec, now: datetime) -> 
     """A step whose writes the API server may refuse is bounded (registerTimeout), then rolled
     back. A rollback is never rolled back again (it would go back and forth): it waits, reported."""
     return not move.rollback and _elapsed(move, now) >= seconds(spec.slurm.register_timeout)
+
+
+# ---------------------------------------------------------------- power saving
+
+
+def power_save_parking(spec: SlurmNodePoolSpec, slurm: SlurmView) -> bool:
+    """Are parked nodes powered down? The pool asks for it (`spec.slurm.parking: PowerSave`) and
+    Slurm's power saving is known to be on. Off or not known, they are parked by their drain
+    meanwhile (status: PowerSaveReady), never powered down where Slurm could not bring them back."""
+    return spec.slurm.parking == "PowerSave" and slurm.available and slurm.power_save is not None and slurm.power_save.on
+
+
+def powers_down(spec: SlurmNodePoolSpec, slurm: SlurmView, sn: SlurmNode | None) -> bool:
+    """Should Slurm power this node, leaving Slurm, down (PoweringDown)? When it parks by power
+    saving, and, in any pool, when it is coming up with no slurmd to come (a power-up turned back):
+    left so, Slurm marks it DOWN at ResumeTimeout."""
+    return sn is not None and not slurmstate.parked(sn) and (power_save_parking(spec, slurm) or slurmstate.powering_up(sn))
+
+
+def keep_parked(node: NodeView, at: Pass) -> Step | None:
+    """Upkeep of a node settled in inference and parked under our drain: Slurm powers it down when
+    `powers_down` says so (a Drain -> PowerSave switch converts parked nodes in place; a crash
+    between a move's steps leaves the state on the Node and in Slurm, and this finishes it).
+    A drain of someone else's, a lent node (no drain), or one with jobs is never touched."""
+    sn = at.slurm.nodes.get(node.name) if at.slurm.available else None
+    if sn is None or not powers_down(at.spec, at.slurm, sn) or slurmstate.power_down_asked(sn) or slurmstate.busy(sn):
+        return None
+    if not slurmstate.drain_set(sn) or why_not_ours(node, sn) or node.slurmd_pod is not None:
+        return None
+    return Step(move=None, actions=[PowerDown(node.name)], message=f"parked: powering down in Slurm (state {slurmstate.text(sn)})")
 
 
 # ---------------------------------------------------------------- the machine
@@ -323,16 +372,16 @@ def advance(move: MoveRecord, node: NodeView, at: Pass, unhealthy: str | None = 
     step = Step(move=move, refusal=refusal)
     for _ in range(len(TO_SLURM) + len(TO_INFERENCE) + len(BETWEEN_POOLS) + 2):
         if unhealthy and (side := stop_side(move)) is not None:
-            return _stop(move, node, at, step, side, unhealthy)
+            return _forget_checkpoint(node, _stop(move, node, at, step, side, unhealthy))
         outcome: Outcome = PHASE_FUNCTIONS[move.phase](move, node, slurm, spec, now, step)
         match outcome:
             case Wait():
                 step.move = move
-                return step
+                return _forget_checkpoint(node, step)
             case Finish():
                 step.move, step.settled, step.finished = None, move.target, move
                 step.events.append(Event.normal(Reason.MoveCompleted, f"{node.name} now serves {move.target} (move {move.id})"))
-                return step
+                return _forget_checkpoint(node, step)
             case Rollback(why=why):
                 back = reverse(move, spec, now, cause=Cause.GIVEBACK if _giveback(move) else Cause.ROLLBACK)
                 step.events.append(_rolled_back(move, node, back, why))
@@ -345,6 +394,14 @@ def advance(move: MoveRecord, node: NodeView, at: Pass, unhealthy: str | None = 
                 move = move.model_copy(update={"phase": phase, "since": now})
                 step.entered.append(phase)
     step.move = move
+    return _forget_checkpoint(node, step)
+
+
+def _forget_checkpoint(node: NodeView, step: Step) -> Step:
+    """A checkpoint record lives as long as the Draining that signalled: once the move is past it
+    (or turned back, or done) the record goes."""
+    if node.checkpoint is not None and step.checkpoint is None and (step.move is None or step.move.phase != Phase.DRAINING):
+        step.drop_checkpoint = True
     return step
 
 
@@ -366,9 +423,12 @@ def _rolled_back(move: MoveRecord, node: NodeView, back: MoveRecord, why: str) -
 # restarted by the upkeep); Relabeling was entered with its patch sent, so it finishes.
 # To Slurm: Cordoning and Evicting only take it out of inference, so it stays in its pool,
 # cordoned (a quarantine: on the inference side the cordon is people's); from StartingSlurmd on
-# it is held drained in Slurm, so it stays there, drained, never resumed while unhealthy.
+# it is held drained in Slurm, so it stays there, drained, never resumed while unhealthy. PoweringDown
+# finishes as Relabeling does (its slurmd is stopped); PoweringUp stops at the source, no slurmd
+# started yet (a power-up it asked for is undone by the parked node's upkeep, keep_parked).
 # Between inference pools nothing crosses: it goes on.
-STOP_AT_SOURCE = {Direction.TO_INFERENCE: (Phase.DRAINING, Phase.STOPPING_SLURMD), Direction.TO_SLURM: (Phase.CORDONING, Phase.EVICTING)}
+STOP_AT_SOURCE = {Direction.TO_INFERENCE: (Phase.DRAINING, Phase.STOPPING_SLURMD),
+                  Direction.TO_SLURM: (Phase.CORDONING, Phase.EVICTING, Phase.POWERING_UP)}
 STOP_IN_SLURM = (Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING)
 
 
@@ -468,15 +528,33 @@ def _draining(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNod
     if late < 0:
         return WAIT
     policy = spec.drain.on_timeout
-    running = tuple(j.job_id for j in jobs if j.state == "RUNNING")
-    expiry = expire(policy, Overdue(running, late))
+    expiry = expire(policy, overdue(jobs, late, spec.drain, node.checkpoint, now))
     if expiry.rollback:
         return Rollback(f"drain timed out after {spec.drain.timeout}")
-    if ended := expiry.ended:
+    for ended in expiry.ended:
         step.actions.append(ended.action)
-        step.events.append(Event.warning(ended.reason, f"{node.name}: drain timed out; {ended.verb} job(s) {', '.join(running)}"))
-    step.message = f"drain timed out after {spec.drain.timeout} (onTimeout {policy}); " + step.message
+        step.events.append(Event.warning(ended.reason, f"{node.name}: drain timed out; {ended.verb} job(s) {', '.join(ended.action.job_ids)}"))
+    step.message = f"drain timed out after {spec.drain.timeout} (onTimeout {policy}); " + checkpointing(node.name, expiry, step, spec) + step.message
     return WAIT
+
+
+def checkpointing(node: str, expiry: Expiry, step: Step, spec: SlurmNodePoolSpec) -> str:
+    """The Checkpoint policy's signal and record into the step (the record is written first, with
+    the step's patch); what the drain waits for, in words."""
+    for signal in expiry.signals:
+        step.actions.append(signal)
+        step.checkpoint = expiry.record
+        to = "the batch shell of" if signal.batch_only else "every step of"
+        step.events.append(Event.warning(Reason.JobsSignalled, f"{node}: drain timed out; sent {signal.signal} to {to} job(s) "
+                                         f"{', '.join(signal.job_ids)}; requeued after {spec.drain.checkpoint.grace} "
+                                         "(or the job's own --signal time, if longer) unless they end"))
+    words = []
+    if expiry.in_grace_until is not None:
+        words.append(f"jobs checkpointing until {iso(expiry.in_grace_until)}")
+    if stuck := expiry.not_requeueable:
+        words.append(f"job(s) {', '.join(stuck)} cannot be requeued (--no-requeue or not a batch job): waiting for them "
+                     "(drain.checkpoint.notRequeueable: Cancel cancels them)")
+    return "; ".join(words) + ("; " if words else "")
 
 
 def _stopping_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
@@ -484,10 +562,37 @@ def _stopping_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: S
         restore_cordon(node, spec, step, f"during move {move.id} (StoppingSlurmd)")
     pod = node.slurmd_pod
     if pod is None:
-        return Advance(Phase.RELABELING)
+        sn = slurm.nodes.get(node.name) if slurm.available else None
+        return Advance(Phase.POWERING_DOWN if powers_down(spec, slurm, sn) else Phase.RELABELING)
     if not pod.deleting:
         step.actions.append(DeleteSlurmdPod(pod))
     step.message = f"stopping slurmd pod {pod.key}"
+    return WAIT
+
+
+def _powering_down(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
+    """Slurm powers the drained node down, its slurmd stopped: parked as `drain~` (capacity Slurm
+    shows, never schedules) until parking.py lends it. Done once Slurm shows it powered down or
+    on its way, still drained. A node that need not be powered down (powers_down) goes on: parked
+    by its drain. Bounded by registerTimeout, then parked by its drain: keep_parked asks again."""
+    sn = slurm.nodes.get(node.name) if slurm.available else None
+    if sn is not None and slurmstate.parked(sn) and not slurmstate.drain_set(sn):
+        # Slurm lifts the drain of a node it powers down (26.05's power_save.c: "Clear
+        # power_down_asap") or gives up on (ResumeTimeout): the park holds it, drained again.
+        drain(step, node, drain_reason(move), now)
+        step.message = "Slurm lifted the drain as it powered the node down: draining it again"
+        return WAIT
+    if not powers_down(spec, slurm, sn):
+        return Advance(Phase.RELABELING)
+    assert sn is not None, "powers_down needs the node in Slurm"
+    if not slurmstate.power_down_asked(sn):
+        step.actions.append(PowerDown(node.name))
+    step.message = f"powering down in Slurm (state {slurmstate.text(sn)})"
+    if _elapsed(move, now) >= seconds(spec.slurm.register_timeout):
+        step.events.append(Event.warning(Reason.NotPoweredDown, f"{node.name}: Slurm did not power it down within "
+                                         f"{spec.slurm.register_timeout} (state {slurmstate.text(sn)}); parked drained meanwhile, "
+                                         "powered down once Slurm takes the request"))
+        return Advance(Phase.RELABELING)
     return WAIT
 
 
@@ -541,7 +646,7 @@ def _evicting(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNod
     restore_cordon(node, spec, step, f"during move {move.id} (Evicting)")
     pending = [p for p in node.pods if p.evictable]
     if not pending:
-        return Advance(Phase.STARTING_SLURMD)
+        return Advance(_starting_phase(node, slurm))
     step.actions.extend(Evict(p) for p in pending if not p.deleting)
     step.blocked_by = [Blocker(BlockerKind.POD, p.key) for p in pending]
     step.message = f"evicting {len(pending)} pod(s)"
@@ -553,22 +658,70 @@ def _evicting(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNod
     return WAIT
 
 
+def _starting_phase(node: NodeView, slurm: SlurmView) -> Phase:
+    """PoweringUp, unless Slurm shows the node powered, or powering up already, or does not list it."""
+    sn = slurm.nodes.get(node.name) if slurm.available else None
+    if slurm.available and (sn is None or slurmstate.up_or_coming_up(sn)):
+        return Phase.STARTING_SLURMD
+    return Phase.POWERING_UP
+
+
+def _powering_up(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
+    """A node Slurm shows powered down is powered up before its slurmd starts, drained first (no
+    job lands before Resuming). Done once Slurm shows it POWERING_UP (asked by us, or by Slurm for
+    a job it placed there) or powered. One still on its way down is powered up once it is down."""
+    restore_cordon(node, spec, step, f"during move {move.id} (PoweringUp)")
+    if not slurm.available:
+        step.blocked_by = list(SLURM_UNAVAILABLE)
+        step.message = f"waiting for Slurm: {slurm.error or 'unavailable'}"
+        return WAIT
+    sn = slurm.nodes.get(node.name)
+    if sn is None or slurmstate.up_or_coming_up(sn):
+        return Advance(Phase.STARTING_SLURMD)
+    if not slurmstate.drain_set(sn):
+        drain(step, node, drain_reason(move), now)  # powered up once the drain is in
+        step.message = "draining before powering up"
+    else:
+        _power_up(node, sn, step)
+    if _bound_reached(move, spec, now):
+        return Rollback(f"Slurm did not power it up within {spec.slurm.register_timeout} (state {slurmstate.text(sn)})")
+    return WAIT
+
+
+def _power_up(node: NodeView, sn: SlurmNode, step: Step) -> None:
+    """Ask Slurm to power the (drained) node up once it is down; until then, wait for it."""
+    if slurmstate.powered_down(sn):
+        step.actions.append(PowerUp(node.name))
+        step.message = "powering up in Slurm"
+    else:
+        step.message = f"waiting for Slurm to power it up (state {slurmstate.text(sn)})"
+
+
 def _starting_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
     if not slurm.available:
         step.blocked_by = list(SLURM_UNAVAILABLE)
         step.message = f"waiting for Slurm: {slurm.error or 'unavailable'}"
         return WAIT
-    # Hold the node drained in Slurm until we have checked it: no job lands before Resuming. Not
-    # a give-back: a drain would requeue the job Slurm powers the node up for (its own hold).
+    # Hold the node drained in Slurm until we have checked it: no job lands before Resuming. But
+    # not a node Slurm has placed jobs on (it asked for it back: POWERING_UP for them), nor a
+    # give-back: a drain would requeue them, and they wait for this slurmd anyway (Slurm starts
+    # them once it registers).
     sn = slurm.nodes.get(node.name)
-    held = sn is None or slurmstate.drain_set(sn) or _giveback(move)
+    held = sn is None or slurmstate.drain_set(sn) or slurmstate.busy(sn) or _giveback(move)
     if not held:
         drain(step, node, drain_reason(move), now)
     patch = slurm_shape(spec, node)
     if not shaped(node, patch):
         step.actions.append(patch)
     pod = node.slurmd_pod
-    running = ensure_slurmd_pod(node, step)
+    if sn is not None and not slurmstate.up_or_coming_up(sn):
+        # Powered down again (a power-up not answered within ResumeTimeout): no slurmd for a
+        # powered-down node (Slurm would not count it booted); powered up first, held drained.
+        if held:
+            _power_up(node, sn, step)
+        running = False
+    else:
+        running = ensure_slurmd_pod(node, step, boot=slurmstate.powering_up(sn))
     if running and held and shaped(node, patch):
         return Advance(Phase.REGISTERING)
     if pod is not None and pod.deleting:
@@ -587,8 +740,8 @@ def _registering(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: Slurm
         step.message = f"waiting for Slurm: {slurm.error or 'unavailable'}"
         return WAIT
     restore_cordon(node, spec, step, f"during move {move.id} (Registering)")
-    ensure_slurmd_pod(node, step)
     sn = slurm.nodes.get(node.name)
+    ensure_slurmd_pod(node, step, boot=slurmstate.powering_up(sn))
     problem = usable_problem(sn, spec) or stale_slurmd(sn, node.slurmd_pod)
     if problem is None:
         return Advance(Phase.RESUMING)
@@ -649,10 +802,12 @@ def _resuming(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNod
 PHASE_FUNCTIONS: dict[Phase, Callable[[MoveRecord, NodeView, SlurmView, SlurmNodePoolSpec, datetime, Step], Outcome]] = {
     Phase.DRAINING: _draining,
     Phase.STOPPING_SLURMD: _stopping_slurmd,
+    Phase.POWERING_DOWN: _powering_down,
     Phase.RELABELING: _relabeling,
     Phase.EVICTING_MISFITS: _evicting_misfits,
     Phase.CORDONING: _cordoning,
     Phase.EVICTING: _evicting,
+    Phase.POWERING_UP: _powering_up,
     Phase.STARTING_SLURMD: _starting_slurmd,
     Phase.REGISTERING: _registering,
     Phase.RESUMING: _resuming,

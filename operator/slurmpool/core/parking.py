@@ -95,9 +95,12 @@ def settle(spec: SlurmNodePoolSpec, nodes: Sequence[NodeView], slurm: SlurmView,
     if not slurm.available:
         return out
     parked = [(n, sn) for n in nodes if (sn := _parked(n, slurm)) is not None]
-    if spec.slurm.parking != "PowerSave":
+    if spec.slurm.parking != "PowerSave" or (slurm.power_save is not None and not slurm.power_save.on):
+        # Slurm's power saving off: it could not power a lent node up for a job (22.05, 24.11)
+        reason = "Drain parking holds every parked node" if spec.slurm.parking != "PowerSave" else \
+            "Slurm's power saving is off (PowerSaveReady): parked by Drain meanwhile"
         for node, sn in parked:
-            _hold(node, sn, "Drain parking holds every parked node", now, out)
+            _hold(node, sn, reason, now, out)
         return out
     bounds = Bounds.of(spec, window)
     room = _room(nodes, bounds)

@@ -6,6 +6,7 @@ view, so the two cannot disagree."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
@@ -15,13 +16,14 @@ from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.moves import PatchNode, Step
 from slurmpool.core.placement import pool_of
 from slurmpool.core.view import (
-    ANN_CORDON_KEPT, ANN_DRAIN, ANN_GIVEN_BACK, ANN_HOLD_UNTIL, ANN_MOVE, ANN_PLACEMENT, ANN_POOL, ANN_SETTLED, SLURM_TAINT_KEY, MoveRecord, NodeView, iso,
+    ANN_CHECKPOINT, ANN_CORDON_KEPT, ANN_DRAIN, ANN_GIVEN_BACK, ANN_HOLD_UNTIL, ANN_MOVE, ANN_PLACEMENT, ANN_POOL, ANN_SETTLED, SLURM_TAINT_KEY,
+    MoveRecord, NodeView, iso,
 )
 
 Patch = dict[str, Any]  # a merge patch of a Node
 
 # The annotations of a node's record: what the next pass decides on (the rest is for people).
-RECORD = (ANN_MOVE, ANN_PLACEMENT, ANN_DRAIN, ANN_GIVEN_BACK)
+RECORD = (ANN_MOVE, ANN_PLACEMENT, ANN_DRAIN, ANN_GIVEN_BACK, ANN_CHECKPOINT)
 VIEWED = (*RECORD, ANN_HOLD_UNTIL)  # what `after` applies to the view (labels follow next round)
 
 
@@ -126,6 +128,10 @@ def _record(pool: PoolRef, node: NodeView, step: Step, now: datetime) -> dict[st
             annotations[ANN_DRAIN] = step.claim.to_annotation()
     elif step.drop_claim and ANN_DRAIN in node.annotations:
         annotations[ANN_DRAIN] = None
+    if step.checkpoint is not None:  # before the signal it records: a restart never signals twice
+        annotations[ANN_CHECKPOINT] = json.dumps(step.checkpoint.body(), sort_keys=True)
+    elif step.drop_checkpoint and ANN_CHECKPOINT in node.annotations:
+        annotations[ANN_CHECKPOINT] = None
     if step.given_back and ANN_GIVEN_BACK not in node.annotations:
         annotations[ANN_GIVEN_BACK] = iso(now)
     elif step.given_back is False and ANN_GIVEN_BACK in node.annotations:

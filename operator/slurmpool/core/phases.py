@@ -1,9 +1,13 @@
 """The phases of a move and what a phase function may answer. A leaf module: the state
 machine (moves.py) maps each phase to its function; nothing here imports it.
 
-    to inference:  Draining -> StoppingSlurmd -> Relabeling -> settled inference:<pool>
-    to Slurm:      Cordoning -> Evicting -> StartingSlurmd -> Registering -> Resuming -> settled slurm
+    to inference:  Draining -> StoppingSlurmd -> [PoweringDown] -> Relabeling -> settled inference:<pool>
+    to Slurm:      Cordoning -> Evicting -> [PoweringUp] -> StartingSlurmd -> Registering -> Resuming -> settled slurm
     between pools: Relabeling -> EvictingMisfits -> settled inference:<other pool>
+
+[PoweringDown] is entered only where the node is parked by power saving (`spec.slurm.parking:
+PowerSave`, Slurm's power saving on); [PoweringUp] only for a node Slurm shows powered down (or
+cannot be seen). Elsewhere a move goes past them, as before they existed.
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ class Phase(str, Enum):
 
     DRAINING = "Draining"
     STOPPING_SLURMD = "StoppingSlurmd"
+    POWERING_DOWN = "PoweringDown"
     RELABELING = "Relabeling"
     EVICTING_MISFITS = "EvictingMisfits"
     CORDONING = "Cordoning"
     EVICTING = "Evicting"
+    POWERING_UP = "PoweringUp"
     STARTING_SLURMD = "StartingSlurmd"
     REGISTERING = "Registering"
     RESUMING = "Resuming"
@@ -29,8 +35,8 @@ class Phase(str, Enum):
         return self.value
 
 
-TO_INFERENCE = (Phase.DRAINING, Phase.STOPPING_SLURMD, Phase.RELABELING)
-TO_SLURM = (Phase.CORDONING, Phase.EVICTING, Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING)
+TO_INFERENCE = (Phase.DRAINING, Phase.STOPPING_SLURMD, Phase.POWERING_DOWN, Phase.RELABELING)
+TO_SLURM = (Phase.CORDONING, Phase.EVICTING, Phase.POWERING_UP, Phase.STARTING_SLURMD, Phase.REGISTERING, Phase.RESUMING)
 BETWEEN_POOLS = (Phase.RELABELING, Phase.EVICTING_MISFITS)
 # Phases before anything irreversible (slurmd stopped, slurmd started): a move here can be
 # turned back at once when the split no longer wants it.

@@ -23,11 +23,13 @@ import heapq
 import itertools
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+
+from slurmbridge.models import SlurmJob
 
 from slurmpool.core import topology
 from slurmpool.core.health import NodeHealth
-from slurmpool.core.models import InferencePool, SlurmNodePoolSpec
+from slurmpool.core.models import DrainSpec, InferencePool, SlurmNodePoolSpec, seconds
 from slurmpool.core.moves import abortable
 from slurmpool.core.view import LABEL_SIDE, NONE, SLURM, Cause, NodeView, SlurmView, counts_at, inference, pool_of, side_of
 
@@ -158,20 +160,22 @@ def counted_placement(node: NodeView, valid: set[str]) -> str:
 
 
 # A node's cost of being moved (see _cost): compared as a whole, lowest first.
-Cost = tuple[int, int, int, str, int, float, str]
+Cost = tuple[int, int, int, str, int, float, float, str]
 
 
-def _cost(node: NodeView, slurm: SlurmView, topology_rank: topology.Rank = topology.NO_BLOCK, suspect: bool = False) -> Cost:
+def _cost(node: NodeView, slurm: SlurmView, topology_rank: topology.Rank = topology.NO_BLOCK, suspect: bool = False,
+          drain: DrainSpec | None = None, now: datetime | None = None) -> Cost:
     """Lower is cheaper to take away from where the node is now: unadopted nodes first, then
     the topology rank (see topology.py), then drained or reserved for the planned handover
-    (handover.py), idle, suspect (health.py: down or
-    failing within its grace: it may be broken), soonest free (Slurm side) or cordoned, fewest
-    pods, suspect (inference side). Ends with the node's name: costs are unique."""
+    (handover.py), idle, suspect (health.py: down or failing within its grace: it may be
+    broken); then busy nodes, those running a job younger than `drain.minRuntime` last, each by
+    the work its jobs would lose (work_lost), then soonest free; on the inference side cordoned,
+    fewest pods, suspect. Ends with the node's name: costs are unique."""
     placement = node.placement
     name = node.name
     tier, order, block = topology_rank  # flat tuples: one allocation per node (see topology.ranks)
     if placement == NONE:
-        return (0, tier, order, block, int(suspect), 0.0, name)
+        return (0, tier, order, block, int(suspect), 0.0, 0.0, name)
     if placement == SLURM:
         jobs = slurm.jobs_on(name)
         if not jobs:
@@ -183,10 +187,37 @@ def _cost(node: NodeView, slurm: SlurmView, topology_rank: topology.Rank = topol
                 idle = 0  # a node of our handover's reservation: kept free for this edge
             else:
                 idle = 1
-            return (1, tier, order, block, idle, 0.0, name)
-        return (1, tier, order, block, 3, max(j.end_time.timestamp() if j.end_time else NEVER for j in jobs), name)
+            return (1, tier, order, block, idle, 0.0, 0.0, name)
+        free = max(j.end_time.timestamp() if j.end_time else NEVER for j in jobs)
+        if drain is None or now is None:
+            return (1, tier, order, block, 3, 0.0, free, name)
+        young = 4 if any(_younger(j, drain, now) for j in jobs) else 3
+        return (1, tier, order, block, young, sum(work_lost(j, drain, now) for j in jobs), free, name)
     evictable = sum(1 for p in node.pods if p.evictable)
-    return (1, tier, order, block, 2 if suspect else 0 if node.unschedulable else 1, float(evictable), name)
+    return (1, tier, order, block, 2 if suspect else 0 if node.unschedulable else 1, float(evictable), 0.0, name)
+
+
+def _younger(job: SlurmJob, drain: DrainSpec, now: datetime) -> bool:
+    """Has the job run less than drain.minRuntime? (A job Slurm gives no start time is not.)"""
+    limit = seconds(drain.min_runtime) if drain.min_runtime else 0.0
+    return bool(limit) and job.start_time is not None and (now - job.start_time).total_seconds() < limit
+
+
+# The drain policies that end jobs still running at the timeout (expiry.ON_TIMEOUT): only then is work lost.
+ENDS_JOBS = frozenset({"Requeue", "Cancel", "Checkpoint"})
+
+
+def work_lost(job: SlurmJob, drain: DrainSpec, now: datetime) -> float:
+    """Node-seconds a move would cost the job: none when the drain waits for it (Wait, Rollback) or
+    it ends by its time limit before the drain ends it (it leaves by itself), else what it ran since
+    it started, on all its nodes (its own checkpoints are not known to Slurm: since its start is the
+    proxy; with Checkpoint, what it saves in the grace is kept)."""
+    if drain.on_timeout not in ENDS_JOBS or job.start_time is None:
+        return 0.0
+    ends_it = seconds(drain.timeout) + (seconds(drain.checkpoint.grace) if drain.on_timeout == "Checkpoint" else 0.0)
+    if job.end_time is not None and job.end_time <= now + timedelta(seconds=ends_it):
+        return 0.0
+    return max(0.0, (now - job.start_time).total_seconds()) * max(1, job.num_nodes)
 
 
 def _movable(node: NodeView, now: datetime) -> bool:
@@ -365,7 +396,7 @@ def plan(
             by_group[group].append(n)
     candidates: list[Cost] = []  # costs end with the node's name: unique, so the heap never compares further
     for group, members in by_group.items():
-        costs = (_cost(n, slurm, topo.get(n.name, topology.NO_BLOCK), n.name in health) for n in members)
+        costs = (_cost(n, slurm, topo.get(n.name, topology.NO_BLOCK), n.name in health, spec.drain, now) for n in members)
         # A group gives at most its surplus, and no pass starts more than the budget: only its
         # cheapest that many can be chosen, the same ones in the same order as from all of its
         # nodes (a cost per node held at 50k nodes set off full garbage collections). wholeBlocks

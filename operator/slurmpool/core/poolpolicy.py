@@ -20,8 +20,9 @@ CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kube
 
 @dataclass(frozen=True)
 class PoolPolicy:
-    # slurmd images must start with one of these (a registry or a repository prefix).
-    image_prefixes: tuple[str, ...] = ("ghcr.io/slurmpool/",)
+    # slurmd images must start with one of these (a registry or a repository prefix). None by
+    # default: the project controls no registry, and slurmd runs as root on every selected node.
+    image_prefixes: tuple[str, ...] = ()
     # hostPath volumes allowed in the slurmd pod, by exact path (none by default).
     host_paths: tuple[str, ...] = ()
     # ServiceAccounts the slurmd pod may name (none by default: the namespace's default one).
@@ -50,8 +51,9 @@ class PoolPolicy:
         for key, value in raw.items():
             f = names[key]
             if f.type.startswith("tuple"):
-                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                    raise ValueError(f"SLURMPOOL_POOL_POLICY: {key} must be a list of strings")
+                # "" would be a prefix of every image
+                if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                    raise ValueError(f"SLURMPOOL_POOL_POLICY: {key} must be a list of non-empty strings")
                 values[f.name] = tuple(value)
             else:
                 if not isinstance(value, bool):
@@ -71,7 +73,7 @@ def violations(spec: SlurmNodePoolSpec, policy: PoolPolicy) -> list[str]:
     pod = spec.slurm.slurmd_pod
     if not any(pod.image.startswith(p) for p in policy.image_prefixes):
         out.append(f"slurm.slurmdPod.image {pod.image} is not from an allowed registry "
-                   f"({', '.join(policy.image_prefixes) or 'none allowed'})")
+                   f"({', '.join(policy.image_prefixes) or 'none allowed: poolPolicy.imagePrefixes is empty'})")
     for volume in pod.volumes:
         host = volume.get("hostPath")
         if host is not None:

@@ -43,13 +43,32 @@ def responding(sn: SlurmNode) -> bool:
 
 
 def parked(sn: SlurmNode) -> bool:
-    """Powered down in Slurm (lendable `idle~`, or held `drain~`), or on its way down."""
-    return bool({"POWERED_DOWN", "POWERING_DOWN"} & sn.flags)
+    """Powered down in Slurm (lendable `idle~`, or held `drain~`), or on its way down; not asked
+    back (26.05 keeps POWERED_DOWN beside POWERING_UP when a power-up is asked again)."""
+    return bool({"POWERED_DOWN", "POWERING_DOWN"} & sn.flags) and "POWERING_UP" not in sn.flags
+
+
+def powering_up(sn: SlurmNode | None) -> bool:
+    """Slurm is powering the node up (POWERING_UP: for a job it placed there, or asked to): it
+    counts as booted only once a slurmd reports a boot after the request (`slurmd -b`), else it
+    goes DOWN at ResumeTimeout."""
+    return sn is not None and "POWERING_UP" in sn.flags
+
+
+def power_down_asked(sn: SlurmNode) -> bool:
+    """Powered down, on its way down, or a power-down queued (POWER_DOWN): nothing to ask again."""
+    return parked(sn) or "POWER_DOWN" in sn.flags
+
+
+def up_or_coming_up(sn: SlurmNode) -> bool:
+    """Powered, or Slurm is powering it up: a slurmd started now serves it (no power-up to ask)."""
+    return powered(sn) or powering_up(sn)
 
 
 def powered_down(sn: SlurmNode) -> bool:
-    """Powered down and settled there (`idle~`, `drain~`): not on its way down, not asked back."""
-    return "POWERED_DOWN" in sn.flags and not {"POWERING_DOWN", "POWERING_UP"} & sn.flags
+    """Powered down and settled there (`idle~`, `drain~`): not on its way down, not asked back
+    (POWERING_UP, or a POWER_UP request queued): a power-up request would be taken now."""
+    return "POWERED_DOWN" in sn.flags and not {"POWERING_DOWN", "POWERING_UP", "POWER_UP"} & sn.flags
 
 
 def asked_back(sn: SlurmNode) -> bool:
@@ -61,8 +80,12 @@ def asked_back(sn: SlurmNode) -> bool:
 def usable(sn: SlurmNode) -> bool:
     """Slurm may give the node to a job, busy or idle: not drained, not DOWN, UNKNOWN, FUTURE or
     NOT_RESPONDING. A node powered down without a drain (`idle~`) is usable: Slurm powers it up
-    for the job it chose (power_save.shtml), so it is capacity Slurm already has."""
-    return not drain_set(sn) and "NOT_RESPONDING" not in sn.flags and sn.state not in UNREACHABLE_STATES
+    for the job it chose (power_save.shtml), so it is capacity Slurm already has; NOT_RESPONDING
+    does not count there (24.11 and 26.05 add it to a lent node whose slurmd has been gone for
+    SlurmdTimeout, and still power it up for a job: tests/fixtures/power_states)."""
+    if drain_set(sn) or sn.state in UNREACHABLE_STATES:
+        return False
+    return "NOT_RESPONDING" not in sn.flags or "POWERED_DOWN" in sn.flags
 
 
 def idle(sn: SlurmNode) -> bool:

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from slurmbridge.models import PowerSave
+
 from slurmpool.core.models import (
     Condition,
     HandoverStatus,
@@ -38,7 +40,7 @@ class StatusBasis:
     pools: tuple[str, ...] = ()  # the inference pools' names (spec.inference.pools)
     paused: bool = False
     replace: bool = False  # spec.health.replace: the split counts healthy nodes only
-    power_save: bool = False  # spec.slurm.parking is PowerSave: the Lending condition (parking.py)
+    power_save: bool = False  # spec.slurm.parking is PowerSave: the PowerSaveReady and Lending conditions
 
     @classmethod
     def of(cls, name: str, generation: int | None, spec: SlurmNodePoolSpec) -> StatusBasis:
@@ -63,6 +65,7 @@ class Observed:
     held: list[str] = field(default_factory=list)  # unhealthy nodes whose pin or move-now waits
     refusals: dict[str, str] = field(default_factory=dict)  # node -> a write the API server refused
     free_at: dict[str, str] = field(default_factory=dict)  # node draining out of Slurm -> its jobs' latest end (draining_forecast)
+    power_save: PowerSave | None = None  # Slurm's power saving as last read (None: not known)
     parking: Parking | None = None  # lendable and held parked nodes (parking.py)
     declined: list[str] = field(default_factory=list)  # this pass's GiveBackDeclined messages
 
@@ -81,6 +84,7 @@ def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult
         held=decision.held,
         refusals={n: str(why) for n, why in result.refused.items() if isinstance(why, Refusal)},
         free_at=draining_forecast(decision.nodes_after, snap),
+        power_save=snap.slurm.power_save,
         parking=decision.parking,
         declined=[e.message for s in decision.steps.values() for e in s.events if e.reason == Reason.GiveBackDeclined],
     )
@@ -130,14 +134,14 @@ def _handover(decision: PoolDecision, result: ApplyResult) -> HandoverStatus | N
 class Verdict:
     """What a condition says: its status, its CamelCase reason and the message."""
 
-    status: bool
+    status: bool | None  # None: Unknown
     reason: str
     message: str = ""
 
 
 def set_condition(conditions: list[Condition], type_: str, verdict: Verdict, now: datetime, generation: int | None) -> list[Condition]:
     """Replace one condition, keeping lastTransitionTime while its status holds."""
-    value: Literal["True", "False"] = "True" if verdict.status else "False"
+    value: Literal["True", "False", "Unknown"] = "Unknown" if verdict.status is None else "True" if verdict.status else "False"
     old = next((c for c in conditions if c.type == type_), None)
     since = old.last_transition_time if old and old.status == value else iso(now)
     new = Condition(
@@ -310,6 +314,22 @@ def _conditions(basis: StatusBasis, status: SlurmNodePoolStatus, seen: Observed,
         ready = Verdict(True, "SplitReached", f"Slurm {status.slurm.ready}, inference {status.inference.ready}" + (
             f" ({status.unhealthy} unhealthy: see status.unhealthyNodes)" if status.unhealthy else ""))
     c = set_condition(c, "Ready", ready, now, generation)
-    order = {"Ready": 0, "Progressing": 1, "DrainBlocked": 2, "Degraded": 3, "Lending": 4}
+    if basis.power_save:
+        c = set_condition(c, "PowerSaveReady", power_save_verdict(seen.power_save), now, generation)
+    else:
+        c = [x for x in c if x.type != "PowerSaveReady"]
+    order = {"Ready": 0, "Progressing": 1, "DrainBlocked": 2, "Degraded": 3, "Lending": 4, "PowerSaveReady": 5}
     return sorted(c, key=lambda x: order.get(x.type, 9))
 
+
+
+def power_save_verdict(power_save: PowerSave | None) -> Verdict:
+    """Can a PowerSave pool park by power saving? Not while Slurm's power saving is off (Slurm
+    could never bring the nodes back) or not known: its parked nodes stay drained meanwhile."""
+    if power_save is None:
+        return Verdict(None, "PowerSaveUnknown", "Slurm's power-save settings could not be read; parked nodes stay drained "
+                       "(Drain parking) until they can")
+    if not power_save.on:
+        return Verdict(False, "PowerSaveOff", f"{power_save.why_off or 'power saving is off'}; parked nodes stay drained "
+                       "(Drain parking) until it is on (docs/slurm-admin.md)")
+    return Verdict(True, "PowerSaveOn", "parked nodes are powered down in Slurm")

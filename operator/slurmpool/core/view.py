@@ -17,9 +17,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError, model_validator
 
-from slurmbridge.models import SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
+from slurmbridge.models import PowerSave, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup
 
 from slurmpool.core import slurmstate
+from slurmpool.core.checkpoint import CheckpointRecord
 from slurmpool.core.fit import PodNeeds
 from slurmpool.core.phases import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, Phase
 # Placements are parsed and printed in placement.py only; re-exported here for every caller.
@@ -40,6 +41,7 @@ ANN_DRAIN = f"{PREFIX}/drain"  # JSON DrainClaim: the Slurm drain the operator s
 # When Slurm asked the node back (power saving: a job allocated on it while it was parked, lent);
 # while Slurm's jobs hold it the target counts it on the Slurm side (parking.py, target.py).
 ANN_GIVEN_BACK = f"{PREFIX}/given-back"
+ANN_CHECKPOINT = f"{PREFIX}/checkpoint"  # JSON CheckpointRecord: the jobs signalled to checkpoint, and when
 ANN_FORCE = f"{PREFIX}/force"  # on-call: "true" lets a pin or move-now move an unhealthy node
 # "true": the node was already cordoned by someone else when a move took it to Slurm; that cordon
 # is theirs, so it stays when the node returns to inference (moves.inference_shape; patch.py writes it).
@@ -306,6 +308,7 @@ class NodeView:
     held_until: datetime | None = field(init=False, repr=False)
     drain_claim: DrainClaim | None = field(init=False, repr=False)
     given_back: datetime | None = field(init=False, repr=False)  # ANN_GIVEN_BACK: Slurm asked for it then
+    checkpoint: CheckpointRecord | None = field(init=False, repr=False)  # the jobs signalled to checkpoint
     force: bool = field(init=False, repr=False)  # slurmpool.io/force=true: pin/move-now may move it unhealthy
     # Annotations that could not be read (people can write them): the node is left alone.
     problems: tuple[RecordProblem, ...] = field(init=False, repr=False)
@@ -345,6 +348,13 @@ class NodeView:
             except ValueError as err:
                 problems.append(RecordProblem(ANN_DRAIN, str(err)))
         object.__setattr__(self, "drain_claim", claim)
+        checkpoint = None
+        if text := get(ANN_CHECKPOINT):
+            try:
+                checkpoint = CheckpointRecord.from_body(json_object(text))
+            except ValueError as err:
+                problems.append(RecordProblem(ANN_CHECKPOINT, str(err)))
+        object.__setattr__(self, "checkpoint", checkpoint)
         force = get(ANN_FORCE) or None
         if force not in (None, "true"):
             problems.append(RecordProblem(ANN_FORCE, f"{force[:40]!r} is not 'true' (remove the annotation to stop forcing)"))
@@ -389,6 +399,9 @@ class SlurmView:
     reservations_error: str | None = None
     reservations_api: bool = True  # False: this access cannot list or create reservations (slurmrestd < v0.0.43)
     max_times: dict[str, timedelta | None] = field(default_factory=dict, compare=False)  # partition -> MaxTime (None: UNLIMITED), read with the reservations
+    # Slurm's power saving as slurm.conf sets it, polled for PowerSave pools about once a minute
+    # (access.py); None: not known (not asked, unreadable, or this access cannot tell).
+    power_save: PowerSave | None = field(default=None, compare=False)
     _blocks: dict[int, dict[str, str]] = field(default_factory=dict, compare=False, repr=False)  # level -> {node: block}
 
     def has_pending(self, partition: str | None) -> bool:

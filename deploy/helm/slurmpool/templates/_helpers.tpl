@@ -41,3 +41,16 @@ app.kubernetes.io/part-of: slurmpool
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 {{- end }}
+
+{{- /* The values with no default: the project publishes no image and controls no registry, so
+where the operator's image comes from and which registries slurmd images (root on every node of a
+pool) may come from are the installer's choice. Included by deployment.yaml; Helm renders every
+template, so no render succeeds without them. */}}
+{{- define "slurmpool.requiredValues" -}}
+{{- if not .Values.image.repository }}
+{{- fail "image.repository is required: the registry and repository you pushed the operator image to (built from deploy/docker/Dockerfile; docs/install.md#the-image). The project publishes no image." }}
+{{- end }}
+{{- if not .Values.poolPolicy.imagePrefixes }}
+{{- fail "poolPolicy.imagePrefixes is required: the registries or repository prefixes slurmd images may come from, e.g. --set poolPolicy.imagePrefixes={registry.example.com/hpc/}. slurmd runs as root on every node a pool selects; no registry is allowed by default (docs/rbac.md#pool-policy)." }}
+{{- end }}
+{{- end }}

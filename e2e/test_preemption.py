@@ -1,0 +1,184 @@
+"""The preemption drill (issue 36): an inference surge takes nodes from multi-node training jobs
+with `drain.onTimeout: Checkpoint`. Each job on a node that leaves gets USR1 once, writes its
+checkpoint marker before it is killed, is requeued and restarts from it; the surge's pods run
+within drain.timeout + grace + one move. And a SIGKILL of the operator during the grace: no second
+signal, the grace not shortened. Over SSH and REST (26.05: its requeue), on each Slurm version of
+the matrix; the marker directory is the lab's, where the lab's slurmd runs the jobs."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from harness import (
+    NAMESPACE,
+    Operator,
+    apply,
+    ensure_namespace_and_secret,
+    events,
+    install_crd,
+    job_state,
+    node_json,
+    now_rfc3339,
+    pods_json,
+    pool_manifest,
+    reset_lab,
+    split_reached,
+    wait,
+)
+
+pytestmark = pytest.mark.e2e
+POOL = "drill"
+TIMEOUT_S, GRACE_S = 5, 20
+CHECKPOINT = {"timeout": f"{TIMEOUT_S}s", "onTimeout": "Checkpoint", "checkpoint": {"signal": "USR1", "to": "Batch", "grace": f"{GRACE_S}s"}}
+
+# A training job as docs/training-jobs.md has it: the batch shell traps USR1 and writes its
+# checkpoint marker (the time and its restart count); a restart finds it and says it resumed.
+# It keeps running after the marker, so what ends it is the operator's requeue at the grace's end.
+SCRIPT = """#!/bin/bash
+D={dir}
+R=${{SLURM_RESTART_COUNT:-0}}
+if [ -e "$D/$SLURM_JOB_ID.ckpt" ]; then echo "resumed $R" >> "$D/$SLURM_JOB_ID.start"; else echo "fresh $R" >> "$D/$SLURM_JOB_ID.start"; fi
+on_usr1() {{ echo "$(date +%s.%N) $R $(hostname)" >> "$D/$SLURM_JOB_ID.ckpt"; }}
+trap on_usr1 USR1
+while true; do sleep 1 & wait $!; done
+"""
+
+
+def marker_dir(lab) -> Path:
+    d = Path(lab.dir) / "checkpoints"
+    d.mkdir(exist_ok=True)
+    d.chmod(0o1777)  # the jobs may run as another user than the test
+    for f in d.iterdir():
+        f.unlink()
+    return d
+
+
+def training_job(lab, d: Path, nodes: int, *extra: str) -> str:
+    script = d / "train.sh"
+    script.write_text(SCRIPT.format(dir=d))
+    out = lab.slurm("sbatch", "--parsable", "-p", "gpu", f"-N{nodes}", "--exclusive", "--gres=gpu:8", "--time=30",
+                    "--requeue", "--open-mode=append", "--signal=B:USR1@300", "-o", "/dev/null", *extra, str(script))
+    return out.stdout.strip().split(";")[0]
+
+
+def lines(d: Path, job: str, kind: str) -> list[str]:
+    f = d / f"{job}.{kind}"
+    return f.read_text().splitlines() if f.exists() else []
+
+
+def job_nodes(lab, job: str) -> set[str]:
+    out = lab.slurm("squeue", "-h", "-j", job, "-o", "%N", check=False).stdout.strip()
+    return set(lab.slurm("scontrol", "show", "hostnames", out).stdout.split()) if out else set()
+
+
+def restarts(lab, job: str) -> int:
+    out = lab.slurm("scontrol", "-o", "show", "job", job, check=False).stdout
+    m = re.search(r"\bRestarts=(\d+)", out)
+    return int(m.group(1)) if m else -1
+
+
+def surge(replicas: int) -> dict:
+    """Inference pods of 8 GPUs each for pool llm: unschedulable while the nodes serve Slurm."""
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "surge", "namespace": NAMESPACE},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "surge"}},
+                     "template": {"metadata": {"labels": {"app": "surge"}}, "spec": {
+                         "nodeSelector": {"slurmpool.io/inference-pool": "llm"},
+                         "tolerations": [{"key": "slurmpool.io/inference", "operator": "Exists"}],
+                         "containers": [{"name": "server", "image": "vllm:latest", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}
+
+
+def running_pods(lab, app: str) -> int:
+    return sum(1 for p in pods_json(lab, NAMESPACE, f"app={app}")
+               if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp"))
+
+
+def test_the_preemption_drill(lab):
+    install_crd(lab)
+    ensure_namespace_and_secret(lab)
+    total = len(lab.nodes)
+    d = marker_dir(lab)
+    demand = {"cooldown": "2s", "whenBothWant": "PreferInference", "inference": {"maxNodes": 2}}
+    op = Operator(lab, "operator-preemption-drill.log").start()
+    try:
+        apply(lab, pool_manifest(lab, POOL, total, drain=CHECKPOINT, demand=demand))
+        wait(lambda: split_reached(lab, POOL, total, total), 180, what=f"{total} Slurm")
+        jobs = [training_job(lab, d, 2) for _ in range(total // 2)]
+        wait(lambda: all(job_state(lab, j) == "RUNNING" and lines(d, j, "start") == ["fresh 0"] for j in jobs), 60,
+             what="every training job running, each on 2 nodes")
+        where = {j: job_nodes(lab, j) for j in jobs}
+        since = now_rfc3339()
+        t0 = time.monotonic()
+        apply(lab, surge(2))
+        wait(lambda: events(lab, "DemandChanged", since), 30, what="demand takes 2 nodes for the surge")
+        # No flip back: the requeued jobs will pend, and Slurm alone wanting nodes would take them back.
+        lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"demand":{"cooldown":"1h"}}}')
+        bound = TIMEOUT_S + GRACE_S + 30  # + one move (a few seconds) and the lab's pod start, generously
+        wait(lambda: running_pods(lab, "surge") == 2, bound + 30, what="the surge's pods running")
+        took = time.monotonic() - t0
+        moved = {lab.slurm_name(n) for n in lab.nodes
+                 if (node_json(lab, n)["metadata"].get("annotations") or {}).get("slurmpool.io/placement") == "inference:llm"}
+        assert len(moved) == 2, moved
+        hit = [j for j in jobs if where[j] & moved]
+        assert hit, (where, moved)
+        signalled = " ".join(events(lab, "JobsSignalled", since))
+        for j in jobs:
+            if j in hit:
+                # the marker was written once, while the job still ran (it is written from its own shell)
+                assert len(lines(d, j, "ckpt")) == 1 and re.search(rf"\b{j}\b", signalled), (j, lines(d, j, "ckpt"), signalled)
+                wait(lambda j=j: restarts(lab, j) == 1, 30, what=f"job {j} requeued")
+            else:
+                assert not lines(d, j, "ckpt") and job_state(lab, j) == "RUNNING" and restarts(lab, j) == 0, j
+        print(f"DRILL | surge to pods running {took:.1f} s (bound {TIMEOUT_S}+{GRACE_S}+one move) | "
+              f"jobs hit {len(hit)} of {len(jobs)}, each checkpointed before the requeue")
+        assert took <= bound, f"the pods took {took:.1f} s, more than drain.timeout + grace + one move ({bound} s)"
+        # The surge ends: the nodes come back and every requeued job restarts from its checkpoint.
+        lab.kubectl("delete", "deployment", "surge", "-n", NAMESPACE, "--wait=false")
+        lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"demand":{"enabled":false}}}')
+        wait(lambda: split_reached(lab, POOL, total, total), 180, what=f"{total} Slurm again")
+        wait(lambda: all(job_state(lab, j) == "RUNNING" for j in jobs), 180, what="every job running again")
+        for j in hit:
+            assert lines(d, j, "start") == ["fresh 0", "resumed 1"], (j, lines(d, j, "start"))
+    finally:
+        op.stop()
+        reset_lab(lab)
+
+
+def test_a_sigkill_during_the_grace_neither_signals_again_nor_shortens_it(lab):
+    install_crd(lab)
+    ensure_namespace_and_secret(lab)
+    total = len(lab.nodes)
+    d = marker_dir(lab)
+    grace = 30
+    drain = {**CHECKPOINT, "checkpoint": {**CHECKPOINT["checkpoint"], "grace": f"{grace}s"}}
+    op = Operator(lab, "operator-preemption-sigkill.log").start()
+    try:
+        apply(lab, pool_manifest(lab, POOL, total, drain=drain))
+        wait(lambda: split_reached(lab, POOL, total, total), 180, what=f"{total} Slurm")
+        node = lab.nodes[0]
+        job = training_job(lab, d, 1, "-w", lab.slurm_name(node))
+        wait(lambda: job_state(lab, job) == "RUNNING" and lines(d, job, "start") == ["fresh 0"], 60, what="the job running")
+        since = now_rfc3339()
+        lab.kubectl("annotate", "node", node, "slurmpool.io/move-now=inference", "--overwrite")
+        wait(lambda: lines(d, job, "ckpt"), TIMEOUT_S + 30, what="the job's checkpoint marker")
+        # written on the Node before the signal was sent
+        record = json.loads(node_json(lab, node)["metadata"]["annotations"]["slurmpool.io/checkpoint"])
+        signalled_at = datetime.fromisoformat(record["jobs"][job].replace("Z", "+00:00")).timestamp()
+        op.kill()
+        time.sleep(2)
+        op = Operator(lab, "operator-preemption-sigkill.log").start()
+        wait(lambda: job_state(lab, job) != "RUNNING", grace + 60, what="the requeue after the grace")
+        ran_on = time.time() - signalled_at
+        assert len(lines(d, job, "ckpt")) == 1, lines(d, job, "ckpt")  # one signal, not two
+        assert len(events(lab, "JobsSignalled", since)) == 1, events(lab, "JobsSignalled", since)
+        assert ran_on >= grace - 1, f"requeued {ran_on:.1f} s after the signal; the grace is {grace} s"
+        assert set(record["jobs"]) == {job} and record["signal"] == "USR1", record
+        wait(lambda: restarts(lab, job) == 1, 30, what="the job requeued")
+        print(f"FAULT | operator SIGKILLed during the grace | one signal, requeued {ran_on:.1f} s after it (grace {grace} s)")
+    finally:
+        op.stop()
+        reset_lab(lab)
