@@ -50,6 +50,15 @@ def test_anything_else_is_someone_elses(sn, why):
     assert why in why_not_ours(claimed(), sn)
 
 
+def test_a_claimed_drain_whose_reason_slurm_dropped_on_a_power_up_is_ours_and_without_a_claim_is_not():
+    """Issue 39, measured on 22.05: `state=POWER_UP` on our drained node leaves DRAIN with no reason.
+    No person can drain without a reason, so under our claim it is ours (the move to Slurm goes on)."""
+    powering_up = replace(drained("", {"POWERING_UP", "NOT_RESPONDING"}), reason_time=None)
+    assert our_drain(claimed(), powering_up)
+    assert our_drain(claimed(), replace(powering_up, flags=frozenset({"DRAIN"})))  # registered, still drained
+    assert not our_drain(NodeView("gpu01", annotations={ANN_PLACEMENT: INFERENCE}), powering_up)
+
+
 @pytest.mark.parametrize("behind, ours", [(0, True), (4, True), (10, True), (45, True), (60, True), (61, False), (600, False)])
 def test_slurmctlds_clock_behind_ours_within_the_documented_skew_keeps_our_drain_ours(behind, ours):
     """Issue 25: slurmctld's `[user@time]` stamp is its clock; a few seconds behind made our own

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from slurmpool.core import slurmstate
 from slurmpool.core.events import Reason
-from slurmpool.core.moves import CreateSlurmdPod, Pass, PowerDown, PowerUp, advance, keep_parked
+from slurmpool.core.moves import CreateSlurmdPod, Pass, PowerDown, PowerUp, Step, advance, keep_parked
 from slurmpool.core.view import SLURM, MoveRecord, PodView
 
 from .factories import NOW, make_spec, slurm_node
@@ -308,3 +308,25 @@ def test_a_parked_record_powered_down_reads_back_as_parked():
     assert slurmstate.parked(sn) and not slurmstate.usable(sn) and node.drain_claim is not None
     lent = slurm_node("gpu01", "IDLE", {"POWERED_DOWN"})
     assert slurmstate.parked(lent) and slurmstate.usable(lent)
+
+
+def test_slurmd_b_starts_only_once_slurms_power_up_request_is_seconds_old():
+    """Measured on 22.05: a slurmd -b started within a second of the power-up request reports a
+    boot time (whole seconds, less its uptime) that is not after it, and the node stays
+    POWERING_UP until ResumeTimeout. StartingSlurmd lets the request age BOOT_AFTER_POWER_UP first."""
+    from slurmpool.core.moves import BOOT_AFTER_POWER_UP
+    from slurmpool.core.phases import Phase
+
+    from .sim import POOL, node_patch
+
+    world = powered_down_world()
+    world.slurm_node = replace(world.slurm_node, flags=frozenset({"DRAIN", "POWERING_UP", "NOT_RESPONDING"}))
+    move = MoveRecord(id="m1", source=INFERENCE, target=SLURM, phase=Phase.STARTING_SLURMD, since=NOW, started=NOW)
+    world.write(node_patch(POOL, world.node, Step(move), NOW))
+
+    def creates(after: timedelta) -> list[CreateSlurmdPod]:
+        step = advance(world.node.move, world.node, Pass(world.view(), power_save_spec(), NOW + after))
+        return [a for a in step.actions if isinstance(a, CreateSlurmdPod)]
+
+    assert creates(timedelta(0)) == [] and creates(BOOT_AFTER_POWER_UP - timedelta(seconds=1)) == []
+    assert creates(BOOT_AFTER_POWER_UP) == [CreateSlurmdPod("gpu01", boot=True)]

@@ -697,6 +697,10 @@ def _power_up(node: NodeView, sn: SlurmNode, step: Step) -> None:
         step.message = f"waiting for Slurm to power it up (state {slurmstate.text(sn)})"
 
 
+# How long after Slurm shows a node POWERING_UP its slurmd -b may start (see _starting_slurmd).
+BOOT_AFTER_POWER_UP = timedelta(seconds=3)
+
+
 def _starting_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
     if not slurm.available:
         step.blocked_by = list(SLURM_UNAVAILABLE)
@@ -719,6 +723,12 @@ def _starting_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: S
         # powered-down node (Slurm would not count it booted); powered up first, held drained.
         if held:
             _power_up(node, sn, step)
+        running = False
+    elif slurmstate.powering_up(sn) and node.slurmd_pod is None and _elapsed(move, now) < BOOT_AFTER_POWER_UP.total_seconds():
+        # Slurm counts the node booted only if slurmd's boot time (`-b`: its start, in whole
+        # seconds, less its uptime) is after the power-up request; a slurmd started within that
+        # second was measured (22.05) to leave the node POWERING_UP until ResumeTimeout.
+        step.message = "letting Slurm's power-up request age before slurmd -b starts"
         running = False
     else:
         running = ensure_slurmd_pod(node, step, boot=slurmstate.powering_up(sn))

@@ -15,6 +15,10 @@ the operator's when all of these hold:
   behind ours (a drain from before the claim is not this one);
 - Slurm has not judged the node itself (INVALID_REG: it registered with less than configured).
 
+One drain carries no reason at all: Slurm 22.05 drops the reason of a drained node it is asked to
+power up (measured on the lab), keeping the DRAIN. No person can set a drain without a reason
+(scontrol and slurmrestd refuse one), so under a claim an empty reason is the operator's drain.
+
 Upgrade: a version before claims wrote none. A node it left parked in inference, or mid-move,
 with exactly the reason it would have written, is read as claimed (no time to compare).
 """
@@ -58,6 +62,8 @@ def why_not_ours(node: NodeView, sn: SlurmNode | None) -> str | None:
     claims = (node.drain_claim,) if node.drain_claim else legacy_claims(node)
     if not claims:
         return "slurmpool set no drain on this node"
+    if not sn.reason and node.drain_claim:
+        return None  # Slurm dropped the claimed reason (power-up); nobody can drain without one
     for c in claims:
         if sn.reason not in (c.reason, c.reason + NOT_RESPONDING):
             continue
