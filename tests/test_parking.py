@@ -248,6 +248,22 @@ def test_a_give_back_starts_at_once_and_the_target_counts_it_while_slurms_job_ho
     assert any(s.cause == Cause.REBALANCE and s.target == DEFAULT for d in pool.decisions[-2:] for s, _ in d.starts)
 
 
+def test_the_pass_that_starts_a_give_back_counts_it_on_the_slurm_side_and_moves_no_other_node():
+    """Measured on the 22.05 lab: with moves to spare, the pass that started a give-back sent as many
+    Slurm nodes to inference (rebalance: the target did not count it yet, its mark was not written),
+    and the next passes sent them back. The target counts the give-backs it starts."""
+    spec = power_save(make_spec(slurm_nodes=1, max_moves=8))
+    pool = power_pool(spec, lent=2)
+    pool.run(passes=2)
+    assert pool.decisions[-1].starts == []
+    pool.worlds["gpu02"].slurm_asks()
+    pool.run(passes=1)
+    assert [(s.node, s.cause) for s, _ in pool.decisions[-1].starts] == [("gpu02", Cause.GIVEBACK)]
+    assert pool.decisions[-1].target.slurm_nodes == 2 and "given back" in pool.decisions[-1].target.status.reason
+    pool.run(passes=12)
+    assert all(s.cause == Cause.GIVEBACK for d in pool.decisions for s, _ in d.starts)
+
+
 def test_a_give_back_whose_evictions_are_refused_is_declined_and_the_job_requeued():
     spec = power_save(make_spec(slurm_nodes=1, drain={"evictionTimeout": "5s"}))  # onEvictionTimeout stays Wait: a give-back cannot
     pool = power_pool(spec, lent=1, pods=1)

@@ -56,7 +56,7 @@ class Parking:
     givebacks: list[Start] = field(default_factory=list)  # moves to Slurm that start now
     declines: dict[str, str] = field(default_factory=dict)  # give-backs in flight to turn back -> why
     unmark: list[str] = field(default_factory=list)  # given-back nodes Slurm's jobs no longer hold
-    given_back: int = 0  # nodes Slurm's jobs hold after a give-back (counted on the Slurm side)
+    given_back: int = 0  # nodes given back (starting now, in flight) or that Slurm's jobs hold after one: on the Slurm side
     waiting: list[str] = field(default_factory=list)  # pending jobs that wait only on held nodes (waiting_on_held)
 
 
@@ -182,6 +182,7 @@ def _must_hold(spec: SlurmNodePoolSpec, node: NodeView, sn: SlurmNode, health: M
 def _lend(node: NodeView, sn: SlurmNode, out: Parking) -> None:
     if slurmstate.asked_back(sn):
         out.givebacks.append(Start(node.name, node.placement, SLURM, Cause.GIVEBACK))
+        out.given_back += 1  # counted from this pass on: its mark is written only with it
     elif slurmstate.drain_set(sn) and slurmstate.resumable(sn):  # ours: _must_hold holds a foreign one
         out.steps[node.name] = Step(move=None, actions=[Resume(node.name)])
 
