@@ -1,7 +1,7 @@
 """Parking by power saving on the real lab (issue 39): a `PowerSave` pool moves a node to
 inference, where Slurm shows it `drain~` (drained and powered down: capacity it knows, never
 scheduled), and back, powered up with its slurmd started `-b`, then running a job. Needs the lab's
-slurm.conf power-save block and a slurmd that accepts `-b` (branch ps-bridge)."""
+slurm.conf power-save block and a slurmd that accepts `-b` (e2e/lab/up.sh)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Power-save parking (`spec.slurm.parking: PowerSave`): which parked nodes Slurm may ask back. Pure.
 
-A node serving inference stays in Slurm's node list, powered down (ps-moves' PoweringDown). Each
+A node serving inference stays in Slurm's node list, powered down (the move's PoweringDown phase). Each
 settled parked node is either
 - *lendable*: our drain lifted (`idle~`): Slurm may choose it for a job by its own rules
   (nodelists, features, topology, weights); it then powers it up (POWERING_UP, the job
