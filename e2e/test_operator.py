@@ -245,25 +245,37 @@ def test_drain_timeout_requeue_keeps_the_job(lab, op):
         lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"drain":{"timeout":"10m","onTimeout":"Wait"}}}')
 
 
+def _victim_and_others(lab, nodes: list[str]) -> tuple[str, list[str]]:
+    """A running job on each node; the one on nodes[0] is the planner's victim under Requeue or
+    Cancel on every count: it ends first (30 min limit against 60) and, started 2 s after the others
+    (Slurm's times are whole seconds), it has done the least work a requeue or cancel would lose
+    (issue 36's victim order). All running before the scale: a node whose job is still starting
+    looks idle, and an idle node is the planner's first choice."""
+    others = [_sbatch(lab, n, 600, 60) for n in nodes[1:]]
+    wait(lambda: all(_job_state(lab, j) == "RUNNING" for j in others), 30, what="jobs running")
+    time.sleep(2)
+    job = _sbatch(lab, nodes[0], 600, 30)
+    wait(lambda: _job_state(lab, job) == "RUNNING", 30, what="the victim's job running")
+    return job, others
+
+
 def _requeue(lab, op, nodes: list[str]) -> None:
     wait(lambda: not lab.slurm("squeue", "-h").stdout.strip(), 30, what="no jobs left")
-    job = _sbatch(lab, nodes[0], 600, 30)  # ends first: the victim, once every node runs a job
-    others = [_sbatch(lab, n, 600, 60) for n in nodes[1:]]
-    # All running before the scale: a node whose job is still starting looks idle, and an idle node
-    # is the planner's first choice (CI's 24.11 dynamic row under load moved one of those instead).
-    wait(lambda: all(_job_state(lab, j) == "RUNNING" for j in [job, *others]), 30, what="jobs running")
-    lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={len(nodes) - 1}")
+    job, others = _victim_and_others(lab, nodes)
     try:
-        wait(settled(lab, len(nodes) - 1, 8 - len(nodes) + 1), 60, what="node moved after requeue")
-    except AssertionError:
-        print(pool_status(lab, POOL), lab.slurm("squeue").stdout, op.log_tail(40))
-        raise
-    assert placements(lab)[nodes[0]] == "inference:llm"
-    state = _job_state(lab, job)
-    assert state in ("PENDING", "RUNNING", "CONFIGURING"), f"job {job} lost: {state!r}"
-    events = lab.kubectl("get", "events", "-n", NAMESPACE, "--field-selector", "reason=JobsRequeued", "-o", "name").stdout
-    assert events.strip()
-    lab.slurm("scancel", job, *others)
+        lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={len(nodes) - 1}")
+        try:
+            wait(settled(lab, len(nodes) - 1, 8 - len(nodes) + 1), 60, what="node moved after requeue")
+        except AssertionError:
+            print(pool_status(lab, POOL), lab.slurm("squeue").stdout, op.log_tail(40))
+            raise
+        assert placements(lab)[nodes[0]] == "inference:llm"
+        state = _job_state(lab, job)
+        assert state in ("PENDING", "RUNNING", "CONFIGURING"), f"job {job} lost: {state!r}"
+        events = lab.kubectl("get", "events", "-n", NAMESPACE, "--field-selector", "reason=JobsRequeued", "-o", "name").stdout
+        assert events.strip()
+    finally:  # a failure here must not leave jobs for the tests after it
+        lab.slurm("scancel", job, *others, check=False)
 
 
 def test_drain_timeout_cancel_ends_only_the_jobs_on_that_node(lab, op):
@@ -272,9 +284,7 @@ def test_drain_timeout_cancel_ends_only_the_jobs_on_that_node(lab, op):
     lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"drain":{"timeout":"3s","onTimeout":"Cancel"}}}')
     try:
         wait(lambda: not lab.slurm("squeue", "-h").stdout.strip(), 30, what="no jobs left")
-        job = _sbatch(lab, nodes[0], 600, 30)  # ends first: the victim
-        others = [_sbatch(lab, n, 600, 60) for n in nodes[1:]]
-        wait(lambda: all(_job_state(lab, j) == "RUNNING" for j in [job, *others]), 30, what="jobs running")
+        job, others = _victim_and_others(lab, nodes)
         lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, f"--replicas={len(nodes) - 1}")
         wait(settled(lab, len(nodes) - 1, 8 - len(nodes) + 1), 60, what="node moved after the cancel")
         assert placements(lab)[nodes[0]] == "inference:llm"
