@@ -89,6 +89,25 @@ def test_our_own_cordon_is_lifted_when_the_node_returns_to_inference():
     assert patch["spec"]["unschedulable"] is False
 
 
+def test_a_cordon_set_after_our_uncordon_and_before_the_move_ends_is_theirs():
+    """Found by e2e/test_neighbours.py in CI: Relabeling lifted our cordon and taint; another writer
+    cordoned the node before the pass that records the move's end. That pass, and a write of the
+    shape rebuilt after a conflict, must not lift their cordon: ours never stands without our taint."""
+    spec = make_spec()
+    labels = {"slurmpool.io/side": "inference", "pool": "default"}
+    node = NodeView("a", annotations={ANN_PLACEMENT: SLURM, ANN_MOVE: _move(SLURM, INF, Phase.RELABELING)},
+                    unschedulable=True, taints=(POOL_TAINT,), labels=labels, version="4")
+    step = advance(node.move, node, Pass(SlurmView(True), spec, NOW))
+    assert step.settled == INF and not any(isinstance(a, PatchNode) for a in step.actions)
+    assert "unschedulable" not in node_patch(POOL, node, step, NOW).get("spec", {})
+    # the uncordon written on a Node they cordoned since the pass read it (a conflict, rebuilt)
+    before = NodeView("a", annotations=node.annotations, unschedulable=True, taints=(OURS,), labels={"slurmpool.io/side": "slurm"}, version="3")
+    shape = inference_shape(spec, before, spec.inference.pools[0])
+    assert shape.unschedulable is False
+    theirs = replace(before, unschedulable=True, taints=(POOL_TAINT,), labels=labels, version="5")
+    assert "unschedulable" not in shape_write(before, theirs, shape)["spec"]
+
+
 def test_a_cordon_someone_set_between_our_read_and_our_cordon_is_theirs():
     before = NodeView("a", version="7")  # schedulable when the pass read it
     shape = slurm_shape(make_spec(), before, keep_pool_labels=True, claims_cordon=True)

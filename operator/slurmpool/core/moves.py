@@ -239,13 +239,16 @@ def _pool_label_keys(spec: SlurmNodePoolSpec) -> set[str]:
 def inference_shape(spec: SlurmNodePoolSpec, node: NodeView, pool: InferencePool, keep_cordon: bool = False) -> PatchNode:
     """The pool's labels and taints. Coming from Slurm the node is uncordoned (the cordon was
     ours), unless someone else had cordoned it before it went (ANN_CORDON_KEPT); between pools
-    the cordon stays as it is (on an inference node it is people's)."""
+    the cordon stays as it is (on an inference node it is people's). Our cordon never stands
+    without our taint (both are written and lifted in one patch): a cordon without it is someone
+    else's, set after ours was lifted (the write repeated before the move's end is recorded)."""
     labels: dict[str, str | None] = {k: None for k in _pool_label_keys(spec) - set(pool.labels)}
     labels.update(pool.labels)
     labels[LABEL_SIDE] = "inference"
     taints = [t for t in node.taints if not _managed_taint(spec, t)]
     taints += [t.model_dump(exclude_defaults=False) for t in pool.taints]
-    return PatchNode(node.name, labels, tuple(taints), unschedulable=None if keep_cordon or node.cordon_kept else False)
+    ours = node.unschedulable and node.has_taint(SLURM_TAINT_KEY, "NoSchedule") and not node.cordon_kept
+    return PatchNode(node.name, labels, tuple(taints), unschedulable=False if ours and not keep_cordon else None)
 
 
 def slurm_shape(spec: SlurmNodePoolSpec, node: NodeView, keep_pool_labels: bool = False, claims_cordon: bool = False) -> PatchNode:

@@ -93,7 +93,7 @@ def shape_write(before: NodeView, current: NodeView, shape: PatchNode) -> Patch:
                 annotations[ANN_CORDON_KEPT] = None
         elif shape.claims_cordon and not current.cordon_kept and not current.has_taint(SLURM_TAINT_KEY, "NoSchedule"):
             annotations[ANN_CORDON_KEPT] = "true"
-    elif shape.unschedulable is False and current.unschedulable and not current.cordon_kept:
+    elif shape.unschedulable is False and current.unschedulable and not current.cordon_kept and current.has_taint(SLURM_TAINT_KEY, "NoSchedule"):
         spec["unschedulable"] = False
     metadata: dict[str, Any] = {"labels": dict(shape.labels)}
     if current.version:
