@@ -19,7 +19,9 @@ Issue 24 on the lab: a gang job with demand on, submit to nodes resumed and to R
 planned handover across a window edge on a busy partition: edge to inference, jobs lost, idle
 node-seconds beside the job mix's bound (`handover`, about 4 minutes: the edge is a whole minute).
 BENCH_ONLY=planner,memory (or --only): run only these parts, of planner, calls, fragmentation,
-health, moves, gang, handover, memory, plugin, load.
+health, moves, gang, parking, handover, memory, plugin, load.
+Issue 39 on the lab (`parking`): a gang job that needs three lent parked nodes in PowerSave, submit to
+RUNNING; and POWERING_UP to the slurmd registered.
 Usage: python e2e/bench.py [--no-lab] [--no-load] [--only PARTS] [--matrix | --matrix-only [ROW...]]
 (the lab parts need `make lab-up` or start it)
 Every figure is printed with the machine's 1-minute load average when it was taken.
@@ -386,6 +388,69 @@ def bench_gang() -> None:
         bound = operator_bound + slurm_start
         record("gang_job_submit_to_running", took, "s", f"< cooldown + one move + Slurm's start after a resume ({bound:.2f} s)",
                took < bound)
+    finally:
+        op.stop()
+        reset_lab(lab)
+
+
+def bench_parking() -> None:
+    """Power-save parking (issue 39): 3 nodes parked and lent (`idle~`), then `sbatch -N8
+    --exclusive`: Slurm itself picks the parked nodes and asks for them (POWERING_UP); the operator
+    gives them back. Two figures:
+    - `parked_gang_job_submit_to_running`: submit to RUNNING, beside one move to Slurm of a parked
+      node (timed first on the same lab) plus Slurm's own start of a job after a resume (timed
+      without the operator, as `gang`). No cooldown: a give-back needs no demand.
+    - `powering_up_to_registered`: the slowest parked node's time from Slurm's POWERING_UP (first
+      seen, polled every 0.05 s) to its slurmd registered (powered, responding), beside the
+      3 s the operator waits before `slurmd -b` (moves.BOOT_AFTER_POWER_UP) plus one slurmd start
+      (`move_1_idle_node_to_slurm`'s StartingSlurmd part is about a second on the lab)."""
+    from harness import (NAMESPACE, Operator, apply, ensure_namespace_and_secret, install_crd, job_state, pool_manifest, reset_lab,
+                         slurm_states, split_reached, wait)
+
+    lab = lab_env()
+    total, parked = len(lab.nodes), 3
+    install_crd(lab)
+    ensure_namespace_and_secret(lab)
+    power_save = {"parking": "PowerSave"}
+    op = Operator(lab, "operator-bench-parking.log").start()
+    try:
+        apply(lab, pool_manifest(lab, "park", total, slurm=power_save))
+        wait(lambda: split_reached(lab, "park", total, total), 180, interval=0.05, what=f"{total} Slurm")
+        op.stop()
+        slurm_start = max(_slurm_start_after_resume(lab, total) for _ in range(3))
+        op = Operator(lab, "operator-bench-parking-2.log").start()
+        lab.kubectl("scale", "snp", "park", "-n", NAMESPACE, f"--replicas={total - parked}")
+        wait(lambda: split_reached(lab, "park", total - parked, total), 180, interval=0.05, what=f"{total - parked} Slurm")
+        t0 = time.monotonic()
+        lab.kubectl("scale", "snp", "park", "-n", NAMESPACE, f"--replicas={total - parked + 1}")
+        wait(lambda: split_reached(lab, "park", total - parked + 1, total), 120, interval=0.05, what="one parked node back in Slurm")
+        one_move = time.monotonic() - t0
+        lab.kubectl("scale", "snp", "park", "-n", NAMESPACE, f"--replicas={total - parked}")
+        wait(lambda: split_reached(lab, "park", total - parked, total), 180, interval=0.05, what=f"{total - parked} Slurm again")
+        wait(lambda: sum("POWERED_DOWN" in s.split("+") and "DRAIN" not in s.split("+") for s in slurm_states(lab).values()) == parked,
+             120, interval=0.2, what=f"{parked} parked nodes lent")
+        t0 = time.monotonic()
+        job = _gang_job(lab, total)
+        powering: dict[str, float] = {}
+        registered: dict[str, float] = {}
+        while time.monotonic() < t0 + 300 and job_state(lab, job) not in ("RUNNING", "COMPLETING", "COMPLETED"):
+            now = time.monotonic()
+            for name, state in slurm_states(lab).items():
+                flags = set(state.split("+"))
+                if "POWERING_UP" in flags:
+                    powering.setdefault(name, now)
+                elif name in powering and not flags & {"POWERED_DOWN", "NOT_RESPONDING"}:
+                    registered.setdefault(name, now)
+            time.sleep(0.05)
+        took = time.monotonic() - t0
+        up = max((registered[n] - powering[n] for n in registered), default=float("nan"))
+        print(f"     one parked node's move {one_move:.2f} s; Slurm alone, resume to RUNNING {slurm_start:.2f} s; "
+              f"POWERING_UP seen on {len(powering)}, registered {len(registered)}; RUNNING {took:.2f} s after the submit")
+        bound = one_move + slurm_start
+        record("parked_gang_job_submit_to_running", took, "s", f"< one move + Slurm's start after a resume ({bound:.2f} s)", took < bound)
+        up_bound = 3.0 + 2.0
+        record("powering_up_to_registered", up, "s", f"< {up_bound:.0f} s (3 s before slurmd -b, then its start)",
+               len(registered) == parked and up < up_bound)
     finally:
         op.stop()
         reset_lab(lab)
@@ -982,7 +1047,7 @@ def _rss_mib(pid: int) -> float:
     return math.nan
 
 
-PARTS = ("planner", "calls", "fragmentation", "health", "moves", "gang", "handover", "memory", "plugin", "load")
+PARTS = ("planner", "calls", "fragmentation", "health", "moves", "gang", "parking", "handover", "memory", "plugin", "load")
 
 
 def main() -> int:
@@ -1000,7 +1065,7 @@ def main() -> int:
     if only - set(PARTS):
         parser.error(f"unknown part(s) {', '.join(sorted(only - set(PARTS)))}; known: {', '.join(PARTS)}")
     if args.no_lab:
-        only -= {"moves", "gang", "handover", "memory", "plugin", "load"}
+        only -= {"moves", "gang", "parking", "handover", "memory", "plugin", "load"}
     if args.no_load:
         only.discard("load")
     t0 = time.monotonic()
@@ -1014,7 +1079,8 @@ def main() -> int:
         RESULTS.update({**(json.loads(out.read_text()) if out.exists() else {}), **RESULTS})
     else:
         for part, run in (("planner", bench_planner), ("calls", bench_calls), ("fragmentation", bench_fragmentation),
-                          ("health", bench_health_fragmentation), ("moves", bench_lab), ("gang", bench_gang), ("handover", bench_handover),
+                          ("health", bench_health_fragmentation), ("moves", bench_lab), ("gang", bench_gang), ("parking", bench_parking),
+                          ("handover", bench_handover),
                           ("memory", bench_memory),
                           ("plugin", bench_plugin), ("load", bench_load)):
             if part in only:

@@ -26,6 +26,9 @@ image="e2e/test_slurmd_image.py"
 requeue="e2e/test_operator.py::test_drain_timeout_requeue_keeps_the_job"
 # Power saving through each access path the row has (issue 39): power_save, power_down, power_up.
 power="e2e/test_power_real.py"
+# Power-save parking and the preemption drill through the operator (issues 39 and 36): parked nodes
+# lent and given back, jobs on one switch, a full-pool gang job, a declined give-back, SIGKILLs.
+parking="e2e/test_power_save.py e2e/test_parking_jobs.py e2e/test_preemption.py"
 # srun --container-image on nodes the operator moved into Slurm (issue 29; needs LAB_PYXIS=1)
 pyxis="e2e/test_pyxis.py"
 
@@ -41,10 +44,12 @@ rows=(
   # 26.05 with GPUs bound to sockets (gres.conf Cores=: Slurm reports gpu:h100:8(S:0-1), as real GPUs
   # do), and pyxis and enroot (LAB_PYXIS=1): every job of the row's tests runs with the SPANK plugin
   # loaded (its epilog too), and e2e/test_pyxis.py runs container jobs on nodes the operator moved in.
-  "26.05|LAB_SLURM=26.05 LAB_GRES_CORES=1 LAB_PYXIS=1|$core e2e/test_bridge_real.py $power e2e/test_demand_gang.py e2e/test_handover.py $short $pyxis"
+  "26.05|LAB_SLURM=26.05 LAB_GRES_CORES=1 LAB_PYXIS=1|$core e2e/test_bridge_real.py $power e2e/test_demand_gang.py e2e/test_handover.py $short $pyxis $parking"
   # 24.11's dynamic slurmd run one network namespace each (e2e/lab/netns.sh: 24.11 takes no Port= in --conf).
   "24.11-dynamic|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$core $power $image"
   "24.11-dynamic-requeue|LAB_SLURM=24.11 LAB_SLURM_NODES=dynamic|$requeue $image"
+  # The same over slurmrestd (v0.0.45: power_save read from /conf, the requeue at the grace's end).
+  "26.05-rest-parking|LAB_SLURM=26.05 LAB_ACCESS=rest|$parking e2e/test_parking_giveback.py"
   "26.05-rest|LAB_SLURM=26.05 LAB_ACCESS=rest|$core e2e/test_rest_operator.py e2e/test_demand_gang.py e2e/test_handover.py $short"
   # No $short on dynamic nodes: a dynamic node's configuration is what its slurmd reports
   # (--conf), so it cannot register with fewer GPUs than configured.

@@ -1,8 +1,8 @@
 """Power-save parking (issue 39): parked nodes lent to Slurm (`idle~`) are given back at Slurm's own
 request, exactly the nodes it chose. A job pinned to two parked nodes (`sbatch -w`, `--exclusive`,
 no `--gres`) starts on exactly those, with no demand configured; once it is done the split takes
-them back. Runs in make test's 22.05 lab over SSH (e2e/lab/up.sh sets the power-save block in
-every row; the 24.11 and 26.05 rows run e2e/test_power_real.py)."""
+them back. Runs in make test's 22.05 lab over SSH and in the 26.05-rest-parking matrix row
+(e2e/lab/up.sh sets the power-save block in every row; the other rows run e2e/test_power_real.py)."""
 
 from __future__ import annotations
 
