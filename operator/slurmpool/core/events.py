@@ -26,6 +26,7 @@ class Reason(StrEnum):
     CordonRestored = "CordonRestored"
     SlurmdPodReplaced = "SlurmdPodReplaced"
     NotPoweredDown = "NotPoweredDown"
+    DrainLifted = "DrainLifted"  # StoppingSlurmd found the node undrained or busy: back to Draining
     # power-save parking (parking.py): Slurm asked a parked node back and slurmpool refused
     GiveBackDeclined = "GiveBackDeclined"
     # health (decide.py)

@@ -567,10 +567,35 @@ def _stopping_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: S
     if pod is None:
         sn = slurm.nodes.get(node.name) if slurm.available else None
         return Advance(Phase.POWERING_DOWN if powers_down(spec, slurm, sn) else Phase.RELABELING)
+    if not pod.deleting and (back := _unsafe_to_stop(move, node, slurm, step)) is not None:
+        return back
     if not pod.deleting:
         step.actions.append(DeleteSlurmdPod(pod))
     step.message = f"stopping slurmd pod {pod.key}"
     return WAIT
+
+
+def _unsafe_to_stop(move: MoveRecord, node: NodeView, slurm: SlurmView, step: Step) -> Outcome | None:
+    """Slurm is looked at again right before slurmd stops: Draining's check may be passes old,
+    and the drain can be lifted since (a slurmctld failover that lost its state save, an admin's
+    resume sweep) and a job started. A node not drained, or holding a job, goes back to Draining
+    (which drains it again and waits for the job); Slurm unseen, slurmd is not stopped blind."""
+    if not slurm.available:
+        step.blocked_by = list(SLURM_UNAVAILABLE)
+        step.message = f"waiting for Slurm before stopping slurmd: {slurm.error or 'unavailable'}"
+        return WAIT
+    sn = slurm.nodes.get(node.name)
+    if sn is None and move.source == SLURM and not move.rollback:
+        step.blocked_by = [Blocker(BlockerKind.SLURM_UNLISTED)]
+        step.message = "Slurm does not list the node under its Slurm NodeName (spec.slurm.nodeName); not stopping slurmd blind"
+        return WAIT
+    if sn is None or (slurmstate.drain_set(sn) and slurmstate.drained(sn) and not slurm.jobs_on(node.name)):
+        return None
+    jobs = ", ".join(j.job_id for j in slurm.jobs_on(node.name)) or "none listed"
+    lifted = "its drain was lifted" if not slurmstate.drain_set(sn) else "it is still busy"
+    step.events.append(Event.warning(Reason.DrainLifted, f"{node.name}: {lifted} before slurmd stopped (state {slurmstate.text(sn)}, "
+                                     f"jobs: {jobs}); slurmd kept, back to Draining (move {move.id})"))
+    return Advance(Phase.DRAINING)
 
 
 def _powering_down(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
