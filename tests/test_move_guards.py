@@ -10,10 +10,11 @@ from datetime import timedelta
 from slurmpool.core.moves import DeleteSlurmdPod, Drain, Pass, Step, advance, drain, drain_reason
 from slurmpool.core.patch import node_patch
 from slurmpool.core.phases import Phase
-from slurmpool.core.view import SLURM, SlurmView
+from slurmpool.core.events import Reason
+from slurmpool.core.view import SLURM, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
-from .sim import POOL, run_move, start
+from .sim import POOL, PoolWorld, run_move, start
 from .test_moves import INFERENCE, assert_inference, slurm_world
 from .test_planner import job
 
@@ -77,3 +78,65 @@ def test_the_resumed_node_still_ends_in_inference_once_its_job_ends():
     run_move(world, spec, NOW + timedelta(seconds=20))
     assert_inference(world)
     assert move.id == "m1"
+
+
+# ---------------------------------------------------------------- a node that leaves the selector mid-move
+
+
+def pool_of_two(spec, jobs=()) -> PoolWorld:
+    worlds = {}
+    for name in ("gpu01", "gpu02"):
+        w = slurm_world()
+        w.node = replace(w.node, name=name, labels={**w.node.labels, "gpu": "true"},
+                         pods=(PodView("slurm", f"slurmd-{name}", f"u-{name}", slurmd=True, ready=True),))
+        w.slurm_node = slurm_node(name)
+        worlds[name] = w
+    worlds["gpu01"].jobs = list(jobs)
+    if jobs:
+        worlds["gpu01"].slurm_node = slurm_node("gpu01", "MIXED")
+    return PoolWorld(spec=spec, worlds=worlds, now=NOW)
+
+
+def reasons(pw: PoolWorld) -> list[str]:
+    return [e.reason for d in pw.decisions for s in d.steps.values() for e in s.events] + \
+        [e.reason for d in pw.decisions for e in d.pool_events]
+
+
+def test_a_node_relabelled_out_while_draining_goes_back_to_slurm_reported_never_deleted():
+    spec = make_spec(slurm_nodes=1, drain={"timeout": "1h"})
+    pw = pool_of_two(spec, jobs=[job("42", ["gpu01"], end_in=3600)])
+    pw.worlds["gpu02"].slurm_node = slurm_node("gpu02", "MIXED")  # gpu02 busy too: the planner picks gpu01 or gpu02
+    pw.worlds["gpu02"].jobs = [job("43", ["gpu02"], end_in=7200)]
+    pw.run(passes=2)
+    moving = next(n for n, w in pw.worlds.items() if w.node.move is not None)
+    assert pw.worlds[moving].node.move.phase == Phase.DRAINING
+    pw.outside.add(moving)  # a person relabels it out of the selector
+    pw.run(passes=1)
+    assert degraded(pw).reason == "NodeLeftSelector" and moving in degraded(pw).message
+    pw.run(passes=30)
+    world = pw.worlds[moving]
+    assert world.node.move is None and world.node.placement == SLURM
+    assert not world.slurm_node.drain_set and world.node.slurmd_pod is not None and world.jobs  # its job was never touched
+    got = reasons(pw)
+    assert Reason.NodeDeleted not in got and got.count(Reason.NodeLeftSelector) == 1
+    assert degraded(pw).reason != "NodeLeftSelector"  # ended: no longer reported
+
+
+def degraded(pw: PoolWorld):
+    return next(c for c in pw.status.conditions if c.type == "Degraded")
+
+
+def test_a_node_whose_pool_labels_take_it_out_at_relabeling_ends_in_inference():
+    spec = make_spec(slurm_nodes=1)
+    pw = pool_of_two(spec)
+    pw.run(passes=1)
+    moving = next(n for n, w in pw.worlds.items() if w.node.move is not None)
+    while pw.worlds[moving].node.move.phase != Phase.RELABELING:
+        pw.run(passes=1)
+    pw.outside.add(moving)  # its labels were written: a pool label over the selector's key takes it out
+    pw.run(passes=10)
+    world = pw.worlds[moving]
+    assert world.node.move is None and world.node.placement == INFERENCE
+    assert world.node.slurmd_pod is None and world.slurm_node.drain_set  # parked under our claimed drain
+    assert world.node.drain_claim is not None
+    assert Reason.NodeDeleted not in reasons(pw) and Reason.NodeLeftSelector in reasons(pw)

@@ -246,7 +246,7 @@ class PoolController:
             decision = decide(snap)
             snapshot_s, decide_s = snapshot_s + decided - again, decide_s + time.monotonic() - decided
         t2 = time.monotonic()
-        context = ApplyContext(pool, spec, list(snap.nodes), self.kube, backend or snapshots.NoSlurm(), self.published,
+        context = ApplyContext(pool, spec, [*snap.nodes, *snap.strays], self.kube, backend or snapshots.NoSlurm(), self.published,
                                config.crash_after_phase)
         result = await apply(context, decision)
         self.written.wrote(result.records, time.monotonic())

@@ -59,6 +59,7 @@ class Observed:
     slurm_error: str | None = None
     errors: list[str] = field(default_factory=list)  # actions that failed this round
     missing: list[str] = field(default_factory=list)  # deleted Nodes whose slurmd pod is kept
+    strays: list[str] = field(default_factory=list)  # nodes that left the selector mid-move (decide._strays)
     blocked: dict[str, tuple[list[Blocker], str]] = field(default_factory=dict)  # node -> (what its move waits for, message)
     invalid: list[InvalidRecord] = field(default_factory=list)  # nodes left alone: unreadable records
     health: dict[str, NodeHealth] = field(default_factory=dict)  # nodes with findings (health.py)
@@ -78,6 +79,7 @@ def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult
         slurm_error=None if snap.slurm.available else (snap.slurm.error or "unavailable"),
         errors=result.errors,
         missing=decision.missing,
+        strays=decision.strays,
         invalid=[InvalidRecord(node=node, annotation=p.annotation, message=p.message[:512])
                  for node, problems in sorted(decision.invalid.items()) for p in problems],
         health=decision.health,
@@ -278,6 +280,8 @@ def _conditions(basis: StatusBasis, status: SlurmNodePoolStatus, seen: Observed,
         degraded.append(("SlurmUnavailable", seen.slurm_error))
     if seen.missing:
         degraded.append(("NodeMissing", f"deleted from Kubernetes: {', '.join(seen.missing[:10])}"))
+    if seen.strays:
+        degraded.append(("NodeLeftSelector", f"left the nodeSelector mid-move: {', '.join(seen.strays[:10])}"))
     if seen.refusals:
         degraded.append(("WriteRefused", "; ".join(f"{node}: {why}" for node, why in sorted(seen.refusals.items())[:5])))
     if seen.errors:
