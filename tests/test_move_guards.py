@@ -11,10 +11,11 @@ from slurmpool.core.moves import DeleteSlurmdPod, Drain, Pass, Step, advance, dr
 from slurmpool.core.patch import node_patch
 from slurmpool.core.phases import Phase
 from slurmpool.core.events import Reason
-from slurmpool.core.view import SLURM, PodView, SlurmView
+from slurmpool.core import slurmnames
+from slurmpool.core.view import NONE, SLURM, MoveRecord, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
-from .sim import POOL, PoolWorld, run_move, start
+from .sim import POOL, PoolWorld, World, run_move, start
 from .test_moves import INFERENCE, assert_inference, slurm_world
 from .test_planner import job
 
@@ -140,3 +141,42 @@ def test_a_node_whose_pool_labels_take_it_out_at_relabeling_ends_in_inference():
     assert world.node.slurmd_pod is None and world.slurm_node.drain_set  # parked under our claimed drain
     assert world.node.drain_claim is not None
     assert Reason.NodeDeleted not in reasons(pw) and Reason.NodeLeftSelector in reasons(pw)
+
+
+# ---------------------------------------------------------------- adopted nodes
+
+
+def test_an_unadopted_node_without_a_slurm_name_is_never_moved_to_inference_undrained():
+    spec = make_spec().model_copy(update={"slurm": make_spec().slurm.model_copy(update={"node_name_label": "slurm/name"})})
+    node = NodeView(name="gpu01", labels={"gpu": "true"}, pods=(PodView("slurm", "slurmd-gpu01", "u1", slurmd=True, ready=True),))
+    view = slurmnames.by_node(SlurmView(True, nodes={"n001": slurm_node("n001", "MIXED")}), slurmnames.names_of(spec.slurm, [node]))
+    move = MoveRecord(id="a1", source=NONE, target=INFERENCE, phase=Phase.DRAINING, since=NOW, started=NOW)
+    step = advance(move, node, Pass(view, spec, NOW))
+    assert step.move.phase == Phase.DRAINING and [str(b) for b in step.blocked_by] == ["slurm-unlisted"]
+    assert not any(isinstance(a, DeleteSlurmdPod) for a in step.actions) and "no valid Slurm NodeName" in step.message
+
+
+def test_a_node_deleted_and_created_again_is_adopted_and_its_old_drain_of_ours_lifted():
+    """The Node went with its claim; Slurm still holds the drain slurmpool set, in its exact form."""
+    spec = make_spec()
+    node = NodeView(name="gpu01", labels={"gpu": "true"})  # created again: no record, no claim
+    world = World(node=node, slurm_node=slurm_node("gpu01", "IDLE", {"DRAIN"}, reason="slurmpool: moving to inference:default"))
+    world.drain_owner = "slurmpool"  # ground truth: our drain, the claim lost with the old Node
+    world.slurm_node = replace(world.slurm_node, reason_user="root", reason_time=NOW - timedelta(hours=2))
+    start(world, NONE, SLURM, NOW)
+    run_move(world, spec, NOW)
+    assert world.node.move is None and world.node.placement == SLURM
+    assert not world.slurm_node.drain_set and "Resume" in world.log
+    assert not any(isinstance(a, Drain) for a in world.actions)
+
+
+def test_an_adopted_node_keeps_a_drain_in_our_form_that_slurm_judged_or_a_person_reworded():
+    spec = make_spec()
+    for reason, flags in (("slurmpool: moving to inference:default : gres/gpu count reported lower than configured (7 < 8)", {"DRAIN"}),
+                          ("slurmpool: moving to inference:default", {"DRAIN", "INVALID_REG"}),
+                          ("maintenance: slurmpool: moving to slurm", {"DRAIN"})):
+        node = NodeView(name="gpu01", labels={"gpu": "true"})
+        world = World(node=node, slurm_node=slurm_node("gpu01", "IDLE", flags, reason=reason))
+        start(world, NONE, SLURM, NOW)
+        run_move(world, spec, NOW)
+        assert world.slurm_node.drain_set and "Resume" not in world.log, reason

@@ -503,11 +503,11 @@ def _draining(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNod
     if move.source == SLURM and not move.rollback:
         restore_cordon(node, spec, step, f"during move {move.id} (Draining)")
     sn = slurm.nodes.get(node.name)
-    if sn is None and move.source == SLURM and not move.rollback:
+    if sn is None and (unlisted := _unlisted(move, node, slurm)):
         # It served Slurm, so Slurm must list it: a wrong Slurm NodeName or a partial answer
         # is no proof that no job runs there. Fail closed: wait and say so (health: SlurmUnlisted).
         step.blocked_by = [Blocker(BlockerKind.SLURM_UNLISTED)]
-        step.message = "Slurm does not list the node under its Slurm NodeName (spec.slurm.nodeName); not draining blind"
+        step.message = f"{unlisted}; not draining blind"
         return WAIT
     if sn is None:  # never registered (an adopted node, a move to Slurm turned back): nothing to drain
         return Advance(Phase.STOPPING_SLURMD)
@@ -575,6 +575,17 @@ def _stopping_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: S
     return WAIT
 
 
+def _unlisted(move: MoveRecord, node: NodeView, slurm: SlurmView) -> str | None:
+    """Why a node Slurm's view lacks may still run jobs, or None when its absence means it never
+    registered (an adopted node, a move to Slurm turned back). A node with no valid Slurm name
+    (its nodeNameLabel missing) cannot be looked up at all, adopted or not: never "nothing to drain"."""
+    if node.name in slurm.unnamed:
+        return "the node has no valid Slurm NodeName (spec.slurm.nodeName, nodeNameLabel), so Slurm cannot be asked about it"
+    if move.source == SLURM and not move.rollback:
+        return "Slurm does not list the node under its Slurm NodeName (spec.slurm.nodeName)"
+    return None
+
+
 def _unsafe_to_stop(move: MoveRecord, node: NodeView, slurm: SlurmView, step: Step) -> Outcome | None:
     """Slurm is looked at again right before slurmd stops: Draining's check may be passes old,
     and the drain can be lifted since (a slurmctld failover that lost its state save, an admin's
@@ -585,9 +596,9 @@ def _unsafe_to_stop(move: MoveRecord, node: NodeView, slurm: SlurmView, step: St
         step.message = f"waiting for Slurm before stopping slurmd: {slurm.error or 'unavailable'}"
         return WAIT
     sn = slurm.nodes.get(node.name)
-    if sn is None and move.source == SLURM and not move.rollback:
+    if sn is None and (unlisted := _unlisted(move, node, slurm)):
         step.blocked_by = [Blocker(BlockerKind.SLURM_UNLISTED)]
-        step.message = "Slurm does not list the node under its Slurm NodeName (spec.slurm.nodeName); not stopping slurmd blind"
+        step.message = f"{unlisted}; not stopping slurmd blind"
         return WAIT
     if sn is None or (slurmstate.drain_set(sn) and slurmstate.drained(sn) and not slurm.jobs_on(node.name)):
         return None
