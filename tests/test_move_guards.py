@@ -180,3 +180,16 @@ def test_an_adopted_node_keeps_a_drain_in_our_form_that_slurm_judged_or_a_person
         start(world, NONE, SLURM, NOW)
         run_move(world, spec, NOW)
         assert world.slurm_node.drain_set and "Resume" not in world.log, reason
+
+
+def test_a_stray_pod_on_a_settled_slurm_node_is_reported_once_and_never_evicted():
+    spec = make_spec(slurm_nodes=2)
+    pw = pool_of_two(spec)
+    debug = PodView("team", "debug", "u9", owner_kinds=(), ready=True, node="gpu02")
+    w = pw.worlds["gpu02"]
+    w.node = replace(w.node, annotations={**w.node.annotations}, pods=w.node.pods + (debug,))
+    pw.run(passes=3)
+    assert degraded(pw).reason == "StrayPod" and "team/debug on gpu02" in degraded(pw).message
+    events = [e for d in pw.decisions for e in d.node_events if e.reason == Reason.StrayPod]
+    assert len(events) == 1 and events[0].node == "gpu02"
+    assert debug in pw.worlds["gpu02"].node.pods and "Evict" not in pw.worlds["gpu02"].log

@@ -51,6 +51,7 @@ from slurmpool.core.view import (
     Cause,
     MoveRecord,
     NodeView,
+    PodView,
     RecordProblem,
     SlurmView,
     pool_of,
@@ -75,6 +76,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     # A write the API server refused last pass, as the move's status said (apply.py puts it there).
     refusals = {m.node: r for m in snap.previous.moves if (r := Refusal.read(m.message))} if snap.previous else {}
     steps: dict[str, Step] = {}
+    stray_pods: list[tuple[str, PodView]] = []  # on settled Slurm nodes: they share the GPUs with Slurm's jobs
     for node in nodes:
         if node.problems:
             continue  # left alone: no step, never a victim (planner), reported above
@@ -85,6 +87,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
         elif node.placement == SLURM:
             repair = _repair_slurm_node(node, slurm, health.get(node.name, HEALTHY), now, spec)
             restore_cordon(node, spec, repair, "while settled in Slurm")
+            stray_pods += [(node.name, p) for p in node.pods if p.evictable]
             if repair.actions or repair.drop_claim or repair.drop_checkpoint:
                 steps[node.name] = repair
         elif node.name in lend.steps:
@@ -97,6 +100,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
                             slurm_names=slurmnames.renamed(names), parking=lend)
     decision.pool_events.extend(target.events)
     _gone(snap, nodes, decision)
+    _report_stray_pods(snap, stray_pods, decision)
 
     # Plan on the nodes as the steps leave them, so finished moves free budget at once.
     by_name = {n.name: n for n in nodes}
@@ -310,6 +314,19 @@ def _gone(snap: PoolSnapshot, nodes: list[NodeView], decision: PoolDecision) -> 
             why = ("Slurm cannot be seen" if not slurm.available else "its Slurm NodeName is unknown (nodeNameLabel)" if not known
                    else "Slurm still uses it (not drained, or jobs on it)")
             decision.missing.append(f"{pod.node} (slurmd pod {pod.key} kept: {why})")
+
+
+def _report_stray_pods(snap: PoolSnapshot, pods: list[tuple[str, PodView]], decision: PoolDecision) -> None:
+    """A pod on a node settled in Slurm (bound by nodeName, or tolerating the slurmpool.io/slurm
+    taint) runs beside Slurm's jobs on the same GPUs. It is reported, never evicted: it may be a
+    person's on purpose (a debug pod); the Degraded condition names it while it runs, a Warning
+    once when it is first seen."""
+    seen = "".join(c.message for c in snap.previous.conditions if c.type == "Degraded") if snap.previous else ""
+    for node, pod in pods:
+        decision.stray_pods.append(f"{pod.key} on {node}")
+        if f"{pod.key} on {node}" not in seen:
+            decision.node_events.append(Event.warning(Reason.StrayPod, node=node, message=f"pod {pod.key} runs on {node}, which "
+                                                      "serves Slurm: it shares the node with Slurm's jobs; move it or delete it"))
 
 
 LEFT_SELECTOR = "left the nodeSelector mid-move"

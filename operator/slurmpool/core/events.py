@@ -42,6 +42,7 @@ class Reason(StrEnum):
     # nodes deleted from Kubernetes (decide.py)
     NodeDeleted = "NodeDeleted"
     OrphanSlurmdDeleted = "OrphanSlurmdDeleted"
+    StrayPod = "StrayPod"  # a pod on a node settled in Slurm (reported, never evicted)
     NodeLeftSelector = "NodeLeftSelector"  # a node with a move in flight no pool selects now
     # the target (target.py)
     ManualChange = "ManualChange"

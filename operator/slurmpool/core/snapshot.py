@@ -56,6 +56,7 @@ class PoolDecision:
     orphans_to_delete: list[PodView] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # deleted Nodes whose slurmd pod is kept
     strays: list[str] = field(default_factory=list)  # nodes that left the selector mid-move, and where their move ends
+    stray_pods: list[str] = field(default_factory=list)  # `<ns>/<pod> on <node>`: pods on nodes settled in Slurm
     publish: dict[str, str] = field(default_factory=dict)  # node -> new slurmpool.io/slurm value
     clear_move_now: list[Event] = field(default_factory=list)  # remove the annotation, then post
     health: dict[str, NodeHealth] = field(default_factory=dict)  # nodes with findings (health.py)
