@@ -37,6 +37,8 @@ def _pool(**kw) -> dict:
 
 
 GE0 = "should be greater than or equal to 0"
+POOL_LABEL_OVER_SELECTOR = ("an inference pool's labels must not set a label key the nodeSelector reads: "
+                            "relabelled, the node would leave the pool mid-move")
 DURATION = "must be a duration such as 90s, 10m or 1h30m"
 SLURM_NAME = "must be a Slurm name: letters, digits, '.', '_' or '-'"
 GRES = "must be Slurm GRES such as gpu:h100:8"
@@ -56,6 +58,9 @@ CASES = [
     Case("slurmNodes-below-minSlurmNodes", {"slurmNodes": 1, "minSlurmNodes": 3}, "cel", "slurmNodes must not be below minSlurmNodes"),
     Case("pool-min-above-max", _pool(minNodes=3, maxNodes=1), "cel", "an inference pool's minNodes must not exceed its maxNodes"),
     Case("pool-count-above-max", _pool(maxNodes=1, nodes=2), "cel", "an inference pool's nodes must lie within its minNodes and maxNodes"),
+    Case("pool-label-over-selector-key", _pool(labels={"gpu": "false"}), "cel", POOL_LABEL_OVER_SELECTOR),
+    Case("pool-label-over-selector-expression", {"nodeSelector": {"matchExpressions": [{"key": "rack", "operator": "Exists"}]},
+                                                 **_pool(labels={"rack": "a"})}, "cel", POOL_LABEL_OVER_SELECTOR),
     Case("window-names-unknown-pool", _window(inference={"nope": 1}), "cel",
          "a schedule window's inference counts must name pools of spec.inference.pools"),
     Case("whole-blocks-without-blocks", {"topology": {"wholeBlocks": True}}, "cel", "topology.wholeBlocks needs blocks: set blockLabel or fromSlurm"),

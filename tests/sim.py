@@ -33,7 +33,7 @@ from slurmpool.core.moves import (
     Cancel, CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, Pass, PatchNode, PowerDown, PowerUp, Requeue, Resume, Signal, Step, advance,
 )
 from slurmpool.core.patch import VIEWED, after, node_patch
-from slurmpool.core.view import DrainClaim, MoveRecord, NodeView, PodView, SlurmView
+from slurmpool.core.view import ANN_POOL, DrainClaim, MoveRecord, NodeView, PodView, SlurmView
 
 VERSIONS = ("22.05", "24.11")
 POOL = PoolRef("ns", "gpu", "uid")
@@ -295,6 +295,7 @@ class PoolWorld:
     now: datetime
     status: object = None
     decisions: list = field(default_factory=list)
+    outside: set[str] = field(default_factory=set)  # Nodes the pool's selector no longer selects (relabelled)
 
     def view(self) -> SlurmView:
         nodes = {w.slurm_node.name: w.slurm_node for w in self.worlds.values() if w.slurm_node}
@@ -304,8 +305,12 @@ class PoolWorld:
     def snapshot(self):
         from slurmpool.core.snapshot import PoolSnapshot
 
-        nodes = tuple(w.node for w in self.worlds.values())
-        return PoolSnapshot(pool=POOL, spec=self.spec, nodes=nodes, slurm=self.view(), now=self.now, previous=self.status)
+        nodes = tuple(w.node for n, w in self.worlds.items() if n not in self.outside)
+        # As controller/snapshots.py finds them: this pool's move record on a Node no pool selects.
+        strays = tuple(w.node for n, w in self.worlds.items()
+                       if n in self.outside and w.node.move is not None and w.node.annotations.get(ANN_POOL) == POOL.key)
+        return PoolSnapshot(pool=POOL, spec=self.spec, nodes=nodes, slurm=self.view(), now=self.now, previous=self.status,
+                            strays=strays)
 
     def run(self, passes: int = 30) -> None:
         from slurmpool.core.decide import decide

@@ -37,10 +37,11 @@ from slurmpool.core import slurmstate
 from slurmpool.core.decide import decide
 from slurmpool.core.expiry import Requeue, Signal
 from slurmpool.core.interfaces import PoolRef
-from slurmpool.core.moves import PatchNode
+from slurmpool.core.moves import DeleteSlurmdPod, PatchNode
+from slurmpool.core.ownership import our_drain
 from slurmpool.core.snapshot import ApplyResult, PoolSnapshot
 from slurmpool.core.status import build_status
-from slurmpool.core.view import ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
+from slurmpool.core.view import ANN_PLACEMENT, ANN_POOL, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 from .sim import POWER_SAVE_OFF, POWER_SAVE_ON, SLURM_ACTIONS, World
@@ -96,10 +97,13 @@ class PoolModel(RuleBasedStateMachine):
             return replace(world.node, pods=self.stale_pods[name])
         return world.node
 
+    def membership(self) -> dict:
+        """The snapshot's nodes as controller/snapshots.py sorts them (MembershipModel churns them)."""
+        return {"nodes": tuple(self.seen(n, w) for n, w in self.worlds.items())}
+
     def one_pass(self) -> None:
-        nodes = tuple(self.seen(n, w) for n, w in self.worlds.items())
-        snap = PoolSnapshot(pool=PoolRef("ns", "gpu", "uid"), spec=self.spec, nodes=nodes, slurm=self.view(), now=self.now,
-                            previous=self.status)
+        snap = PoolSnapshot(pool=PoolRef("ns", "gpu", "uid"), spec=self.spec, slurm=self.view(), now=self.now,
+                            previous=self.status, **self.membership())
         decision = decide(snap)
         for world in self.worlds.values():
             world.clock = self.now + self.skew  # Slurm stamps its reasons by its own clock
@@ -122,6 +126,7 @@ class PoolModel(RuleBasedStateMachine):
                 if name not in refused:
                     for action in step.actions:
                         if not isinstance(action, (PatchNode, *SLURM_ACTIONS)):
+                            self.sends(name, action)
                             self.worlds[name].apply(action)
             self.status = build_status(snap, decision, ApplyResult())
         else:
@@ -133,7 +138,7 @@ class PoolModel(RuleBasedStateMachine):
         self.now += timedelta(seconds=1)
 
     def sends(self, name: str, action: object) -> None:
-        """A Slurm action about to reach the node's world (a model with more invariants checks it)."""
+        """An action about to reach the node's world, Slurm's or a pod's (a model with more invariants checks it)."""
 
     # ------------------------------------------------------------ rules
     @rule(passes=st.integers(1, 5))
@@ -371,3 +376,100 @@ def test_a_checkpointed_drain_survives_crashes_and_relists_in_its_grace():
     assert sorted(j for w in model.worlds.values() for j in w.requeued) == sorted(signalled)
     assert [j for w in model.worlds.values() for j in w.signalled] == signalled  # never twice
     model.settle()
+
+
+# ---------------------------------------------------------------- issue 37: a lying Slurm, membership churn
+
+
+class AdversaryModel(PoolModel):
+    """The same pool against a Slurm that lies (issue 37, fault suite 1): between passes it lifts
+    the operator's drain (a slurmctld failover that lost its state save, an admin's resume sweep),
+    starts jobs on any node it may use (job_lands) and drops nodes from its answers
+    (partial_slurm_view). Invariant: slurmd is never stopped on a node with a job."""
+
+    @rule(name=st.sampled_from(NODES))
+    def slurm_lifts_our_drain(self, name):
+        world = self.worlds[name]
+        if world.drain_owner == "slurmpool":
+            world.admin_resumes()
+
+    @rule()
+    def slurm_lifts_every_drain_of_ours_and_jobs_land(self):
+        for name in NODES:
+            self.slurm_lifts_our_drain(name)
+        self.jobs_everywhere()
+
+    def sends(self, name, action):
+        if isinstance(action, DeleteSlurmdPod) and not action.pod.ended:  # an ended pod's slurmd stopped already
+            jobs = [j.job_id for j in self.worlds[name].jobs if name in j.nodes]
+            assert not jobs, f"slurmd of {name} stopped under job(s) {jobs}"
+
+
+AdversaryModel.TestCase.settings = settings(
+    max_examples=EXAMPLES // 3, stateful_step_count=STEPS, deadline=None, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestAdversaryModel = AdversaryModel.TestCase
+
+
+class MembershipModel(PoolModel):
+    """The same pool while its membership churns (issue 37, fault suite 2): a node relabelled out
+    of the selector (and back), a second pool selecting a node too (an overlap: neither acts on
+    it), a Node deleted and created again under its name (its records gone, its slurmd pod with
+    it; Slurm keeps its drain). A pool label over the selector's key the CRD refuses (test_crd).
+    Invariants: every Node with a move record is in the pool's status (a move, an overlap, a node
+    that left the selector) once a pass has seen it; once people stop, no move is left between
+    sides, and no drain of the operator's stands without a claim it can read."""
+
+    @initialize()
+    def no_churn_yet(self):
+        self.outside: set[str] = set()
+        self.shared: set[str] = set()
+
+    def membership(self) -> dict:
+        nodes = tuple(self.seen(n, w) for n, w in self.worlds.items() if n not in self.outside | self.shared)
+        strays = tuple(w.node for n, w in self.worlds.items()
+                       if n in self.outside and n not in self.shared and w.node.move is not None and w.node.annotations.get(ANN_POOL) == "ns/gpu")
+        return {"nodes": nodes, "strays": strays, "overlaps": tuple(sorted(self.shared))}
+
+    @rule(name=st.sampled_from(NODES), out=st.booleans())
+    def relabel(self, name, out):
+        (self.outside.add if out else self.outside.discard)(name)
+
+    @rule(name=st.sampled_from(NODES), on=st.booleans())
+    def second_pool_selects(self, name, on):
+        (self.shared.add if on else self.shared.discard)(name)
+
+    @rule(name=st.sampled_from(NODES))
+    def node_created_again(self, name):
+        world = self.worlds[name]
+        world.node = NodeView(name=name, labels={"gpu": "true"})  # pods bound to the old Node went with it
+        world.requeued += [j.job_id for j in world.jobs]
+        world.jobs = []
+
+    @invariant()
+    def every_move_record_is_in_the_status(self):
+        if self.status is None:
+            return
+        listed = {m.node for m in self.status.moves}
+        said = " ".join(c.message for c in self.status.conditions if c.type == "Degraded")
+        for name, world in self.worlds.items():
+            if world.node.move is not None and world.node.annotations.get(ANN_POOL) == "ns/gpu":
+                assert name in listed or name in said, f"{name} has move {world.node.move.id} and is in no status: {said!r}"
+
+    @rule()
+    def settle(self):
+        """People stop: every node is back in the selector alone. Nothing is left between sides,
+        and every drain the operator set is one it can read as its own."""
+        self.outside, self.shared = set(), set()
+        super().settle()
+        for name, world in self.worlds.items():
+            if world.drain_owner == "slurmpool" and world.slurm_node is not None and world.slurm_node.drain_set:
+                assert our_drain(world.node, world.slurm_node), f"{name}: our drain {world.slurm_node.reason!r} without a claim"
+
+
+MembershipModel.TestCase.settings = settings(
+    max_examples=EXAMPLES // 3, stateful_step_count=STEPS, deadline=None, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestMembershipModel = MembershipModel.TestCase

@@ -18,6 +18,7 @@ from slurmpool.core.models import (
     GROUP,
     KIND,
     NODE_SELECTOR_EMPTY,
+    POOL_LABEL_OVER_SELECTOR,
     PATTERN_MESSAGES,
     PLURAL,
     QUALIFIED_NAME_MESSAGE,
@@ -39,6 +40,13 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "message": "slurmNodes must not be below minSlurmNodes",
             "reason": "FieldValueInvalid",
             "fieldPath": ".slurmNodes",
+        },
+        {
+            "rule": "self.inference.pools.all(p, !has(p.labels) || p.labels.all(k, "
+            "!(has(self.nodeSelector.matchLabels) && k in self.nodeSelector.matchLabels) && "
+            "!(has(self.nodeSelector.matchExpressions) && self.nodeSelector.matchExpressions.exists(e, e.key == k))))",
+            "message": POOL_LABEL_OVER_SELECTOR,
+            "fieldPath": ".inference.pools",
         },
         {
             "rule": "!has(self.schedule) || self.schedule.all(w, !has(w.inference) || "

@@ -1,5 +1,4 @@
-"""The controller: each pool's state, and the pass of one pool: snapshot -> decide -> apply ->
-status (the adapters it uses: services.py).
+"""The controller: each pool's state, and one pool's pass: snapshot -> decide -> apply -> status (adapters: services.py).
 
 Each pool is reconciled on its own (workqueue.py): after a watch event that can make progress
 possible (a Node or a pod of its nodes changed, its spec changed), at once after a pass that
@@ -245,8 +244,10 @@ class PoolController:
             decided = time.monotonic()
             decision = decide(snap)
             snapshot_s, decide_s = snapshot_s + decided - again, decide_s + time.monotonic() - decided
+        if not self.leader.leading:  # the Lease lapsed during the Slurm poll: another replica may act now
+            return config.interval
         t2 = time.monotonic()
-        context = ApplyContext(pool, spec, list(snap.nodes), self.kube, backend or snapshots.NoSlurm(), self.published,
+        context = ApplyContext(pool, spec, [*snap.nodes, *snap.strays], self.kube, backend or snapshots.NoSlurm(), self.published,
                                config.crash_after_phase)
         result = await apply(context, decision)
         self.written.wrote(result.records, time.monotonic())
@@ -268,8 +269,7 @@ class PoolController:
         return config.interval
 
     async def snapshot(self, pool: PoolRef, spec: SlurmNodePoolSpec, raw, state: PoolState, newer_than: float | None = None):
-        """The snapshot, on the poll freshness.py allows; then the overlap's Event, if it changed.
-        Also the Node watch's `list_began` as it was when the snapshot's nodes were read (records.lags)."""
+        """The snapshot on the poll freshness.py allows, the overlap's Event if it changed, and the Node watch's `list_began` (records.lags)."""
         if self.membership.selectors_stale:
             parse = lambda key, pool_raw: self.state(key).spec.parse(pool_raw)  # noqa: E731
             self.membership.set_selectors(snapshots.selectors(self.pools_index, parse, self.settings.pool_policy))

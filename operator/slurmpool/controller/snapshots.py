@@ -24,7 +24,7 @@ from slurmpool.core.membership import Membership
 from slurmpool.core.models import SlurmNodePoolSpec, SlurmNodePoolStatus
 from slurmpool.core.poolpolicy import PoolPolicy, violations
 from slurmpool.core.snapshot import PoolSnapshot
-from slurmpool.core.view import NodeView
+from slurmpool.core.view import ANN_MOVE, ANN_POOL, NodeView
 
 ParsedSpec = tuple[SlurmNodePoolSpec | None, str]  # the spec, or None and why not
 
@@ -133,11 +133,26 @@ def members(src: Sources, key: tuple[str, str]) -> tuple[list[NodeView], list[st
     return mine, overlaps
 
 
+def strays(src: Sources, pool: PoolRef) -> tuple[NodeView, ...]:
+    """Nodes with this pool's move record in flight that no pool selects now (relabelled, or taken
+    out by an inference pool's labels): decide ends their move on a side and reports them. A node
+    another pool selects is that pool's to carry on."""
+    out = []
+    for name, store in list(src.nodes.items()):
+        node = first(store)
+        if node is None or node.annotations.get(ANN_POOL) != pool.key or ANN_MOVE not in node.annotations:
+            continue
+        if not src.membership.owners(name) and src.membership.owners(name) is not None:
+            out.append(replace(node, pods=src.pods.on(name)))
+    return tuple(out)
+
+
 async def snapshot(src: Sources, pool: PoolRef, spec: SlurmNodePoolSpec, raw, fresh: Freshness):
     """The pool's snapshot, the Slurm backend of its access (None: none could be built), and the
     Node watch's list_began as its nodes were read: a list that lands while the poll below is
     awaited shows the Nodes after them, not the views this snapshot holds."""
     mine, overlaps = members(src, (pool.namespace, pool.name))
+    stray = strays(src, pool)
     listed = src.listed()  # with the nodes, before any await
     # Pods bound to a node that is no Node (deleted): this pool's slurmd pods are reported and cleaned up.
     orphans = tuple(p for node in list(src.pods.by_node) if node not in src.nodes for p in src.pods.on(node)
@@ -148,7 +163,7 @@ async def snapshot(src: Sources, pool: PoolRef, spec: SlurmNodePoolSpec, raw, fr
                     power_save=spec.slurm.parking == "PowerSave")
     backend, slurm = await src.access.observe(pool.namespace, spec.slurm.access, wanted)
     snap = PoolSnapshot(
-        pool=pool, spec=spec, nodes=tuple(mine), slurm=slurm, now=datetime.now(timezone.utc),
+        pool=pool, spec=spec, nodes=tuple(mine), strays=stray, slurm=slurm, now=datetime.now(timezone.utc),
         previous=previous_status(src.status, pool, raw), overlaps=tuple(overlaps), orphans=orphans,
         pending=tuple(src.pods.pending.values()) if demand else (), author=raw.get("author"),
         owned_reservations=frozenset(reservation_name(ns, name) for ns, name in list(src.pools)),

@@ -11,7 +11,8 @@ In order:
    (moves.py; an unhealthy node's move stops where it is safe), or the upkeep of a settled
    Slurm node (its slurmd pod; a health drain for a listed condition, resumed once it clears)
    or of a parked one (powered down where power saving parks it: moves.keep_parked);
-4. nodes deleted from Kubernetes: reported, their orphan slurmd pods deleted once idle;
+4. nodes deleted from Kubernetes: reported, their orphan slurmd pods deleted once idle; nodes
+   that left the selector mid-move (strays): reported, their move ended on a side;
 5. the give-backs Slurm asked for (parking.py), then the plan (planner.py) on the nodes as the
    steps leave them: moves to turn back, moves to start (each advanced at once on the same observations); then the planned handover's
    reservation ahead of the next schedule edge (handover.py) on the nodes as they leave them;
@@ -35,7 +36,7 @@ from slurmpool.core.patch import after, node_patch
 from slurmpool.core.expiry import expire, overdue
 from slurmpool.core.published import changed_annotations
 from slurmpool.core.moves import (
-    Pass, Refusal, Resume, Step, advance, checkpointing, drain, ensure_slurmd_pod, first_phase, keep_parked, restore_cordon, reverse,
+    Pass, Refusal, Resume, Step, abortable, advance, checkpointing, drain, ensure_slurmd_pod, first_phase, keep_parked, restore_cordon, reverse,
 )
 from slurmpool.core.planner import Goal, Start, current_placement, desired_split, move_now_done, move_now_target, placements, plan
 from slurmpool.core.events import Event, Reason
@@ -50,6 +51,7 @@ from slurmpool.core.view import (
     Cause,
     MoveRecord,
     NodeView,
+    PodView,
     RecordProblem,
     SlurmView,
     pool_of,
@@ -58,7 +60,7 @@ from slurmpool.core.view import (
 
 def decide(snap: PoolSnapshot) -> PoolDecision:
     # Slurm read by Node name (slurmnames.py); Slurm's names come back only in apply.py.
-    names = slurmnames.names_of(snap.spec.slurm, snap.nodes, (p.node for p in snap.orphans))
+    names = slurmnames.names_of(snap.spec.slurm, (*snap.nodes, *snap.strays), (p.node for p in snap.orphans))
     snap = replace(snap, slurm=slurmnames.by_node(snap.slurm, names))
     spec, slurm, now = snap.spec, snap.slurm, snap.now
     at = Pass(slurm, spec, now)  # what every move of this pass is advanced against
@@ -74,6 +76,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     # A write the API server refused last pass, as the move's status said (apply.py puts it there).
     refusals = {m.node: r for m in snap.previous.moves if (r := Refusal.read(m.message))} if snap.previous else {}
     steps: dict[str, Step] = {}
+    stray_pods: list[tuple[str, PodView]] = []  # on settled Slurm nodes: they share the GPUs with Slurm's jobs
     for node in nodes:
         if node.problems:
             continue  # left alone: no step, never a victim (planner), reported above
@@ -84,6 +87,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
         elif node.placement == SLURM:
             repair = _repair_slurm_node(node, slurm, health.get(node.name, HEALTHY), now, spec)
             restore_cordon(node, spec, repair, "while settled in Slurm")
+            stray_pods += [(node.name, p) for p in node.pods if p.evictable]
             if repair.actions or repair.drop_claim or repair.drop_checkpoint:
                 steps[node.name] = repair
         elif node.name in lend.steps:
@@ -96,6 +100,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
                             slurm_names=slurmnames.renamed(names), parking=lend)
     decision.pool_events.extend(target.events)
     _gone(snap, nodes, decision)
+    _report_stray_pods(snap, stray_pods, decision)
 
     # Plan on the nodes as the steps leave them, so finished moves free budget at once.
     by_name = {n.name: n for n in nodes}
@@ -126,11 +131,13 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
         if start.node in result.forced:
             step.events.insert(1, Event.warning(Reason.UnhealthyNodeForced, f"{start.node} is unhealthy ({health[start.node].reason}) and "
                                    f"moves to {start.target} anyway: {start.cause} with slurmpool.io/force=true"))
+    _strays(snap, at, decision)  # after the plan: they are no part of it
     decision.nodes_after = list(by_name.values())
-    before = {n.name: n for n in nodes}
+    before = {n.name: n for n in (*nodes, *snap.strays)}
     decision.patches = {name: p for name, step in steps.items() if (p := node_patch(snap.pool, before[name], step, now))}
     decision.handover = reconcile_handover(snap.pool, PoolView(spec, decision.nodes_after, slurm, now, health), target.slurm_nodes,
                                            snap.owned_reservations, snap.previous.handover if snap.previous else None)
+    decision.nodes_after += [_after(snap.pool, n, steps[n.name], now) if n.name in steps else n for n in snap.strays]
     decision.invalid = {n.name: n.problems for n in nodes if n.problems}
     decision.publish = changed_annotations(nodes, slurm)
     decision.clear_move_now = _fulfilled_move_now(spec, nodes, target)
@@ -288,7 +295,7 @@ def _gone(snap: PoolSnapshot, nodes: list[NodeView], decision: PoolDecision) -> 
     registers again it is a new, unadopted node and is adopted like any other). Its slurmd pod
     is deleted only once Slurm shows it serves nothing (drained, no jobs); until then, or while
     Slurm cannot be seen, it stays and the pool is Degraded (NodeMissing)."""
-    names = {n.name for n in nodes}
+    names = {n.name for n in (*nodes, *snap.strays)}
     slurm = snap.slurm
     for m in snap.previous.moves if snap.previous else ():
         if m.node not in names:
@@ -307,6 +314,47 @@ def _gone(snap: PoolSnapshot, nodes: list[NodeView], decision: PoolDecision) -> 
             why = ("Slurm cannot be seen" if not slurm.available else "its Slurm NodeName is unknown (nodeNameLabel)" if not known
                    else "Slurm still uses it (not drained, or jobs on it)")
             decision.missing.append(f"{pod.node} (slurmd pod {pod.key} kept: {why})")
+
+
+def _report_stray_pods(snap: PoolSnapshot, pods: list[tuple[str, PodView]], decision: PoolDecision) -> None:
+    """A pod on a node settled in Slurm (bound by nodeName, or tolerating the slurmpool.io/slurm
+    taint) runs beside Slurm's jobs on the same GPUs. It is reported, never evicted: it may be a
+    person's on purpose (a debug pod); the Degraded condition names it while it runs, a Warning
+    once when it is first seen."""
+    seen = "".join(c.message for c in snap.previous.conditions if c.type == "Degraded") if snap.previous else ""
+    for node, pod in pods:
+        decision.stray_pods.append(f"{pod.key} on {node}")
+        if f"{pod.key} on {node}" not in seen:
+            decision.node_events.append(Event.warning(Reason.StrayPod, node=node, message=f"pod {pod.key} runs on {node}, which "
+                                                      "serves Slurm: it shares the node with Slurm's jobs; move it or delete it"))
+
+
+LEFT_SELECTOR = "left the nodeSelector mid-move"
+
+
+def _strays(snap: PoolSnapshot, at: Pass, decision: PoolDecision) -> None:
+    """Nodes with this pool's move record that no pool selects any more (a person relabelled
+    them, or an inference pool's labels took them out). Never left between sides: a move that
+    has not crossed yet (moves.abortable: Draining, Cordoning, Evicting) is turned back to its
+    source, where the node was safe and nothing was taken from it; one past that point goes on to
+    its target, the way that finishes soonest with no work cut short. Either way the node ends on
+    a side with no drain or cordon of ours left without a claim, is never planned again, and is
+    reported (Warning NodeLeftSelector, the Degraded condition) until its move has ended."""
+    seen = "".join(c.message for c in snap.previous.conditions if c.type == "Degraded") if snap.previous else ""
+    for node in snap.strays:
+        move = node.move
+        if move is None or node.problems:
+            continue
+        if not move.rollback and abortable(move):
+            move = reverse(move, at.spec, at.now, cause=Cause.ABORT)
+        step = advance(move, node, at)
+        ends = step.settled or (step.move.target if step.move else move.target)
+        if f"{node.name} (" not in seen:
+            step.events.insert(0, Event.warning(Reason.NodeLeftSelector, f"{node.name} no longer matches the pool's nodeSelector during move "
+                                                f"{node.move.id if node.move else move.id} ({node.move.phase if node.move else move.phase}); "
+                                                f"its move ends in {ends} and the node leaves the pool"))
+        decision.steps[node.name] = step
+        decision.strays.append(f"{node.name} (move ends in {ends})")
 
 
 # ---------------------------------------------------------------- 6. published on nodes (published.py), move-now

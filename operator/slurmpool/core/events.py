@@ -26,6 +26,7 @@ class Reason(StrEnum):
     CordonRestored = "CordonRestored"
     SlurmdPodReplaced = "SlurmdPodReplaced"
     NotPoweredDown = "NotPoweredDown"
+    DrainLifted = "DrainLifted"  # StoppingSlurmd found the node undrained or busy: back to Draining
     # power-save parking (parking.py): Slurm asked a parked node back and slurmpool refused
     GiveBackDeclined = "GiveBackDeclined"
     # health (decide.py)
@@ -41,6 +42,8 @@ class Reason(StrEnum):
     # nodes deleted from Kubernetes (decide.py)
     NodeDeleted = "NodeDeleted"
     OrphanSlurmdDeleted = "OrphanSlurmdDeleted"
+    StrayPod = "StrayPod"  # a pod on a node settled in Slurm (reported, never evicted)
+    NodeLeftSelector = "NodeLeftSelector"  # a node with a move in flight no pool selects now
     # the target (target.py)
     ManualChange = "ManualChange"
     ManualHoldEnded = "ManualHoldEnded"

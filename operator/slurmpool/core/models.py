@@ -634,9 +634,16 @@ class SlurmNodePoolSpec(Model):
             raise ValueError("a schedule window's inference counts must name pools of spec.inference.pools")
         if self.topology.whole_blocks and not self.topology.enabled:
             raise ValueError("topology.wholeBlocks needs blocks: set blockLabel or fromSlurm")
+        read = set(self.node_selector.match_labels) | {e.key for e in self.node_selector.match_expressions}
+        if any(read & set(p.labels) for p in self.inference.pools):
+            raise ValueError(POOL_LABEL_OVER_SELECTOR)
         return self
 
 
+# A pool's labels are written on the node as it moves: one over a key the selector reads would take
+# the node out of the pool mid-move (decide.py's strays end such a move, but the node is lost to the pool).
+POOL_LABEL_OVER_SELECTOR = ("an inference pool's labels must not set a label key the nodeSelector reads: "
+                            "relabelled, the node would leave the pool mid-move")
 NODE_SELECTOR_EMPTY = "nodeSelector must select something: set matchLabels or matchExpressions (empty, it would take every node)"
 
 

@@ -503,11 +503,11 @@ def _draining(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNod
     if move.source == SLURM and not move.rollback:
         restore_cordon(node, spec, step, f"during move {move.id} (Draining)")
     sn = slurm.nodes.get(node.name)
-    if sn is None and move.source == SLURM and not move.rollback:
+    if sn is None and (unlisted := _unlisted(move, node, slurm)):
         # It served Slurm, so Slurm must list it: a wrong Slurm NodeName or a partial answer
         # is no proof that no job runs there. Fail closed: wait and say so (health: SlurmUnlisted).
         step.blocked_by = [Blocker(BlockerKind.SLURM_UNLISTED)]
-        step.message = "Slurm does not list the node under its Slurm NodeName (spec.slurm.nodeName); not draining blind"
+        step.message = f"{unlisted}; not draining blind"
         return WAIT
     if sn is None:  # never registered (an adopted node, a move to Slurm turned back): nothing to drain
         return Advance(Phase.STOPPING_SLURMD)
@@ -567,10 +567,46 @@ def _stopping_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: S
     if pod is None:
         sn = slurm.nodes.get(node.name) if slurm.available else None
         return Advance(Phase.POWERING_DOWN if powers_down(spec, slurm, sn) else Phase.RELABELING)
+    if not pod.deleting and (back := _unsafe_to_stop(move, node, slurm, step)) is not None:
+        return back
     if not pod.deleting:
         step.actions.append(DeleteSlurmdPod(pod))
     step.message = f"stopping slurmd pod {pod.key}"
     return WAIT
+
+
+def _unlisted(move: MoveRecord, node: NodeView, slurm: SlurmView) -> str | None:
+    """Why a node Slurm's view lacks may still run jobs, or None when its absence means it never
+    registered (an adopted node, a move to Slurm turned back). A node with no valid Slurm name
+    (its nodeNameLabel missing) cannot be looked up at all, adopted or not: never "nothing to drain"."""
+    if node.name in slurm.unnamed:
+        return "the node has no valid Slurm NodeName (spec.slurm.nodeName, nodeNameLabel), so Slurm cannot be asked about it"
+    if move.source == SLURM and not move.rollback:
+        return "Slurm does not list the node under its Slurm NodeName (spec.slurm.nodeName)"
+    return None
+
+
+def _unsafe_to_stop(move: MoveRecord, node: NodeView, slurm: SlurmView, step: Step) -> Outcome | None:
+    """Slurm is looked at again right before slurmd stops: Draining's check may be passes old,
+    and the drain can be lifted since (a slurmctld failover that lost its state save, an admin's
+    resume sweep) and a job started. A node not drained, or holding a job, goes back to Draining
+    (which drains it again and waits for the job); Slurm unseen, slurmd is not stopped blind."""
+    if not slurm.available:
+        step.blocked_by = list(SLURM_UNAVAILABLE)
+        step.message = f"waiting for Slurm before stopping slurmd: {slurm.error or 'unavailable'}"
+        return WAIT
+    sn = slurm.nodes.get(node.name)
+    if sn is None and (unlisted := _unlisted(move, node, slurm)):
+        step.blocked_by = [Blocker(BlockerKind.SLURM_UNLISTED)]
+        step.message = f"{unlisted}; not stopping slurmd blind"
+        return WAIT
+    if sn is None or (slurmstate.drain_set(sn) and slurmstate.drained(sn) and not slurm.jobs_on(node.name)):
+        return None
+    jobs = ", ".join(j.job_id for j in slurm.jobs_on(node.name)) or "none listed"
+    lifted = "its drain was lifted" if not slurmstate.drain_set(sn) else "it is still busy"
+    step.events.append(Event.warning(Reason.DrainLifted, f"{node.name}: {lifted} before slurmd stopped (state {slurmstate.text(sn)}, "
+                                     f"jobs: {jobs}); slurmd kept, back to Draining (move {move.id})"))
+    return Advance(Phase.DRAINING)
 
 
 def _powering_down(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:

@@ -21,31 +21,42 @@ power up (measured on the lab), keeping the DRAIN. No person can set a drain wit
 
 Upgrade: a version before claims wrote none. A node it left parked in inference, or mid-move,
 with exactly the reason it would have written, is read as claimed (no time to compare).
+
+A Node deleted and created again under its name loses its claim with it, while Slurm keeps the
+drain the operator set. Such a node is unadopted (placement `none`) with no claim: a drain whose
+reason is exactly one the operator writes (`slurmpool: moving to <placement>`, `slurmpool: parked
+for <placement>`) is read as its own, so the adoption lifts it rather than blaming others; one Slurm
+appended to or judged, or a person's wording, is still not ours.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 
 from slurmbridge.models import SlurmNode
 
 from slurmpool.core import slurmstate
-from slurmpool.core.view import REASON_PREFIX, DrainClaim, NodeView, pool_of
+from slurmpool.core.view import NONE, REASON_PREFIX, DrainClaim, NodeView, pool_of
 
 NOT_RESPONDING = " : Not responding"  # what Slurm appends when a drained node stops answering
 # How far slurmctld's clock may be behind the operator's: a stamp up to this much older than the
 # claim is still this drain (docs/runbook.md: clocks). The exact reason text must match as well, so a drain
 # someone set in this window under our text is the only one misread (and only within it).
 CLOCK_SKEW = timedelta(seconds=60)
+# The reasons moves.drain_reason and moves.hold_reason write, exactly: `slurmpool: moving to slurm`, `... inference:<pool>`.
+OURS = re.compile(re.escape(REASON_PREFIX) + r" (moving to|parked for) (slurm|inference:[a-z0-9]([-a-z0-9]*[a-z0-9])?)")
 
 
 def claim(reason: str, now: datetime) -> DrainClaim:
     return DrainClaim(reason, now)
 
 
-def legacy_claims(node: NodeView) -> tuple[DrainClaim, ...]:
+def legacy_claims(node: NodeView, sn_reason: str | None = None) -> tuple[DrainClaim, ...]:
     """The reasons a version without claims would have set on this node (see the module doc)."""
     texts = []
+    if node.placement == NONE and node.drain_claim is None and sn_reason is not None and OURS.fullmatch(sn_reason):
+        texts.append(sn_reason)  # a Node created again: its claim went with the old one
     if node.move is not None:
         texts.append(f"{REASON_PREFIX} moving to {node.move.target}")
     if pool_of(node.placement) is not None:
@@ -59,7 +70,7 @@ def why_not_ours(node: NodeView, sn: SlurmNode | None) -> str | None:
         return "not drained"
     if verdict := slurmstate.verdict(sn):
         return f"Slurm flagged the node {'+'.join(sorted(verdict))}"
-    claims = (node.drain_claim,) if node.drain_claim else legacy_claims(node)
+    claims = (node.drain_claim,) if node.drain_claim else legacy_claims(node, sn.reason)
     if not claims:
         return "slurmpool set no drain on this node"
     if not sn.reason and node.drain_claim:

@@ -33,6 +33,8 @@ class PoolSnapshot:
     previous: SlurmNodePoolStatus | None = None
     overlaps: tuple[str, ...] = ()  # nodes another pool selects too: never acted on
     orphans: tuple[PodView, ...] = ()  # this pool's slurmd pods bound to a Node that is gone
+    # Nodes with this pool's move record that no pool selects now (relabelled mid-move): ended on a side
+    strays: tuple[NodeView, ...] = ()
     pending: tuple[PendingPod, ...] = ()  # unschedulable GPU pods (demand's inference signal)
     author: str | None = None  # who last wrote spec.slurmNodes (managedFields)
     owned_reservations: frozenset[str] | None = None  # every existing pool's reservation name (None: unknown)
@@ -53,6 +55,8 @@ class PoolDecision:
     invalid: dict[str, tuple[RecordProblem, ...]] = field(default_factory=dict)  # nodes left alone
     orphans_to_delete: list[PodView] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # deleted Nodes whose slurmd pod is kept
+    strays: list[str] = field(default_factory=list)  # nodes that left the selector mid-move, and where their move ends
+    stray_pods: list[str] = field(default_factory=list)  # `<ns>/<pod> on <node>`: pods on nodes settled in Slurm
     publish: dict[str, str] = field(default_factory=dict)  # node -> new slurmpool.io/slurm value
     clear_move_now: list[Event] = field(default_factory=list)  # remove the annotation, then post
     health: dict[str, NodeHealth] = field(default_factory=dict)  # nodes with findings (health.py)

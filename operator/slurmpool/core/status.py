@@ -59,6 +59,8 @@ class Observed:
     slurm_error: str | None = None
     errors: list[str] = field(default_factory=list)  # actions that failed this round
     missing: list[str] = field(default_factory=list)  # deleted Nodes whose slurmd pod is kept
+    strays: list[str] = field(default_factory=list)  # nodes that left the selector mid-move (decide._strays)
+    stray_pods: list[str] = field(default_factory=list)  # pods on nodes settled in Slurm (decide._report_stray_pods)
     blocked: dict[str, tuple[list[Blocker], str]] = field(default_factory=dict)  # node -> (what its move waits for, message)
     invalid: list[InvalidRecord] = field(default_factory=list)  # nodes left alone: unreadable records
     health: dict[str, NodeHealth] = field(default_factory=dict)  # nodes with findings (health.py)
@@ -78,6 +80,8 @@ def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult
         slurm_error=None if snap.slurm.available else (snap.slurm.error or "unavailable"),
         errors=result.errors,
         missing=decision.missing,
+        strays=decision.strays,
+        stray_pods=decision.stray_pods,
         invalid=[InvalidRecord(node=node, annotation=p.annotation, message=p.message[:512])
                  for node, problems in sorted(decision.invalid.items()) for p in problems],
         health=decision.health,
@@ -278,6 +282,10 @@ def _conditions(basis: StatusBasis, status: SlurmNodePoolStatus, seen: Observed,
         degraded.append(("SlurmUnavailable", seen.slurm_error))
     if seen.missing:
         degraded.append(("NodeMissing", f"deleted from Kubernetes: {', '.join(seen.missing[:10])}"))
+    if seen.strays:
+        degraded.append(("NodeLeftSelector", f"left the nodeSelector mid-move: {', '.join(seen.strays[:10])}"))
+    if seen.stray_pods:
+        degraded.append(("StrayPod", f"pods on nodes that serve Slurm: {', '.join(seen.stray_pods[:10])}"))
     if seen.refusals:
         degraded.append(("WriteRefused", "; ".join(f"{node}: {why}" for node, why in sorted(seen.refusals.items())[:5])))
     if seen.errors:

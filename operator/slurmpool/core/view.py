@@ -402,6 +402,8 @@ class SlurmView:
     # Slurm's power saving as slurm.conf sets it, polled for PowerSave pools about once a minute
     # (access.py); None: not known (not asked, unreadable, or this access cannot tell).
     power_save: PowerSave | None = field(default=None, compare=False)
+    # Nodes with no valid Slurm NodeName (slurmnames.by_node): absent from `nodes`, yet no proof of "not in Slurm"
+    unnamed: frozenset[str] = frozenset()
     _blocks: dict[int, dict[str, str]] = field(default_factory=dict, compare=False, repr=False)  # level -> {node: block}
 
     def has_pending(self, partition: str | None) -> bool:
