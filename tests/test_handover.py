@@ -275,3 +275,15 @@ def test_a_one_off_window_gets_the_same_planned_handover_as_a_recurring_one():
     one_off = decide_at(SlurmNodePoolSpec.model_validate(spec), nodes, with_reservations(slurm))
     assert one_off.outcome == "create" and one_off.create == recurring.create and one_off.until == recurring.until
     assert one_off.status == recurring.status
+
+
+def test_moves_in_flight_that_use_the_budget_up_do_not_cancel_the_planned_reservation():
+    """Issue 37 item 4: a move-now in flight at a budget of 1 left the leaving nodes planned with a
+    budget of 0: the reservation was deleted as "no edge within the lead time" and made again later."""
+    nodes, slurm = busy()
+    spec = windowed().model_copy(update={"max_concurrent_moves": 1})
+    nodes = [_moving_out(n) if n.name == "gpu06" else n for n in nodes]  # in flight, not leaving Slurm: it uses the budget
+    wanted = decide_at(spec, nodes, with_reservations(slurm))
+    assert wanted.outcome == "create" and len(wanted.create.nodes) == 3
+    held = decide_at(spec, nodes, with_reservations(slurm, ours(wanted.create.nodes)))
+    assert held.outcome == "keep" and held.delete == ()

@@ -77,8 +77,13 @@ class Handover:
 
 
 def leaving_nodes(view: PoolView, goal: Goal) -> list[str]:
-    """Nodes the planner would move out of Slurm to reach the goal, wave after wave."""
-    return [s.node for wave in waves(view, goal, starts_done)
+    """Nodes the planner would move out of Slurm to reach the goal, wave after wave. Planned
+    with the whole maxConcurrentMoves a wave, whatever the moves in flight use of it now (they
+    stay in flight wave after wave): else a budget used up would plan no node, and the
+    reservation would be cancelled and made again later, perhaps on other nodes."""
+    in_flight = sum(1 for n in view.nodes if n.move is not None)
+    spec = view.spec.model_copy(update={"max_concurrent_moves": view.spec.max_concurrent_moves + in_flight})
+    return [s.node for wave in waves(replace(view, spec=spec), goal, starts_done)
             for s in wave.plan.starts if s.source == SLURM]
 
 
