@@ -742,3 +742,12 @@ def test_no_module_of_the_plugin_is_over_400_lines():
     here = Path(cli_main.__file__).parent
     long = {p.name: n for p in here.glob("*.py") if (n := len(p.read_text().splitlines())) > 400}
     assert not long, f"split these modules of cli/ by concern (at most 400 lines): {long}"
+
+
+@pytest.mark.parametrize("text", ["+99999999d", "+" + "9" * 31 + "s", "9999-12-31T23:00:00Z", "0001-01-01T00:00:00+01:00", "+999999d999999h"])
+def test_plan_at_far_out_of_range_is_a_clear_error_not_a_traceback(text, capsys):
+    """Issue 37 item 6: `plan --at +99999999d` printed an OverflowError traceback."""
+    with pytest.raises(SystemExit) as exit_:
+        cli_main.main(["plan", "gpu", "--at", text])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--at" in err and "Traceback" not in err
