@@ -626,13 +626,13 @@ def test_plan_at_an_edge_plans_the_schedules_count_then_and_the_handover_it_gets
     plan = cli_plan.plan_view(spec, pool, nodes, NOW, cli_plan.Asked(None, NOW + timedelta(minutes=30)))
     assert plan["slurmNodes"] == 1 and plan["at"] == "2026-11-29T12:30:00Z"
     h = plan["handover"]
-    assert h["reservation"] == "slurmpool-ns-gpu" and h["flags"] == ["MAINT", "IGNORE_JOBS"] and h["state"] == "Forecast"
+    assert h["reservation"].startswith("slurmpool-ns.gpu-") and h["flags"] == ["MAINT", "IGNORE_JOBS"] and h["state"] == "Forecast"
     assert h["nodes"] == ["n3", "n2"] and h["start"] == "2026-11-29T12:30:00Z" and h["end"] == "2026-11-29T13:30:00Z"
     assert h["forecast"] == {"n3": "2026-11-29T12:00:00Z", "n2": "2026-11-29T12:07:00Z"} and h["late"] == []
     assert [m["node"] for m in plan["moves"] if m["cause"] != "abort"] == ["n3", "n2"]  # n5, moving into Slurm, is turned back
     text = cli_render.render_plan(plan, 300)
     assert "Plan for ns/gpu at 2026-11-29T12:30:00Z: 1 Slurm node(s)" in text
-    assert "reservation slurmpool-ns-gpu (MAINT,IGNORE_JOBS) from 2026-11-29T12:30:00Z" in text
+    assert f"reservation {h['reservation']} (MAINT,IGNORE_JOBS) from 2026-11-29T12:30:00Z" in text
     assert "free by their jobs' time limits: n3 now, n2 2026-11-29T12:07:00Z" in text
     # before the window, the spec's count holds: nothing leaves, no handover
     quiet = cli_plan.plan_view(spec, pool, nodes, NOW, cli_plan.Asked(None, NOW + timedelta(minutes=10)))

@@ -13,7 +13,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from slurmpool.core.decide import decide
 from slurmpool.core.models import DURATION_PATTERN, NODE_NAME_TEMPLATE_PATTERN, RFC3339_PATTERN, SlurmNodePoolSpec
 from slurmpool.core.view import ANN_MOVE
 

@@ -130,7 +130,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     before = {n.name: n for n in nodes}
     decision.patches = {name: p for name, step in steps.items() if (p := node_patch(snap.pool, before[name], step, now))}
     decision.handover = reconcile_handover(snap.pool, PoolView(spec, decision.nodes_after, slurm, now, health), target.slurm_nodes,
-                                           snap.owned_reservations, snap.previous.handover if snap.previous else None)
+                                           snap.previous.handover if snap.previous else None)
     decision.invalid = {n.name: n.problems for n in nodes if n.problems}
     decision.publish = changed_annotations(nodes, slurm)
     decision.clear_move_now = _fulfilled_move_now(spec, nodes, target)

@@ -532,7 +532,7 @@ class HandoverSpec(Model):
     enabled: bool = Field(
         default=True,
         description="Before a schedule window's edge that lowers the Slurm count, reserve the leaving nodes in Slurm "
-        "(reservation slurmpool-<namespace>-<pool>, flags MAINT,IGNORE_JOBS, starting at the edge) so that only jobs that "
+        "(reservation slurmpool-<namespace>.<pool>-<hash>, flags MAINT,IGNORE_JOBS, starting at the edge) so that only jobs that "
         "end by the edge start there. Only pools with schedule windows have edges.",
     )
     lead_time: Duration | None = Field(

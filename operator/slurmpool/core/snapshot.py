@@ -35,7 +35,6 @@ class PoolSnapshot:
     orphans: tuple[PodView, ...] = ()  # this pool's slurmd pods bound to a Node that is gone
     pending: tuple[PendingPod, ...] = ()  # unschedulable GPU pods (demand's inference signal)
     author: str | None = None  # who last wrote spec.slurmNodes (managedFields)
-    owned_reservations: frozenset[str] | None = None  # every existing pool's reservation name (None: unknown)
 
 
 @dataclass
