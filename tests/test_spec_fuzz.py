@@ -87,3 +87,29 @@ def test_a_31_digit_duration_is_refused_by_the_schema(field):
 @given(at=AT)
 def test_the_extremes_the_crd_accepts_work(at):
     _pass({**BASE, "schedule": [_window(at=at, duration="999999h999999h999999h999999h")]})
+
+
+NODE_NAMES = st.lists(st.from_regex(r"\A[a-z0-9]{1,6}(\.[a-z0-9]{1,6}){0,2}\Z"), min_size=1, max_size=5, unique=True)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(template=TEMPLATES, names=NODE_NAMES)
+def test_slurm_names_are_injective_or_the_collision_is_reported(template, names):
+    from slurmpool.core.slurmnames import slurm_name
+
+    body = json.loads(json.dumps(BASE))
+    body["slurm"]["nodeName"] = template
+    try:
+        spec = SlurmNodePoolSpec.model_validate(body)
+    except ValidationError:
+        return
+    world = PoolWorld(spec, {n: slurm_node_world(n) for n in names}, NOW)
+    world.run(1)
+    reported = {r.node for r in world.status.invalid_records}
+    by_slurm: dict[str, list[str]] = {}
+    for n in names:
+        if (s := slurm_name(spec.slurm, n, {})) is not None:
+            by_slurm.setdefault(s, []).append(n)
+    for same in by_slurm.values():
+        if len(same) > 1:
+            assert set(same) <= reported and not any(n in world.decisions[0].steps for n in same)
