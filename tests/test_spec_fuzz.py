@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from slurmpool.core.models import DURATION_PATTERN, NODE_NAME_TEMPLATE_PATTERN, RFC3339_PATTERN, SlurmNodePoolSpec
+from slurmpool.core.models import CRON_PATTERN, DURATION_PATTERN, NODE_NAME_TEMPLATE_PATTERN, RFC3339_PATTERN, SlurmNodePoolSpec
 from slurmpool.core.view import ANN_MOVE
 
 from .factories import NOW, make_spec
@@ -113,3 +113,14 @@ def test_slurm_names_are_injective_or_the_collision_is_reported(template, names)
     for same in by_slurm.values():
         if len(same) > 1:
             assert set(same) <= reported and not any(n in world.decisions[0].steps for n in same)
+
+
+CRONS = st.one_of(st.sampled_from(["0 0 29 2 1", "0 0 31 * *", "@yearly", "59 23 31 12 *", "0 0 29 2 *", "* * * * *", "0 0 1 1 1"]),
+                  st.from_regex(CRON_PATTERN, fullmatch=True).filter(lambda c: len(c) <= 128))
+ZONES = st.sampled_from(["UTC", "Pacific/Kiritimati", "America/Adak", "Europe/Berlin", "Asia/Kathmandu"])
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(cron=CRONS, zone=ZONES, duration=st.one_of(DURATIONS, EXTREME_DURATIONS), lead=EXTREME_DURATIONS)
+def test_decide_never_raises_on_a_recurring_window_the_crd_accepts(cron, zone, duration, lead):
+    _pass({**BASE, "schedule": [_window(cron=cron, timeZone=zone, duration=duration)], "handover": {"leadTime": lead, "maxLeadTime": lead}})
