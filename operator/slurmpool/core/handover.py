@@ -14,9 +14,12 @@ before); access.py polls our reservations with the nodes; `status.handover` and 
 - The reservation: named `slurmpool-<namespace>.<pool>-<hash>` (`reservation_name`: the hash is
   of the namespace, name and uid of the pool, so no two pools, on one install or two sharing a
   Slurm, get one name, and a crash between creating it and recording it leaves nothing unfound;
-  a namespace has no dot, so the readable part is unambiguous too), on the leaving nodes, starting at the edge, flags MAINT,IGNORE_JOBS: MAINT keeps Slurm from
-  counting the nodes' reserved time as idle and shows them `maint` in sinfo; IGNORE_JOBS lets it
-  be created on nodes still running jobs (the notes in shared/reference measured both on 22.05).
+  a namespace has no dot, so the readable part is unambiguous too), on the leaving nodes,
+  starting at the edge, flags MAINT,IGNORE_JOBS: MAINT keeps Slurm from counting the nodes'
+  reserved time as idle and shows them `maint` in sinfo; IGNORE_JOBS lets it be created on nodes
+  still running jobs (the notes in shared/reference measured both on 22.05). The owner is in the
+  name's hash, which every Slurm keeps: 22.05's scontrol has no reservation comment, and
+  slurmrestd (v0.0.43-45) takes one on create but never returns it.
 """
 
 from __future__ import annotations
