@@ -18,8 +18,8 @@ before); access.py polls our reservations with the nodes; `status.handover` and 
   starting at the edge, flags MAINT,IGNORE_JOBS: MAINT keeps Slurm from counting the nodes'
   reserved time as idle and shows them `maint` in sinfo; IGNORE_JOBS lets it be created on nodes
   still running jobs (the notes in shared/reference measured both on 22.05). The owner is in the
-  name's hash, which every Slurm keeps: 22.05's scontrol has no reservation comment, and
-  slurmrestd (v0.0.43-45) takes one on create but never returns it.
+  name's hash, which every access reads back: scontrol has a reservation `Comment=`, but
+  slurmrestd (v0.0.43-45) takes `comment` on create and never returns it in GET /reservations/.
 """
 
 from __future__ import annotations
