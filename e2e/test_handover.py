@@ -49,15 +49,16 @@ def access_reserves() -> bool:
 
 reserving = pytest.mark.skipif(not access_reserves(), reason="slurmrestd before v0.0.43 cannot create reservations: see the fallback test")
 POOL = "handover"
-RESERVATION = f"slurmpool-{NAMESPACE}-{POOL}"
+# handover.reservation_name: `slurmpool-<namespace>.<pool>-<hash of namespace, name and uid>`
+RESERVATION = f"slurmpool-{NAMESPACE}.{POOL}-"
 LEAVING = 3
 ACTIVE = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "SUSPENDED")
 
 
 def reservation(lab) -> dict[str, str] | None:
     """Our reservation as `scontrol -o show reservation` prints it, or None when there is none."""
-    out = lab.slurm("scontrol", "-o", "show", "reservation", RESERVATION, check=False)
-    line = next((ln for ln in out.stdout.splitlines() if ln.startswith(f"ReservationName={RESERVATION} ")), None)
+    out = lab.slurm("scontrol", "-o", "show", "reservation", check=False)
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith(f"ReservationName={RESERVATION}")), None)
     if line is None:
         return None
     return dict(w.split("=", 1) for w in line.split() if "=" in w)
@@ -115,7 +116,7 @@ def test_a_planned_handover_reserves_the_leaving_nodes_and_moves_them_at_the_edg
         reserved = expand(lab, res["Nodes"])
         assert len(reserved) == LEAVING, res
         status = wait(lambda: handover(lab) if handover(lab).get("state") == "Reserved" else None, 30, what="status.handover Reserved")
-        assert status["reservation"] == RESERVATION and sorted(status["nodes"]) == sorted(reserved), status
+        assert status["reservation"] == res["ReservationName"] and sorted(status["nodes"]) == sorted(reserved), status
         assert events(lab, "HandoverReserved", since), "no HandoverReserved Event"
         assert pool_status(lab, POOL)["slurm"]["ready"] == total, "a node moved before the edge"
 
@@ -164,7 +165,8 @@ def test_a_planned_handover_reserves_the_leaving_nodes_and_moves_them_at_the_edg
         op.stop()
         for j in jobs:
             lab.slurm("scancel", j, check=False)
-        lab.slurm("scontrol", "delete", f"ReservationName={RESERVATION}", check=False)
+        if (left := reservation(lab)) is not None:
+            lab.slurm("scontrol", "delete", f"ReservationName={left['ReservationName']}", check=False)
         reset_lab(lab)
 
 
@@ -186,7 +188,9 @@ def test_the_reservation_goes_with_its_pool_and_others_are_never_touched(lab):
     install_crd(lab)
     ensure_namespace_and_secret(lab)
     total = len(lab.nodes)
-    foreign = "maint-by-hand"  # an admin's reservation beside ours: the operator never touches it
+    # An admin's reservation beside ours, under a name the old sweep took for an orphan of a
+    # deleted pool of this namespace (issue 37): the operator never touches it.
+    foreign = f"slurmpool-{NAMESPACE}-maintenance"
     op = Operator(lab, "operator-handover-delete.log").start()
     try:
         apply(lab, pool_manifest(lab, POOL, total))
@@ -206,7 +210,8 @@ def test_the_reservation_goes_with_its_pool_and_others_are_never_touched(lab):
     finally:
         op.stop()
         lab.slurm("scontrol", "delete", f"ReservationName={foreign}", check=False)
-        lab.slurm("scontrol", "delete", f"ReservationName={RESERVATION}", check=False)
+        if (left := reservation(lab)) is not None:
+            lab.slurm("scontrol", "delete", f"ReservationName={left['ReservationName']}", check=False)
         reset_lab(lab)
 
 

@@ -42,6 +42,7 @@ POOL_LABEL_OVER_SELECTOR = ("an inference pool's labels must not set a label key
 DURATION = "must be a duration such as 90s, 10m or 1h30m"
 SLURM_NAME = "must be a Slurm name: letters, digits, '.', '_' or '-'"
 GRES = "must be Slurm GRES such as gpu:h100:8"
+AT = "must be an RFC 3339 time with its offset in the years 2000 to 2999"
 ACCESS_ONE = "set exactly one of slurm.access.ssh, slurm.access.local, slurm.access.rest"
 
 CASES = [
@@ -107,6 +108,11 @@ CASES = [
     Case("duration-no-unit", {"drain": {"evictionTimeout": "600"}}, "cel", DURATION),
     Case("duration-negative", {"slurm": {"registerTimeout": "-5m"}}, "cel", DURATION),
     Case("duration-days", {"schedule": _window(duration="1d")["schedule"]}, "cel", DURATION),
+    # issue 37: values past what a pass can compute (datetime's range) raised OverflowError every pass
+    Case("duration-31-digits", {"handover": {"leadTime": "9" * 31 + "s"}}, "cel", DURATION),
+    Case("window-duration-31-digits", {"schedule": _window(duration="9" * 31 + "h")["schedule"]}, "cel", DURATION),
+    Case("at-year-9999", {"schedule": _window(cron=None, at="9999-12-31T23:00:00Z")["schedule"]}, "cel", AT),
+    Case("at-year-0001", {"schedule": _window(cron=None, at="0001-01-01T00:00:00+01:00")["schedule"]}, "cel", AT),
     # Slurm names reach scontrol: no shell syntax
     Case("partition-shell", {"slurm": {"partition": "gpu;rm -rf /"}}, "cel", f'spec.slurm.partition: Invalid value: "gpu;rm -rf /": {SLURM_NAME}'),
     Case("partition-subshell", {"slurm": {"partition": "$(reboot)"}}, "cel", SLURM_NAME),

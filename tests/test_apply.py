@@ -286,14 +286,16 @@ def _windowed(spec):
 
 async def test_a_pass_before_an_edge_reserves_the_leaving_nodes_and_shows_it_in_status():
     from datetime import timedelta
+
+    from slurmpool.core.handover import reservation_name
     nodes, view = slurm_nodes(5)
     view = replace(view, reservations=())
     status, kube, slurm = await run(_windowed(make_spec(slurm_nodes=5, max_moves=5)), nodes, view, slurm=ReservingSlurm())
     created = [c for c in slurm.calls if c[0] == "create_reservation"]
-    assert len(created) == 1 and created[0][1] == "slurmpool-ns-gpu" and len(created[0][2]) == 3
+    assert len(created) == 1 and created[0][1] == reservation_name(POOL) and len(created[0][2]) == 3
     assert created[0][3] == NOW + timedelta(minutes=30) and created[0][4] == 60 and created[0][5] == ("MAINT", "IGNORE_JOBS")
     assert not any(c[0] == "drain" for c in slurm.calls)  # nothing moves before the edge
-    assert status.handover.state == "Reserved" and status.handover.reservation == "slurmpool-ns-gpu"
+    assert status.handover.state == "Reserved" and status.handover.reservation == reservation_name(POOL)
     assert ("event", "SlurmNodePool", "HandoverReserved") in kube.calls
 
 

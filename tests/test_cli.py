@@ -626,13 +626,13 @@ def test_plan_at_an_edge_plans_the_schedules_count_then_and_the_handover_it_gets
     plan = cli_plan.plan_view(spec, pool, nodes, NOW, cli_plan.Asked(None, NOW + timedelta(minutes=30)))
     assert plan["slurmNodes"] == 1 and plan["at"] == "2026-11-29T12:30:00Z"
     h = plan["handover"]
-    assert h["reservation"] == "slurmpool-ns-gpu" and h["flags"] == ["MAINT", "IGNORE_JOBS"] and h["state"] == "Forecast"
+    assert h["reservation"].startswith("slurmpool-ns.gpu-") and h["flags"] == ["MAINT", "IGNORE_JOBS"] and h["state"] == "Forecast"
     assert h["nodes"] == ["n3", "n2"] and h["start"] == "2026-11-29T12:30:00Z" and h["end"] == "2026-11-29T13:30:00Z"
     assert h["forecast"] == {"n3": "2026-11-29T12:00:00Z", "n2": "2026-11-29T12:07:00Z"} and h["late"] == []
     assert [m["node"] for m in plan["moves"] if m["cause"] != "abort"] == ["n3", "n2"]  # n5, moving into Slurm, is turned back
     text = cli_render.render_plan(plan, 300)
     assert "Plan for ns/gpu at 2026-11-29T12:30:00Z: 1 Slurm node(s)" in text
-    assert "reservation slurmpool-ns-gpu (MAINT,IGNORE_JOBS) from 2026-11-29T12:30:00Z" in text
+    assert f"reservation {h['reservation']} (MAINT,IGNORE_JOBS) from 2026-11-29T12:30:00Z" in text
     assert "free by their jobs' time limits: n3 now, n2 2026-11-29T12:07:00Z" in text
     # before the window, the spec's count holds: nothing leaves, no handover
     quiet = cli_plan.plan_view(spec, pool, nodes, NOW, cli_plan.Asked(None, NOW + timedelta(minutes=10)))
@@ -742,3 +742,12 @@ def test_no_module_of_the_plugin_is_over_400_lines():
     here = Path(cli_main.__file__).parent
     long = {p.name: n for p in here.glob("*.py") if (n := len(p.read_text().splitlines())) > 400}
     assert not long, f"split these modules of cli/ by concern (at most 400 lines): {long}"
+
+
+@pytest.mark.parametrize("text", ["+99999999d", "+" + "9" * 31 + "s", "9999-12-31T23:00:00Z", "0001-01-01T00:00:00+01:00", "+999999d999999h"])
+def test_plan_at_far_out_of_range_is_a_clear_error_not_a_traceback(text, capsys):
+    """Issue 37 item 6: `plan --at +99999999d` printed an OverflowError traceback."""
+    with pytest.raises(SystemExit) as exit_:
+        cli_main.main(["plan", "gpu", "--at", text])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--at" in err and "Traceback" not in err

@@ -131,14 +131,17 @@ def test_no_handler_needs_the_diff_that_no_diff_base_skips():
 
 
 class ReservationBackend(Refusing):
-    def __init__(self):
+    def __init__(self, names=()):
         self.deleted: list[str] = []
+        self.names = names
 
     async def can_reserve(self):
         return True
 
     async def reservations(self):
-        return []
+        from slurmbridge import SlurmReservation
+        return [SlurmReservation(name=n, nodes=("gpu01",), start=None, end=None, state="INACTIVE",
+                                 flags=frozenset({"MAINT"} if n.endswith("person") else {"MAINT", "IGNORE_JOBS"})) for n in self.names]
 
     async def delete_reservation(self, name):
         self.deleted.append(name)
@@ -157,10 +160,14 @@ class Access:
 
 
 def test_a_deleted_pool_takes_its_reservation_with_it_and_only_its_own():
-    controller = controller_for(access=Access(backend := ReservationBackend()))
-    body = {"spec": make_spec().model_dump(by_alias=True)}
+    from slurmpool.core.handover import reservation_name
+    from slurmpool.core.interfaces import PoolRef
+    mine, other_install = reservation_name(PoolRef("ns", "gpu", "u1")), reservation_name(PoolRef("ns", "gpu", "u2"))
+    names = (mine, other_install, "slurmpool-ns-gpu", "slurmpool-ns-gpu2", "slurmpool-ns-maintenance")
+    controller = controller_for(access=Access(backend := ReservationBackend(names)))
+    body = {"metadata": {"uid": "u1"}, "spec": make_spec().model_dump(by_alias=True)}
     asyncio.run(controller.release_reservation(("ns", "gpu"), body))
-    assert backend.deleted == ["slurmpool-ns-gpu"]
+    assert backend.deleted == [mine, "slurmpool-ns-gpu"]  # and its old name (our flags)
     controller.access = Access(RestLike())  # nothing to delete over slurmrestd, and no error
     asyncio.run(controller.release_reservation(("ns", "gpu"), body))
     controller.leader = type("NotLeading", (), {"leading": False})()

@@ -15,7 +15,8 @@ from slurmpool.core.view import ANN_PLACEMENT, SLURM, NodeView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 
-POOL = PoolRef("ns", "gpu")
+POOL = PoolRef("ns", "gpu", "2f0c6a8e-uid")
+NAME = reservation_name(POOL)
 
 
 def running(job_id, node, minutes):
@@ -54,7 +55,7 @@ def test_a_handover_is_planned_only_for_an_edge_within_the_lead_time_that_takes_
         return planned(POOL, PoolView(spec, nodes, view, NOW), Edge(edge, count, edge + timedelta(hours=1)), lead)
 
     h = at_edge(2, timedelta(hours=1))
-    assert h is not None and h.reservation == "slurmpool-ns-gpu" and h.start == edge and h.flags == ("MAINT", "IGNORE_JOBS")
+    assert h is not None and h.reservation == NAME and h.start == edge and h.flags == ("MAINT", "IGNORE_JOBS")
     assert h.nodes == ("gpu04", "gpu05", "gpu02")
     assert h.forecast == {"gpu04": NOW, "gpu05": NOW, "gpu02": NOW + timedelta(minutes=5)} and h.late == []
     assert at_edge(2, timedelta(minutes=10)) is None  # too far ahead
@@ -66,9 +67,20 @@ def test_a_handover_is_planned_only_for_an_edge_within_the_lead_time_that_takes_
 
 
 def test_only_the_pools_own_reservation_is_ours():
-    assert reservation_name("ns", "gpu") == "slurmpool-ns-gpu"
-    assert is_ours("slurmpool-ns-gpu", "ns", "gpu")
-    assert not is_ours("slurmpool-ns-gpu2", "ns", "gpu") and not is_ours("maint-friday", "ns", "gpu")
+    assert reservation_name(POOL) == NAME and NAME.startswith("slurmpool-ns.gpu-")
+    assert is_ours(NAME, POOL)
+    assert not is_ours(NAME + "2", POOL) and not is_ours("maint-friday", POOL) and not is_ours("slurmpool-ns-gpu", POOL)
+
+
+def test_reservation_names_cannot_collide_and_stay_within_slurms_bounds():
+    """Issue 37 item 5: pool a-x in team and pool x in team-a both got slurmpool-team-a-x; a pool
+    of the same name on a second install (another uid) got the same name too."""
+    from slurmbridge import validate
+    names = {reservation_name(PoolRef("team", "a-x", "u1")), reservation_name(PoolRef("team-a", "x", "u2")),
+             reservation_name(PoolRef("team", "a-x", "u3"))}
+    assert len(names) == 3
+    long = reservation_name(PoolRef("n" * 63, "p" * 253, "u"))
+    assert validate.reservation_name(long) == long and len(long) <= 128
 
 
 # ---------------------------------------------------------------- the pass's decision (reconcile)
@@ -95,7 +107,7 @@ def with_reservations(slurm, *reservations, api=True):
     return SlurmView(True, nodes=slurm.nodes, jobs=slurm.jobs, reservations=tuple(reservations) if api else None, reservations_api=api)
 
 
-def ours(nodes, start=EDGE, name="slurmpool-ns-gpu"):
+def ours(nodes, start=EDGE, name=NAME):
     return SlurmReservation(name=name, nodes=tuple(nodes), start=start, end=start + timedelta(hours=1),
                             flags=frozenset({"MAINT", "IGNORE_JOBS", "SPEC_NODES"}), state="INACTIVE")
 
@@ -124,7 +136,7 @@ def test_an_edge_within_the_lead_time_creates_the_reservation_on_the_leaving_nod
     nodes, slurm = busy()
     plan = decide_at(windowed(), nodes, with_reservations(slurm))
     assert plan.outcome == "create" and plan.delete == ()
-    assert plan.create.reservation == "slurmpool-ns-gpu" and plan.create.nodes == ("gpu04", "gpu05", "gpu02")
+    assert plan.create.reservation == NAME and plan.create.nodes == ("gpu04", "gpu05", "gpu02")
     assert plan.create.start == EDGE and plan.minutes == 60 and plan.create.flags == ("MAINT", "IGNORE_JOBS")
     assert plan.status.state == "Planned" and plan.status.late == []
     assert [e.reason for e in plan.events] == ["HandoverReserved"]
@@ -158,7 +170,7 @@ def test_a_reserved_node_that_became_unhealthy_replaces_the_reservation():
     nodes, slurm = busy()
     health = {"gpu04": NodeHealth((Finding("SlurmDown", "down", NOW),))}
     plan = decide_at(windowed(), nodes, with_reservations(slurm, ours(["gpu02", "gpu04", "gpu05"])), health=health)
-    assert plan.outcome == "replace" and plan.delete == ("slurmpool-ns-gpu",)
+    assert plan.outcome == "replace" and plan.delete == (NAME,)
     assert "gpu04" not in plan.create.nodes and len(plan.create.nodes) == 3
     assert [e.reason for e in plan.events] == ["HandoverReplanned"]
 
@@ -172,7 +184,7 @@ def test_a_reservation_for_another_start_is_replaced():
 def test_the_window_removed_deletes_the_reservation():
     nodes, slurm = busy()
     plan = decide_at(windowed(windows=False), nodes, with_reservations(slurm, ours(["gpu02", "gpu04", "gpu05"])))
-    assert plan.outcome == "delete" and plan.delete == ("slurmpool-ns-gpu",) and plan.create is None
+    assert plan.outcome == "delete" and plan.delete == (NAME,) and plan.create is None
     assert [e.reason for e in plan.events] == ["HandoverCancelled"]
     off = decide_at(windowed(enabled=False), nodes, with_reservations(slurm, ours(["gpu02", "gpu04", "gpu05"])))
     assert off.outcome == "delete"
@@ -197,18 +209,40 @@ def test_past_the_edge_with_the_moves_done_the_reservation_is_deleted():
              for n in nodes]
     later = EDGE + timedelta(minutes=3)
     plan = decide_at(windowed(), nodes, with_reservations(slurm, ours(["gpu02", "gpu04", "gpu05"])), now=later, count=2)
-    assert plan.outcome == "delete" and plan.delete == ("slurmpool-ns-gpu",) and plan.status is None
+    assert plan.outcome == "delete" and plan.delete == (NAME,) and plan.status is None
     assert [e.reason for e in plan.events] == ["HandoverDone"]
 
 
-def test_reservations_of_others_are_never_touched_and_orphans_only_of_this_namespace_with_pools_known():
+def test_reservations_of_others_are_never_touched():
+    """Issue 37 item 5: the orphan sweep deleted any slurmpool-<ns>-* no local pool owned: a
+    person's slurmpool-ns-maintenance, another install's. Only the pool's exact name is ever deleted."""
     nodes, slurm = busy()
-    foreign = [ours(["gpu01"], name=n) for n in ("maint-friday", "slurmpool-other-gpu", "slurmpool-ns-gpu2", "slurmpool-ns-old")]
-    view = with_reservations(slurm, *foreign)
-    plan = decide_at(windowed(windows=False), nodes, view)
-    assert plan.outcome == "none" and plan.delete == ()  # which pools exist is unknown: nothing is swept
-    plan = decide_at(windowed(windows=False), nodes, view, owned={"slurmpool-ns-gpu", "slurmpool-ns-gpu2", "slurmpool-other-gpu"})
-    assert plan.delete == ("slurmpool-ns-old",) and [e.reason for e in plan.events] == ["HandoverOrphanDeleted"]
+    others = [ours(["gpu01"], name=n) for n in ("maint-friday", "slurmpool-ns-maintenance", "slurmpool-other-gpu", "slurmpool-ns-old",
+                                                 reservation_name(PoolRef("ns", "gpu", "other-install-uid")),
+                                                 reservation_name(PoolRef("ns", "old", "deleted-pool-uid")))]
+    for spec in (windowed(windows=False), windowed()):
+        plan = decide_at(spec, nodes, with_reservations(slurm, *others))
+        assert not set(plan.delete) & {r.name for r in others}
+
+
+def test_a_reservation_under_the_old_name_is_found_and_made_again_under_the_new_one_on_its_nodes():
+    """The upgrade path: slurmpool-<ns>-<pool> made by an older version, with our flags, is replaced
+    (the same nodes while they still fit); past its edge it is kept while its moves go on."""
+    nodes, slurm = busy()
+    legacy = ours(["gpu01", "gpu04", "gpu05"], name="slurmpool-ns-gpu")
+    plan = decide_at(windowed(), nodes, with_reservations(slurm, legacy))
+    assert plan.outcome == "replace" and plan.delete == ("slurmpool-ns-gpu",)
+    assert plan.create.reservation == NAME and plan.create.nodes == ("gpu01", "gpu04", "gpu05")
+    gone = decide_at(windowed(windows=False), nodes, with_reservations(slurm, legacy))
+    assert gone.outcome == "delete" and gone.delete == ("slurmpool-ns-gpu",)
+    moving = [_moving_out(n) if n.name == "gpu04" else n for n in nodes]
+    handing = decide_at(windowed(), moving, with_reservations(slurm, ours(["gpu04"], name="slurmpool-ns-gpu")),
+                        now=EDGE + timedelta(minutes=1), count=2)
+    assert handing.outcome == "keep" and handing.delete == ()
+    persons = SlurmReservation(name="slurmpool-ns-gpu", nodes=("gpu01",), start=EDGE, end=EDGE + timedelta(hours=1),
+                               flags=frozenset({"MAINT"}), state="INACTIVE")  # not our flags: a person's, left alone
+    kept = decide_at(windowed(), nodes, with_reservations(slurm, persons))
+    assert kept.outcome == "create" and kept.delete == ()
 
 
 def test_an_access_without_reservations_reports_it_once_and_plans_nothing():
@@ -275,3 +309,15 @@ def test_a_one_off_window_gets_the_same_planned_handover_as_a_recurring_one():
     one_off = decide_at(SlurmNodePoolSpec.model_validate(spec), nodes, with_reservations(slurm))
     assert one_off.outcome == "create" and one_off.create == recurring.create and one_off.until == recurring.until
     assert one_off.status == recurring.status
+
+
+def test_moves_in_flight_that_use_the_budget_up_do_not_cancel_the_planned_reservation():
+    """Issue 37 item 4: a move-now in flight at a budget of 1 left the leaving nodes planned with a
+    budget of 0: the reservation was deleted as "no edge within the lead time" and made again later."""
+    nodes, slurm = busy()
+    spec = windowed().model_copy(update={"max_concurrent_moves": 1})
+    nodes = [_moving_out(n) if n.name == "gpu06" else n for n in nodes]  # in flight, not leaving Slurm: it uses the budget
+    wanted = decide_at(spec, nodes, with_reservations(slurm))
+    assert wanted.outcome == "create" and len(wanted.create.nodes) == 3
+    held = decide_at(spec, nodes, with_reservations(slurm, ours(wanted.create.nodes)))
+    assert held.outcome == "keep" and held.delete == ()

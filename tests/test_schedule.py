@@ -192,7 +192,8 @@ def test_a_one_off_window_overlaps_recurring_ones_by_the_same_rules():
     ({"cron": "0 1 * * *", "at": "2026-12-24T18:00:00Z", "duration": "1h", "slurmNodes": 2}, "exactly one of cron and at"),
     ({"at": "2026-12-24T18:00:00", "duration": "1h", "slurmNodes": 2}, "should match pattern"),  # no offset: not guessed
     ({"at": "next tuesday", "duration": "1h", "slurmNodes": 2}, "should match pattern"),
-    ({"at": "2026-13-45T18:00:00Z", "duration": "1h", "slurmNodes": 2}, "not an RFC 3339 time"),  # the form, not a date
+    ({"at": "2026-13-45T18:00:00Z", "duration": "1h", "slurmNodes": 2}, "should match pattern"),  # fields out of their ranges
+    ({"at": "2026-02-30T18:00:00Z", "duration": "1h", "slurmNodes": 2}, "not an RFC 3339 time"),  # the form, not a date
 ])
 def test_a_window_needs_exactly_one_of_cron_and_an_at_with_its_offset(body, why):
     with pytest.raises(ValidationError, match=why):

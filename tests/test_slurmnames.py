@@ -124,3 +124,33 @@ def test_an_orphan_slurmd_pod_whose_slurm_name_cannot_be_known_is_kept():
                            ({}, True)):
         snap = PoolSnapshot(pool=PoolRef("ns", "gpu", "u"), spec=spec_with(**slurm), nodes=(), slurm=view, now=NOW, orphans=(orphan,))
         assert bool(decide(snap).orphans_to_delete) is deleted, slurm
+
+
+def test_two_nodes_mapping_to_one_slurm_name_are_reported_and_left_alone_the_rest_moves():
+    """Issue 37 item 7: `{shortName}` on FQDNs from two racks: the last Node won, the other was
+    misreported as unlisted, and both got slurmd pods with the same Slurm name. Now both are
+    reported on the pool (naming each other) and neither moves nor gets a slurmd pod; gpu03 does."""
+    racks = ("gpu01.rack1.example.com", "gpu01.rack2.example.com")
+    worlds = {n: slurm_world(n, "gpu01") for n in racks}
+    worlds["gpu03.rack1.example.com"] = slurm_world("gpu03.rack1.example.com", "gpu03")
+    for name in racks:  # both in inference: a move to Slurm would start a slurmd pod named gpu01
+        w = worlds[name]
+        worlds[name] = replace(w, node=replace(w.node, annotations={ANN_PLACEMENT: "inference:default"}, labels={"gpu": "true"},
+                                               taints=(), unschedulable=False, pods=()), jobs=[])
+    pool = PoolWorld(spec_with(slurm_nodes=3, node_name="{shortName}"), worlds, NOW)
+    pool.run(passes=3)
+    for name in racks:
+        assert pool.worlds[name].node.move is None and not pool.worlds[name].node.slurmd_pod
+        assert not any(name in d.steps for d in pool.decisions)
+    records = {r.node: r.message for r in pool.status.invalid_records}
+    assert set(records) == set(racks)
+    assert racks[1] in records[racks[0]] and racks[0] in records[racks[1]] and "gpu01" in records[racks[0]]
+    assert any(c.type == "Degraded" and c.status == "True" for c in pool.status.conditions)
+    assert pool.decisions[0].slurm_names.get("gpu03.rack1.example.com") == "gpu03"
+
+
+def test_a_constant_template_collides_every_node():
+    pool = PoolWorld(spec_with(slurm_nodes=0, node_name="gpu"), {n: slurm_world(n, "gpu") for n in FQDN}, NOW)
+    pool.run(passes=3)
+    assert all(w.node.placement == SLURM and w.node.move is None for w in pool.worlds.values())
+    assert {r.node for r in pool.status.invalid_records} == set(FQDN)

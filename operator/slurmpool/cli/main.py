@@ -48,7 +48,8 @@ from slurmpool.core.placement import names_a_side
 from slurmpool.core.view import ANN_MOVE_NOW, iso
 
 
-AT_OFFSET = re.compile(r"\+(?=\d)(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+AT_OFFSET = re.compile(r"\+(?=\d)(?:(\d{1,6})d)?(?:(\d{1,6})h)?(?:(\d{1,6})m)?(?:(\d{1,6})s)?")
+LATEST_AT = datetime(2999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)  # as far as a window's `at` may be (models.RFC3339_PATTERN)
 
 
 def parse_at(text: str, now: datetime) -> datetime:
@@ -58,7 +59,7 @@ def parse_at(text: str, now: datetime) -> datetime:
     if text.startswith("+"):
         match = AT_OFFSET.fullmatch(text)
         if not match:
-            raise ValueError(f"--at {text!r}: an offset is + and numbers with d, h, m or s, e.g. +2h or +1h30m")
+            raise ValueError(f"--at {text!r}: an offset is + and numbers of at most 6 digits with d, h, m or s, e.g. +2h or +1h30m")
         days, hours, minutes, secs = (int(x or 0) for x in match.groups())
         at = now + timedelta(days=days, hours=hours, minutes=minutes, seconds=secs)
     else:
@@ -69,6 +70,8 @@ def parse_at(text: str, now: datetime) -> datetime:
                              "or an offset from now (e.g. +2h)") from None
     if at <= now:
         raise ValueError(f"--at {text}: not in the future (now is {iso(now)})")
+    if at > LATEST_AT:
+        raise ValueError(f"--at {text}: after {iso(LATEST_AT)}, the latest time a schedule may name")
     return at.astimezone(timezone.utc)
 
 

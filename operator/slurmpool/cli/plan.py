@@ -125,7 +125,7 @@ def at_handover(pool: dict, view: PoolView, edge: Edge) -> dict[str, Any] | None
     would plan it (handover.planned: same leaving nodes, reservation, forecasts), in status.handover's
     shape plus each node's forecast; None when the edge takes no node out of Slurm."""
     meta = pool.get("metadata", {})
-    h = planned(PoolRef(meta.get("namespace", ""), meta.get("name", "")), view, edge, edge.at - view.now)
+    h = planned(PoolRef(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")), view, edge, edge.at - view.now)
     if h is None:
         return None
     off = "" if view.spec.handover.enabled else "spec.handover.enabled is false: no reservation, the edge drains as before"

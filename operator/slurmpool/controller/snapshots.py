@@ -18,7 +18,6 @@ from slurmpool.adapters.access import SlurmAccessPool, Wanted
 from slurmpool.adapters.kube import PodWatch
 from slurmpool.adapters.statuswriter import StatusWriter
 from slurmpool.controller.freshness import Freshness
-from slurmpool.core.handover import reservation_name
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.membership import Membership
 from slurmpool.core.models import SlurmNodePoolSpec, SlurmNodePoolStatus
@@ -166,6 +165,5 @@ async def snapshot(src: Sources, pool: PoolRef, spec: SlurmNodePoolSpec, raw, fr
         pool=pool, spec=spec, nodes=tuple(mine), strays=stray, slurm=slurm, now=datetime.now(timezone.utc),
         previous=previous_status(src.status, pool, raw), overlaps=tuple(overlaps), orphans=orphans,
         pending=tuple(src.pods.pending.values()) if demand else (), author=raw.get("author"),
-        owned_reservations=frozenset(reservation_name(ns, name) for ns, name in list(src.pools)),
     )
     return snap, backend, listed

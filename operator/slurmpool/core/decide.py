@@ -61,10 +61,12 @@ from slurmpool.core.view import (
 def decide(snap: PoolSnapshot) -> PoolDecision:
     # Slurm read by Node name (slurmnames.py); Slurm's names come back only in apply.py.
     names = slurmnames.names_of(snap.spec.slurm, (*snap.nodes, *snap.strays), (p.node for p in snap.orphans))
+    shared = slurmnames.collisions(names, (n.name for n in (*snap.nodes, *snap.strays)))
+    names = {n: None if n in shared else s for n, s in names.items()}  # no Node's view is another's Slurm node
     snap = replace(snap, slurm=slurmnames.by_node(snap.slurm, names))
     spec, slurm, now = snap.spec, snap.slurm, snap.now
     at = Pass(slurm, spec, now)  # what every move of this pass is advanced against
-    nodes = [_flag(spec, n) for n in snap.nodes]
+    nodes = [_flag(spec, n, shared.get(n.name)) for n in snap.nodes]
     node_events = _record_events(snap, nodes)
     health = healthmod.assess_all(spec.health, nodes, slurm, now, snap.previous.unhealthy_nodes if snap.previous else ())
     target = _target(snap, nodes, frozenset(n for n, h in health.items() if h.unhealthy))
@@ -136,7 +138,7 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     before = {n.name: n for n in (*nodes, *snap.strays)}
     decision.patches = {name: p for name, step in steps.items() if (p := node_patch(snap.pool, before[name], step, now))}
     decision.handover = reconcile_handover(snap.pool, PoolView(spec, decision.nodes_after, slurm, now, health), target.slurm_nodes,
-                                           snap.owned_reservations, snap.previous.handover if snap.previous else None)
+                                           snap.previous.handover if snap.previous else None)
     decision.nodes_after += [_after(snap.pool, n, steps[n.name], now) if n.name in steps else n for n in snap.strays]
     decision.invalid = {n.name: n.problems for n in nodes if n.problems}
     decision.publish = changed_annotations(nodes, slurm)
@@ -168,12 +170,17 @@ def move_id(pool: PoolRef, node: str, target: str, now: datetime) -> str:
 # ---------------------------------------------------------------- 1. records people can write
 
 
-def _flag(spec: SlurmNodePoolSpec, node: NodeView) -> NodeView:
+def _flag(spec: SlurmNodePoolSpec, node: NodeView, same_slurm_name: list[str] | None = None) -> NodeView:
     """Problems only this pool's spec reveals: a placement, pin or move naming a pool it does not
-    have. A move-now or pin on a node whose placement names such a pool is a person saying where
-    it goes, so that node is not flagged (the planner adopts it from there)."""
+    have, a Slurm name other Nodes map to too. A move-now or pin on a node whose placement names
+    such a pool is a person saying where it goes, so that node is not flagged (the planner adopts
+    it from there)."""
     valid = set(placements(spec))
     flags: list[RecordProblem] = []
+    if same_slurm_name:
+        how = f"label {spec.slurm.node_name_label}" if spec.slurm.node_name_label else f"spec.slurm.nodeName {spec.slurm.node_name!r}"
+        flags.append(RecordProblem(how, f"maps it to Slurm node {slurmnames.slurm_name(spec.slurm, node.name, node.labels)} as it does "
+                                   f"{', '.join(same_slurm_name[:3])}: neither moves nor gets a slurmd pod until the names differ"))
     names = ", ".join(p.name for p in spec.inference.pools) or "none"
     told = bool(node.move_now) or (node.pin in valid)
     if node.placement not in (NONE, *valid) and not told:

@@ -56,7 +56,6 @@ class Reason(StrEnum):
     HandoverReplanned = "HandoverReplanned"
     HandoverCancelled = "HandoverCancelled"
     HandoverDone = "HandoverDone"
-    HandoverOrphanDeleted = "HandoverOrphanDeleted"
     HandoverUnavailable = "HandoverUnavailable"
     HandoverFailed = "HandoverFailed"
     # the controller (controller/pools.py)

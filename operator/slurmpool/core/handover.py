@@ -11,16 +11,21 @@ before); access.py polls our reservations with the nodes; `status.handover` and 
   `plan` does), with the count the edge sets, so health, pins and topology rules hold.
 - Drain forecast of a node (forecast.py): the latest end of its jobs by their time limits; None
   when a job has no end (no time limit), which is what `drain.onTimeout` is for. Idle: free now.
-- The reservation: named `slurmpool-<namespace>-<pool>` (a name no person would choose, one
-  per pool, so a crash between creating it and recording it leaves nothing unfound), on the
-  leaving nodes, starting at the edge, flags MAINT,IGNORE_JOBS: MAINT keeps Slurm from
-  counting the nodes' reserved time as idle and shows them `maint` in sinfo; IGNORE_JOBS lets it
-  be created on nodes still running jobs (the notes in shared/reference measured both on 22.05).
+- The reservation: named `slurmpool-<namespace>.<pool>-<hash>` (`reservation_name`: the hash is
+  of the namespace, name and uid of the pool, so no two pools, on one install or two sharing a
+  Slurm, get one name, and a crash between creating it and recording it leaves nothing unfound;
+  a namespace has no dot, so the readable part is unambiguous too), on the leaving nodes,
+  starting at the edge, flags MAINT,IGNORE_JOBS: MAINT keeps Slurm from counting the nodes'
+  reserved time as idle and shows them `maint` in sinfo; IGNORE_JOBS lets it be created on nodes
+  still running jobs (the notes in shared/reference measured both on 22.05). The owner is in the
+  name's hash, which every access reads back: scontrol has a reservation `Comment=`, but
+  slurmrestd (v0.0.43-45) takes `comment` on create and never returns it in GET /reservations/.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
@@ -50,13 +55,32 @@ UNAVAILABLE = ("slurmrestd access cannot create reservations (its API is older t
                "the edge drains as before")
 
 
-def reservation_name(namespace: str, pool: str) -> str:
-    return f"{RESERVATION_PREFIX}{namespace}-{pool}"
+_READABLE = 100  # of the name's at most 128 characters (slurmbridge.validate): the prefix, this, '-' and the hash
 
 
-def is_ours(name: str, namespace: str, pool: str) -> bool:
+def reservation_name(pool: PoolRef) -> str:
+    """`slurmpool-<namespace>.<pool>-<10 hex of sha256(namespace/name/uid)>`, at most 121 characters
+    (a long pool name is cut; the hash still tells it apart)."""
+    digest = hashlib.sha256(f"{pool.namespace}/{pool.name}/{pool.uid}".encode()).hexdigest()[:10]
+    readable = f"{pool.namespace}.{pool.name}"[:_READABLE].rstrip(".-")
+    return f"{RESERVATION_PREFIX}{readable}-{digest}"
+
+
+def legacy_name(pool: PoolRef) -> str:
+    """The name versions before issue 37 gave the reservation (pool a-x of team and x of team-a
+    shared it): found and replaced under the new one, never made again."""
+    return f"{RESERVATION_PREFIX}{pool.namespace}-{pool.name}"
+
+
+def is_ours(name: str, pool: PoolRef) -> bool:
     """Only the pool's own reservation is ever changed or deleted; every other one is left alone."""
-    return name == reservation_name(namespace, pool)
+    return name == reservation_name(pool)
+
+
+def _legacy(reservations: Iterable[SlurmReservation], pool: PoolRef) -> SlurmReservation | None:
+    """A reservation an older version made for this pool: its old name and our flags (a person's
+    reservation under that name, without MAINT,IGNORE_JOBS, is left alone)."""
+    return next((r for r in reservations if r.name == legacy_name(pool) and set(RESERVATION_FLAGS) <= r.flags), None)
 
 
 @dataclass(frozen=True)
@@ -77,8 +101,13 @@ class Handover:
 
 
 def leaving_nodes(view: PoolView, goal: Goal) -> list[str]:
-    """Nodes the planner would move out of Slurm to reach the goal, wave after wave."""
-    return [s.node for wave in waves(view, goal, starts_done)
+    """Nodes the planner would move out of Slurm to reach the goal, wave after wave. Planned
+    with the whole maxConcurrentMoves a wave, whatever the moves in flight use of it now (they
+    stay in flight wave after wave): else a budget used up would plan no node, and the
+    reservation would be cancelled and made again later, perhaps on other nodes."""
+    in_flight = sum(1 for n in view.nodes if n.move is not None)
+    spec = view.spec.model_copy(update={"max_concurrent_moves": view.spec.max_concurrent_moves + in_flight})
+    return [s.node for wave in waves(replace(view, spec=spec), goal, starts_done)
             for s in wave.plan.starts if s.source == SLURM]
 
 
@@ -92,7 +121,7 @@ def planned(pool: PoolRef, view: PoolView, edge: Edge | None, lead: timedelta) -
     if not leaving:
         return None
     return Handover(
-        reservation=reservation_name(pool.namespace, pool.name),
+        reservation=reservation_name(pool),
         nodes=tuple(leaving),
         start=edge.at,
         until=edge.until,
@@ -160,7 +189,7 @@ class HandoverPlan:
     outcome: str
     create: Handover | None = None
     until: datetime | None = None  # the reservation's end (create)
-    delete: tuple[str, ...] = ()  # ours (replace, delete) and orphans of deleted pools
+    delete: tuple[str, ...] = ()  # ours (replace, delete), under its name or its old name (legacy_name)
     status: HandoverStatus | None = None
     events: list[Event] = field(default_factory=list)  # posted once apply has done it
     reported: str = ""  # the failure the last status showed: a Warning is posted only for a new one
@@ -173,20 +202,14 @@ class HandoverPlan:
         return max(1, int((self.until - self.create.start).total_seconds() + 59) // 60)
 
 
-def reconcile(
-    pool: PoolRef,
-    view: PoolView,
-    slurm_count: int,
-    owned: Collection[str] | None = None,
-    previous: HandoverStatus | None = None,
-) -> HandoverPlan:
+def reconcile(pool: PoolRef, view: PoolView, slurm_count: int, previous: HandoverStatus | None = None) -> HandoverPlan:
     """Level-triggered: the reservation wanted now against ours as Slurm reports it (its name is
     the record a fresh operator finds). `view.nodes`: the pool's nodes as this pass's steps and
-    starts leave them; `slurm_count`: the count in force now; `owned`: the reservation names of
-    every pool that exists (a `slurmpool-<namespace>-...` name none of them owns is an orphan;
-    None: unknown, nothing is swept)."""
-    spec, slurm, namespace = view.spec, view.slurm, pool.namespace
-    name = reservation_name(namespace, pool.name)
+    starts leave them; `slurm_count`: the count in force now. No reservation but the pool's own
+    (and its old name's) is ever deleted: a deleted pool's goes with it (controller/pools.py), and
+    one a crash left behind ends by itself at its edge's end (none is made without an end)."""
+    spec, slurm = view.spec, view.slurm
+    name = reservation_name(pool)
     if not slurm.available:
         return HandoverPlan("unknown", status=previous)
     edge = next_edge(spec, len(view.nodes), view.now) if spec.handover.enabled else None
@@ -202,21 +225,27 @@ def reconcile(
     if slurm.reservations is None:  # their read failed: nothing is done until it works again
         kept = previous.model_copy(update={"message": slurm.reservations_error or ""}) if previous is not None else None
         return HandoverPlan("unknown", status=kept)
-    orphans = tuple(sorted(r.name for r in slurm.reservations
-                           if owned is not None and r.name != name and r.name.startswith(f"{RESERVATION_PREFIX}{namespace}-")
-                           and r.name not in owned))
-    plan_ = _against(name, wanted, _ours(slurm.reservations, namespace, pool.name), view)
-    plan_.delete = tuple(dict.fromkeys((*plan_.delete, *orphans)))
+    ours = next((r for r in slurm.reservations if is_ours(r.name, pool)), None)
+    old = _legacy(slurm.reservations, pool)
+    plan_ = _against(name, wanted, ours, view) if ours is not None or old is None else _upgraded(name, wanted, old, view)
+    if ours is not None and old is not None:  # both: a crash between the upgrade's create and delete
+        plan_.delete = (*plan_.delete, old.name)
     plan_.reported = previous.message if previous is not None else ""
     if plan_.status is not None:
         plan_.status.lead_time = f"{_hours(lead)} ({lead_why})"
-    plan_.events += [Event.normal(Reason.HandoverOrphanDeleted, f"deleting reservation {o}: no SlurmNodePool owns it any more") for o in orphans]
     return plan_
 
 
-def _ours(reservations: Iterable[SlurmReservation], namespace: str, pool: str) -> SlurmReservation | None:
-    """The pool's own reservation, by its exact name; never any other."""
-    return next((r for r in reservations if is_ours(r.name, namespace, pool)), None)
+def _upgraded(name: str, wanted: Handover | None, old: SlurmReservation, view: PoolView) -> HandoverPlan:
+    """The old-named reservation decided on as ours; one it would keep before its edge is made again
+    under the new name, on the same nodes while they still fit, and the old one deleted."""
+    plan_ = _against(old.name, wanted, old, view)
+    if plan_.outcome != "keep" or plan_.status is None or plan_.status.state != "Reserved" or wanted is None:
+        return plan_
+    again = replace(_sticky(old, wanted, view) or wanted, reservation=name)
+    return HandoverPlan("replace", create=again, until=again.until, delete=(old.name,), status=_status(again, again.until, "Planned", ""),
+                        events=[Event.normal(Reason.HandoverReplanned, f"reservation {old.name} (an older version's name) made again as "
+                                 f"{name} on {', '.join(again.nodes)} from {iso(again.start)}" + _late(again))])
 
 
 def _against(name: str, wanted: Handover | None, ours: SlurmReservation | None, view: PoolView) -> HandoverPlan:

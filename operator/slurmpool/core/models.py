@@ -20,7 +20,9 @@ VERSION = "v1alpha1"
 KIND = "SlurmNodePool"
 PLURAL = "slurmnodepools"
 
-DURATION_PATTERN = r"^([0-9]+(ms|s|m|h))+$"
+# At most 6 digits a part (and 32 characters): the longest, 4 x 999999h, is about 456 years, so every
+# time the pass computes from one stays within datetime's range (a 31-digit duration overflowed it).
+DURATION_PATTERN = r"^([0-9]{1,6}(ms|s|m|h))+$"
 _DURATION_PART = re.compile(r"([0-9]+)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
 
@@ -53,11 +55,14 @@ SIGNAL_PATTERN = r"^((SIG)?[A-Z][A-Z0-9+]{0,15}|[0-9]{1,2})$"
 GRES_PATTERN = r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$"
 NODE_NAME_TEMPLATE_PATTERN = r"^([A-Za-z0-9._-]|\{name\}|\{shortName\}|\{hostname\})+$"
 LABEL_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-RFC3339_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+# Years 2000-2999 only: year 0001 with a positive offset, or 9999 plus a window's duration, is
+# outside datetime's range; fields in their ranges (a day a month lacks is refused by the model).
+RFC3339_PATTERN = (r"^2[0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?"
+                   r"([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$")
 # What the API server says when a pattern does not match: crd.py turns these patterns into CEL
 # rules with these messages (a bare pattern error shows the regular expression instead).
 PATTERN_MESSAGES = {
-    DURATION_PATTERN: "must be a duration such as 90s, 10m or 1h30m (units ms, s, m, h)",
+    DURATION_PATTERN: "must be a duration such as 90s, 10m or 1h30m (units ms, s, m, h; at most 6 digits a number)",
     SLURM_NAME_PATTERN: "must be a Slurm name: letters, digits, '.', '_' or '-', starting with a letter or digit, at most 63 characters",
     NODE_NAME_TEMPLATE_PATTERN: "must be a Slurm node name template: letters, digits, '.', '_', '-' and {name}, {shortName}, {hostname}",
     LABEL_KEY_PATTERN: "must be a label key such as example.com/slurm-name",
@@ -65,7 +70,7 @@ PATTERN_MESSAGES = {
     DNS_LABEL_PATTERN: "must be a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit",
     CRON_PATTERN: "must be 5 cron fields (minute hour day-of-month month day-of-week, e.g. '0 22 * * *') or a macro such as @daily",
     TIME_ZONE_PATTERN: "must be an IANA time zone name such as Europe/Berlin",
-    RFC3339_PATTERN: "must be an RFC 3339 time with its offset, such as 2026-12-24T18:00:00+01:00 or 2026-12-24T17:00:00Z",
+    RFC3339_PATTERN: "must be an RFC 3339 time with its offset in the years 2000 to 2999, such as 2026-12-24T18:00:00+01:00 or 2026-12-24T17:00:00Z",
     SSH_HOST_PATTERN: "must be a host name or IP address",
     SSH_USER_PATTERN: "must be a Unix user name",
     REST_URL_PATTERN: "must be an http:// or https:// URL such as https://slurmrestd.slurm:6820 (no query or credentials)",
@@ -527,7 +532,7 @@ class HandoverSpec(Model):
     enabled: bool = Field(
         default=True,
         description="Before a schedule window's edge that lowers the Slurm count, reserve the leaving nodes in Slurm "
-        "(reservation slurmpool-<namespace>-<pool>, flags MAINT,IGNORE_JOBS, starting at the edge) so that only jobs that "
+        "(reservation slurmpool-<namespace>.<pool>-<hash>, flags MAINT,IGNORE_JOBS, starting at the edge) so that only jobs that "
         "end by the edge start there. Only pools with schedule windows have edges.",
     )
     lead_time: Duration | None = Field(

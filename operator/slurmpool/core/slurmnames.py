@@ -44,6 +44,17 @@ def names_of(slurm: SlurmSpec, nodes: Iterable[NodeView], orphans: Iterable[str]
     return out
 
 
+def collisions(names: Mapping[str, str | None], nodes: Iterable[str]) -> dict[str, list[str]]:
+    """Each of `nodes` whose Slurm name another of them has too (`{shortName}` on FQDNs from two
+    racks, a constant template, a label value set twice) -> the others: which is Slurm's node
+    cannot be known, so none of them is acted on (decide.py flags them)."""
+    by_slurm: dict[str, list[str]] = {}
+    for node in nodes:
+        if (s := names.get(node)) is not None:
+            by_slurm.setdefault(s, []).append(node)
+    return {n: [o for o in same if o != n] for same in by_slurm.values() if len(same) > 1 for n in same}
+
+
 def renamed(names: Mapping[str, str | None]) -> dict[str, str | None]:
     """Only the Nodes whose Slurm name differs (None: none)."""
     return {node: s for node, s in names.items() if s != node}

@@ -37,7 +37,6 @@ class PoolSnapshot:
     strays: tuple[NodeView, ...] = ()
     pending: tuple[PendingPod, ...] = ()  # unschedulable GPU pods (demand's inference signal)
     author: str | None = None  # who last wrote spec.slurmNodes (managedFields)
-    owned_reservations: frozenset[str] | None = None  # every existing pool's reservation name (None: unknown)
 
 
 @dataclass
