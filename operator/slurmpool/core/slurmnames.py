@@ -61,7 +61,7 @@ def by_node(view: SlurmView, names: Mapping[str, str | None]) -> SlurmView:
     topology = tuple(replace(g, nodes=tuple(node_of[n] for n in g.nodes if n in node_of)) for g in view.topology)
     reservations = view.reservations if view.reservations is None else \
         tuple(replace(r, nodes=tuple(node_of.get(n, n) for n in r.nodes)) for r in view.reservations)
-    return replace(view, nodes=nodes, jobs=jobs, topology=topology, reservations=reservations, _blocks={})
+    return replace(view, nodes=nodes, jobs=jobs, topology=topology, reservations=reservations, _blocks={}, _pending_index=[])
 
 
 def _job_by_node(job: SlurmJob, node_of: Mapping[str, str]) -> SlurmJob:
