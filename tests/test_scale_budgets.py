@@ -3,7 +3,13 @@ limits, never timings (time figures are `make bench`'s)."""
 
 from __future__ import annotations
 
+import pytest
+from google.protobuf.message import DecodeError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from slurmbridge import SlurmJob
+from slurmpool.cli import podproto
 from slurmpool.core.demand import signals
 from slurmpool.core.placement import SLURM, Side
 from slurmpool.core.view import ANN_PLACEMENT, NodeView, SlurmView
@@ -44,3 +50,56 @@ def test_demand_walks_the_queue_once_per_poll_for_200_pools_with_100000_pending(
     assert all(s.waiting(Side.SLURM) == PENDING // POOLS for s in wanted)
     assert all(s.nodes(Side.SLURM) == PENDING // POOLS for s in wanted)
     assert CountedJobs.walks <= 2  # once for the pending index, once for the node index: not once per pool
+
+
+def _fed(chunks, taken: list[int]):
+    for chunk in chunks:
+        taken.append(len(chunk))
+        yield chunk
+
+
+def _envelope_then(item_head: bytes) -> bytes:
+    """A PodList answer whose list opens with `item_head` (the list itself declared 1 GiB long)."""
+    kind = b"\x12\x07PodList"
+    return podproto.MAGIC + b"\x0a" + bytes([len(kind)]) + kind + b"\x12\x80\x80\x80\x80\x04" + item_head
+
+
+def test_an_item_declared_longer_than_a_pod_can_be_is_refused_before_its_bytes_are_held():
+    taken: list[int] = []
+    head = _envelope_then(b"\x12\x80\x80\x80\x80\x10")  # an item of 4 GiB
+    endless = (head if i == 0 else b"\x00" * (1 << 20) for i in range(64))
+    with pytest.raises(ValueError, match="declared"):
+        list(podproto.stream_pages(_fed(endless, taken), 100, bytes))
+    assert sum(taken) <= len(head)  # refused on its header, not after 64 MiB of its bytes
+
+
+def test_a_malformed_varint_is_refused_at_its_eleventh_byte_not_read_on():
+    taken: list[int] = []
+    run = (_envelope_then(b"\x12") if i == 0 else b"\x80" * 100 for i in range(2000))
+    with pytest.raises(ValueError, match="varint"):
+        list(podproto.stream_pages(_fed(run, taken), 100, bytes))
+    assert len(taken) <= 2  # the run of continuation bytes ends the read within a chunk of it
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400), st.integers(min_value=1, max_value=64), st.integers(min_value=1, max_value=5))
+def test_the_pod_stream_reader_on_any_bytes_only_reads_or_refuses(data, cut, batch):
+    taken: list[int] = []
+    for candidate in (data, podproto.MAGIC + data, _envelope_then(data)):
+        chunks = [candidate[i:i + cut] for i in range(0, len(candidate), cut)]
+        try:
+            pages = list(podproto.stream_pages(_fed(chunks, taken), batch, bytes))
+        except ValueError:
+            continue
+        assert all(isinstance(p, bytes) for p in pages)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_a_page_of_any_bytes_reads_or_is_refused(data):
+    for candidate in (data, podproto.MAGIC + data, _envelope_then(data)):
+        try:
+            podproto.continue_token(candidate)
+            podproto.pod_page(candidate)
+        except (ValueError, DecodeError):
+            pass
