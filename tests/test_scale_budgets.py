@@ -3,7 +3,14 @@ limits, never timings (time figures are `make bench`'s)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
 import pytest
+from aiohttp import web
 from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,6 +22,9 @@ from slurmpool.core.placement import SLURM, Side
 from slurmpool.core.view import ANN_PLACEMENT, NodeView, SlurmView
 
 from .factories import make_spec, slurm_node
+from .restfake import FakeSlurmrestd, real_size_jobs
+
+ROOT = Path(__file__).resolve().parent.parent
 
 POOLS, NODES, PENDING = 200, 50, 100_000
 
@@ -103,3 +113,29 @@ def test_a_page_of_any_bytes_reads_or_is_refused(data):
             podproto.pod_page(candidate)
         except (ValueError, DecodeError):
             pass
+
+
+@pytest.mark.parametrize("count", [20_000, 50_000, 100_000])
+async def test_a_real_size_job_queue_over_rest_is_polled_under_512_mib(count):
+    """slurmrestd answers every job (~6 KB each: 20,000 are 120 MB, 100,000 600 MB): the poll
+    reads it as it comes and keeps the pools' pending jobs and the running ones, under an
+    address-space limit of 512 MiB (the chart's memory limit), the poll in a subprocess."""
+    fake = FakeSlurmrestd(versions=("v0.0.45",), job_bytes=real_size_jobs(count))
+    runner = web.AppRunner(fake.app())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "operator"), str(ROOT / "bridge"), str(ROOT)])}
+    try:
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tests.restpoll", url, "512", "p0", "p1",
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=ROOT)
+        out, err = await proc.communicate()
+    finally:
+        await runner.cleanup()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    polled = json.loads(out)
+    running = len(range(0, count, 20))
+    pending = sum(1 for i in range(count) if i % 20 and i % 5 and i % 10 in (0, 1))
+    assert polled["available"], polled["error"]
+    assert polled["jobs"] == {"RUNNING": running, "PENDING": pending}
