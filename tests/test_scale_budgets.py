@@ -17,11 +17,14 @@ from hypothesis import strategies as st
 
 from slurmbridge import SlurmJob
 from slurmpool.cli import podproto
+from slurmpool.core.decide import decide
 from slurmpool.core.demand import signals
+from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.placement import SLURM, Side
+from slurmpool.core.snapshot import PoolSnapshot
 from slurmpool.core.view import ANN_PLACEMENT, NodeView, SlurmView
 
-from .factories import make_spec, slurm_node
+from .factories import NOW, make_spec, slurm_node
 from .restfake import FakeSlurmrestd, real_size_jobs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,6 +63,11 @@ def test_demand_walks_the_queue_once_per_poll_for_200_pools_with_100000_pending(
     assert all(s.waiting(Side.SLURM) == PENDING // POOLS for s in wanted)
     assert all(s.nodes(Side.SLURM) == PENDING // POOLS for s in wanted)
     assert CountedJobs.walks <= 2  # once for the pending index, once for the node index: not once per pool
+    view = SlurmView(True, nodes=states, jobs=jobs)  # the next poll: every pool's whole pass
+    CountedJobs.walks = 0
+    for i, (spec, nodes) in enumerate(pools):
+        decide(PoolSnapshot(pool=PoolRef("ns", f"pool{i}"), spec=spec, nodes=tuple(nodes), slurm=view, now=NOW))
+    assert CountedJobs.walks <= 2
 
 
 def _fed(chunks, taken: list[int]):
