@@ -630,15 +630,10 @@ class RestBackend:
         polls = SETTLE_POLL.delays()
         delay = next(polls)
         while True:
-            data = await self._call("GET", "/jobs/")
+            data = await self._call("GET", "/jobs/", stream=lambda: ListStream("jobs", _requeued(ids)))
             seen: dict[str, list[tuple[int, str, set[str]]]] = {}
-            for raw in _list(data, "jobs"):
-                job, tokens = parse_rest_job(raw)
-                het = _number(raw.get("het_job_id")) or 0
-                number = _number(raw.get("job_id")) or 0
-                key = str(het) if het else job.job_id
-                if key in ids:
-                    seen.setdefault(key, []).append((number, job.state, tokens))
+            for key, entry in _list(data, "jobs"):
+                seen.setdefault(key, []).append(entry)
             settling = [i for i in ids for (_, state, tokens) in seen.get(i, ())
                         if state in _SETTLING or tokens & _SETTLING]
             if not settling or loop.time() + delay > deadline:
@@ -890,6 +885,23 @@ def _requeueable(raw: dict) -> bool | None:
     if not isinstance(requeue, bool) or not isinstance(batch, bool):
         return None
     return requeue and batch
+
+
+def _requeued(ids: list[str]) -> Callable[[Any], tuple[str, tuple[int, str, set[str]]] | None]:
+    """What _wait_pending keeps of a job of GET /jobs/ as it comes: (the id it was asked by: a het
+    job's leader for each part, (its number, state, state tokens)) for the jobs asked, else None."""
+    asked = set(ids)
+
+    def keep(raw: Any) -> tuple[str, tuple[int, str, set[str]]] | None:
+        if not isinstance(raw, dict):
+            return None
+        het = _number(raw.get("het_job_id")) or 0
+        key = str(het) if het else job_id(raw)
+        if key not in asked:
+            return None
+        state, tokens = job_state(raw.get("job_state"))
+        return key, (_number(raw.get("job_id")) or 0, state, tokens)
+    return keep
 
 
 def _state_wanted(tokens: set[str], wanted: set[str] | None) -> bool:
