@@ -18,8 +18,11 @@ those and merges them into bench-results.json.
 Issue 24 on the lab: a gang job with demand on, submit to nodes resumed and to RUNNING (`gang`); the
 planned handover across a window edge on a busy partition: edge to inference, jobs lost, idle
 node-seconds beside the job mix's bound (`handover`, about 4 minutes: the edge is a whole minute).
+Issue 37, on fakes (no lab): the operator's peak RSS and longest event-loop stall while polling
+100,000 real-size jobs over REST from tests/restfake.py (`restjobs`); one round of `decide` for
+200 pools of 50 nodes on one Slurm with 100,000 pending jobs (`demand`).
 BENCH_ONLY=planner,memory (or --only): run only these parts, of planner, calls, fragmentation,
-health, moves, gang, parking, handover, memory, plugin, load.
+health, moves, gang, parking, drill, handover, memory, plugin, load, restjobs, demand.
 Issue 39 on the lab (`parking`): a gang job that needs three lent parked nodes in PowerSave, submit to
 RUNNING; and POWERING_UP to the slurmd registered. Issue 36 (`drill`): the preemption drill's surge to
 pods running, and the work each preempted job lost past its checkpoint.
@@ -56,6 +59,7 @@ from slurmpool.core.planner import plan  # noqa: E402
 from slurmpool.adapters.access import observe_slurm  # noqa: E402
 from slurmpool.controller.apply import ApplyContext, apply  # noqa: E402
 from slurmpool.core.decide import decide  # noqa: E402
+from slurmpool.core.demand import signals  # noqa: E402
 from slurmpool.core.published import slurm_annotation  # noqa: E402
 from slurmpool.core.interfaces import PoolRef  # noqa: E402
 from slurmpool.core.snapshot import PoolSnapshot  # noqa: E402
@@ -103,6 +107,72 @@ def bench_planner() -> None:
     ratio = times[50_000] / times[10_000]
     bound = (50_000 * math.log(50_000)) / (10_000 * math.log(10_000)) * 1.5  # 1.5: timing noise
     record("planner_growth_50k_over_10k", ratio, "x", f"<= {bound:.1f} (n log n x1.5)", ratio <= bound)
+
+
+# ---------------------------------------------------------------- issue 37: a real-size queue
+
+
+def bench_rest_jobs(count: int = 100_000) -> None:
+    """One operator poll (tests/restpoll.py, its own process) of a slurmrestd fake answering
+    `count` jobs of real size (~6 KB each, streamed as it is made): peak RSS and the longest
+    stall of the event loop."""
+    from aiohttp import web
+
+    from tests.restfake import FakeSlurmrestd, real_size_jobs
+
+    async def run() -> dict:
+        runner = web.AppRunner(FakeSlurmrestd(versions=("v0.0.45",), job_bytes=real_size_jobs(count)).app())
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), str(REPO / "bridge"), str(REPO)])}
+        try:
+            proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tests.restpoll", url, "0", "p0", "p1",
+                                                        stdout=asyncio.subprocess.PIPE, env=env, cwd=REPO)
+            out, _ = await proc.communicate()
+        finally:
+            await runner.cleanup()
+        return json.loads(out)
+
+    polled = asyncio.run(run())
+    ok = bool(polled["available"])
+    print(f"     REST poll of {count} jobs: kept {polled['jobs']} in {polled['poll_s']} s")
+    record("rest_poll_100k_jobs_peak_rss", polled["peak_rss_mib"], "MiB", "< 300 MiB", ok and polled["peak_rss_mib"] < 300)
+    record("rest_poll_100k_jobs_longest_stall", polled["longest_stall_s"], "s", "< 0.5 s", ok and polled["longest_stall_s"] < 0.5)
+
+
+def bench_demand_round(pools: int = 200, nodes: int = 50, pending: int = 100_000) -> None:
+    """One round on one Slurm poll holding `pending` pending jobs, for `pools` pools (own
+    partition, demand on, `nodes` busy nodes each), the best of 3: demand (the poll's index and
+    each pool's signals, what the queue costs), and each pool's whole `decide` beside the same
+    round with no job (what the pools cost whatever the queue)."""
+    body = make_spec(slurm_nodes=nodes).model_dump(by_alias=True, exclude_none=True)
+    specs, views, states = [], [], {}
+    for p in range(pools):
+        body["slurm"]["partition"], body["demand"] = f"p{p}", {}
+        specs.append(type(make_spec()).model_validate(body))
+        views.append([NodeView(f"n{p}-{k}", labels={"gpu": "true"}, annotations={ANN_PLACEMENT: SLURM}) for k in range(nodes)])
+        states.update({n.name: slurm_node(n.name, "ALLOCATED") for n in views[-1]})
+    jobs = tuple(SlurmJob(job_id=str(j), name="t", user="u", state="PENDING", partition=f"p{j % pools}", nodes=(), gpus_per_node=8,
+                          num_nodes=1, start_time=None, end_time=None, reason="Resources") for j in range(pending))
+
+    def best(queue: tuple, each) -> float:
+        fastest = math.inf
+        for _ in range(3):
+            view = SlurmView(True, nodes=states, jobs=queue)  # a new poll: its index is made again
+            t0 = time.perf_counter()
+            for p in range(pools):
+                each(p, view)
+            fastest = min(fastest, time.perf_counter() - t0)
+        return fastest
+
+    demand = best(jobs, lambda p, view: signals(specs[p], views[p], view, []))
+    record("demand_round_200_pools_100k_pending", demand, "s", "< 1 s (the pass interval)", demand < 1.0)
+    whole = [best(queue, lambda p, view: decide(PoolSnapshot(pool=PoolRef("ns", f"pool{p}"), spec=specs[p], nodes=tuple(views[p]),
+                                                                 slurm=view, now=NOW))) for queue in (jobs, ())]
+    record("decide_round_200_pools_100k_pending", whole[0], "s", "< 1 s (the pass interval)", whole[0] < 1.0)
+    record("decide_round_200_pools_no_job", whole[1], "s", "what the queue adds: the line above less this", True)
 
 
 # ---------------------------------------------------------------- calls per cycle
@@ -1136,7 +1206,8 @@ def _rss_mib(pid: int) -> float:
     return math.nan
 
 
-PARTS = ("planner", "calls", "fragmentation", "health", "moves", "gang", "parking", "drill", "handover", "memory", "plugin", "load")
+PARTS = ("planner", "calls", "fragmentation", "health", "moves", "gang", "parking", "drill", "handover", "memory", "plugin", "load",
+         "restjobs", "demand")
 
 
 def main() -> int:
@@ -1171,7 +1242,8 @@ def main() -> int:
                           ("health", bench_health_fragmentation), ("moves", bench_lab), ("gang", bench_gang), ("parking", bench_parking), ("drill", bench_drill),
                           ("handover", bench_handover),
                           ("memory", bench_memory),
-                          ("plugin", bench_plugin), ("load", bench_load)):
+                          ("plugin", bench_plugin), ("load", bench_load), ("restjobs", bench_rest_jobs),
+                          ("demand", bench_demand_round)):
             if part in only:
                 run()
         if not args.no_lab and (args.matrix or os.environ.get("BENCH_MATRIX") == "1"):

@@ -6,7 +6,9 @@ node and job states are lists of flag names; no token is 401, a bad one 511."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -93,6 +95,7 @@ class FakeSlurmrestd:
     controller_up: bool = True
     requeue_state: list[str] = field(default_factory=lambda: ["PENDING"])
     signals: list[tuple[str, str, dict]] = field(default_factory=list)  # DELETE /job/{id}: version, id, query
+    job_bytes: Callable[[], Iterable[bytes]] | None = None  # GET /jobs/'s list, encoded, streamed (real_size_jobs)
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -103,7 +106,26 @@ class FakeSlurmrestd:
         body = {**fields, "meta": meta(version), "errors": errors or [], "warnings": []}
         return web.Response(status=http_status, text=json.dumps(body), content_type="application/json")
 
-    async def handle(self, request: web.Request) -> web.Response:
+    async def stream_jobs(self, request: web.Request, version: str) -> web.StreamResponse:
+        """GET /jobs/ written as it is made (chunked), as slurmrestd writes a large answer: the
+        fake never holds it (100,000 jobs are 600 MB)."""
+        assert self.job_bytes is not None
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        await response.write(b'{"jobs":[')
+        block = bytearray()
+        for i, job in enumerate(self.job_bytes()):
+            block += (b"," if i else b"") + job
+            if len(block) > 1 << 20:
+                await response.write(bytes(block))
+                block.clear()
+        tail = {"last_backfill": no_val(0), "last_update": no_val(1764547300), "meta": meta(version), "errors": [], "warnings": []}
+        await response.write(bytes(block) + b"]," + json.dumps(tail)[1:].encode())
+        await response.write_eof()
+        return response
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
         text = await request.text()
         body = json.loads(text) if text else None
         self.requests.append((request.method, request.path, dict(request.headers), body))
@@ -148,6 +170,8 @@ class FakeSlurmrestd:
             return self.answer(version, pings=[ping])
         if rest == "/nodes/" and request.method == "GET":
             return self.answer(version, nodes=self.nodes, last_update=no_val(1764547300))
+        if rest == "/jobs/" and request.method == "GET" and self.job_bytes is not None:
+            return await self.stream_jobs(request, version)
         if rest == "/jobs/" and request.method == "GET":
             return self.answer(version, jobs=self.jobs, last_backfill=no_val(0), last_update=no_val(1764547300))
         if rest == "/jobs/" and request.method == "DELETE":
@@ -186,3 +210,27 @@ class FakeSlurmrestd:
                                results=[{"job_id": int(rest.split("/")[2]), "step_id": rest.split("/")[2],
                                          "error": "No error", "error_code": 0, "why": "Job updated"}])
         return web.Response(status=404, text=UNKNOWN_URL)
+
+
+REAL_JOB = Path(__file__).parent / "fixtures" / "checkpoint" / "26.05-local" / "jobs-v0.0.45.json"
+
+
+def real_size_jobs(count: int, partitions: int = 10, running_every: int = 20, done_every: int = 5) -> Callable[[], Iterator[bytes]]:
+    """`count` jobs of real size (a job slurmrestd 26.05 dumped, some 6 KB), made as they are
+    written: pending in p0..p<partitions-1>, every `running_every`-th running, every
+    `done_every`-th completed (squeue would not list it)."""
+    real = json.loads(REAL_JOB.read_text())["jobs"][0]
+    sentinel = 987654321
+
+    def encoded(state: str, partition: str) -> list[bytes]:
+        job = {**real, "job_id": sentinel, "job_state": [state], "partition": partition,
+               "state_reason": "Resources" if state == "PENDING" else "None"}
+        return json.dumps(job).encode().split(str(sentinel).encode())
+
+    kinds = {(s, p): encoded(s, f"p{p}") for s in ("PENDING", "RUNNING", "COMPLETED") for p in range(partitions)}
+
+    def make() -> Iterator[bytes]:
+        for i in range(count):
+            state = "RUNNING" if i % running_every == 0 else "COMPLETED" if i % done_every == 0 else "PENDING"
+            yield str(i + 1).encode().join(kinds[(state, i % partitions)])
+    return make

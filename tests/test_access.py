@@ -238,7 +238,7 @@ async def test_a_partition_stops_being_polled_once_no_pool_with_demand_asked_for
 async def test_slurmrestd_answers_every_job_once_and_the_poll_filters_it(monkeypatch):
     fake = FilteringBackend(JOBS, filters=False)
     view = await access.observe_slurm(fake, frozenset({"gpu"}))
-    assert fake.asked == [(None, None)]  # one GET /jobs/
+    assert fake.asked == [(None, tuple(sorted(access.ACTIVE_JOB_STATES | {"PENDING"})))]  # one GET /jobs/, kept as needed
     assert sorted(j.job_id for j in view.jobs) == ["1", "2", "4", "5"]
 
 

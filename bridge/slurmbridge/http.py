@@ -7,6 +7,10 @@ response is in the same read as the first, so the JSON `errors` Slurm sent are l
 looks like a broken connection. This client reads one response per request (Content-Length,
 chunked, or up to EOF) and closes a connection the server asked to close without reading more.
 
+A caller that reads a large answer as it comes (GET /jobs/: rest.py, jsonstream.py) passes a
+`sink`: a success's body is then handed over in reads of at most READ bytes, the loop let run
+between them, and never held here (MAX_BODY bounds only what is held).
+
 Connections are reused when the server keeps them open (slurmrestd does for successes); a request
 on a reused connection that the server had closed meanwhile is sent again once on a new one, before
 any byte of an answer was read.
@@ -16,11 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 MAX_BODY = 256 * 1024 * 1024  # /nodes/ of a large cluster is some MiB; more than this is not slurmrestd
 MAX_HEADERS = 128
+READ = 64 * 1024  # a sink's piece: parsed between two turns of the event loop
+Sink = Callable[[bytes], None]
 
 
 class HttpProtocolError(Exception):
@@ -57,18 +64,23 @@ class HttpClient:
         self._slots = asyncio.Semaphore(connections)
         self.opened = 0  # connections opened, for tests of the pool
 
-    async def request(self, method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> Response:
+    async def request(self, method: str, path: str, headers: dict[str, str], body: bytes | None = None,
+                      sink: Sink | None = None) -> Response:
+        """The answer; with `sink`, a 2xx answer's body goes to the sink as it comes (Response.body empty)."""
         head = [f"{method} {self.base}{path} HTTP/1.1", f"Host: {self.host_header}", "Accept: application/json",
                 f"Content-Length: {len(body or b'')}"]
         head += [f"{k}: {v}" for k, v in headers.items()]
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (body or b"")
         async with self._slots:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(self.timeout) as limit:
+                # A streamed answer may take longer than `timeout` to come whole: the limit is then
+                # renewed with each piece (no piece for `timeout` seconds is the timeout).
+                renew = (lambda: limit.reschedule(asyncio.get_running_loop().time() + self.timeout)) if sink else None
                 while True:
                     reused = bool(self._idle)
                     reader, writer = self._idle.pop() if reused else await self._open()
                     try:
-                        response, keep = await self._exchange(reader, writer, data, reused)
+                        response, keep = await self._exchange(reader, writer, data, reused, sink, renew)
                     except StaleConnection:
                         _close(writer)
                         continue  # the server closed it while idle: again on a fresh connection
@@ -87,7 +99,8 @@ class HttpClient:
             self.host, self.port, ssl=self.ssl_context, server_hostname=self.host if self.tls else None,
             limit=1024 * 1024)
 
-    async def _exchange(self, reader, writer, data: bytes, reused: bool) -> tuple[Response, bool]:
+    async def _exchange(self, reader, writer, data: bytes, reused: bool, sink: Sink | None = None,
+                        renew: Callable[[], None] | None = None) -> tuple[Response, bool]:
         try:
             writer.write(data)
             await writer.drain()
@@ -107,7 +120,7 @@ class HttpClient:
                 line = await reader.readline()
                 continue
             break
-        body = await _body(reader, status, headers)
+        body = await _body(reader, status, headers, sink if 200 <= status < 300 else None, renew)
         close = headers.get("connection", "").lower() == "close" or version == "HTTP/1.0"
         framed = "content-length" in headers or "chunked" in headers.get("transfer-encoding", "").lower()
         return Response(status, headers, body), not close and (framed or status in (204, 304))
@@ -147,17 +160,17 @@ async def _headers(reader: asyncio.StreamReader) -> dict[str, str]:
     raise HttpProtocolError(f"more than {MAX_HEADERS} headers")
 
 
-async def _body(reader: asyncio.StreamReader, status: int, headers: dict[str, str]) -> bytes:
+async def _body(reader: asyncio.StreamReader, status: int, headers: dict[str, str], sink: Sink | None = None,
+                renew: Callable[[], None] | None = None) -> bytes:
     if status in (204, 304):
+        return b""
+    if sink is not None:
+        await _stream(reader, headers, sink, renew or (lambda: None))
         return b""
     if "chunked" in headers.get("transfer-encoding", "").lower():
         out = bytearray()
         while True:
-            size_line = await reader.readline()
-            try:
-                size = int(size_line.split(b";", 1)[0].strip(), 16)
-            except ValueError as err:
-                raise HttpProtocolError(f"bad chunk size: {size_line[:40]!r}") from err
+            size = _chunk_size(await reader.readline())
             if size == 0:
                 while (await reader.readline()) not in (b"\r\n", b"\n", b""):
                     pass  # trailers
@@ -167,16 +180,58 @@ async def _body(reader: asyncio.StreamReader, status: int, headers: dict[str, st
             out += await reader.readexactly(size)
             await reader.readline()
     if "content-length" in headers:
-        try:
-            length = int(headers["content-length"])
-        except ValueError as err:
-            raise HttpProtocolError(f"bad Content-Length: {headers['content-length']!r}") from err
-        if length < 0 or length > MAX_BODY:
-            raise HttpProtocolError(f"Content-Length {length} out of range")
-        return await reader.readexactly(length)
+        return await reader.readexactly(_content_length(headers, MAX_BODY))
     out = bytearray()  # neither: the body ends when the server closes
     while chunk := await reader.read(65536):
         out += chunk
         if len(out) > MAX_BODY:
             raise HttpProtocolError("answer too large")
     return bytes(out)
+
+
+async def _stream(reader: asyncio.StreamReader, headers: dict[str, str], sink: Sink, renew: Callable[[], None]) -> None:
+    """The body handed to `sink` in pieces of at most READ bytes, with a turn of the event loop
+    after each (a read of buffered bytes does not give one), the time limit renewed by each."""
+    async def pieces(size: int | None) -> None:  # size None: up to EOF
+        while size is None or size > 0:
+            piece = await reader.read(READ if size is None else min(READ, size))
+            if not piece:
+                if size is None:
+                    return
+                raise asyncio.IncompleteReadError(b"", size)
+            renew()
+            sink(piece)
+            await asyncio.sleep(0)
+            if size is not None:
+                size -= len(piece)
+
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        while size := _chunk_size(await reader.readline()):
+            await pieces(size)
+            await reader.readline()
+        while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+            pass  # trailers
+    elif "content-length" in headers:
+        await pieces(_content_length(headers, None))
+    else:
+        await pieces(None)
+
+
+def _chunk_size(line: bytes) -> int:
+    try:
+        size = int(line.split(b";", 1)[0].strip(), 16)
+    except ValueError as err:
+        raise HttpProtocolError(f"bad chunk size: {line[:40]!r}") from err
+    if size < 0:
+        raise HttpProtocolError(f"bad chunk size: {line[:40]!r}")
+    return size
+
+
+def _content_length(headers: dict[str, str], limit: int | None) -> int:
+    try:
+        length = int(headers["content-length"])
+    except ValueError as err:
+        raise HttpProtocolError(f"bad Content-Length: {headers['content-length']!r}") from err
+    if length < 0 or (limit is not None and length > limit):
+        raise HttpProtocolError(f"Content-Length {length} out of range")
+    return length

@@ -15,6 +15,10 @@ Calls:
 - nodes: GET /slurm/V/nodes/ (one call; asked-for names are filtered here, unknown ones are absent).
 - jobs: GET /slurm/V/jobs/, filtered here as `squeue -a [-p] [-t]` would; job ids are printed as
   squeue prints them: 42, 42_3 (array task), 7_[0-3] (pending array tasks), 5+1 (het component).
+  No version filters jobs by partition or state (26.05's openapi/slurmctld reads only `update_time`
+  and `flags`; GET /jobs/state/ has no partition, nodes or GRES), and a job is some 5 KB of JSON:
+  the answer is read as it comes (jsonstream.py), each job filtered and reduced to a SlurmJob
+  alone, so memory is what is kept, whatever the queue's size.
 - topology: slurmrestd has no topology endpoint in any version: [] (what scontrol gives for
   topology/flat). Use `spec.topology.blockLabel` with REST access.
 - drain/resume: POST /slurm/V/node/NAME {"state":["DRAIN"],"reason":...} / {"state":["RESUME"]},
@@ -72,7 +76,8 @@ from .backend import (
 )
 from .backoff import Backoff
 from .errors import UNAVAILABLE_MARKERS, SlurmError, SlurmUnavailable, SlurmUnsupported
-from .http import HttpClient, HttpProtocolError
+from .http import HttpClient, HttpProtocolError, Sink
+from .jsonstream import ListStream
 from .models import DeclaredSignal, PowerSave, SlurmJob, SlurmNode, SlurmReservation, TopologyGroup, gpu_count
 from .parse import power_save_from_config
 
@@ -230,9 +235,11 @@ class RestBackend:
                                     connections=self.connections)
         return self._http
 
-    async def _send(self, method: str, path: str, body: Any = None, refresh: bool = False) -> tuple[int, Any, str]:
+    async def _send(self, method: str, path: str, body: Any = None, refresh: bool = False,
+                    stream: Callable[[], ListStream] | None = None) -> tuple[int, Any, str]:
         """One HTTP request: (status, parsed JSON or None, text). Transport failures are
-        SlurmUnavailable; nothing here judges the status."""
+        SlurmUnavailable; nothing here judges the status. `stream`: a success's body is read as it
+        comes into a new ListStream (its parsed answer is then the stream's; no text)."""
         auth = await self.token.get(refresh=refresh)
         if not auth.token:
             raise SlurmAuthError("the slurmrestd token is empty", argv=(method, path))
@@ -243,8 +250,10 @@ class RestBackend:
             headers["Content-Type"] = "application/json"
         self.commands_run += 1
         argv = (method, path)
+        reader = stream() if stream else None
+        sink: Sink | None = reader.feed if reader else None
         try:
-            resp = await self._client().request(method, path, headers, data)
+            resp = await self._client().request(method, path, headers, data, sink)
         except ssl.SSLCertVerificationError as e:
             raise SlurmError(f"slurmrestd at {self.url}: TLS certificate not trusted: {e}", argv=argv) from e
         except ssl.SSLError as e:
@@ -254,6 +263,13 @@ class RestBackend:
         except (OSError, EOFError, TimeoutError) as e:
             what = "timed out" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
             raise SlurmUnavailable(f"slurmrestd at {self.url} unreachable ({method} {path}): {what}", argv=argv) from e
+        except ValueError as e:  # the stream's JSON (a SlurmError raised by its keep goes through)
+            raise SlurmError(f"slurmrestd answered {method} {path} with malformed JSON: {e}", argv=argv) from e
+        if reader is not None and 200 <= resp.status < 300:
+            try:
+                return resp.status, reader.close(), ""
+            except ValueError as e:
+                raise SlurmError(f"slurmrestd answered {method} {path} with malformed JSON: {e}", argv=argv) from e
         text = resp.body.decode("utf-8", errors="replace")
         try:
             parsed = json.loads(text) if text.strip() else None
@@ -261,17 +277,18 @@ class RestBackend:
             parsed = None
         return resp.status, parsed, text
 
-    async def _call(self, method: str, path: str, body: Any = None, *, benign: tuple[str, ...] = ()) -> dict:
+    async def _call(self, method: str, path: str, body: Any = None, *, benign: tuple[str, ...] = (),
+                    stream: Callable[[], ListStream] | None = None) -> dict:
         """A request with the API version prefix, judged: returns the JSON object of a success,
         raises SlurmAuthError, SlurmUnavailable or SlurmError. `benign`: error texts that mean
-        the goal already holds (then the answer counts as a success)."""
+        the goal already holds (then the answer counts as a success). `stream`: see _send."""
         for attempt in range(self.retries + 1):
             try:
                 version = await self._version()
                 full = f"/slurm/{version}{path}"
-                status, data, text = await self._send(method, full, body)
+                status, data, text = await self._send(method, full, body, stream=stream)
                 if status in (401, 511):  # the token may have been renewed: read it again, once
-                    status, data, text = await self._send(method, full, body, refresh=True)
+                    status, data, text = await self._send(method, full, body, refresh=True, stream=stream)
                 return self._judge(method, full, status, data, text, benign)
             except SlurmUnavailable as e:
                 if attempt == self.retries:
@@ -373,22 +390,31 @@ class RestBackend:
             wanted = set(validate.job_states(states))
             if not wanted:
                 return []
-        data = await self._call("GET", "/jobs/")
-        # v0.0.45 dumps the removed "shared" as an empty list and has no "exclusive" in a job's info.
-        shared_tells = not self.version or _version_key(self.version) < _version_key("v0.0.45")
-        jobs = []
-        for raw in _list(data, "jobs"):
+
+        def keep(raw: Any) -> SlurmJob | None:
+            """A job of the answer as it comes: filtered on its state and partition first (most of a
+            queue is not asked for), read whole only when kept."""
             try:
-                job, tokens = parse_rest_job(raw, shared_tells)
-            except (KeyError, TypeError, ValueError) as e:
+                if not _state_wanted(job_state(raw.get("job_state"))[1], wanted):
+                    return None
+                if partition is not None and partition not in _text(raw.get("partition")).split(","):
+                    return None
+                return parse_rest_job(raw, shared_tells)[0]
+            except (AttributeError, KeyError, TypeError, ValueError) as e:
                 raise SlurmError(f"cannot read a job in slurmrestd's answer: {e}: {str(raw)[:200]}",
                                  argv=("GET", "/jobs/")) from e
-            if partition is not None and partition not in job.partition.split(","):
-                continue
-            if not _state_wanted(tokens, wanted):
-                continue
-            jobs.append(job)
-        return jobs
+
+        shared_tells = True  # set once the version is known, before the first job comes
+        def reader() -> ListStream:
+            nonlocal shared_tells
+            # v0.0.45 dumps the removed "shared" as an empty list and has no "exclusive" in a job's info.
+            shared_tells = not self.version or _version_key(self.version) < _version_key("v0.0.45")
+            return ListStream("jobs", keep)
+
+        data = await self._call("GET", "/jobs/", stream=reader)
+        if not isinstance(data.get("jobs"), list):  # a failed poll, never an empty queue (no demand, nothing running)
+            raise SlurmUnavailable(f"slurmrestd answered GET /jobs/ without a job list (keys: {sorted(data)[:8]})")
+        return data["jobs"]
 
     async def topology(self) -> list[TopologyGroup]:
         """slurmrestd has no topology endpoint: no blocks (as scontrol says for topology/flat)."""
@@ -604,15 +630,10 @@ class RestBackend:
         polls = SETTLE_POLL.delays()
         delay = next(polls)
         while True:
-            data = await self._call("GET", "/jobs/")
+            data = await self._call("GET", "/jobs/", stream=lambda: ListStream("jobs", _requeued(ids)))
             seen: dict[str, list[tuple[int, str, set[str]]]] = {}
-            for raw in _list(data, "jobs"):
-                job, tokens = parse_rest_job(raw)
-                het = _number(raw.get("het_job_id")) or 0
-                number = _number(raw.get("job_id")) or 0
-                key = str(het) if het else job.job_id
-                if key in ids:
-                    seen.setdefault(key, []).append((number, job.state, tokens))
+            for key, entry in _list(data, "jobs"):
+                seen.setdefault(key, []).append(entry)
             settling = [i for i in ids for (_, state, tokens) in seen.get(i, ())
                         if state in _SETTLING or tokens & _SETTLING]
             if not settling or loop.time() + delay > deadline:
@@ -864,6 +885,23 @@ def _requeueable(raw: dict) -> bool | None:
     if not isinstance(requeue, bool) or not isinstance(batch, bool):
         return None
     return requeue and batch
+
+
+def _requeued(ids: list[str]) -> Callable[[Any], tuple[str, tuple[int, str, set[str]]] | None]:
+    """What _wait_pending keeps of a job of GET /jobs/ as it comes: (the id it was asked by: a het
+    job's leader for each part, (its number, state, state tokens)) for the jobs asked, else None."""
+    asked = set(ids)
+
+    def keep(raw: Any) -> tuple[str, tuple[int, str, set[str]]] | None:
+        if not isinstance(raw, dict):
+            return None
+        het = _number(raw.get("het_job_id")) or 0
+        key = str(het) if het else job_id(raw)
+        if key not in asked:
+            return None
+        state, tokens = job_state(raw.get("job_state"))
+        return key, (_number(raw.get("job_id")) or 0, state, tokens)
+    return keep
 
 
 def _state_wanted(tokens: set[str], wanted: set[str] | None) -> bool:

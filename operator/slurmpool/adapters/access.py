@@ -71,14 +71,14 @@ async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = 
     over SSH). Fails closed. `pending`: the partitions whose pending jobs are read (the pools with
     demand on); running jobs are read from every partition (a node may run any). None: every job.
     100k pending jobs were 17 MB per poll: squeue filters (`-t`, `-p`); slurmrestd cannot, so its
-    one answer is filtered here. `reservations`: the operator's reservations too (a pool with a
+    one answer is filtered as it comes (the states: rest.py) and by partition here. `reservations`: the operator's reservations too (a pool with a
     planned handover asked lately)."""
     if pending is None:
         calls = [backend.jobs()]
     elif backend.filters_jobs:
         calls = [backend.jobs(states=sorted(ACTIVE_JOB_STATES))] + [backend.jobs(partition=p, states=["PENDING"]) for p in sorted(pending)]
-    else:
-        calls = [backend.jobs()]
+    else:  # one answer of every job: the states that matter kept as it is read
+        calls = [backend.jobs(states=sorted(ACTIVE_JOB_STATES | ({"PENDING"} if pending else set())))]
     polled, answers, listed = await asyncio.gather(backend.nodes(), _settled(calls), _reservations(backend, reservations),
                                                    return_exceptions=True)
     found, max_times, error, api = _value(listed)

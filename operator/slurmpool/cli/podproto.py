@@ -24,6 +24,10 @@ MAGIC = b"k8s\x00"  # ahead of every protobuf answer: then a runtime.Unknown wra
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 ACCEPT = f"{PROTOBUF}, application/json;q=0.5"  # JSON if the server has no protobuf for it
 MIRROR = "kubernetes.io/config.mirror"
+# A pod is at most etcd's 1.5 MiB request: an item (or an envelope's field) declared longer is not
+# the apiserver's, and is refused before its bytes are waited for and held.
+MAX_ITEM = 8 * 1024 * 1024
+MAX_VARINT = 10  # bytes: a 64-bit varint; a longer run of continuation bytes is malformed
 T = TypeVar("T")
 
 _F = descriptor_pb2.FieldDescriptorProto
@@ -183,22 +187,29 @@ def pod_keys(page) -> list[tuple[str, str]]:
     return keys
 
 
-def _header_in(buf: bytearray, at: int) -> tuple[int, int, int] | None:
+def _header_in(buf: bytearray, at: int, inside: bool = True) -> tuple[int, int, int] | None:
     """(number, start, size) of the length-delimited field at `at`, once its key and its length
-    have come (None before)."""
+    have come (None before). `inside`: within the list (an item), not in its envelope."""
     key = _varint_in(buf, at)
     size = _varint_in(buf, key[1]) if key else None
     if not key or not size:
         return None
     if key[0] & 7 != 2:
         raise ValueError(f"a protobuf field of wire type {key[0] & 7} where a list's envelope or item was expected")
-    return key[0] >> 3, size[1], size[0]
+    number = key[0] >> 3
+    if size[0] > MAX_ITEM and not (number == 2 and inside is False):  # the envelope's raw is the whole list
+        raise ValueError(f"a protobuf field declared {size[0]} bytes long, more than an item can be ({MAX_ITEM})")
+    return number, size[1], size[0]
 
 
 def _varint_in(buf: bytearray | memoryview, at: int) -> tuple[int, int] | None:
-    """A varint at `at` of what has come so far; None if it has not all come yet."""
+    """A varint at `at` of what has come so far; None if it has not all come yet. More than
+    MAX_VARINT bytes is malformed: refused at once, never read on (each chunk that came would
+    read the run again, and shift a growing number: quadratic)."""
     value = shift = 0
     while at < len(buf):
+        if shift >= 7 * MAX_VARINT:
+            raise ValueError(f"a protobuf varint longer than {MAX_VARINT} bytes")
         byte = buf[at]
         value |= (byte & 0x7F) << shift
         at += 1
@@ -226,7 +237,7 @@ def stream_pages(chunks: Iterable[bytes], batch: int, convert: Callable[[bytes],
     if buf[:4] != MAGIC:
         raise ValueError("not a protobuf answer")
     while raw_end is None or at < raw_end:
-        header = _header_in(buf, at)
+        header = _header_in(buf, at, raw_end is not None)
         if header is None or (header[1] + header[2] > len(buf) and (raw_end is not None or header[0] != 2)):
             if not more():
                 raise ValueError("the list's answer ended before its last item")

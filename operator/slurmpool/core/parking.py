@@ -238,9 +238,8 @@ def waiting_on_held(spec: SlurmNodePoolSpec, slurm: SlurmView, held: Collection[
     """Pending jobs of the pool's partition whose nodes Slurm lists as unavailable
     (`UnavailableNodes:`, SlurmJob.unavailable_nodes) are all held parked nodes: said in the
     status, as they wait on the bounds that hold them."""
-    out = []
-    for job in slurm.jobs:
-        names = set(job.unavailable_nodes)
-        if job.state == "PENDING" and names and names <= set(held) and spec.slurm.partition in job.partition.split(","):
+    out, held = [], set(held)
+    for job in slurm.pending_in(spec.slurm.partition):  # indexed once per poll, not walked per pool
+        if job.unavailable_nodes and (names := set(job.unavailable_nodes)) <= held:
             out.append(f"job {job.job_id} waits on held node(s) {', '.join(sorted(names))}")
     return out

@@ -88,7 +88,7 @@ def wants(seen: Seen) -> list[Want]:
     """The source (an entry of SOURCES): what the pool's pending jobs want from Slurm."""
     gpn = seen.gpus_per_node
     pool = {n.name: n for n in seen.nodes}
-    candidates = _pending(seen.slurm.jobs, seen.spec.slurm.partition, pool)
+    candidates = _pending(seen.slurm.pending_in(seen.spec.slurm.partition), pool)
     unstartable = {j.job_id: why for j in candidates if (why := never_starts(j, len(seen.nodes), gpn) or named_stuck(j, pool, seen.unhealthy))}
     jobs = [j for j in candidates if j.job_id not in unstartable] if unstartable else candidates
     if not jobs and not unstartable:
@@ -144,16 +144,14 @@ def _listed(names: Sequence[str], at_most: int = 5) -> str:
     return ", ".join(names[:at_most]) + more
 
 
-def _pending(jobs: Sequence[SlurmJob], partition: str, pool: Mapping[str, NodeView]) -> list[SlurmJob]:
-    """The partition's pending jobs that wait for nodes or never start and want the pool's nodes:
-    GPUs, whole nodes (--exclusive), or nodes of the pool by name."""
+def _pending(jobs: Sequence[SlurmJob], pool: Mapping[str, NodeView]) -> list[SlurmJob]:
+    """Of the partition's pending jobs, those that wait for nodes or never start and want the
+    pool's nodes: GPUs, whole nodes (--exclusive), or nodes of the pool by name."""
     return [
         j
         for j in jobs
-        if j.state == "PENDING"
-        and j.num_nodes > 0
+        if j.num_nodes > 0
         and (j.gpus_per_node > 0 or j.exclusive or any(n in pool for n in j.required_nodes))
-        and partition in j.partition.split(",")
         and _normal(j.reason).startswith(COUNTED_REASONS)
     ]
 
