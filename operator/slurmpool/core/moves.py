@@ -528,16 +528,20 @@ def _draining(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNod
     if jobs:
         step.message = f"waiting for {len(jobs)} job(s) to leave the node"
     late = _elapsed(move, now) - seconds(spec.drain.timeout)
-    if late < 0:
-        return WAIT
     policy = spec.drain.on_timeout
+    warned = policy == "Checkpoint" and node.checkpoint is not None and node.checkpoint.warned_for(
+        tuple(j.job_id for j in jobs if j.state == "RUNNING"), now)
+    if late < 0 and not warned:  # a planned handover warned them before the edge (warning.py): their grace is its own
+        return WAIT
     expiry = expire(policy, overdue(jobs, late, spec.drain, node.checkpoint, now))
     if expiry.rollback:
         return Rollback(f"drain timed out after {spec.drain.timeout}")
+    why = "drain timed out" if late >= 0 else "jobs warned before the handover's edge"
     for ended in expiry.ended:
         step.actions.append(ended.action)
-        step.events.append(Event.warning(ended.reason, f"{node.name}: drain timed out; {ended.verb} job(s) {', '.join(ended.action.job_ids)}"))
-    step.message = f"drain timed out after {spec.drain.timeout} (onTimeout {policy}); " + checkpointing(node.name, expiry, step, spec) + step.message
+        step.events.append(Event.warning(ended.reason, f"{node.name}: {why}; {ended.verb} job(s) {', '.join(ended.action.job_ids)}"))
+    step.message = (f"drain timed out after {spec.drain.timeout}" if late >= 0 else why) + f" (onTimeout {policy}); " \
+        + checkpointing(node.name, expiry, step, spec) + step.message
     return WAIT
 
 
