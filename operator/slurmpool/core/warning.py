@@ -62,9 +62,9 @@ def warn(plan: HandoverPlan, view: PoolView) -> Warnings:
     on: dict[str, list[str]] = {}
     settled = {n.name for n in view.nodes if n.move is None}  # a node already moving has its own drain's record
     for node in (n for n in h.nodes if n in settled):
-        for job in view.slurm.jobs_on(node):
-            if job.state == "RUNNING" and (job.end_time is None or job.end_time > h.start):
-                on.setdefault(job.job_id, []).append(node)
+        for running in view.slurm.jobs_on(node):
+            if running.state == "RUNNING" and (running.end_time is None or running.end_time > h.start):
+                on.setdefault(running.job_id, []).append(node)
     c = Checkpointing(view.spec.drain.checkpoint, None, view.now, declared={
         j.job_id: j.declared_signal for n in h.nodes for j in view.slurm.jobs_on(n) if j.declared_signal is not None})
     due: dict[str, list[str]] = {}  # first node -> jobs to signal now
