@@ -95,6 +95,14 @@ def test_each_settled_power_state_reads_and_means_the_same_on_every_path(capture
 
 
 @pytest.mark.parametrize("capture", CAPTURES)
+def test_every_path_shows_the_node_weight_the_lending_order_reads(capture):
+    """Weight= (the lab's slurm.conf sets none: Slurm's default 1), powered down or not (parking.by_weight)."""
+    for step in ("up", "drain-powered-down", "idle-powered-down"):
+        seen = [scontrol_nodes(capture, step), *rest_captures(capture, step).values()]
+        assert {sn.weight for nodes in seen for sn in nodes.values()} == {1}, (capture, step)
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
 def test_a_held_node_keeps_its_reason_and_a_declined_one_names_why(capture):
     r = roles(capture)
     assert scontrol_nodes(capture, "drain-powered-down")[r["C"]].reason == "slurmpool: parked for inference"

@@ -756,6 +756,7 @@ def parse_rest_node(raw: Any) -> SlurmNode | None:
         slurmd_start=_time(raw.get("slurmd_start_time")),
         reason_user=(_text(raw.get("reason_set_by_user")) or None) if reason else None,
         reason_time=_time(raw.get("reason_changed_at")) if reason else None,
+        weight=w if isinstance(w := raw.get("weight"), int) and not isinstance(w, bool) else None,
     )
 
 
