@@ -140,7 +140,7 @@ async def test_a_powered_down_parked_node_is_not_asked_to_power_down_again():
 
 
 class Powering(FakeSlurm):
-    async def power_down(self, nodes):
+    async def power_down(self, nodes, again=False):
         self.calls.append(("power_down", tuple(nodes)))
 
     async def power_up(self, nodes):

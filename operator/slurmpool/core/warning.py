@@ -54,7 +54,7 @@ def warn(plan: HandoverPlan, view: PoolView) -> Warnings:
     """The warnings of the handover ahead (plan.ahead); nothing while the reservations are unknown."""
     if plan.outcome == "unknown":
         return Warnings()
-    h = plan.ahead if view.now < (plan.ahead.start if plan.ahead else view.now) else None
+    h = plan.ahead if plan.ahead is not None and view.now < plan.ahead.start else None
     out = Warnings(drop=_stale(plan, view, h))
     if h is None or view.spec.drain.on_timeout != "Checkpoint":
         return out
