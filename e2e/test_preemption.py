@@ -8,9 +8,10 @@ the matrix; the marker directory is the lab's, where the lab's slurmd runs the j
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -22,10 +23,12 @@ from harness import (
     events,
     install_crd,
     job_state,
+    lab_access,
     node_json,
     now_rfc3339,
     pods_json,
     pool_manifest,
+    pool_status,
     reset_lab,
     split_reached,
     wait,
@@ -185,4 +188,68 @@ def test_a_sigkill_during_the_grace_neither_signals_again_nor_shortens_it(lab):
         print(f"FAULT | operator SIGKILLed during the grace | one signal, requeued {ran_on:.1f} s after it (grace {grace} s)")
     finally:
         op.stop()
+        reset_lab(lab)
+
+
+def job_to_the_edge(lab, d: Path, node: str) -> str:
+    """A training job (SCRIPT) on `node` whose 30-minute limit passes an edge minutes ahead; no
+    --signal of its own, so the pool's signal and grace apply."""
+    script = d / "train.sh"
+    script.write_text(SCRIPT.format(dir=d))
+    out = lab.slurm("sbatch", "--parsable", "-p", "gpu", "-N1", "--exclusive", "--gres=gpu:8", "--time=30", "--requeue",
+                    "--open-mode=append", "-w", lab.slurm_name(node), "-o", "/dev/null", str(script))
+    return out.stdout.strip().split(";")[0]
+
+
+@pytest.mark.skipif(lab_access() == "rest" and os.environ.get("LAB_SLURM", "22.05") != "26.05",
+                    reason="slurmrestd requeues only on 26.05 (v0.0.45)")
+def test_a_planned_handover_warns_the_jobs_past_its_edge_grace_before_it_and_requeues_them_at_it(lab):
+    """Issue 36: jobs whose limit passes a window's edge on the leaving nodes get USR1 `grace` before
+    the edge (status.handover.checkpoints says when), and are requeued at the edge, not
+    `drain.timeout` after it; jobs on the nodes that stay are not touched. About 6 minutes."""
+    install_crd(lab)
+    ensure_namespace_and_secret(lab)
+    total, leaving, grace = len(lab.nodes), 2, 60
+    d = marker_dir(lab)
+    drain = {"timeout": "10m", "onTimeout": "Checkpoint", "checkpoint": {"signal": "USR1", "to": "Batch", "grace": f"{grace}s"}}
+    op = Operator(lab, "operator-handover-checkpoint.log").start()
+    jobs: dict[str, str] = {}
+    try:
+        apply(lab, pool_manifest(lab, POOL, total, drain=drain))
+        wait(lambda: split_reached(lab, POOL, total, total), 180, what=f"{total} Slurm")
+        jobs = {node: job_to_the_edge(lab, d, node) for node in lab.nodes}
+        wait(lambda: all(job_state(lab, j) == "RUNNING" and lines(d, j, "start") == ["fresh 0"] for j in jobs.values()), 60,
+             what="a training job running on every node")
+        edge = (datetime.now(timezone.utc) + timedelta(minutes=4)).replace(second=0, microsecond=0)
+        window = {"name": "serve", "cron": f"{edge.minute} {edge.hour} * * *", "duration": "10m", "slurmNodes": total - leaving}
+        lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p",
+                    json.dumps({"spec": {"schedule": [window], "handover": {"leadTime": "15m"}}}))
+
+        def planned() -> dict | None:
+            h = pool_status(lab, POOL).get("handover") or {}
+            return h if h.get("checkpoints") else None
+
+        h = wait(planned, 90, what="status.handover.checkpoints")
+        assert datetime.now(timezone.utc) < edge - timedelta(seconds=grace), "planned after the warning was due"
+        warned = {jobs[n] for n in h["nodes"]}
+        assert len(h["nodes"]) == leaving and {c["job"] for c in h["checkpoints"]} == warned, h
+        at = (edge - timedelta(seconds=grace)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert {(c["at"], c["signal"]) for c in h["checkpoints"]} == {(at, "USR1")}, h
+        until_edge = (edge - datetime.now(timezone.utc)).total_seconds()
+        wait(lambda: all(lines(d, j, "ckpt") for j in warned), until_edge + 30, what="the warned jobs' markers")
+        for j in warned:  # written once, grace before the edge, while the node still served Slurm
+            (marker,) = lines(d, j, "ckpt")
+            assert edge.timestamp() - grace - 5 <= float(marker.split()[0]) < edge.timestamp(), (j, marker, edge)
+        # At the edge: requeued at once (the drain does not wait its 10 minutes), the nodes serve inference.
+        wait(lambda: all(restarts(lab, j) == 1 for j in warned), until_edge + 120, what="the warned jobs requeued at the edge")
+        late = time.time() - edge.timestamp()
+        wait(lambda: split_reached(lab, POOL, total - leaving, total), 180, what=f"{leaving} nodes in inference")
+        for j in set(jobs.values()) - warned:
+            assert not lines(d, j, "ckpt") and restarts(lab, j) == 0 and job_state(lab, j) == "RUNNING", j
+        print(f"HANDOVER | {len(warned)} job(s) warned {grace} s before the edge, requeued {late:.1f} s after it (drain.timeout 10m)")
+    finally:
+        op.stop()
+        for j in jobs.values():
+            lab.slurm("scancel", j, check=False)
+        lab.slurm("scontrol", "delete", f"ReservationName=slurmpool-{NAMESPACE}-{POOL}", check=False)
         reset_lab(lab)

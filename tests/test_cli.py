@@ -646,6 +646,21 @@ def test_plan_at_names_the_nodes_whose_jobs_outlast_the_edge():
     assert "jobs on n1 have no time limit or end after the edge" in "\n".join(cli_render.handover_lines(h))
 
 
+def test_plan_at_says_when_each_late_job_is_warned_to_checkpoint():
+    spec, pool, nodes = scheduled({"name": "day", "cron": "30 12 * * *", "slurmNodes": 0})
+    body = {**spec.model_dump(by_alias=True, exclude_none=True), "drain": {"onTimeout": "Checkpoint", "checkpoint": {"grace": "10m"}}}
+    h = cli_plan.plan_view(type(SPEC).model_validate(body), pool, nodes, NOW, cli_plan.Asked(None, NOW + timedelta(minutes=30)))["handover"]
+    assert [(c["nodes"], c["at"], c["signal"], c["signalled"]) for c in h["checkpoints"]] == [(["n1"], "2026-11-29T12:20:00Z", "USR1", None)]
+    assert any(line.endswith("checkpoint at 2026-11-29T12:20:00Z (USR1)") and "on n1" in line for line in cli_render.handover_lines(h))
+    assert cli_plan.plan_view(spec, pool, nodes, NOW, cli_plan.Asked(None, NOW + timedelta(minutes=30)))["handover"]["checkpoints"] == []
+
+
+def test_the_status_handover_shows_checkpoint_at_with_the_time_the_signal_went():
+    h = {"reservation": "slurmpool-ns-gpu", "nodes": ["n1"], "start": "2026-11-29T12:30:00Z", "state": "Reserved", "checkpoints": [
+        {"job": "7", "nodes": ["n1"], "at": "2026-11-29T12:25:00Z", "signal": "USR1", "signalled": "2026-11-29T12:25:04Z"}]}
+    assert "    job 7 on n1: checkpoint at 2026-11-29T12:25:00Z (USR1, sent 2026-11-29T12:25:04Z)" in cli_render.handover_lines(h)
+
+
 def test_a_one_off_window_plans_the_same_handover_as_a_recurring_one():
     at = NOW + timedelta(minutes=30)
     recurring = cli_plan.plan_view(*scheduled({"name": "day", "cron": "30 12 * * *", "slurmNodes": 1}), NOW, cli_plan.Asked(None, at))

@@ -93,6 +93,16 @@ def test_parked_nodes_are_lent_down_to_the_inference_floor_in_the_planners_order
     assert {n: [type(a) for a in s.actions] for n, s in out.steps.items()} == {"gpu02": [Resume], "gpu03": [Resume]}
 
 
+def test_among_parked_nodes_the_lowest_slurm_weight_is_lent_first_equal_weights_keep_the_planners_order():
+    spec = power_save(make_spec(slurm_nodes=0, min_inference=2))
+    pairs = [held_parked("gpu01", pods=3), held_parked("gpu02", pods=0), held_parked("gpu03", pods=1), held_parked("gpu04", pods=2)]
+    weighted = [(n, replace(sn, weight=w)) for (n, sn), w in zip(pairs, (10, 50, 10, 50))]
+    assert settle(spec, weighted).lendable == ["gpu03", "gpu01"]  # Slurm picks weight 10 first; then fewest pods
+    assert settle(spec, [(n, replace(sn, weight=1)) for n, sn in pairs]).lendable == ["gpu02", "gpu03"]
+    unknown = [(n, replace(sn, weight=None if n.name == "gpu02" else 1)) for n, sn in pairs]  # shown by no path: Slurm's default 1
+    assert settle(spec, unknown).lendable == ["gpu02", "gpu03"]
+
+
 def test_each_bound_holds_nodes():
     pairs = [held_parked(f"gpu0{i}") for i in range(1, 5)]
     pools = [("default", 0, 3, None)]

@@ -28,6 +28,7 @@ from slurmbridge.parse import parse_config, parse_scontrol_nodes, power_save_fro
 from slurmbridge.rest import RestAuth, RestBackend, parse_rest_node
 from slurmpool.core import slurmstate
 
+from .factories import slurm_node
 from .restfake import FakeSlurmrestd
 
 FIXTURES = Path(__file__).parent / "fixtures" / "power_states"
@@ -91,6 +92,14 @@ def test_each_settled_power_state_reads_and_means_the_same_on_every_path(capture
         shown = without_model(sn.flags) - ({"NOT_RESPONDING"} if "POWERED_DOWN" in flags else set())
         assert (sn.state, shown) == (base, frozenset(flags)), (capture, path)
         assert {a: getattr(slurmstate, a)(sn) for a in ANSWERS} == want, (capture, path, slurmstate.text(sn))
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_every_path_shows_the_node_weight_the_lending_order_reads(capture):
+    """Weight= (the lab's slurm.conf sets none: Slurm's default 1), powered down or not (parking.by_weight)."""
+    for step in ("up", "drain-powered-down", "idle-powered-down"):
+        seen = [scontrol_nodes(capture, step), *rest_captures(capture, step).values()]
+        assert {sn.weight for nodes in seen for sn in nodes.values()} == {1}, (capture, step)
 
 
 @pytest.mark.parametrize("capture", CAPTURES)
@@ -160,6 +169,14 @@ def test_power_requests_go_only_where_they_are_needed(capture):
     assert wanted(capture, "declined", True, "C") == {"POWER_DOWN_FORCE": [r["C"]]}
     # Powering up for a job: refused (a decline drains first, which requeues the job).
     assert wanted(capture, "powering-up-job", True, "A", "D") == {"POWER_DOWN": [r["A"]], REFUSED: [r["D"]]}
+
+
+def test_asked_again_a_power_down_slurm_left_queued_is_forced_and_nothing_else_changes():
+    queued = slurm_node("gpu01", "DOWN", {"DRAIN", "POWER_DOWN", "NOT_RESPONDING"})
+    assert power_requests([("gpu01", queued)], down=True) == {}  # asked once: a plain request is not repeated
+    assert power_requests([("gpu01", queued)], down=True, again=True) == {"POWER_DOWN_FORCE": ["gpu01"]}
+    for flags, state in (({"POWER_DOWN", "POWERING_DOWN"}, "IDLE"), ({"POWERED_DOWN"}, "IDLE"), ({"POWER_DOWN"}, "ALLOCATED")):
+        assert power_requests([("gpu01", slurm_node("gpu01", state, flags))], down=True, again=True) == {}, flags
 
 
 def test_a_node_slurm_does_not_know_is_passed_on_for_slurm_to_refuse():

@@ -12,7 +12,7 @@ from slurmpool.adapters import access
 from slurmpool.adapters.kube import slurmd_pod
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import SlurmAccess
-from slurmpool.core.view import ANN_PLACEMENT, LABEL_SIDE, NodeView, SlurmView
+from slurmpool.core.view import ANN_PLACEMENT, ANN_SETTLED, LABEL_SIDE, NodeView, SlurmView, iso
 
 from .factories import NOW, make_spec, slurm_node
 from .sim import POWER_SAVE_OFF, POWER_SAVE_ON, parked
@@ -131,6 +131,16 @@ async def test_a_drain_pool_has_no_power_save_condition_and_loses_one_it_had():
     assert condition(status) is None and slurm.calls == []
 
 
+async def test_a_power_down_slurm_keeps_queued_is_asked_again_forced_after_the_node_records_when():
+    nodes, view = parked_nodes(2, POWER_SAVE_ON)
+    queued = {n: replace(sn, state="DOWN", flags=sn.flags | {"POWER_DOWN", "NOT_RESPONDING"}) for n, sn in view.nodes.items()}
+    view = SlurmView(True, nodes=queued, power_save=POWER_SAVE_ON)
+    nodes = [replace(n, annotations={**n.annotations, ANN_SETTLED: iso(parked_at())}) for n in nodes]  # an hour ago
+    _, kube, slurm = await run(power_save_pool(), nodes, view, kube=FakeKube(), slurm=Powering())
+    assert slurm.calls == [("power_down_again", ("gpu00", "gpu01"))]  # one batched request, forced
+    assert {c[1] for c in kube.calls if c[0] == "patch_node" and "slurmpool.io/power-down-asked" in c[2]} == {"gpu00", "gpu01"}
+
+
 async def test_a_powered_down_parked_node_is_not_asked_to_power_down_again():
     nodes, view = parked_nodes(1, POWER_SAVE_ON)
     sn = view.nodes["gpu00"]
@@ -140,8 +150,8 @@ async def test_a_powered_down_parked_node_is_not_asked_to_power_down_again():
 
 
 class Powering(FakeSlurm):
-    async def power_down(self, nodes):
-        self.calls.append(("power_down", tuple(nodes)))
+    async def power_down(self, nodes, again=False):
+        self.calls.append(("power_down_again" if again else "power_down", tuple(nodes)))
 
     async def power_up(self, nodes):
         self.calls.append(("power_up", tuple(nodes)))

@@ -12,11 +12,12 @@ from hypothesis import strategies as st
 
 from slurmpool.core import slurmstate
 from slurmpool.core.events import Reason
-from slurmpool.core.moves import CreateSlurmdPod, Pass, PowerDown, PowerUp, Step, advance, keep_parked
-from slurmpool.core.view import SLURM, MoveRecord, PodView
+from slurmpool.core.moves import CreateSlurmdPod, Pass, PowerDown, PowerDownAgain, PowerUp, Step, advance, keep_parked
+from slurmpool.core.patch import node_patch
+from slurmpool.core.view import ANN_POWER_DOWN_ASKED, ANN_SETTLED, SLURM, MoveRecord, PodView, iso
 
 from .factories import NOW, make_spec, slurm_node
-from .sim import POWER_SAVE_OFF, POWER_SAVE_ON, RESUME_TIMEOUT, World, parked, run_move, start
+from .sim import POOL, POWER_SAVE_OFF, POWER_SAVE_ON, RESUME_TIMEOUT, World, parked, run_move, start
 from .test_moves import INFERENCE, assert_inference, assert_slurm, inference_world, slurm_world
 
 WEB = PodView("web", "w", "u", owner_kinds=("ReplicaSet",))
@@ -218,7 +219,8 @@ def test_a_drain_to_power_save_switch_powers_parked_nodes_down_in_place():
     world.slurm_node = replace(world.slurm_node, state="IDLE", flags=frozenset({"DRAIN"}))  # drained, its slurmd gone
     assert keep_parked(world.node, Pass(world.view(), make_spec(), NOW)) is None  # Drain parking: nothing to do
     step = keep_parked(world.node, Pass(world.view(), power_save_spec(), NOW))
-    assert step is not None and step.actions == [PowerDown("gpu01")] and step.move is None
+    assert step is not None and step.actions == [PowerDown("gpu01")] and step.move is None and step.power_down_asked == NOW
+    world.write(node_patch(POOL, world.node, step, NOW))  # as apply.py does: the record first, then the request
     world.apply(PowerDown("gpu01"))
     assert keep_parked(world.node, Pass(world.view(), power_save_spec(), NOW)) is None  # asked: not again
     world.tick()
@@ -246,6 +248,56 @@ def test_the_upkeep_powers_down_a_parked_node_left_powering_up_in_any_pool():
     world.slurm_node = replace(world.slurm_node, state="IDLE", flags=frozenset({"DRAIN", "POWERING_UP", "NOT_RESPONDING"}))
     step = keep_parked(world.node, Pass(world.view(), make_spec(), NOW))
     assert step is not None and step.actions == [PowerDown("gpu01")]
+
+
+def queued(settled=NOW - timedelta(minutes=10), asked=None) -> World:
+    """Parked by our drain, the power-down Slurm never took (`drained!`: a slurmd that never registered)."""
+    world = inference_world(power_save=POWER_SAVE_ON)
+    world.node = replace(world.node, annotations={**world.node.annotations, ANN_SETTLED: iso(settled),
+                                                  **({ANN_POWER_DOWN_ASKED: iso(asked)} if asked else {})})
+    world.slurm_node = replace(world.slurm_node, state="DOWN", flags=frozenset({"DRAIN", "POWER_DOWN", "NOT_RESPONDING"}))
+    return world
+
+
+def test_a_power_down_slurm_keeps_queued_is_asked_again_forced_once_per_register_timeout():
+    spec = power_save_spec()  # registerTimeout 5m
+    world = queued(settled=NOW - timedelta(minutes=4))
+    assert keep_parked(world.node, Pass(world.view(), spec, NOW)) is None  # parked 4 min ago: within the bound
+    step = keep_parked(world.node, Pass(world.view(), spec, NOW + timedelta(minutes=1)))
+    assert step is not None and step.actions == [PowerDownAgain("gpu01")] and step.power_down_asked == NOW + timedelta(minutes=1)
+    assert [e.reason for e in step.events] == [Reason.NotPoweredDown] and "POWER_DOWN_FORCE" in step.events[0].message
+    # the time is written on the Node with the step, before the request: a restart does not ask twice
+    assert node_patch(POOL, world.node, step, NOW)["metadata"]["annotations"][ANN_POWER_DOWN_ASKED] == iso(NOW + timedelta(minutes=1))
+    again = queued(settled=NOW - timedelta(hours=1), asked=NOW - timedelta(minutes=2))
+    assert keep_parked(again.node, Pass(again.view(), spec, NOW)) is None
+    later = keep_parked(again.node, Pass(again.view(), spec, NOW + timedelta(minutes=3)))
+    assert later is not None and later.actions == [PowerDownAgain("gpu01")]
+
+
+def test_an_old_ask_from_an_earlier_parking_does_not_count_the_bound_runs_from_the_park():
+    world = queued(settled=NOW - timedelta(minutes=1), asked=NOW - timedelta(days=2))
+    assert keep_parked(world.node, Pass(world.view(), power_save_spec(), NOW)) is None
+
+
+def test_without_a_record_of_the_park_or_the_ask_the_bound_starts_now():
+    world = queued()
+    world.node = replace(world.node, annotations={k: v for k, v in world.node.annotations.items() if k != ANN_SETTLED})
+    step = keep_parked(world.node, Pass(world.view(), power_save_spec(), NOW))
+    assert step is not None and step.actions == [] and step.power_down_asked == NOW
+
+
+def test_a_node_slurm_powers_down_or_one_with_jobs_is_not_asked_again():
+    spec = power_save_spec()
+    for flags, state in (({"DRAIN", "POWER_DOWN", "POWERING_DOWN"}, "IDLE"), ({"DRAIN", "POWERED_DOWN"}, "IDLE"), ({"DRAIN", "POWER_DOWN"}, "ALLOCATED")):
+        world = queued(settled=NOW - timedelta(hours=1))
+        world.slurm_node = replace(world.slurm_node, state=state, flags=frozenset(flags))
+        assert keep_parked(world.node, Pass(world.view(), spec, NOW)) is None, flags
+
+
+def test_an_unreadable_ask_time_is_reported_on_the_node():
+    world = inference_world()
+    node = replace(world.node, annotations={**world.node.annotations, ANN_POWER_DOWN_ASKED: "soon"})
+    assert [p.annotation for p in node.problems] == [ANN_POWER_DOWN_ASKED]
 
 
 def test_a_settled_slurm_node_powering_up_gets_its_slurmd_with_b():

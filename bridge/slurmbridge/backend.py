@@ -71,7 +71,7 @@ class SlurmCommands(Protocol):
     async def partition_max_times(self) -> dict[str, timedelta | None]: ...
     async def create_reservation(self, name: str, nodes: Sequence[str], start: datetime, minutes: int, flags: Sequence[str]) -> None: ...
     async def delete_reservation(self, name: str) -> None: ...
-    async def power_down(self, nodes: Sequence[str]) -> None: ...
+    async def power_down(self, nodes: Sequence[str], again: bool = False) -> None: ...
     async def power_up(self, nodes: Sequence[str]) -> None: ...
     async def power_save(self) -> PowerSave: ...
     async def signal(self, job_ids: Sequence[str], signal: str, batch_only: bool) -> None: ...
@@ -282,21 +282,21 @@ class ScontrolBackend:
             if isinstance(e, SlurmUnavailable) or not any(w in e.output.lower() for w in _RESERVATION_GONE):
                 raise
 
-    async def power_down(self, nodes: Sequence[str]) -> None:
+    async def power_down(self, nodes: Sequence[str], again: bool = False) -> None:
         """Power the nodes down in Slurm (`State=POWER_DOWN`; 22.05 has no `scontrol power`), once:
-        see power_requests for what is sent to which node."""
-        await self._power(nodes, down=True)
+        see power_requests for what is sent to which node (`again`: a power-down Slurm left queued)."""
+        await self._power(nodes, down=True, again=again)
 
     async def power_up(self, nodes: Sequence[str]) -> None:
         """Ask Slurm to power the nodes up (`State=POWER_UP`), once: see power_requests."""
         await self._power(nodes, down=False)
 
-    async def _power(self, nodes: Sequence[str], down: bool) -> None:
+    async def _power(self, nodes: Sequence[str], down: bool, again: bool = False) -> None:
         checked = validate.node_names(nodes)
         if not checked:
             return
         current = await self.nodes(checked)
-        requests = power_requests([(name, current.get(name)) for name in checked], down)
+        requests = power_requests([(name, current.get(name)) for name in checked], down, again)
         for state, names in requests.items():
             if state != REFUSED:
                 await self._run(["scontrol", "update", f"NodeName={validate.compress(names)}", f"State={state}"])
@@ -406,7 +406,7 @@ class ScontrolBackend:
 REFUSED = "refused"
 
 
-def power_requests(nodes: Sequence[tuple[str, SlurmNode | None]], down: bool) -> dict[str, list[str]]:
+def power_requests(nodes: Sequence[tuple[str, SlurmNode | None]], down: bool, again: bool = False) -> dict[str, list[str]]:
     """Which power request each node needs ({state: [names]}), so that asking again is harmless.
 
     Slurm takes a repeated request as a new one (measured on 26.05): POWER_DOWN on a node already
@@ -415,19 +415,23 @@ def power_requests(nodes: Sequence[tuple[str, SlurmNode | None]], down: bool) ->
     asked to go, or on its way, gets nothing. Power-down: a node Slurm is powering up without a job
     (a request we made, or a declined give-back: drained, its job requeued) ignores POWER_DOWN until
     ResumeTimeout, so it gets POWER_DOWN_FORCE; one powering up for a job is REFUSED (drain it
-    first: Slurm requeues the job). A node Slurm does not know is passed on, for Slurm to refuse."""
+    first: Slurm requeues the job). A node Slurm does not know is passed on, for Slurm to refuse.
+    `again`: a power-down Slurm left queued (POWER_DOWN, neither powering nor powered down, no job)
+    is asked again as POWER_DOWN_FORCE (moves.keep_parked: a node whose slurmd never registered)."""
     out: dict[str, list[str]] = {}
     for name, node in nodes:
-        state = _power_request(node, down)
+        state = _power_request(node, down, again)
         if state:
             out.setdefault(state, []).append(name)
     return out
 
 
-def _power_request(node: SlurmNode | None, down: bool) -> str | None:
+def _power_request(node: SlurmNode | None, down: bool, again: bool = False) -> str | None:
     if node is None:
         return "POWER_DOWN" if down else "POWER_UP"
     flags = node.flags
+    if down and again and "POWER_DOWN" in flags and not flags & {"POWERING_DOWN", "POWERED_DOWN", "POWERING_UP"} and not node.busy:
+        return "POWER_DOWN_FORCE"
     if down:
         if flags & {"POWER_DOWN", "POWERING_DOWN"} or ("POWERED_DOWN" in flags and not flags & {"POWER_UP", "POWERING_UP"}):
             return None

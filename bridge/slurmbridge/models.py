@@ -109,6 +109,9 @@ class SlurmNode:
     # appends its own reasons (" : Not responding", " : gres/gpu count ...") and restamps.
     reason_user: str | None = None
     reason_time: datetime | None = None
+    # Weight= (slurm.conf): among nodes that fit a job Slurm picks the lowest first; a powered-down
+    # one after every powered one (26.05's node_scheduler.c: boot required), then by weight too.
+    weight: int | None = None
 
     @property
     def drain_set(self) -> bool:

@@ -150,6 +150,7 @@ def _parse_node_line(line: str, tz: tzinfo) -> SlurmNode | None:
         slurmd_start=parse_time(f.get("SlurmdStartTime", ""), tz),
         reason_user=f.get("ReasonUser") or None,
         reason_time=parse_time(f.get("ReasonTime", ""), tz),
+        weight=int(w) if (w := f.get("Weight", "")).isdigit() else None,
     )
 
 

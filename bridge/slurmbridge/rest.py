@@ -488,22 +488,22 @@ class RestBackend:
 
     # ------------------------------------------------------------------ power saving
 
-    async def power_down(self, nodes: Sequence[str]) -> None:
+    async def power_down(self, nodes: Sequence[str], again: bool = False) -> None:
         """POST /node/NAME {"state": ["POWER_DOWN"]} per node that needs it (backend.power_requests);
         a node powering up without a job gets POWER_DOWN and POWERED_DOWN together, the two flags
         26.05's POWER_DOWN_FORCE is made of, which every version from v0.0.40 parses."""
-        await self._power(nodes, down=True)
+        await self._power(nodes, down=True, again=again)
 
     async def power_up(self, nodes: Sequence[str]) -> None:
         """POST /node/NAME {"state": ["POWER_UP"]} per node that needs it (backend.power_requests)."""
         await self._power(nodes, down=False)
 
-    async def _power(self, nodes: Sequence[str], down: bool) -> None:
+    async def _power(self, nodes: Sequence[str], down: bool, again: bool = False) -> None:
         checked = list(dict.fromkeys(validate.node_names(nodes)))
         if not checked:
             return
         current = await self.nodes(checked)
-        requests = power_requests([(n, current.get(n)) for n in checked], down)
+        requests = power_requests([(n, current.get(n)) for n in checked], down, again)
         sends = [(name, _POWER_STATES[state]) for state, names in requests.items() if state != REFUSED for name in names]
         await self._each(sends, lambda item: self._call("POST", f"/node/{quote(item[0], safe='')}", {"state": item[1]}))
         refuse_power_down(requests)
@@ -777,6 +777,7 @@ def parse_rest_node(raw: Any) -> SlurmNode | None:
         slurmd_start=_time(raw.get("slurmd_start_time")),
         reason_user=(_text(raw.get("reason_set_by_user")) or None) if reason else None,
         reason_time=_time(raw.get("reason_changed_at")) if reason else None,
+        weight=w if isinstance(w := raw.get("weight"), int) and not isinstance(w, bool) else None,
     )
 
 

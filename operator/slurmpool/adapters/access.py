@@ -208,8 +208,8 @@ class Instrumented:
     async def delete_reservation(self, name: str) -> None:
         await self._timed("delete_reservation", self.inner.delete_reservation(name))
 
-    async def power_down(self, nodes: Sequence[str]) -> None:
-        await self._timed("power_down", self.inner.power_down(nodes))
+    async def power_down(self, nodes: Sequence[str], again: bool = False) -> None:
+        await self._timed("power_down", self.inner.power_down(nodes, again))
 
     async def power_up(self, nodes: Sequence[str]) -> None:
         await self._timed("power_up", self.inner.power_up(nodes))

@@ -14,7 +14,8 @@ from typing import Any
 from slurmpool.core import health
 from slurmpool.core import schedule as sched
 from slurmpool.core.forecast import free_at
-from slurmpool.core.handover import Edge, edge_at, planned
+from slurmpool.core.handover import Edge, HandoverPlan, edge_at, planned
+from slurmpool.core.warning import warn
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.moves import between_pools, disturbed_pods
@@ -123,7 +124,8 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
 def at_handover(pool: dict, view: PoolView, edge: Edge) -> dict[str, Any] | None:
     """The planned handover an edge at `edge.at` to `edge.slurm_nodes` Slurm nodes gets, as the operator
     would plan it (handover.planned: same leaving nodes, reservation, forecasts), in status.handover's
-    shape plus each node's forecast; None when the edge takes no node out of Slurm."""
+    shape plus each node's forecast and, with drain.onTimeout: Checkpoint, when each late job is warned
+    (warning.py); None when the edge takes no node out of Slurm."""
     meta = pool.get("metadata", {})
     h = planned(PoolRef(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")), view, edge, edge.at - view.now)
     if h is None:
@@ -131,4 +133,5 @@ def at_handover(pool: dict, view: PoolView, edge: Edge) -> dict[str, Any] | None
     off = "" if view.spec.handover.enabled else "spec.handover.enabled is false: no reservation, the edge drains as before"
     return {"reservation": h.reservation, "flags": list(h.flags), "nodes": list(h.nodes), "start": iso(h.start),
             "end": iso(edge.until), "state": "Forecast", "late": sorted(h.late), "message": off,
-            "forecast": {n: (iso(t) if t else None) for n, t in h.forecast.items()}}
+            "forecast": {n: (iso(t) if t else None) for n, t in h.forecast.items()},
+            "checkpoints": [j.status().model_dump(by_alias=True) for j in warn(HandoverPlan("keep", ahead=h), view).jobs]}

@@ -184,6 +184,9 @@ def handover_lines(h: dict | None, now: str | None = None) -> list[str]:
             f"{n} {'no limit' if t is None else 'now' if t == now else t}" for n, t in h["forecast"].items()))
     if h.get("late"):
         lines.append(f"    jobs on {', '.join(h['late'])} have no time limit or end after the edge: drain.onTimeout decides")
+    for c in h.get("checkpoints") or []:  # drain.onTimeout: Checkpoint warns them grace before the edge
+        sent = f", sent {c['signalled']}" if c.get("signalled") else ""
+        lines.append(f"    job {c.get('job')} on {', '.join(c.get('nodes') or [])}: checkpoint at {c.get('at')} ({c.get('signal')}{sent})")
     if h.get("message"):
         lines.append(f"    {h['message']}")
     return lines

@@ -32,7 +32,7 @@ from slurmpool.core.events import Event, Reason
 from slurmpool.core.interfaces import Conflict, Kube, PoolRef, Refused, node_object, pool_object
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.expiry import Cancel, Requeue, Signal
-from slurmpool.core.moves import CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, PowerDown, PowerUp, Refusal, Resume, Step
+from slurmpool.core.moves import CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, PowerDown, PowerDownAgain, PowerUp, Refusal, Resume, Step
 from slurmpool.core.patch import RECORD, annotations_of, rebuilt, shape_of
 from slurmpool.core.snapshot import ApplyResult, PoolDecision
 from slurmpool.core.view import ANN_MOVE, ANN_MOVE_NOW, NONE, Direction, NodeView
@@ -118,6 +118,7 @@ async def _patch_all(ctx: ApplyContext, decision: PoolDecision, patches: dict[st
 # of the node it holds (moves.PoweringUp), a resume (a lent node) beside the power-downs.
 NODE_UPDATES = ((Resume, "scontrol resume", lambda s, nodes: s.resume(nodes)),
                 (PowerDown, "scontrol power down", lambda s, nodes: s.power_down(nodes)),
+                (PowerDownAgain, "scontrol power down (again, forced)", lambda s, nodes: s.power_down(nodes, again=True)),
                 (PowerUp, "scontrol power up", lambda s, nodes: s.power_up(nodes)))
 
 

@@ -15,7 +15,8 @@ In order:
    that left the selector mid-move (strays): reported, their move ended on a side;
 5. the give-backs Slurm asked for (parking.py), then the plan (planner.py) on the nodes as the
    steps leave them: moves to turn back, moves to start (each advanced at once on the same observations); then the planned handover's
-   reservation ahead of the next schedule edge (handover.py) on the nodes as they leave them;
+   reservation ahead of the next schedule edge (handover.py) on the nodes as they leave them, and the
+   checkpoint warning of the jobs that would still run at it (warning.py);
 6. what to publish on nodes (Slurm's state) and the move-now requests now fulfilled.
 """
 
@@ -29,6 +30,7 @@ from slurmpool.core import health as healthmod
 from slurmpool.core import parking, slurmnames, slurmstate
 from slurmpool.core.demand import signals
 from slurmpool.core.handover import PoolView, reconcile as reconcile_handover
+from slurmpool.core.warning import warn
 from slurmpool.core.health import HEALTHY, NodeHealth
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import SlurmNodePoolSpec, seconds
@@ -54,6 +56,7 @@ from slurmpool.core.view import (
     PodView,
     RecordProblem,
     SlurmView,
+    iso,
     pool_of,
 )
 
@@ -135,15 +138,37 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
                                    f"moves to {start.target} anyway: {start.cause} with slurmpool.io/force=true"))
     _strays(snap, at, decision)  # after the plan: they are no part of it
     decision.nodes_after = list(by_name.values())
+    view = PoolView(spec, decision.nodes_after, slurm, now, health)
+    decision.handover = reconcile_handover(snap.pool, view, target.slurm_nodes, snap.previous.handover if snap.previous else None)
+    _warn(decision, view)
     before = {n.name: n for n in (*nodes, *snap.strays)}
     decision.patches = {name: p for name, step in steps.items() if (p := node_patch(snap.pool, before[name], step, now))}
-    decision.handover = reconcile_handover(snap.pool, PoolView(spec, decision.nodes_after, slurm, now, health), target.slurm_nodes,
-                                           snap.previous.handover if snap.previous else None)
     decision.nodes_after += [_after(snap.pool, n, steps[n.name], now) if n.name in steps else n for n in snap.strays]
     decision.invalid = {n.name: n.problems for n in nodes if n.problems}
     decision.publish = changed_annotations(nodes, slurm)
     decision.clear_move_now = _fulfilled_move_now(spec, nodes, target)
     return decision
+
+
+def _warn(decision: PoolDecision, view: PoolView) -> None:
+    """The planned handover's checkpoint warnings (warning.py) into the leaving nodes' steps: each
+    record is written with the step's patch, before its signal; the status says when each job is warned."""
+    plan = decision.handover
+    assert plan is not None, "the handover is reconciled first"
+    warned = warn(plan, view)
+    for name in warned.drop:
+        decision.steps.setdefault(name, Step(move=None)).drop_checkpoint = True
+    for name, record in warned.records.items():
+        step = decision.steps.setdefault(name, Step(move=None))
+        step.checkpoint, step.drop_checkpoint = record, False
+    edge = iso(plan.ahead.start) if plan.ahead else "?"
+    for name, sent in warned.signals.items():
+        decision.steps[name].actions += sent
+        decision.steps[name].events += [Event.warning(Reason.JobsSignalled, f"{name}: the planned handover takes it at {edge}; sent {s.signal} "
+                                                      f"to {'the batch shell of' if s.batch_only else 'every step of'} job(s) {', '.join(s.job_ids)} "
+                                                      "to checkpoint; requeued at the edge unless they end") for s in sent]
+    if plan.status is not None:
+        plan.status.checkpoints = [j.status() for j in warned.jobs]
 
 
 def _begin(snap: PoolSnapshot, by_name: dict[str, NodeView], start: Start, at: Pass, health: dict[str, NodeHealth],
@@ -248,8 +273,8 @@ def _repair_slurm_node(node: NodeView, slurm: SlurmView, health: NodeHealth, now
         drain(step, node, healthmod.health_drain_reason(condition), now)
         step.events.append(Event.warning(Reason.HealthDrain, f"{node.name}: {health.reason}; draining it in Slurm (running jobs end, no new job starts)"))
         return step
-    if node.drain_claim is None:
-        step.drop_checkpoint = node.checkpoint is not None
+    if node.drain_claim is None:  # a planned handover's record waits for its edge (warning.py drops it when stale)
+        step.drop_checkpoint = node.checkpoint is not None and node.checkpoint.before is None
         return step
     if slurmstate.drain_set(sn) and not healthmod.drained_by_others(node, sn):
         if health.drain_condition and (sn.reason or "").startswith(healthmod.HEALTH_REASON):

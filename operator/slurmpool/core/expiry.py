@@ -136,14 +136,14 @@ def _checkpoint(overdue: Overdue) -> Expiry:
         stuck = ()
     return Expiry(
         ended=tuple(ended),
-        signals=_signals(fresh, record, c.declared),
+        signals=checkpoint_signals(fresh, record, c.declared),
         record=record if fresh else None,
         in_grace_until=max(waiting) if waiting else None,
         not_requeueable=stuck,
     )
 
 
-def _signals(fresh: tuple[str, ...], record: CheckpointRecord, declared: Mapping[str, DeclaredSignal]) -> tuple[Signal, ...]:
+def checkpoint_signals(fresh: tuple[str, ...], record: CheckpointRecord, declared: Mapping[str, DeclaredSignal]) -> tuple[Signal, ...]:
     """The signals to send now: the pool's (as recorded), or each job's own; one call per kind."""
     kinds: dict[tuple[str, bool], list[str]] = {}
     for job in fresh:

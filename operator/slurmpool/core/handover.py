@@ -188,6 +188,7 @@ class HandoverPlan:
 
     outcome: str
     create: Handover | None = None
+    ahead: Handover | None = None  # the handover before its edge (planned, reserved or unavailable): warning.py warns its jobs
     until: datetime | None = None  # the reservation's end (create)
     delete: tuple[str, ...] = ()  # ours (replace, delete), under its name or its old name (legacy_name)
     status: HandoverStatus | None = None
@@ -221,7 +222,7 @@ def reconcile(pool: PoolRef, view: PoolView, slurm_count: int, previous: Handove
             return HandoverPlan("none")
         status = _status(wanted, wanted.until, "Unavailable", UNAVAILABLE)
         first = previous is None or previous.state != "Unavailable"
-        return HandoverPlan("unavailable", status=status, events=[Event.warning(Reason.HandoverUnavailable, UNAVAILABLE)] if first else [])
+        return HandoverPlan("unavailable", ahead=wanted, status=status, events=[Event.warning(Reason.HandoverUnavailable, UNAVAILABLE)] if first else [])
     if slurm.reservations is None:  # their read failed: nothing is done until it works again
         kept = previous.model_copy(update={"message": slurm.reservations_error or ""}) if previous is not None else None
         return HandoverPlan("unknown", status=kept)
@@ -264,7 +265,7 @@ def _against(name: str, wanted: Handover | None, ours: SlurmReservation | None, 
     if ours is None:
         if wanted is None:
             return HandoverPlan("none")
-        return HandoverPlan("create", create=wanted, until=wanted.until, status=_status(wanted, wanted.until, "Planned", ""), events=[
+        return HandoverPlan("create", create=wanted, ahead=wanted, until=wanted.until, status=_status(wanted, wanted.until, "Planned", ""), events=[
             Event.normal(Reason.HandoverReserved, f"reservation {name} ({','.join(wanted.flags)}) on {', '.join(wanted.nodes)} from the edge at "
              f"{iso(wanted.start)}: only jobs that end by then start there" + _late(wanted))])
     if wanted is None:
@@ -272,8 +273,8 @@ def _against(name: str, wanted: Handover | None, ours: SlurmReservation | None, 
             Event.normal(Reason.HandoverCancelled, f"deleting reservation {name}: no edge within the lead time takes these nodes out of Slurm now")])
     kept = _sticky(ours, wanted, view)
     if kept is not None and ours.start == wanted.start.replace(microsecond=0):
-        return HandoverPlan("keep", status=_status(kept, ours.end or wanted.until, "Reserved", ""))
-    return HandoverPlan("replace", create=wanted, until=wanted.until, delete=(name,), status=_status(wanted, wanted.until, "Planned", ""),
+        return HandoverPlan("keep", ahead=kept, status=_status(kept, ours.end or wanted.until, "Reserved", ""))
+    return HandoverPlan("replace", create=wanted, ahead=wanted, until=wanted.until, delete=(name,), status=_status(wanted, wanted.until, "Planned", ""),
                         events=[Event.normal(Reason.HandoverReplanned, f"reservation {name} made again on {', '.join(wanted.nodes)} from "
                                  f"{iso(wanted.start)} (was {', '.join(sorted(ours.nodes))} from {iso(ours.start) if ours.start else '?'})"
                                  + _late(wanted))])

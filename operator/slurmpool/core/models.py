@@ -769,6 +769,16 @@ class TargetStatus(Model):
     demand: DemandStatus | None = None
 
 
+class HandoverCheckpoint(Model):
+    """A job on the leaving nodes that will still run at the edge, warned `grace` before it (drain.onTimeout: Checkpoint)."""
+
+    job: str = Field(description="The Slurm job id.")
+    nodes: list[str] = Field(default_factory=list, description="The leaving nodes it runs on (Node names).")
+    at: str = Field(description="Checkpoint at: when it gets its signal (the edge less its grace).")
+    signal: str = Field(description="The signal it gets: the pool's drain.checkpoint.signal, or the job's own --signal.")
+    signalled: str | None = Field(default=None, description="When it was sent (the node's slurmpool.io/checkpoint record); None: not yet.")
+
+
 class HandoverStatus(Model):
     """The planned handover ahead of the next edge, or one whose moves are still going (docs/cadence.md: Planned handover ahead of an edge)."""
 
@@ -785,6 +795,11 @@ class HandoverStatus(Model):
     late: list[str] = Field(
         default_factory=list,
         description="Leaving nodes whose jobs have no time limit or end after the edge: drain.onTimeout decides for them.",
+    )
+    checkpoints: list[HandoverCheckpoint] = Field(
+        default_factory=list,
+        description="With drain.onTimeout: Checkpoint, each job of the late nodes and when it is warned to checkpoint; "
+        "at the edge, those whose grace is over are requeued without waiting for drain.timeout.",
     )
     message: str = ""
 

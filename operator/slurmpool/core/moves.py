@@ -35,6 +35,7 @@ from slurmpool.core.ownership import claim, why_not_ours
 from slurmpool.core.models import InferencePool, SlurmNodePoolSpec, seconds
 from slurmpool.core.phases import ABORTABLE, BETWEEN_POOLS, FINISH, TO_INFERENCE, TO_SLURM, WAIT, Advance, Finish, Outcome, Phase, Rollback, Wait
 from slurmpool.core.view import (
+    ANN_SETTLED,
     LABEL_SIDE,
     NONE,
     DrainClaim,
@@ -49,6 +50,7 @@ from slurmpool.core.view import (
     SlurmView,
     inference,
     iso,
+    parse_time,
     pool_of,
 )
 
@@ -129,6 +131,12 @@ class PowerDown:
 
 
 @dataclass(frozen=True)
+class PowerDownAgain(PowerDown):
+    """A power-down Slurm left queued (POWER_DOWN, never POWERING_DOWN), asked again: forced
+    (POWER_DOWN_FORCE), which the drained node without jobs it is asked for loses nothing to."""
+
+
+@dataclass(frozen=True)
 class PowerUp:
     node: str
 
@@ -183,6 +191,7 @@ class Step:
     stopped: MoveRecord | None = None  # the move this step stopped: its node is unhealthy (metrics)
     refusal: Refusal | None = None  # what the API server refused on this node last pass
     given_back: bool | None = None  # True: mark the node given back to Slurm's job (now); False: unmark; None: as it is
+    power_down_asked: datetime | None = None  # keep_parked asked again now: written on the Node before the request
 
 
 def between_pools(source: str, target: str) -> bool:
@@ -348,11 +357,33 @@ def keep_parked(node: NodeView, at: Pass) -> Step | None:
     between a move's steps leaves the state on the Node and in Slurm, and this finishes it).
     A drain of someone else's, a lent node (no drain), or one with jobs is never touched."""
     sn = at.slurm.nodes.get(node.name) if at.slurm.available else None
-    if sn is None or not powers_down(at.spec, at.slurm, sn) or slurmstate.power_down_asked(sn) or slurmstate.busy(sn):
+    if sn is None or not powers_down(at.spec, at.slurm, sn) or slurmstate.parked(sn) or slurmstate.busy(sn):
         return None
     if not slurmstate.drain_set(sn) or why_not_ours(node, sn) or node.slurmd_pod is not None:
         return None
-    return Step(move=None, actions=[PowerDown(node.name)], message=f"parked: powering down in Slurm (state {slurmstate.text(sn)})")
+    if slurmstate.power_down_asked(sn):
+        return _ask_again(node, sn, at)
+    return Step(move=None, actions=[PowerDown(node.name)], power_down_asked=at.now,
+                message=f"parked: powering down in Slurm (state {slurmstate.text(sn)})")
+
+
+def _ask_again(node: NodeView, sn: SlurmNode, at: Pass) -> Step | None:
+    """A power-down Slurm keeps queued (POWER_DOWN set, never POWERING_DOWN: a node whose slurmd
+    never registered, measured on 22.05 as `drained!`) is asked again, forced, once per
+    `registerTimeout` since the node parked or was last asked (ANN_POWER_DOWN_ASKED, written first),
+    with a Warning each time. Idle and drained by us: forcing it ends no job."""
+    bound = timedelta(seconds=seconds(at.spec.slurm.register_timeout))
+    since = max((t for t in (parse_time(node.annotations.get(ANN_SETTLED)), node.power_down_asked) if t is not None), default=None)
+    if since is None:  # asked by no record this operator wrote (an older one's park): the bound starts now
+        return Step(move=None, power_down_asked=at.now, message=f"parked: Slurm has not powered it down (state {slurmstate.text(sn)})")
+    if at.now - since < bound:
+        return None
+    state = slurmstate.text(sn)
+    return Step(move=None, actions=[PowerDownAgain(node.name)], power_down_asked=at.now,
+                message=f"parked: Slurm has not powered it down (state {state}); asked again, forced",
+                events=[Event.warning(Reason.NotPoweredDown, f"{node.name}: Slurm left its power-down queued for {at.spec.slurm.register_timeout} "
+                                      f"(state {state}); asking again with POWER_DOWN_FORCE (it runs no job), at most once per "
+                                      f"{at.spec.slurm.register_timeout} until Slurm powers it down")])
 
 
 # ---------------------------------------------------------------- the machine
@@ -528,16 +559,20 @@ def _draining(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNod
     if jobs:
         step.message = f"waiting for {len(jobs)} job(s) to leave the node"
     late = _elapsed(move, now) - seconds(spec.drain.timeout)
-    if late < 0:
-        return WAIT
     policy = spec.drain.on_timeout
+    warned = policy == "Checkpoint" and node.checkpoint is not None and node.checkpoint.warned_for(
+        tuple(j.job_id for j in jobs if j.state == "RUNNING"), now)
+    if late < 0 and not warned:  # a planned handover warned them before the edge (warning.py): their grace is its own
+        return WAIT
     expiry = expire(policy, overdue(jobs, late, spec.drain, node.checkpoint, now))
     if expiry.rollback:
         return Rollback(f"drain timed out after {spec.drain.timeout}")
+    why = "drain timed out" if late >= 0 else "jobs warned before the handover's edge"
     for ended in expiry.ended:
         step.actions.append(ended.action)
-        step.events.append(Event.warning(ended.reason, f"{node.name}: drain timed out; {ended.verb} job(s) {', '.join(ended.action.job_ids)}"))
-    step.message = f"drain timed out after {spec.drain.timeout} (onTimeout {policy}); " + checkpointing(node.name, expiry, step, spec) + step.message
+        step.events.append(Event.warning(ended.reason, f"{node.name}: {why}; {ended.verb} job(s) {', '.join(ended.action.job_ids)}"))
+    step.message = (f"drain timed out after {spec.drain.timeout}" if late >= 0 else why) + f" (onTimeout {policy}); " \
+        + checkpointing(node.name, expiry, step, spec) + step.message
     return WAIT
 
 

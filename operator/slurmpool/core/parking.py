@@ -12,7 +12,8 @@ demand.inference.minNodes, each inference pool's minNodes), a schedule window op
 window's split), a pin or move-now toward inference, a hold after a rollback; or when it is
 unhealthy, drained by someone else (not ours to lift), or the pool is paused. The rest are lent
 in the planner's victim order for moves to Slurm (planner.victim_order), as far as the floors
-allow; nodes Slurm already asked for come first (it chose them). With Drain parking every parked
+allow, lowest node Weight first (by_weight: the ones Slurm would pick); nodes Slurm already asked
+for come first (it chose them). With Drain parking every parked
 node is held (today's behaviour: a powered-down node left lent by an earlier PowerSave is held).
 
 Give-back: a lendable node Slurm asked back starts a move to Slurm at once (Cause.GIVEBACK): no
@@ -87,6 +88,18 @@ class Bounds:
         return f"lending it would take inference below {self.total} (minInferenceNodes, demand.inference.minNodes)"
 
 
+def by_weight(order: Sequence[str], slurm: SlurmView) -> list[str]:
+    """The planner's victim order, stably sorted by Slurm's node Weight: the nodes lent while the
+    floors allow only some are the ones Slurm would pick first among powered-down nodes (lowest
+    Weight; powered ones all come before: 26.05's node_scheduler.c), so a job it starts on lent
+    nodes is the one the site's weights choose. Equal weights (Slurm's default 1 on every node;
+    a weight Slurm does not show counts as that default) keep the planner's order."""
+    def weight(name: str) -> int:
+        sn = slurm.nodes.get(name)
+        return sn.weight if sn is not None and sn.weight is not None else 1
+    return sorted(order, key=weight)
+
+
 def settle(spec: SlurmNodePoolSpec, nodes: Sequence[NodeView], slurm: SlurmView, health: Mapping[str, NodeHealth], now: datetime,
            window: Mapping[str, int] | None) -> Parking:
     """Lendable or held, for each settled parked node; give-backs to start and to decline."""
@@ -108,7 +121,7 @@ def settle(spec: SlurmNodePoolSpec, nodes: Sequence[NodeView], slurm: SlurmView,
     by_name = {n.name: (n, sn) for n, sn in parked}
     held = {n.name: why for n, sn in parked if (why := _must_hold(spec, n, sn, health, now))}
     asked = [n.name for n, sn in parked if slurmstate.asked_back(sn)]
-    order = [n.name for n in victim_order(spec, list(nodes), slurm, now, health)]
+    order = by_weight([n.name for n in victim_order(spec, list(nodes), slurm, now, health)], slurm)
     for name in dict.fromkeys([*asked, *order]):  # Slurm's choices first: it named them
         if name not in by_name or name in held:
             continue

@@ -16,14 +16,15 @@ from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.moves import PatchNode, Step
 from slurmpool.core.placement import pool_of
 from slurmpool.core.view import (
-    ANN_CHECKPOINT, ANN_CORDON_KEPT, ANN_DRAIN, ANN_GIVEN_BACK, ANN_HOLD_UNTIL, ANN_MOVE, ANN_PLACEMENT, ANN_POOL, ANN_SETTLED, SLURM_TAINT_KEY,
+    ANN_CHECKPOINT, ANN_CORDON_KEPT, ANN_DRAIN, ANN_GIVEN_BACK, ANN_HOLD_UNTIL, ANN_MOVE, ANN_PLACEMENT, ANN_POOL, ANN_POWER_DOWN_ASKED, ANN_SETTLED,
+    SLURM_TAINT_KEY,
     MoveRecord, NodeView, iso,
 )
 
 Patch = dict[str, Any]  # a merge patch of a Node
 
 # The annotations of a node's record: what the next pass decides on (the rest is for people).
-RECORD = (ANN_MOVE, ANN_PLACEMENT, ANN_DRAIN, ANN_GIVEN_BACK, ANN_CHECKPOINT)
+RECORD = (ANN_MOVE, ANN_PLACEMENT, ANN_DRAIN, ANN_GIVEN_BACK, ANN_CHECKPOINT, ANN_POWER_DOWN_ASKED)
 VIEWED = (*RECORD, ANN_HOLD_UNTIL)  # what `after` applies to the view (labels follow next round)
 
 
@@ -132,6 +133,8 @@ def _record(pool: PoolRef, node: NodeView, step: Step, now: datetime) -> dict[st
         annotations[ANN_CHECKPOINT] = json.dumps(step.checkpoint.body(), sort_keys=True)
     elif step.drop_checkpoint and ANN_CHECKPOINT in node.annotations:
         annotations[ANN_CHECKPOINT] = None
+    if step.power_down_asked is not None:  # before the request it records: asked again once per bound
+        annotations[ANN_POWER_DOWN_ASKED] = iso(step.power_down_asked)
     if step.given_back and ANN_GIVEN_BACK not in node.annotations:
         annotations[ANN_GIVEN_BACK] = iso(now)
     elif step.given_back is False and ANN_GIVEN_BACK in node.annotations:

@@ -42,6 +42,8 @@ ANN_DRAIN = f"{PREFIX}/drain"  # JSON DrainClaim: the Slurm drain the operator s
 # while Slurm's jobs hold it the target counts it on the Slurm side (parking.py, target.py).
 ANN_GIVEN_BACK = f"{PREFIX}/given-back"
 ANN_CHECKPOINT = f"{PREFIX}/checkpoint"  # JSON CheckpointRecord: the jobs signalled to checkpoint, and when
+# When a parked node Slurm left not powered down was last asked again (moves.keep_parked): once per registerTimeout.
+ANN_POWER_DOWN_ASKED = f"{PREFIX}/power-down-asked"
 ANN_FORCE = f"{PREFIX}/force"  # on-call: "true" lets a pin or move-now move an unhealthy node
 # "true": the node was already cordoned by someone else when a move took it to Slurm; that cordon
 # is theirs, so it stays when the node returns to inference (moves.inference_shape; patch.py writes it).
@@ -309,6 +311,7 @@ class NodeView:
     drain_claim: DrainClaim | None = field(init=False, repr=False)
     given_back: datetime | None = field(init=False, repr=False)  # ANN_GIVEN_BACK: Slurm asked for it then
     checkpoint: CheckpointRecord | None = field(init=False, repr=False)  # the jobs signalled to checkpoint
+    power_down_asked: datetime | None = field(init=False, repr=False)  # ANN_POWER_DOWN_ASKED
     force: bool = field(init=False, repr=False)  # slurmpool.io/force=true: pin/move-now may move it unhealthy
     # Annotations that could not be read (people can write them): the node is left alone.
     problems: tuple[RecordProblem, ...] = field(init=False, repr=False)
@@ -341,6 +344,12 @@ class NodeView:
         except ValueError:
             problems.append(RecordProblem(ANN_GIVEN_BACK, f"{get(ANN_GIVEN_BACK)!r} is no RFC 3339 time"))
         object.__setattr__(self, "given_back", given_back)
+        asked = None
+        try:
+            asked = read_time(get(ANN_POWER_DOWN_ASKED))
+        except ValueError:
+            problems.append(RecordProblem(ANN_POWER_DOWN_ASKED, f"{get(ANN_POWER_DOWN_ASKED)!r} is no RFC 3339 time"))
+        object.__setattr__(self, "power_down_asked", asked)
         claim = None
         if text := get(ANN_DRAIN):
             try:
