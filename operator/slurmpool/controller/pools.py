@@ -134,7 +134,7 @@ class PoolController:
             spec = SlurmNodePoolSpec.model_validate(body.get("spec") or {})
         except ValidationError:
             return
-        if not self.leader.leading:
+        if not self.leader.leading or self.settings.dry_run or spec.mode == "Shadow":  # shadow mode writes nothing to Slurm
             return
         try:
             backend = await self.access.backend(namespace, spec.slurm.access)
@@ -247,7 +247,7 @@ class PoolController:
             snapshot_s, decide_s = snapshot_s + decided - again, decide_s + time.monotonic() - decided
         t2 = time.monotonic()
         context = ApplyContext(pool, spec, list(snap.nodes), self.kube, backend or snapshots.NoSlurm(), self.published,
-                               config.crash_after_phase)
+                               config.crash_after_phase, config.dry_run)
         result = await apply(context, decision)
         self.written.wrote(result.records, time.monotonic())
         if result.slurm_changed:
