@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from slurmpool.core.models import RecentMove, ShadowStatus
+from slurmpool.core.models import Outcome, RecentMove, ShadowStatus
 from slurmpool.core.moves import Step
 from slurmpool.core.snapshot import ApplyResult, PoolDecision, PoolSnapshot
 from slurmpool.core.view import MoveRecord, NodeView, iso
@@ -19,7 +19,7 @@ RECENT_MOVES = 20  # kept in the status: `kubectl slurmpool history` shows them;
 SHADOW_LINES = 50  # of each list of status.shadow
 
 
-def ended(node: NodeView, step: Step) -> tuple[MoveRecord, str] | None:
+def ended(node: NodeView, step: Step) -> tuple[MoveRecord, Outcome] | None:
     """The move this step ended, and how; None when none did."""
     if step.stopped is not None:
         return step.stopped, "Stopped"

@@ -689,6 +689,9 @@ class MoveStatus(Model):
     )
 
 
+Outcome = Literal["Completed", "RolledBack", "Stopped"]  # how a move ended (status.recentMoves)
+
+
 class RecentMove(Model):
     """A move that ended: completed, rolled back or stopped on an unhealthy node (status.recentMoves)."""
 
@@ -700,7 +703,7 @@ class RecentMove(Model):
     by: str | None = Field(default=None, description="Who asked: the writer of the pin or move-now, or what set the split.")
     started: str
     ended: str
-    outcome: Literal["Completed", "RolledBack", "Stopped"]
+    outcome: Outcome
 
 
 class ShadowStatus(Model):
