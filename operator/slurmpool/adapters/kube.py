@@ -473,7 +473,8 @@ class KubeAdapter:
             item = await events.get()
             try:
                 if (name := await self._new_in_series(item)) is not None:
-                    await self._post_event(*_event_body(*item, name=name), retry_for)
+                    ref, type_, reason, message, now = item
+                    await self._post_event(*_event_body(ref, type_, reason, message, now, name), retry_for)
             finally:
                 self._events_unposted -= 1
                 events.task_done()
