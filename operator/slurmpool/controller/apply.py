@@ -56,7 +56,7 @@ class ApplyContext:
     slurm: SlurmBackend
     published: dict[str, tuple[str, float]] = field(default_factory=dict)
     crash_after_phase: str | None = None
-    dry_run: bool = False  # `slurmpool run --dry-run`: every pool in shadow mode
+    dry_run: bool = False  # this pass writes nothing (`slurmpool run --dry-run`; pools.py also sets it for spec.mode Shadow)
 
     @property
     def shadow(self) -> bool:
