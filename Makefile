@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 export LAB_DIR ?= $(CURDIR)/.lab
 
-.PHONY: slurm e2e-matrix e2e-main e2e-beside matrix-a matrix-b images-all venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check images bench bench-matrix alerts-idle release dashboard-picture
+.PHONY: plugin-wheel slurm e2e-matrix e2e-main e2e-beside matrix-a matrix-b images-all venv deps lab-build lab-up lab-down unit e2e load test demo crds tools chart manifests image-check images bench bench-matrix alerts-idle release dashboard-picture
 CHART := deploy/helm/slurmpool
 
 venv: deps $(VENV)/.stamp
@@ -32,6 +32,10 @@ lab-down:
 crds: venv
 	$(BIN)/python -m slurmpool.crd > crds/slurmpool.io_slurmnodepools.yaml
 	deploy/render-manifests.sh --crds-only
+
+# The kubectl plugin alone (plugin/pyproject.toml): dist/kubectl_slurmpool-<version>-py3-none-any.whl, built offline.
+plugin-wheel: venv
+	$(BIN)/pip wheel --no-build-isolation --no-deps --no-index -w dist plugin/
 
 # Helm, a PromQL parser, Prometheus and promtool, and a checker of the admission policies' CEL
 # (the apiserver's own validation code), built from Go modules

@@ -704,7 +704,7 @@ def test_a_reader_gone_is_no_error(monkeypatch, capsys):
         def default_namespace(*_):
             return "ns"
 
-        def patch_node(self, name, body):
+        def patch_node(self, name, body, dry_run=False):
             return {"metadata": {"annotations": {"slurmpool.io/pool": "gpu"}}}
 
     class ClosedPipe:

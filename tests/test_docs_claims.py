@@ -356,4 +356,4 @@ def test_a_wrong_plugin_flag_is_found(flags):
     text = "`kubectl slurmpool plan gpu -n NS --slurm-node 4` and\n$ kubectl slurmpool histroy gpu\n`kubectl slurmpool` alone"
     problems = plugin_problems(text, *flags)
     assert problems[0] == "`kubectl slurmpool plan ... --slurm-node`: no such flag"
-    assert problems[1].startswith("`kubectl slurmpool histroy`: no such subcommand (status, plan, move,") and len(problems) == 2
+    assert problems[1].startswith("`kubectl slurmpool histroy`: no such subcommand (status, plan, history, move,") and len(problems) == 2

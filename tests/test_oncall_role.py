@@ -57,8 +57,11 @@ COMMANDS = {
     ("status", "gpu", "-n", "ns", "-o", "json"): {(*POOLS, "get"), (*NODES, "list"), (*PODS, "list")},
     ("status", "gpu", "-n", "ns"): {(*POOLS, "get"), (*NODES, "list"), (*PODS, "list")},
     ("plan", "gpu", "-n", "ns", "--slurm-nodes", "1", "-o", "json"): {(*POOLS, "get"), (*NODES, "list"), (*PODS, "list")},
+    ("history", "gpu", "-n", "ns"): {(*POOLS, "get")},
     ("move", "n1", "--to", "inference"): {(*NODES, "patch")},
+    ("move", "n1", "--to", "inference", "--dry-run=server"): {(*NODES, "patch")},  # the same rule: a dry run is authorised as the write
     ("pause", "gpu", "-n", "ns"): {(*POOLS, "patch")},
+    ("pause", "--dry-run=server", "gpu", "-n", "ns", "--context", "ctx"): {(*POOLS, "patch")},
     ("resume", "gpu", "-n", "ns", "-o", "json"): {(*POOLS, "patch")},
 }
 # Shell completion (kubectl_complete-slurmpool ARGS... PARTIAL) and the rules each needs.

@@ -75,6 +75,10 @@ CASES = [
      {"nodeSelector": {"matchLabels": {"node-role.kubernetes.io/control-plane": ""}}}, {POOL_POLICY}),
     ("the platform team selects them by an expression", PLATFORM,
      {"nodeSelector": {"matchExpressions": [{"key": "node-role.kubernetes.io/master", "operator": "Exists"}]}}, {POOL_POLICY}),
+    ("the platform team selects RKE1's control-plane nodes", PLATFORM,
+     {"nodeSelector": {"matchLabels": {"node-role.kubernetes.io/controlplane": "true"}}}, {POOL_POLICY}),
+    ("the platform team selects RKE1's etcd nodes by an expression", PLATFORM,
+     {"nodeSelector": {"matchExpressions": [{"key": "node-role.kubernetes.io/etcd", "operator": "Exists"}]}}, {POOL_POLICY}),
     ("the platform team keeps them out", PLATFORM,
      {"nodeSelector": {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"}]}}, set()),
     ("break-glass mounts the host's root", BREAK_GLASS, {"slurm.slurmdPod.volumes": HOST_ROOT}, {POOL_POLICY}),  # for everyone
@@ -176,11 +180,13 @@ def test_the_deployment_passes_the_values_to_the_operator(helm):
 
 def test_control_plane_nodes_belong_to_no_pool_unless_allowed():
     everything = LabelSelector.model_validate({"matchExpressions": [{"key": "gpu", "operator": "Exists"}]})
-    for exclude, expected in ((True, ["gpu01"]), (False, ["cp01", "gpu01"])):
+    for exclude, expected in ((True, ["gpu01"]), (False, ["cp01", "cp02", "etcd01", "gpu01"])):
         m = Membership(exclude_control_plane=exclude)
         m.set_selectors({"pool": everything})
         m.update("gpu01", {"gpu": "true"})
         m.update("cp01", {"gpu": "true", "node-role.kubernetes.io/control-plane": ""})
+        m.update("cp02", {"gpu": "true", "node-role.kubernetes.io/controlplane": "true"})  # RKE1
+        m.update("etcd01", {"gpu": "true", "node-role.kubernetes.io/etcd": "true"})  # RKE1
         assert m.members("pool") == expected
 
 

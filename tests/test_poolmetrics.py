@@ -144,6 +144,7 @@ def a_pass_with_everything(pool: str) -> None:
     metrics.MOVES_FAILED.labels(pool=pool, direction="to_slurm", reason="rollback").inc()
     metrics.ACTION_ERRORS.labels(pool=pool, action="evict").inc()
     metrics.EVICTIONS_REFUSED.labels(pool=pool).inc()
+    metrics.SHADOW_MOVES.labels(pool=pool, direction="to_slurm").set(1)  # as a shadow pass sets it (controller/shadow.py)
 
 
 def test_a_deleted_pools_series_are_all_removed_and_no_other_pools():

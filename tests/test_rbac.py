@@ -55,6 +55,7 @@ CLIENT_CALLS = {
     "delete_namespaced_pod": Rule("", "pods", "delete", "kube.KubeAdapter.delete_pod", "pools"),
     "create_namespaced_pod_eviction": Rule("", "pods/eviction", "create", "kube.KubeAdapter.evict"),
     "create_namespaced_event": Rule("", "events", "create", "kube.KubeAdapter.event"),
+    "patch_namespaced_event": Rule("", "events", "patch", "kube.KubeAdapter.event"),  # a repeat raises the count (eventseries.py)
     "patch_namespaced_custom_object_status": Rule(
         "slurmpool.io", "slurmnodepools/status", "patch", "kube.KubeAdapter.patch_pool_status"
     ),

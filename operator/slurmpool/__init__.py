@@ -8,10 +8,12 @@ def _installed_version() -> str:
     # follow it (tests/test_version.py).
     from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        return version("slurmpool")
-    except PackageNotFoundError:  # run from a checkout that was never installed
-        return "0+unknown"
+    for distribution in ("slurmpool", "kubectl-slurmpool"):  # the project, or the plugin's own wheel (plugin/)
+        try:
+            return version(distribution)
+        except PackageNotFoundError:
+            continue
+    return "0+unknown"  # run from a checkout that was never installed
 
 
 def __getattr__(name: str) -> str:

@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         choices=LOG_FORMATS,
         help="text (default) or json: kopf's JSON lines, one object per record (docs/install.md#logs)",
     )
+    run.add_argument("--dry-run", action="store_true", default=None,
+                     help="shadow mode for every pool: decide as usual, write nothing to Nodes, pods or Slurm, and report "
+                          "what it would do in status.shadow, Events and slurmpool_shadow_moves (docs/runbook.md#shadow-mode)")
     sub.add_parser("crd", help="print the CRD YAML")
     args = parser.parse_args(argv)
 
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         raise SystemExit(f"slurmpool: {err}") from None
     flags = {"interval": args.interval, "metrics_port": args.metrics_port, "metrics_address": args.metrics_address,
-             "liveness": args.liveness, "log_format": args.log_format}
+             "liveness": args.liveness, "log_format": args.log_format, "dry_run": args.dry_run}
     settings = replace(settings, **{k: v for k, v in flags.items() if v is not None})
     if settings.interval <= 0:
         parser.error("--interval must be above 0")

@@ -23,6 +23,7 @@ from kubernetes.client.rest import ApiException
 from slurmbridge.backoff import Backoff
 
 from slurmpool.adapters import metrics
+from slurmpool.adapters.eventseries import EventSeries
 from slurmpool.core.demand.pendingpod import is_pending_gpu_pod, pending_pod
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.interfaces import Conflict, PoolRef, Refused
@@ -471,10 +472,28 @@ class KubeAdapter:
         while True:
             item = await events.get()
             try:
-                await self._post_event(*_event_body(*item), retry_for)
+                if (name := await self._new_in_series(item)) is not None:
+                    ref, type_, reason, message, now = item
+                    await self._post_event(*_event_body(ref, type_, reason, message, now, name), retry_for)
             finally:
                 self._events_unposted -= 1
                 events.task_done()
+
+    async def _new_in_series(self, item: tuple) -> str | None:
+        """An Event posted again within its series' window (eventseries.py): its count and
+        lastTimestamp raised, None. Else the name to create the new Event under."""
+        if getattr(self, "_series", None) is None:  # made on first use, as the queue is
+            self._series = EventSeries()
+        ref, _, _, _, now = item
+        name, count = self._series.add(item[:4], ref[2], time.monotonic())
+        if count > 1:
+            try:
+                await self._call(self.core.patch_namespaced_event, name, ref[3] or "default",
+                                 {"count": count, "lastTimestamp": now}, later=True, _content_type=MERGE_PATCH)
+                return None
+            except Exception:  # noqa: BLE001 - gone (its hour passed, deleted) or never created: a new Event
+                name, _ = self._series.restart(item[:4], ref[2], time.monotonic())
+        return name
 
     async def _post_event(self, namespace: str, body: dict, retry_for: float) -> None:
         delays, waited = EVENT_BACKOFF.delays(), 0.0
@@ -552,17 +571,18 @@ def _queued_event(obj: dict, type_: str, reason: str, message: str) -> tuple:
     return ref, type_, reason, message[:1024], datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _event_body(ref: tuple, type_: str, reason: str, message: str, now: str) -> tuple[str, dict]:
-    api_version, kind, name, obj_namespace, uid = ref
+def _event_body(ref: tuple, type_: str, reason: str, message: str, now: str, name: str | None = None) -> tuple[str, dict]:
+    """The Event to create; `name`: the series' (eventseries.py), else one the apiserver generates."""
+    api_version, kind, obj_name, obj_namespace, uid = ref
     namespace = obj_namespace or "default"  # events of cluster-scoped objects
     return namespace, {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{name}.", "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace} if name else {"generateName": f"{obj_name}.", "namespace": namespace},
         "involvedObject": {
             "apiVersion": api_version,
             "kind": kind,
-            "name": name,
+            "name": obj_name,
             **({"namespace": obj_namespace} if obj_namespace else {}),
             **({"uid": uid} if uid else {}),
         },

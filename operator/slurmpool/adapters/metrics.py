@@ -84,6 +84,8 @@ MOVES_BLOCKED = Gauge("slurmpool_moves_blocked", "Moves in flight that are block
 UNHEALTHY_NODES = Gauge(
     "slurmpool_unhealthy_nodes", "Unhealthy nodes per pool, side and kind of finding (docs/pools.md: Node health)", ["pool", "side", "kind"]
 )
+# Shadow mode (controller/shadow.py): the moves a pass would start now; every direction, 0 included, while the pool is in it.
+SHADOW_MOVES = Gauge("slurmpool_shadow_moves", "Moves a pool in shadow mode would start now (it writes nothing)", ["pool", "direction"])
 HEALTH_SIDES = ("slurm", "inference", "none")
 HEALTH_KINDS = tuple(k.value for k in HealthKind)  # models.UnhealthyNode.kind
 
@@ -122,7 +124,7 @@ for _result in ("ok", "error"):
 
 # Every series labelled with a pool; the gauges among them are the state of the pool now, which
 # only the Lease holder exports (a replica that loses it clears them: sum() counts one replica).
-POOL_GAUGES = (NODES, GPUS, POOL_CONDITION, MOVES_BLOCKED, UNHEALTHY_NODES)
+POOL_GAUGES = (NODES, GPUS, POOL_CONDITION, MOVES_BLOCKED, UNHEALTHY_NODES, SHADOW_MOVES)
 POOL_SERIES = (*POOL_GAUGES, GPU_SECONDS, MOVES_STARTED, MOVES_COMPLETED, MOVES_FAILED, MOVE_SECONDS, DRAIN_SECONDS,
                EVICTIONS_REFUSED, ACTION_ERRORS)
 

@@ -41,7 +41,8 @@ class CoreCalls:
     0.4 s and 21 MiB of a command that parses its answers itself. The on-call role is derived
     from these names (tests/test_oncall_role.py)."""
 
-    QUERY = {"label_selector": "labelSelector", "field_selector": "fieldSelector", "limit": "limit", "_continue": "continue"}
+    QUERY = {"label_selector": "labelSelector", "field_selector": "fieldSelector", "limit": "limit", "_continue": "continue",
+             "dry_run": "dryRun", "field_manager": "fieldManager"}
 
     def __init__(self, api):
         self.api = api
@@ -87,6 +88,11 @@ def _error_body(data: bytes) -> str:
         except Exception:  # noqa: BLE001 - not a Status after all: its bytes, as they came
             pass
     return data.decode("utf-8", "replace")
+
+
+# The field manager of the plugin's writes: the operator reads it from the Node's managedFields as who
+# asked for a move (core/bodies.annotation_writers, status.recentMoves[].by).
+FIELD_MANAGER = "kubectl-slurmpool"
 
 
 class Api:
@@ -265,11 +271,12 @@ class Api:
     def node_names(self) -> list[str]:
         return sorted(item["metadata"]["name"] for item in self._items(self.core.list_node))
 
-    def patch_pool(self, namespace: str, name: str, patch: dict) -> None:
-        self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, patch)
+    def patch_pool(self, namespace: str, name: str, patch: dict, dry_run: bool = False) -> None:
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, patch, field_manager=FIELD_MANAGER,
+                                                   dry_run="All" if dry_run else None)
 
-    def patch_node(self, name: str, patch: dict) -> dict:
-        return self.core.patch_node(name, patch)
+    def patch_node(self, name: str, patch: dict, dry_run: bool = False) -> dict:
+        return self.core.patch_node(name, patch, field_manager=FIELD_MANAGER, dry_run="All" if dry_run else None)
 
 
 def load_pool(api: Api, namespace: str, name: str, whole_pods: bool = False) -> tuple[dict, SlurmNodePoolSpec, list[NodeView]]:

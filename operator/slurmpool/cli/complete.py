@@ -9,15 +9,18 @@ from collections.abc import Callable
 from slurmpool.cli.api import Api
 from slurmpool.cli.render import OUTPUTS
 
-COMMANDS = ("status", "plan", "move", "pause", "resume")
+COMMANDS = ("status", "plan", "history", "move", "pause", "resume")
+CLUSTER = ("--namespace", "--kubeconfig", "--context")  # anywhere on the line
 FLAGS = {
-    "status": ("--namespace", "--output", "--watch", "--interval"),
-    "plan": ("--namespace", "--output", "--slurm-nodes", "--at"),
-    "move": ("--to", "--output"),
-    "pause": ("--namespace", "--output"),
-    "resume": ("--namespace", "--output"),
+    "status": (*CLUSTER, "--output", "--watch", "--interval"),
+    "plan": (*CLUSTER, "--output", "--slurm-nodes", "--at"),
+    "history": (*CLUSTER, "--output"),
+    "move": ("--to", "--output", "--dry-run=server", "--kubeconfig", "--context"),
+    "pause": (*CLUSTER, "--output", "--dry-run=server"),
+    "resume": (*CLUSTER, "--output", "--dry-run=server"),
 }
-VALUE_FLAGS = ("-n", "--namespace", "-o", "--output", "--to", "--slurm-nodes", "--at", "--interval", "--kubeconfig", "--context")
+VALUE_FLAGS = ("-n", "--namespace", "-o", "--output", "--to", "--slurm-nodes", "--at", "--interval", "--kubeconfig", "--context",
+               "--dry-run")
 NO_FILES = ":4"  # cobra's ShellCompDirectiveNoFileComp, what kubectl reads from the last line
 
 
@@ -50,7 +53,7 @@ def complete_main(argv: list[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     api: list[Api] = []
 
-    def option(name: str) -> str | None:  # --kubeconfig and --context, as typed before the subcommand
+    def option(name: str) -> str | None:  # --kubeconfig and --context, wherever typed
         return next((words[i + 1] for i, w in enumerate(words[:-2]) if w == name), None)
 
     kubeconfig, context = option("--kubeconfig"), option("--context")

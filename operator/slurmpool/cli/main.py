@@ -2,11 +2,16 @@
 
     kubectl slurmpool status POOL [-n NS] [-o wide|json|yaml] [--watch]   every node: side, phase, time in it, jobs, pods
     kubectl slurmpool plan POOL [--slurm-nodes N] [--at TIME] [-o json|yaml] which nodes would move, what they would disturb
+    kubectl slurmpool history POOL [-o json|yaml]           the last moves that ended: when, why, who asked, how (status.recentMoves)
     kubectl slurmpool move NODE --to slurm|inference[:POOL] ask for one node to move now (move-now annotation)
     kubectl slurmpool pause POOL / resume POOL             spec.paused
+    (move, pause, resume: --dry-run=server asks the API server, admission included, and writes nothing)
 
 Installed with the package as the console script `kubectl-slurmpool`, so kubectl finds it on
-PATH. It reads the same kubeconfig as kubectl (KUBECONFIG, or --kubeconfig/--context). It needs
+PATH. It reads the same kubeconfig as kubectl (KUBECONFIG, or --kubeconfig/--context, before or after
+the command). Its writes carry the field manager `kubectl-slurmpool`, which the operator records as
+who asked for a move (status.recentMoves). Exit codes: 0, 1 an error, 2 usage, 3 a plan that
+cannot be made. It needs
 no Slurm access: the operator publishes each node's Slurm state and jobs in the node
 annotation `slurmpool.io/slurm`. `plan` runs the operator's own planner on that state and
 changes nothing. No kopf import here: the command starts fast.
@@ -41,13 +46,14 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from slurmpool.cli.api import Api, load_pool, load_status
-from slurmpool.cli.render import OUTPUTS, render_plan, render_status, width
-from slurmpool.cli.views import status_view
+from slurmpool.cli.render import OUTPUTS, render_history, render_plan, render_status, width
+from slurmpool.cli.views import history_view, status_view
 from slurmpool.core.models import parse_at as parse_rfc3339
 from slurmpool.core.placement import names_a_side
 from slurmpool.core.view import ANN_MOVE_NOW, iso
 
 
+DRY_RUN_NOTE = " (server dry run: the API server accepted it; nothing was written)"
 AT_OFFSET = re.compile(r"\+(?=\d)(?:(\d{1,6})d)?(?:(\d{1,6})h)?(?:(\d{1,6})m)?(?:(\d{1,6})s)?")
 LATEST_AT = datetime(2999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)  # as far as a window's `at` may be (models.RFC3339_PATTERN)
 
@@ -114,32 +120,86 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def main(argv: list[str] | None = None) -> int:
+EXIT_UNPLANNABLE = 3  # `plan`: the split cannot be made (the plan's problems); 1 is an error, 2 a usage error
 
-    parser = argparse.ArgumentParser(prog="kubectl slurmpool", description="On-call tools for SlurmNodePools.")
+EXAMPLES = {
+    None: """examples:
+  kubectl slurmpool status gpu -n hpc                    every node of pool gpu in namespace hpc
+  kubectl slurmpool plan gpu --slurm-nodes 4             what would move for 4 Slurm nodes (exit 3: cannot be planned)
+  kubectl slurmpool history gpu                          the last moves that ended, and who asked
+  kubectl slurmpool move gpu07 --to slurm --dry-run=server
+  kubectl slurmpool pause gpu --context prod
+
+--context, --kubeconfig and -n go anywhere on the line. Exit codes: 0 done, 1 an error (one line on
+stderr), 2 a usage error, 3 `plan` cannot make the split (the plan's problems).""",
+    "status": """examples:
+  kubectl slurmpool status gpu -n hpc
+  kubectl slurmpool status gpu -o wide --watch --interval 5
+  kubectl slurmpool status gpu -o json | jq '.nodes[] | select(.phase != "Settled")'""",
+    "plan": """examples:
+  kubectl slurmpool plan gpu                             for the target in force
+  kubectl slurmpool plan gpu --slurm-nodes 4 -o wide
+  kubectl slurmpool plan gpu --at +2h                    the schedule's count in two hours, and its handover
+
+Exits 3 when the split cannot be made (min counts, floors: the plan's problems), 0 otherwise.""",
+    "history": """examples:
+  kubectl slurmpool history gpu -n hpc
+  kubectl slurmpool history gpu -o json | jq '.moves[] | select(.outcome != "Completed")'""",
+    "move": """examples:
+  kubectl slurmpool move gpu07 --to slurm
+  kubectl slurmpool move gpu07 --to inference:llm --dry-run=server   admission's answer, nothing written""",
+    "pause": """examples:
+  kubectl slurmpool pause gpu -n hpc
+  kubectl slurmpool pause gpu --dry-run=server           admission's answer (the on-call policy), nothing written""",
+    "resume": """examples:
+  kubectl slurmpool resume gpu -n hpc
+  kubectl slurmpool resume gpu --dry-run=server""",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The cluster flags (--kubeconfig, --context, -n) before the command or after it: each
+    command's copy leaves the value alone unless given (SUPPRESS), so either place works."""
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="kubectl slurmpool", description="On-call tools for SlurmNodePools.",
+                                     epilog=EXAMPLES[None], formatter_class=raw)
     parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
-    parser.add_argument("--context", default=None)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-n", "--namespace", default=None)
+    for each, default in ((parser, None), (common, argparse.SUPPRESS)):
+        each.add_argument("--kubeconfig", default=default, help="kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
+        each.add_argument("--context", default=default, help="the kubeconfig context (default: its current one)")
+        each.add_argument("-n", "--namespace", default=default, help="the pool's namespace (default: the context's)")
     common.add_argument("-o", "--output", choices=OUTPUTS, default="table")
+    writes = argparse.ArgumentParser(add_help=False)
+    writes.add_argument("--dry-run", choices=("none", "server"), default="none",
+                        help="server: the API server checks the change (admission included) and writes nothing")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("status", parents=[common], help="every node of a pool: side, phase, time in phase, jobs or pods")
+
+    def command(name: str, text: str, *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common, *parents], help=text, description=text, epilog=EXAMPLES[name], formatter_class=raw)
+    p = command("status", "every node of a pool: side, phase, time in phase, jobs or pods")
     p.add_argument("pool")
     p.add_argument("-w", "--watch", action="store_true", help="show it again every --interval seconds until interrupted")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between rounds of --watch (default 2)")
-    p = sub.add_parser("plan", parents=[common], help="dry run: which nodes would move and which jobs and pods they disturb")
+    p = command("plan", "dry run: which nodes would move and which jobs and pods they disturb")
     p.add_argument("pool")
     p.add_argument("--slurm-nodes", type=int, default=None, help="plan for this Slurm count (default: the current target)")
     p.add_argument("--at", default=None, metavar="TIME",
                    help="plan as at TIME (RFC 3339, e.g. 2026-12-24T18:00:00Z, or +2h): the schedule's count then and the "
                         "planned handover an edge then gets")
-    p = sub.add_parser("move", parents=[common], help="ask the operator to move one node now (slurmpool.io/move-now)")
+    p = command("history", "the last moves of a pool that ended (status.recentMoves): when, why, who asked, how")
+    p.add_argument("pool")
+    p = command("move", "ask the operator to move one node now (slurmpool.io/move-now)", writes)
     p.add_argument("node")
     p.add_argument("--to", required=True, help="slurm, inference or inference:POOL")
     for verb in ("pause", "resume"):
-        p = sub.add_parser(verb, parents=[common], help=f"{verb} a pool (spec.paused)")
+        p = command(verb, f"{verb} a pool (spec.paused)", writes)
         p.add_argument("pool")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     at = None
     if args.command == "plan" and args.at is not None:
@@ -168,19 +228,25 @@ def main(argv: list[str] | None = None) -> int:
             pool, spec, nodes = load_pool(api, namespace, args.pool)
             view = plan_view(spec, pool, nodes, now, Asked(args.slurm_nodes, at), pods_of=api.whole_pods_on)
             _emit(view, render_plan(view, 10**6 if args.output == "wide" else width()), args.output)
+            if view["problems"]:
+                return _done(EXIT_UNPLANNABLE, argv)
+        elif args.command == "history":
+            view = history_view(api.pool(namespace, args.pool))
+            _emit(view, render_history(view, width()), args.output)
         elif args.command == "move":
-            body = api.patch_node(args.node, {"metadata": {"annotations": {ANN_MOVE_NOW: args.to}}})
+            dry = args.dry_run == "server"
+            body = api.patch_node(args.node, {"metadata": {"annotations": {ANN_MOVE_NOW: args.to}}}, dry_run=dry)
             owner = (body.get("metadata", {}).get("annotations") or {}).get("slurmpool.io/pool")
             note = f"; pool {owner} will move it" if owner else "; no SlurmNodePool has adopted this node yet"
-            _emit({"node": args.node, "moveNow": args.to, "pool": owner},
-                  f"node/{args.node} annotated {ANN_MOVE_NOW}={args.to}{note} (the split is kept: another node moves the other way)",
-                  args.output)
+            _emit({"node": args.node, "moveNow": args.to, "pool": owner, "dryRun": dry},
+                  f"node/{args.node} annotated {ANN_MOVE_NOW}={args.to}{note} (the split is kept: another node moves the other way)"
+                  + DRY_RUN_NOTE * dry, args.output)
         else:
-            paused = args.command == "pause"
-            api.patch_pool(namespace, args.pool, {"spec": {"paused": paused}})
-            _emit({"pool": args.pool, "namespace": namespace, "paused": paused},
-                  f"slurmnodepool {namespace}/{args.pool} {'paused: no new moves start; moves in flight finish' if paused else 'resumed'}",
-                  args.output)
+            paused, dry = args.command == "pause", args.dry_run == "server"
+            api.patch_pool(namespace, args.pool, {"spec": {"paused": paused}}, dry_run=dry)
+            _emit({"pool": args.pool, "namespace": namespace, "paused": paused, "dryRun": dry},
+                  f"slurmnodepool {namespace}/{args.pool} {'paused: no new moves start; moves in flight finish' if paused else 'resumed'}"
+                  + DRY_RUN_NOTE * dry, args.output)
     except KeyboardInterrupt:  # the end of --watch: at once, not after the reads still in flight end
         try:
             sys.stdout.flush()

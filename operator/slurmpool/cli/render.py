@@ -199,3 +199,29 @@ def _free(move: dict, now: str | None) -> str:
     if move["freeAt"] is None:
         return "no limit"
     return "now" if move["freeAt"] == now else move["freeAt"]
+
+
+def _took(seconds: int | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def render_history(view: dict[str, Any], total: int = 100) -> str:
+    """The moves that ended, newest first; in shadow mode, what the operator would do now."""
+    lines = [f"SlurmNodePool {view['namespace']}/{view['pool']}" + (f" (mode {view['mode']})" if view["mode"] != "Active" else "")]
+    rows = [[m.get("ended", "-"), m.get("node", "-"), f"{_short(m.get('from', '-'))} -> {_short(m.get('to', '-'))}",
+             m.get("outcome", "-"), _took(m.get("seconds")), m.get("cause", "-"), m.get("moveId", "-"), m.get("by") or "-"]
+            for m in view["moves"]]
+    if rows:
+        lines.append(table(["ENDED", "NODE", "MOVE", "OUTCOME", "TOOK", "CAUSE", "MOVE ID", "ASKED BY"], rows, total))
+    else:
+        lines.append("No move has ended since the operator began recording them (status.recentMoves).")
+    shadow = view.get("shadow")
+    if shadow:
+        lines.append(f"Shadow mode, nothing written; would now (same decision since {shadow.get('since')}):")
+        lines += [f"  start {line}"[:total] for line in shadow.get("wouldStart") or []]
+        lines += [f"  {line}"[:total] for line in shadow.get("wouldDo") or []]
+        if not shadow.get("wouldStart") and not shadow.get("wouldDo"):
+            lines.append("  nothing")
+    return "\n".join(lines)

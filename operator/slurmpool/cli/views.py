@@ -137,3 +137,17 @@ def status_view(pool: dict, nodes: list[NodeView], now: datetime, pod_keys: dict
         "nodes": rows,
         "now": iso(now),
     }
+
+
+def history_view(pool: dict) -> dict[str, Any]:
+    """`kubectl slurmpool history`: the pool's status.recentMoves (newest first) as the operator wrote
+    them, each with how long it took, and, in shadow mode, what the operator would do now."""
+    status = pool.get("status") or {}
+    moves = []
+    for move in status.get("recentMoves") or []:
+        started, ended = parse_time(move.get("started") or ""), parse_time(move.get("ended") or "")
+        took = int((ended - started).total_seconds()) if started and ended else None
+        moves.append({**move, "seconds": took})
+    meta = pool.get("metadata") or {}
+    return {"pool": meta.get("name"), "namespace": meta.get("namespace"), "mode": (pool.get("spec") or {}).get("mode", "Active"),
+            "moves": moves, "shadow": status.get("shadow")}

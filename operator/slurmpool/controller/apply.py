@@ -27,9 +27,11 @@ from slurmbridge.backend import SlurmBackend
 
 from slurmpool.adapters import metrics
 from slurmpool.adapters.metrics import Action
+from slurmpool.controller import shadow
+from slurmpool.controller.posting import move_id, post
 from slurmpool.controller.published import fold_published, publish
 from slurmpool.core.events import Event, Reason
-from slurmpool.core.interfaces import Conflict, Kube, PoolRef, Refused, node_object, pool_object
+from slurmpool.core.interfaces import Conflict, Kube, PoolRef, Refused
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.expiry import Cancel, Requeue, Signal
 from slurmpool.core.moves import CreateSlurmdPod, DeleteSlurmdPod, Drain, Evict, PowerDown, PowerDownAgain, PowerUp, Refusal, Resume, Step
@@ -54,6 +56,12 @@ class ApplyContext:
     slurm: SlurmBackend
     published: dict[str, tuple[str, float]] = field(default_factory=dict)
     crash_after_phase: str | None = None
+    dry_run: bool = False  # this pass writes nothing (`slurmpool run --dry-run`; pools.py also sets it for spec.mode Shadow)
+
+    @property
+    def shadow(self) -> bool:
+        """Writes nothing to Nodes, pods or Slurm: spec.mode Shadow, or the whole operator's --dry-run."""
+        return self.dry_run or self.spec.mode == "Shadow"
 
     def __post_init__(self) -> None:
         if self.published is None:
@@ -61,6 +69,8 @@ class ApplyContext:
 
 
 async def apply(ctx: ApplyContext, decision: PoolDecision) -> ApplyResult:
+    if ctx.shadow:  # the one way past every write below
+        return await shadow.report(ctx.kube, ctx.pool, decision)
     result = ApplyResult()
     for ev in (*decision.pool_events, *decision.node_events):
         await _post(ctx, ev)
@@ -144,7 +154,7 @@ async def _slurm(ctx: ApplyContext, decision: PoolDecision, steps: dict[str, Ste
             elif isinstance(action, Cancel):
                 cancels.extend(action.job_ids)
         for ev in step.events:
-            await _post(ctx, ev.on(name))
+            await _post(ctx, ev.on(name), move_id(step))
         _count(ctx.pool.key, old[name], step)
     for start, move in decision.starts:
         if start.node not in result.unwritten:
@@ -189,18 +199,8 @@ async def _handover(ctx: ApplyContext, decision: PoolDecision, result: ApplyResu
         await _post(ctx, ev)
 
 
-# Events of a node's move that only its Node shows: a phase step is detail for `kubectl describe
-# node`; the pool's own list keeps each move's start, end and every warning. (Half the Events of
-# a large adoption: 500 nodes posted ~6,000, and the queue of Events overflowed.)
-NODE_ONLY_REASONS = frozenset({Reason.MovePhase})
-
-
-async def _post(ctx: ApplyContext, ev: Event) -> None:
-    """An Event about a node goes on the node and (but a phase step) on the pool; else on the pool."""
-    if ev.node is None or ev.reason not in NODE_ONLY_REASONS:
-        await ctx.kube.event(pool_object(ctx.pool), ev.type, ev.reason, ev.message)
-    if ev.node is not None:
-        await ctx.kube.event(node_object(ev.node), ev.type, ev.reason, ev.message)
+async def _post(ctx: ApplyContext, ev: Event, move: str | None = None) -> None:
+    await post(ctx.kube, ctx.pool, ev, move)
 
 
 def _count(pool: str, node: NodeView, step: Step) -> None:

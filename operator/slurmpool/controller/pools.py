@@ -133,7 +133,7 @@ class PoolController:
             spec = SlurmNodePoolSpec.model_validate(body.get("spec") or {})
         except ValidationError:
             return
-        if not self.leader.leading:
+        if not self.leader.leading or self.settings.dry_run or spec.mode == "Shadow":  # shadow mode writes nothing to Slurm
             return
         try:
             backend = await self.access.backend(namespace, spec.slurm.access)
@@ -241,7 +241,7 @@ class PoolController:
         t1 = time.monotonic()
         decision = decide(snap)
         snapshot_s, decide_s = t1 - t0, time.monotonic() - t1
-        if state.slurm.decide_again(snap.slurm, t0, decision):  # on a poll begun after this pass did
+        if not (shadow := config.dry_run or spec.mode == "Shadow") and state.slurm.decide_again(snap.slurm, t0, decision):
             again = time.monotonic()
             snap, backend, _ = await self.snapshot(pool, spec, raw, state, newer_than=t0)
             decided = time.monotonic()
@@ -251,7 +251,7 @@ class PoolController:
             return config.interval
         t2 = time.monotonic()
         context = ApplyContext(pool, spec, [*snap.nodes, *snap.strays], self.kube, backend or snapshots.NoSlurm(), self.published,
-                               config.crash_after_phase)
+                               config.crash_after_phase, shadow)
         result = await apply(context, decision)
         self.written.wrote(result.records, time.monotonic())
         if result.slurm_changed:
@@ -267,7 +267,7 @@ class PoolController:
             return None
         if result.acted:
             return 0.0  # at the speed of the real work: the next phase's done test may be true already
-        if state.slurm.passed(decision):  # e.g. a slurmd registering: look again soon, with a fresh poll
+        if not shadow and state.slurm.passed(decision):  # a slurmd registering: look soon, on a fresh poll (a shadow pass: no fresh polls)
             return QUICK_INTERVAL
         return config.interval
 

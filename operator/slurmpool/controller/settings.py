@@ -34,6 +34,9 @@ class Settings:
     metrics_address: str = "0.0.0.0"
     liveness: str = ""  # e.g. http://0.0.0.0:8081/healthz
     log_format: str = "text"  # or json
+    # `slurmpool run --dry-run`: every pool in shadow mode (controller/shadow.py): decides, writes nothing
+    # to Nodes, pods or Slurm, and reports what it would have done.
+    dry_run: bool = False
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:

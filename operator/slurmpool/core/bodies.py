@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from slurmpool.core.fit import needs_of
-from slurmpool.core.view import LABEL_COMPONENT, LABEL_POOL, NodeCondition, NodeView, PodView, parse_time
+from slurmpool.core.view import ANN_MOVE_NOW, ANN_PIN, LABEL_COMPONENT, LABEL_POOL, NodeCondition, NodeView, PodView, parse_time
 
 
 def node_view(body: dict[str, Any]) -> NodeView:
@@ -27,7 +27,26 @@ def node_view(body: dict[str, Any]) -> NodeView:
         gpus=_gpus((status.get("allocatable") or {}).get("nvidia.com/gpu")),
         conditions=_conditions(status.get("conditions")),
         version=meta.get("resourceVersion") or "",
+        writers=annotation_writers(meta.get("managedFields")),
     )
+
+
+ASKED_BY = (ANN_PIN, ANN_MOVE_NOW)  # the annotations whose writer a move records as who asked for it
+
+
+def annotation_writers(managed_fields: object) -> dict[str, str]:
+    """For pin and move-now: the field manager that last wrote each (kubectl's `kubectl-annotate`,
+    the plugin's `kubectl-slurmpool`, a controller's name), from the Node's managedFields."""
+    found: dict[str, tuple[str, str]] = {}
+    for entry in managed_fields if isinstance(managed_fields, list) else ():
+        if not isinstance(entry, dict):
+            continue
+        annotations = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:annotations") or {}
+        for key in ASKED_BY:
+            when = str(entry.get("time") or "")
+            if f"f:{key}" in annotations and (key not in found or when >= found[key][0]):
+                found[key] = (when, str(entry.get("manager") or "unknown")[:128])
+    return {key: who for key, (_, who) in found.items()}
 
 
 def _time(value: object) -> datetime | None:

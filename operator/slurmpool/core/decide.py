@@ -33,7 +33,7 @@ from slurmpool.core.handover import PoolView, reconcile as reconcile_handover
 from slurmpool.core.warning import warn
 from slurmpool.core.health import HEALTHY, NodeHealth
 from slurmpool.core.interfaces import PoolRef
-from slurmpool.core.models import SlurmNodePoolSpec, seconds
+from slurmpool.core.models import SlurmNodePoolSpec, TargetStatus, seconds
 from slurmpool.core.patch import after, node_patch
 from slurmpool.core.expiry import expire, overdue
 from slurmpool.core.published import changed_annotations
@@ -46,6 +46,7 @@ from slurmpool.core.snapshot import PoolDecision, PoolSnapshot
 from slurmpool.core.target import Decision, decide_target, with_given_back
 from slurmpool.core.view import (
     ANN_MOVE,
+    ANN_MOVE_NOW,
     ANN_PIN,
     ANN_PLACEMENT,
     NONE,
@@ -176,7 +177,8 @@ def _begin(snap: PoolSnapshot, by_name: dict[str, NodeView], start: Start, at: P
     """Start a move (the planner's, or a give-back) and take it as far as this pass allows."""
     node, now = by_name[start.node], snap.now
     move = MoveRecord(id=move_id(snap.pool, node.name, start.target, now), source=start.source, target=start.target,
-                      phase=first_phase(start.target, start.source), since=now, started=now, cause=start.cause)
+                      phase=first_phase(start.target, start.source), since=now, started=now, cause=start.cause,
+                      by=asked_by(node, start.cause, decision.target.status))
     step = advance(move, node, at, _unhealthy(node, health))
     step.entered.insert(0, move.phase)
     step.given_back = True if start.cause == Cause.GIVEBACK else None  # marked with its move: the target counts it
@@ -185,6 +187,17 @@ def _begin(snap: PoolSnapshot, by_name: dict[str, NodeView], start: Start, at: P
     by_name[node.name] = _after(snap.pool, node, step, now)
     decision.starts.append((start, move))
     return step
+
+
+def asked_by(node: NodeView, cause: Cause, target: TargetStatus) -> str | None:
+    """Who asked for a move (status.recentMoves): the writer of its pin or move-now, or what set the split."""
+    if cause == Cause.PIN:
+        return node.writers.get(ANN_PIN)
+    if cause == Cause.MOVE_NOW:
+        return node.writers.get(ANN_MOVE_NOW)
+    if cause == Cause.REBALANCE:
+        return f"{target.source}" + (f" ({target.by})" if target.source == "Manual" and target.by else "")
+    return None
 
 
 def move_id(pool: PoolRef, node: str, target: str, now: datetime) -> str:

@@ -62,6 +62,8 @@ class Reason(StrEnum):
     ReconcileError = "ReconcileError"
     NodeOverlap = "NodeOverlap"
     StatusWriteFailed = "StatusWriteFailed"
+    # shadow mode (controller/shadow.py): a move the pool would have started
+    ShadowDecision = "ShadowDecision"
 
 
 EventType = Literal["Normal", "Warning"]

@@ -615,6 +615,11 @@ class SlurmNodePoolSpec(Model):
     min_inference_nodes: int = Field(default=0, ge=0, le=100000)
     max_concurrent_moves: int = Field(default=1, ge=1, le=1000, description="Moves in flight at once (a disruption budget).")
     paused: bool = Field(default=False, description="No new moves start; moves in flight finish.")
+    mode: Literal["Active", "Shadow"] = Field(
+        default="Active",
+        description="Shadow: the operator reads and decides as usual but writes nothing to Nodes, pods or Slurm; what it "
+        "would do is in status.shadow, Events (ShadowDecision) and slurmpool_shadow_moves (docs/runbook.md: Shadow mode).",
+    )
     slurm: SlurmSpec
     inference: InferenceSpec
     drain: DrainSpec = Field(default_factory=DrainSpec, json_schema_extra={"default": {}})
@@ -694,6 +699,31 @@ class MoveStatus(Model):
         description="A move out of Slurm while Draining: when the node's jobs end by their time limits (RFC 3339), or "
         "'unlimited' when one has none (drain.onTimeout decides for it); unset when no job runs there.",
     )
+
+
+Outcome = Literal["Completed", "RolledBack", "Stopped"]  # how a move ended (status.recentMoves)
+
+
+class RecentMove(Model):
+    """A move that ended: completed, rolled back or stopped on an unhealthy node (status.recentMoves)."""
+
+    node: str
+    move_id: str
+    from_: str = Field(alias="from")
+    to: str
+    cause: str
+    by: str | None = Field(default=None, description="Who asked: the writer of the pin or move-now, or what set the split.")
+    started: str
+    ended: str
+    outcome: Outcome
+
+
+class ShadowStatus(Model):
+    """A pool in shadow mode (spec.mode Shadow, or `slurmpool run --dry-run`): what this pass would have done."""
+
+    would_start: list[str] = Field(default_factory=list, description="Moves it would start: 'node: from -> to (cause)'.")
+    would_do: list[str] = Field(default_factory=list, description="Other writes it would make: node patches, Slurm commands, pods.")
+    since: str = Field(description="When this decision was first made (unchanged while the same decision repeats).")
 
 
 class InvalidRecord(Model):
@@ -825,3 +855,8 @@ class SlurmNodePoolStatus(Model):
     last_error: str | None = None
     target: TargetStatus | None = Field(default=None, description="The current target and its source (an audit).")
     handover: HandoverStatus | None = Field(default=None, description="The planned handover ahead of the next schedule edge, if any.")
+    recent_moves: list[RecentMove] = Field(
+        default_factory=list, max_length=50,
+        description="The last moves that ended, newest first (at most 20; `kubectl slurmpool history`).",
+    )
+    shadow: ShadowStatus | None = Field(default=None, description="Shadow mode: what the operator would have done (writes nothing).")

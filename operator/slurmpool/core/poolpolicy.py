@@ -14,8 +14,10 @@ from typing import Any
 
 from slurmpool.core.models import LabelSelector, SlurmNodePoolSpec
 
-# Labels that mark control-plane nodes (kubeadm and most distributions; `master` before 1.24).
-CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+# Labels that mark control-plane nodes (kubeadm and most distributions; `master` before 1.24;
+# RKE1's `controlplane` and `etcd`, set to "true" on its control-plane and etcd nodes).
+CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master",
+                        "node-role.kubernetes.io/controlplane", "node-role.kubernetes.io/etcd")
 
 
 @dataclass(frozen=True)

@@ -92,3 +92,4 @@ class ApplyResult:
     slurm_changed: bool = False  # a Slurm update was sent: the next pass polls Slurm afresh
     records: dict[str, dict[str, str | None]] = field(default_factory=dict)  # node -> record annotations written
     handover_error: str | None = None  # the reservation could not be created or deleted (retried next pass; moves go on)
+    shadow: bool = False  # a shadow pass: nothing was written (controller/shadow.py); the status shows what would have been

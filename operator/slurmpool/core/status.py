@@ -20,6 +20,7 @@ from slurmpool.core.models import (
     SlurmNodePoolStatus,
 )
 from slurmpool.core import health as healthmod
+from slurmpool.core import history
 from slurmpool.core import slurmnames
 from slurmpool.core.forecast import draining_out_of_slurm, forecast
 from slurmpool.core.health import NodeHealth
@@ -98,9 +99,13 @@ def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult
             seen.blocked[name] = (step.blocked_by, message)
     previous = snap.previous.conditions if snap.previous else []
     basis = StatusBasis.of(snap.pool.name, snap.pool.generation, snap.spec)
-    status = status_from(basis, decision.nodes_after, seen, previous, snap.now)
+    # A shadow pass changed nothing: the nodes are as observed, and what it would do is status.shadow.
+    status = status_from(basis, list(snap.nodes) if result.shadow else decision.nodes_after, seen, previous, snap.now)
     status.target = decision.target.status
     status.handover = _handover(decision, result)
+    status.recent_moves = history.recent_moves(snap, decision, result)
+    if result.shadow:
+        status.shadow = history.shadow(decision, snap.previous.shadow if snap.previous else None, snap.now)
     return status
 
 
@@ -129,7 +134,7 @@ def _handover(decision: PoolDecision, result: ApplyResult) -> HandoverStatus | N
     status = plan.status
     if result.handover_error:
         return status.model_copy(update={"message": result.handover_error})
-    if plan.create is not None:  # made this pass
+    if plan.create is not None and not result.shadow:  # made this pass
         return status.model_copy(update={"state": "Reserved"})
     return status
 

@@ -163,6 +163,7 @@ class MoveRecord(BaseModel):
     started: datetime
     cause: Cause = Cause.REBALANCE
     rollback: bool = False
+    by: str | None = None  # who asked: the writer of the pin or move-now (managedFields), or what set the split
 
     @property
     def direction(self) -> Direction:
@@ -300,6 +301,8 @@ class NodeView:
     # metadata.resourceVersion: the precondition of a write of its taints (patch.shape_write).
     # Not compared: a new version alone changes nothing the operator decides on.
     version: str = field(default="", compare=False)
+    # annotation -> the field manager that last wrote it (managedFields), for pin and move-now: who asked for a move
+    writers: dict[str, str] = field(default_factory=dict, compare=False)
 
     # Computed once per view: the planner reads them for every node, several times per pass
     # (the JSON parse of the move record dominated the profile). Views are immutable.
