@@ -38,7 +38,7 @@ from slurmpool.core.events import Reason
 from slurmpool.core.handover import reservation_name
 from slurmpool.core.interfaces import PoolRef, pool_object
 from slurmpool.core.membership import Membership
-from slurmpool.core.models import SlurmNodePoolSpec, SlurmNodePoolStatus
+from slurmpool.core.models import DemandSpec, SlurmNodePoolSpec, SlurmNodePoolStatus
 from slurmpool.core.poolpolicy import violations
 from slurmpool.core.status import build_status
 
@@ -255,7 +255,7 @@ class PoolController:
         t3 = time.monotonic()
         status = build_status(snap, decision, result)
         if self.leader.leading:  # not after the Lease was lost in the pass: poolmetrics.leading cleared them
-            poolmetrics.export(pool.key, list(snap.nodes), status)
+            poolmetrics.export(pool.key, list(snap.nodes), status, counted=(spec.demand or DemandSpec()).inference)
         self.write_status(pool, raw, status)
         t4 = time.monotonic()
         reports.log_pass(pool, decision, {"snapshot": snapshot_s, "decide": decide_s, "apply": t3 - t2, "status": t4 - t3}, t4 - t0)

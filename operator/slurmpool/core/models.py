@@ -550,13 +550,46 @@ class DemandBounds(Model):
         return self
 
 
+# An extended resource (a device plugin's, or a DRA driver's mapping): a domain-qualified name
+# (outside kubernetes.io: InferenceDemand checks that, RE2 has no look-ahead).
+EXTENDED_RESOURCE_PATTERN = rf"^{_DNS_PART}(\.{_DNS_PART})*/[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?$"
+DNS_SUBDOMAIN_PATTERN = rf"^{_DNS_PART}(\.{_DNS_PART})*$"
+ExtendedResource = Annotated[str, Field(pattern=EXTENDED_RESOURCE_PATTERN, max_length=317)]
+DnsSubdomain = Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)]
+
+
+class InferenceDemand(DemandBounds):
+    """Inference's bounds, and what of a pod's asks counts as GPUs (docs/cadence.md: Demand)."""
+
+    resources: list[ExtendedResource] = Field(
+        default_factory=lambda: ["nvidia.com/gpu"], max_length=16,
+        description="Extended resources that count as GPUs in pods' requests (nvidia.com/gpu, amd.com/gpu, MIG and shared "
+        "GPU names); a node's capacity of each is read from its allocatable.",
+    )
+    device_classes: list[DnsSubdomain] = Field(
+        default_factory=lambda: ["gpu.nvidia.com"], max_length=16,
+        description="DeviceClasses whose devices count as GPUs in pods' ResourceClaims (Dynamic Resource Allocation).",
+    )
+    drivers: list[DnsSubdomain] = Field(
+        default_factory=lambda: ["gpu.nvidia.com"], max_length=16,
+        description="DRA drivers whose ResourceSlices serve those DeviceClasses: a node's devices are counted from them.",
+    )
+
+    @model_validator(mode="after")
+    def _extended(self) -> "InferenceDemand":
+        native = [r for r in self.resources if r.split("/")[0] == "kubernetes.io" or r.split("/")[0].endswith(".kubernetes.io")]
+        if native:
+            raise ValueError(f"resources: {', '.join(native)} is not an extended resource (kubernetes.io names are Kubernetes' own)")
+        return self
+
+
 class DemandSpec(Model):
     """Follow demand (opt-in): pending GPU jobs in slurm.partition grow Slurm, pending unschedulable
     GPU pods that fit an inference pool grow inference (see docs/cadence.md: Demand)."""
 
     enabled: bool = Field(default=True, description="Set false to stop demand changes and keep the settings.")
     slurm: DemandBounds = Field(default_factory=DemandBounds, json_schema_extra={"default": {}})
-    inference: DemandBounds = Field(default_factory=DemandBounds, json_schema_extra={"default": {}})
+    inference: InferenceDemand = Field(default_factory=InferenceDemand, json_schema_extra={"default": {}})
     cooldown: Duration = Field(
         default="5m", description="Least time between two demand changes, and after any manual or schedule change."
     )
