@@ -4,11 +4,13 @@ apply.py). The pool's status is built from all three (status.py), nothing mutate
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from slurmpool.core.demand import PendingPod
+from slurmpool.core.demand.claims import Asks
 from slurmpool.core.events import Event
 from slurmpool.core.health import NodeHealth
 from slurmpool.core.interfaces import PoolRef
@@ -34,6 +36,7 @@ class PoolSnapshot:
     overlaps: tuple[str, ...] = ()  # nodes another pool selects too: never acted on
     orphans: tuple[PodView, ...] = ()  # this pool's slurmd pods bound to a Node that is gone
     pending: tuple[PendingPod, ...] = ()  # unschedulable GPU pods (demand's inference signal)
+    claims: Mapping[str, Asks] = field(default_factory=dict)  # what DRA claims and templates ask for (demand/claims.py)
     author: str | None = None  # who last wrote spec.slurmNodes (managedFields)
     owned_reservations: frozenset[str] | None = None  # every existing pool's reservation name (None: unknown)
 

@@ -12,11 +12,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from slurmpool.core.demand.claims import CLAIM, TEMPLATE
 from slurmpool.core.fit import PodNeeds, Requirement, needs_of
 from slurmpool.core.view import extended_resources
 
 GPU = "nvidia.com/gpu"
-TEMPLATE, CLAIM = "template", "claim"  # how a pod names a ResourceClaim: spec.resourceClaims[]
 MAX_CLAIMS = 16
 
 
