@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import yaml
+from kubernetes.client.rest import ApiException
 
 from slurmpool.adapters.kube import DraIndex
 from slurmpool.core.demand import signals
@@ -153,3 +154,22 @@ def test_the_dra_index_keeps_asks_and_each_nodes_devices():
         assert key(CLAIM, NS, "shared-4") not in dra.asks
 
     asyncio.run(scenario())
+
+
+def test_an_api_server_without_dra_is_said_once_and_not_listed_again(caplog):
+    async def scenario():
+        dra = DraIndex(None, lambda node: None)
+        calls: list[int] = []
+
+        def not_served(**_):
+            calls.append(1)
+            raise ApiException(status=404, reason="Not Found")
+
+        watch = dra.watches[2]
+        watch.call = not_served
+        await asyncio.to_thread(watch._run, asyncio.get_running_loop())  # returns: no relist loop
+        await asyncio.sleep(0)
+        assert calls == [1] and watch.listed.is_set() and dra.devices("gpu01") == ()
+
+    asyncio.run(scenario())
+    assert "does not serve ResourceSlices" in caplog.text

@@ -754,7 +754,7 @@ class DemandStatus(Model):
     last_change: str | None = Field(default=None, description="Last demand change or base change: the cooldown counts from it.")
     pending_jobs: int = Field(default=0, description="Pending Slurm jobs in the partition that want GPUs and wait for resources.")
     pending_job_gpus: int = 0
-    pending_pods: int = Field(default=0, description="Pending unschedulable pods requesting nvidia.com/gpu that fit an inference pool.")
+    pending_pods: int = Field(default=0, description="Pending unschedulable pods asking for GPUs (a counted resource or DRA claim) that fit an inference pool.")
     pending_pod_gpus: int = 0
     slurm_wants: int = Field(default=0, description="Nodes Slurm still needs (pending need minus idle and incoming nodes).")
     inference_wants: int = Field(default=0, description="Nodes inference still needs.")
