@@ -173,3 +173,64 @@ def test_an_api_server_without_dra_is_said_once_and_not_listed_again(caplog):
 
     asyncio.run(scenario())
     assert "does not serve ResourceSlices" in caplog.text
+
+
+# ---------------------------------------------------------------- groups that start together (pod_groups.py)
+
+
+def group_pods(*names: str):
+    every = {o["metadata"]["name"]: o for o in load("groups.yaml") if o["kind"] == "Pod"}
+    return [pending_pod(every[n]) for n in names]
+
+
+LLAMA = ("llama-405b-0", "llama-405b-1", "llama-405b-2")
+
+
+def eight(**demand) -> tuple[SlurmNodePoolSpec, list[NodeView], dict]:
+    """A pool of 8 nodes, all in Slurm, 8 GPUs each."""
+    body = spec().model_dump(by_alias=True, exclude_none=True)
+    body["demand"] = demand
+    on_slurm = [NodeView(f"s{i}", labels={"gpu": "true", "block": f"b{i // 4}"}, annotations={ANN_PLACEMENT: SLURM},
+                         resources=((GPU, 8),)) for i in range(8)]
+    return SlurmNodePoolSpec.model_validate(body), on_slurm, {n.name: slurm_node(n.name) for n in on_slurm}
+
+
+def test_groups_are_read_from_podgroups_lws_and_the_gang_label():
+    assert [(p.group, p.group_size) for p in group_pods(*LLAMA)] == [("podgroup:llama-405b-0", 0)] * 3
+    assert [(p.group, p.group_size) for p in group_pods("deepseek-0", "huge-0")] == [("lws:deepseek/0", 3), ("gang:huge", 12)]
+
+
+def test_a_group_is_one_unit_of_n_nodes():
+    s, ns, states = eight()
+    sig = signals(s, ns, SlurmView(True, nodes=states), group_pods(*LLAMA))
+    assert sig.nodes(Side.INFERENCE) == 3 and sig.waiting(Side.INFERENCE) == 3 and sig.pool_nodes == {"llm": 3}
+    # an LWS leader whose two workers are not made yet: the group's 3 nodes
+    assert signals(s, ns, SlurmView(True, nodes=states), group_pods("deepseek-0")).nodes(Side.INFERENCE) == 3
+    # gpu_pods does not count them again
+    assert [w.what for w in sig.wants] == ["3 pod(s) in groups that start together want 3 node(s)"]
+
+
+def test_a_group_larger_than_the_pool_is_reported_not_chased():
+    s, ns, states = eight()
+    sig = signals(s, ns, SlurmView(True, nodes=states), group_pods("huge-0"))
+    assert sig.nodes(Side.INFERENCE) == 0
+    assert sig.unstartable == (f"group {NS}/gang:huge needs 12 node(s) at once; the pool has 8",)
+    capped, ns, states = eight(inference={"maxNodes": 2})
+    assert signals(capped, ns, SlurmView(True, nodes=states), group_pods(*LLAMA)).unstartable == (
+        f"group {NS}/podgroup:llama-405b-0 needs 3 node(s) at once; inference may hold (demand.inference.maxNodes) 2",)
+
+
+def test_with_topology_a_group_must_fit_one_block():
+    s, ns, states = eight()
+    blocks = SlurmNodePoolSpec.model_validate({**s.model_dump(by_alias=True, exclude_none=True), "topology": {"blockLabel": "block"}})
+    assert signals(blocks, ns, SlurmView(True, nodes=states), group_pods(*LLAMA)).nodes(Side.INFERENCE) == 3  # blocks of 4
+    small = [replace(n, labels={**n.labels, "block": f"b{i // 2}"}) for i, n in enumerate(ns)]
+    assert signals(blocks, small, SlurmView(True, nodes=states), group_pods(*LLAMA)).unstartable == (
+        f"group {NS}/podgroup:llama-405b-0 needs 3 node(s) at once; the largest topology block has 2",)
+
+
+def test_a_group_that_bounds_would_cut_waits_whole():
+    s, ns, states = eight(slurm={"minNodes": 6})  # inference may gain 2 nodes now, the group needs 3
+    sig = signals(s, ns, SlurmView(True, nodes=states), group_pods(*LLAMA))
+    assert sig.nodes(Side.INFERENCE) == 0 and sig.unstartable == ()
+    assert "1 group(s) wait: inference's bound leaves room for fewer nodes than they need" in sig.what(Side.INFERENCE)

@@ -10,8 +10,10 @@ The sources, read each pass (`SOURCES`: one module each, in this order):
   pool it fits.
 - `dra_pods`: unschedulable pods whose ResourceClaims ask for devices of a counted DeviceClass
   (default gpu.nvidia.com), counted against the devices the drivers' ResourceSlices publish.
+- `pod_groups`: groups of pods that start together (a PodGroup, a LeaderWorkerSet group, the
+  gang label slurmpool.io/gang): one unit of N nodes, whole or not at all.
 Each yields `Want`s (want.py): what its waiting work wants from one side, and from which named
-pools. A new source (pod groups...) is one more module and one more entry here;
+pools. A new source is one more module and one more entry here;
 the decision (decision.py: hysteresis, cooldown, bounds, whenBothWant, per-pool counts) adds
 up the wants of every source and reads nothing else of them.
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from slurmpool.core.demand import dra_pods, gpu_pods, slurm_jobs
+from slurmpool.core.demand import dra_pods, gpu_pods, pod_groups, slurm_jobs
 from slurmpool.core.demand.claims import Asks
 from slurmpool.core.demand.decision import Base, DemandOutcome, Placed, Signals, bounds, decide_demand, placed
 from slurmpool.core.demand.pendingpod import PendingPod
@@ -32,7 +34,7 @@ __all__ = [
     "SOURCES", "Base", "DemandOutcome", "PendingPod", "Placed", "Signals", "Want", "bounds", "decide_demand", "signals",
 ]
 
-SOURCES: tuple[Source, ...] = (slurm_jobs.wants, gpu_pods.wants, dra_pods.wants)
+SOURCES: tuple[Source, ...] = (slurm_jobs.wants, gpu_pods.wants, dra_pods.wants, pod_groups.wants)
 
 
 def signals(

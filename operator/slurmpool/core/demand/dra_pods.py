@@ -8,7 +8,8 @@ ResourceSlices of the pool's drivers publish for it (the most any node of the po
 demand.gpusPerNode, when set, wins; none publishes yet: the count in slurm.gres, else 8);
 allocationMode All asks for one such node. A pod that asks, in one claim request, for more
 devices than a node holds can start on no split of the pool: reported, not counted. A pod that
-also asks for a counted extended resource is gpu_pods' (never counted twice).
+also asks for a counted extended resource is gpu_pods' (never counted twice); pods of a group
+are pod_groups'.
 
 A node moved to inference serves DRA pods only once its driver publishes slices for it: until
 then a settled node of the pool without devices counts against that pool's need, so the same
@@ -69,7 +70,7 @@ def wants(seen: Seen) -> list[Want]:
     pool_devices: dict[str, int] = {}
     cache: FitCache = {}
     for pod in seen.pods:
-        if not pod.claims or pod.asks(counted.resources):
+        if not pod.claims or pod.asks(counted.resources) or pod.group:
             continue
         n, why = devices(pod, seen, counted, held)
         pool = next((q for q in pools if fits(pod, q, labels, cache)), None) if n else None

@@ -4,7 +4,7 @@ Pods Pending and Unschedulable that request one of spec.demand.inference.resourc
 nvidia.com/gpu; the pod index: pendingpod.py) and would fit one of the pool's inference pools:
 their nodeSelector and required node affinity are met by the pool's labels over a node's own
 labels, and they tolerate the pool's taints. Each pod counts for the highest-priority pool it
-fits. Per resource, a node holds what the pool's Nodes have allocatable of it (the most any of
+fits; pods of a group are pod_groups'. Per resource, a node holds what the pool's Nodes have allocatable of it (the most any of
 them has; demand.gpusPerNode, when set, wins; none has it: the count in slurm.gres, else 8).
 Inference's want: the sum over resources of ceil(requested / per node); each named pool's, the
 same over its own pods.
@@ -83,7 +83,7 @@ def wants(seen: Seen) -> list[Want]:
     pool_asked: dict[str, dict[str, int]] = {}
     cache: FitCache = {}
     for pod in seen.pods:
-        mine = pod.asks(resources)
+        mine = pod.asks(resources) if not pod.group else {}  # a group's pods are pod_groups'
         pool = next((q for q in pools if fits(pod, q, labels, cache)), None) if mine else None
         if pool is not None:
             waiting += 1

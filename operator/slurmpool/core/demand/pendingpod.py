@@ -31,6 +31,8 @@ class PendingPod:
     tolerations: tuple[tuple[str, str, str, str], ...] = ()  # (key, operator, value, effect)
     affinity: tuple[tuple[Requirement, ...], ...] = ()  # required node affinity terms, as fit.PodNeeds has them
     claims: tuple[tuple[str, str], ...] = ()  # (TEMPLATE or CLAIM, name) of spec.resourceClaims, in its namespace
+    group: str = ""  # the group it starts with, all or none (group_of); "": alone
+    group_size: int = 0  # the pods of that group, where the pod says (0: the group's pending pods)
 
     @property
     def key(self) -> str:
@@ -77,6 +79,35 @@ def pod_claims(spec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
+# Groups of pods that start together (docs/cadence.md, Demand: groups).
+LWS_NAME, LWS_GROUP, LWS_SIZE = ("leaderworkerset.sigs.k8s.io/name", "leaderworkerset.sigs.k8s.io/group-index",
+                                 "leaderworkerset.sigs.k8s.io/size")
+GANG, GANG_SIZE = "slurmpool.io/gang", "slurmpool.io/gang-size"
+
+
+def _size(value: object) -> int:
+    try:
+        return max(0, min(int(str(value)), 100000))
+    except ValueError:
+        return 0
+
+
+def group_of(meta: dict[str, Any], spec: dict[str, Any]) -> tuple[str, int]:
+    """(group, size): a PodGroup the pod names (spec.schedulingGroup.podGroupName, gang scheduling
+    of Kubernetes 1.36+: its pods wait together, so the group's pending pods are its size); a
+    LeaderWorkerSet group (its name and group-index labels, its size annotation); or the gang
+    label slurmpool.io/gang with the annotation slurmpool.io/gang-size."""
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    scheduling = spec.get("schedulingGroup")
+    if isinstance(scheduling, dict) and scheduling.get("podGroupName"):
+        return f"podgroup:{scheduling['podGroupName']}", 0
+    if labels.get(LWS_NAME) and labels.get(LWS_GROUP) is not None:
+        return f"lws:{labels[LWS_NAME]}/{labels[LWS_GROUP]}", _size(annotations.get(LWS_SIZE))
+    if labels.get(GANG):
+        return f"gang:{labels[GANG]}", _size(annotations.get(GANG_SIZE))
+    return "", 0
+
+
 def is_pending_gpu_pod(spec: dict[str, Any], status: dict[str, Any]) -> bool:
     """No node, Pending, PodScheduled=False/Unschedulable, and asks for an extended resource or a claim."""
     if spec.get("nodeName") or (status or {}).get("phase", "Pending") != "Pending":
@@ -91,6 +122,7 @@ def is_pending_gpu_pod(spec: dict[str, Any], status: dict[str, Any]) -> bool:
 def pending_pod(body: dict[str, Any]) -> PendingPod:
     meta, spec = body.get("metadata", {}), body.get("spec", {}) or {}
     needs = needs_of(spec)
+    group, size = group_of(meta, spec)
     return PendingPod(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
@@ -99,4 +131,6 @@ def pending_pod(body: dict[str, Any]) -> PendingPod:
         tolerations=needs.tolerations,
         affinity=needs.affinity,
         claims=pod_claims(spec),
+        group=group,
+        group_size=size,
     )
