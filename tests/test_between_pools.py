@@ -10,9 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmpool.core.demand import Base, PendingPod, decide_demand, signals
-from slurmpool.core.demand.pendingpod import GPU
 from slurmpool.core.fit import PodNeeds, misfit, needs_of
-from slurmpool.core.models import SlurmNodePoolSpec
+from slurmpool.core.models import GPU, SlurmNodePoolSpec
 from slurmpool.core.moves import Pass, advance, disturbed_pods, first_phase
 from slurmpool.core.placement import Side
 from slurmpool.core.planner import Goal, desired_split, plan

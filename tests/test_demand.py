@@ -15,9 +15,9 @@ from slurmbridge.parse import parse_squeue
 from slurmpool.core.demand import Base, PendingPod, Placed, Signals, Want, bounds, decide_demand, gpu_pods, signals, slurm_jobs
 from slurmpool.core.demand.slurm_jobs import job_waits_for_nodes
 from slurmpool.core.decide import decide
-from slurmpool.core.demand.pendingpod import GPU, is_pending_gpu_pod, pending_pod
+from slurmpool.core.demand.pendingpod import is_pending_gpu_pod, pending_pod
 from slurmpool.core.interfaces import PoolRef
-from slurmpool.core.models import SlurmNodePoolSpec
+from slurmpool.core.models import GPU, SlurmNodePoolSpec
 from slurmpool.core.placement import SLURM, Side
 from slurmpool.core.snapshot import PoolSnapshot
 from slurmpool.core.target import decide_target

@@ -14,8 +14,8 @@ from kubernetes.client.rest import ApiException
 from slurmpool.adapters.kube import DraIndex
 from slurmpool.core.demand import signals
 from slurmpool.core.demand.claims import ALL, CLAIM, TEMPLATE, claim_asks, key, slice_devices, template_asks
-from slurmpool.core.demand.pendingpod import GPU, is_pending_gpu_pod, pending_pod
-from slurmpool.core.models import SlurmNodePoolSpec
+from slurmpool.core.demand.pendingpod import is_pending_gpu_pod, pending_pod
+from slurmpool.core.models import GPU, SlurmNodePoolSpec
 from slurmpool.core.placement import SLURM, Side
 from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, MoveRecord, NodeView, SlurmView
 

@@ -18,6 +18,7 @@ from slurmpool.core.models import (
     GROUP,
     KIND,
     NODE_SELECTOR_EMPTY,
+    NATIVE_RESOURCE_MESSAGE,
     PATTERN_MESSAGES,
     PLURAL,
     QUALIFIED_NAME_MESSAGE,
@@ -81,7 +82,9 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
         {"rule": "!has(self.maxNodes) || self.minNodes <= self.maxNodes", "message": "demand.slurm.minNodes must not exceed maxNodes"}
     ],
     "spec.demand.inference": [
-        {"rule": "!has(self.maxNodes) || self.minNodes <= self.maxNodes", "message": "demand.inference.minNodes must not exceed maxNodes"}
+        {"rule": "!has(self.maxNodes) || self.minNodes <= self.maxNodes", "message": "demand.inference.minNodes must not exceed maxNodes"},
+        {"rule": '!has(self.resources) || self.resources.all(r, !r.matches(r"^([a-z0-9.-]*\\.)?kubernetes\\.io/"))',
+         "message": NATIVE_RESOURCE_MESSAGE, "fieldPath": ".resources"},
     ],
     "spec.slurm.slurmdPod": [
         {"rule": f'!has(self.volumes) || self.volumes.all(v, has(v.name) && v.name.matches(r"{VOLUME_NAME_PATTERN}"))',

@@ -54,6 +54,12 @@ GRES_PATTERN = r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-
 NODE_NAME_TEMPLATE_PATTERN = r"^([A-Za-z0-9._-]|\{name\}|\{shortName\}|\{hostname\})+$"
 LABEL_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 RFC3339_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+# An extended resource (a device plugin's, or a DRA driver's mapping): a domain-qualified name
+# (outside kubernetes.io: a CEL rule and InferenceDemand check that, RE2 has no look-ahead).
+EXTENDED_RESOURCE_PATTERN = rf"^{_DNS_PART}(\.{_DNS_PART})*/[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?$"
+DNS_SUBDOMAIN_PATTERN = rf"^{_DNS_PART}(\.{_DNS_PART})*$"
+GPU = "nvidia.com/gpu"  # what inference demand counts unless spec.demand.inference.resources says otherwise
+NATIVE_RESOURCE_MESSAGE = "resources must be extended resources: kubernetes.io names are Kubernetes' own"
 # What the API server says when a pattern does not match: crd.py turns these patterns into CEL
 # rules with these messages (a bare pattern error shows the regular expression instead).
 PATTERN_MESSAGES = {
@@ -75,11 +81,15 @@ PATTERN_MESSAGES = {
     ENV_NAME_PATTERN: "must be an environment variable name: letters, digits, '_', '-' or '.', not starting with a digit",
     SIGNAL_PATTERN: "must be a signal name such as USR1 or SIGUSR1, or its number",
     CAPABILITY_PATTERN: "must be a Linux capability such as SYS_ADMIN (capital letters and '_', no CAP_ prefix)",
+    EXTENDED_RESOURCE_PATTERN: "must be an extended resource name such as nvidia.com/gpu or amd.com/gpu (domain/name)",
+    DNS_SUBDOMAIN_PATTERN: "must be a DNS subdomain such as gpu.nvidia.com: lowercase letters, digits, '-' and '.'",
 }
 
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
 LabelValue = Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=63)]
 QualifiedName = Annotated[str, Field(pattern=QUALIFIED_NAME_PATTERN, max_length=317)]
+ExtendedResource = Annotated[str, Field(pattern=EXTENDED_RESOURCE_PATTERN, max_length=317)]
+DnsSubdomain = Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)]
 
 
 def qualified_name_problem(key: str) -> str | None:
@@ -550,19 +560,11 @@ class DemandBounds(Model):
         return self
 
 
-# An extended resource (a device plugin's, or a DRA driver's mapping): a domain-qualified name
-# (outside kubernetes.io: InferenceDemand checks that, RE2 has no look-ahead).
-EXTENDED_RESOURCE_PATTERN = rf"^{_DNS_PART}(\.{_DNS_PART})*/[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?$"
-DNS_SUBDOMAIN_PATTERN = rf"^{_DNS_PART}(\.{_DNS_PART})*$"
-ExtendedResource = Annotated[str, Field(pattern=EXTENDED_RESOURCE_PATTERN, max_length=317)]
-DnsSubdomain = Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)]
-
-
 class InferenceDemand(DemandBounds):
     """Inference's bounds, and what of a pod's asks counts as GPUs (docs/cadence.md: Demand)."""
 
     resources: list[ExtendedResource] = Field(
-        default_factory=lambda: ["nvidia.com/gpu"], max_length=16,
+        default_factory=lambda: [GPU], max_length=16,
         description="Extended resources that count as GPUs in pods' requests (nvidia.com/gpu, amd.com/gpu, MIG and shared "
         "GPU names); a node's capacity of each is read from its allocatable.",
     )
@@ -579,7 +581,7 @@ class InferenceDemand(DemandBounds):
     def _extended(self) -> "InferenceDemand":
         native = [r for r in self.resources if r.split("/")[0] == "kubernetes.io" or r.split("/")[0].endswith(".kubernetes.io")]
         if native:
-            raise ValueError(f"resources: {', '.join(native)} is not an extended resource (kubernetes.io names are Kubernetes' own)")
+            raise ValueError(f"{NATIVE_RESOURCE_MESSAGE} ({', '.join(native)})")
         return self
 
 

@@ -16,7 +16,6 @@ from slurmpool.core.demand.claims import CLAIM, TEMPLATE
 from slurmpool.core.fit import PodNeeds, Requirement, needs_of
 from slurmpool.core.view import extended_resources
 
-GPU = "nvidia.com/gpu"
 MAX_CLAIMS = 16
 
 
