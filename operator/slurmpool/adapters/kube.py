@@ -200,12 +200,13 @@ class NodeWatch(ListWatch):
 class _PodEntry:
     node: str  # spec.nodeName ("" while unscheduled)
     view: PodView | None  # a pod on a node
-    pending: Any = None  # demand.PendingPod: an unschedulable pod asking for GPUs
+    pending: Any = None  # demand.PendingPod: an unschedulable pod asking for an extended resource or a claim
 
 
 class PodWatch(ListWatch):
     """Every pod that matters, compactly: the pods on each node (`on(node)`), and the pending,
-    unschedulable pods asking for GPUs (`pending`, demand's inference signal); no other pod is
+    unschedulable pods asking for extended resources or ResourceClaims (`pending`, demand's
+    inference signal: each pool counts the names it is told to); no other pod is
     kept. `on_change(node)` is called on the loop when a pod on that node comes, changes or goes."""
 
     KIND = "Pods"
