@@ -18,8 +18,10 @@ those and merges them into bench-results.json.
 Issue 24 on the lab: a gang job with demand on, submit to nodes resumed and to RUNNING (`gang`); the
 planned handover across a window edge on a busy partition: edge to inference, jobs lost, idle
 node-seconds beside the job mix's bound (`handover`, about 4 minutes: the edge is a whole minute).
+Issue 40 on the lab: a pending pod claiming 8 GPUs through DRA to Running, beside the cooldown, one
+move and the lab driver's slice publication (`dra`).
 BENCH_ONLY=planner,memory (or --only): run only these parts, of planner, calls, fragmentation,
-health, moves, gang, handover, memory, plugin, load.
+health, moves, gang, dra, handover, memory, plugin, load.
 Usage: python e2e/bench.py [--no-lab] [--no-load] [--only PARTS] [--matrix | --matrix-only [ROW...]]
 (the lab parts need `make lab-up` or start it)
 Every figure is printed with the machine's 1-minute load average when it was taken.
@@ -388,6 +390,53 @@ def bench_gang() -> None:
                took < bound)
     finally:
         op.stop()
+        reset_lab(lab)
+
+
+def bench_dra() -> None:
+    """A pending DRA pod to Running (issue 40): a pod claiming 8 GPUs (ResourceClaimTemplate of
+    DeviceClass gpu.nvidia.com) pinned to inference pool llm, every node in Slurm, demand on.
+    Timed from the pod's creation to Running, beside the cooldown, one move to inference (timed
+    first on the same lab) and the lab driver's slice publication (LAB_DRA_PUBLISH_DELAY, agent.py)."""
+    from harness import (NAMESPACE, Operator, apply, ensure_namespace_and_secret, install_crd, pods_json, pool_manifest,
+                         reset_lab, split_reached, wait)
+
+    lab = lab_env()
+    total, cooldown, publish = len(lab.nodes), 2.0, float(os.environ.get("LAB_DRA_PUBLISH_DELAY", "2"))
+    install_crd(lab)
+    ensure_namespace_and_secret(lab)
+    op = Operator(lab, "operator-bench-dra.log").start()
+    try:
+        apply(lab, pool_manifest(lab, "dra", total))
+        wait(lambda: split_reached(lab, "dra", total, total), 180, interval=0.05, what=f"{total} Slurm")
+        t0 = time.monotonic()
+        lab.kubectl("scale", "snp", "dra", "-n", NAMESPACE, f"--replicas={total - 1}")
+        wait(lambda: split_reached(lab, "dra", total - 1, total), 120, interval=0.05, what="one node to inference")
+        one_move = time.monotonic() - t0
+        lab.kubectl("scale", "snp", "dra", "-n", NAMESPACE, f"--replicas={total}")
+        wait(lambda: split_reached(lab, "dra", total, total), 120, interval=0.05, what=f"{total} Slurm again")
+        apply(lab, pool_manifest(lab, "dra", total, demand={"cooldown": f"{cooldown:.0f}s"}))
+        time.sleep(cooldown + 1)  # the cooldown after the last manual change has run out
+        apply(lab, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": "bench-gpu8", "namespace": NAMESPACE},
+                    "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                        "deviceClassName": "gpu.nvidia.com", "count": 8}}]}}}})
+        t0 = time.monotonic()
+        apply(lab, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bench-dra", "namespace": NAMESPACE},
+                    "spec": {"nodeSelector": {"slurmpool.io/inference-pool": "llm"},
+                             "tolerations": [{"key": "slurmpool.io/inference", "operator": "Exists"}],
+                             "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "bench-gpu8"}],
+                             "containers": [{"name": "server", "image": "vllm:latest", "resources": {"claims": [{"name": "gpus"}]}}]}})
+        wait(lambda: any(p["metadata"]["name"] == "bench-dra" and p.get("status", {}).get("phase") == "Running"
+                         for p in pods_json(lab)), 180, interval=0.1, what="the DRA pod Running")
+        took = time.monotonic() - t0
+        bound = cooldown + one_move + publish
+        print(f"     one move {one_move:.2f} s; the DRA pod Running {took:.2f} s after it was created")
+        record("dra_pod_pending_to_running", took, "s",
+               f"< cooldown + one move + the driver's slice publication ({bound:.2f} s)", took < bound)
+    finally:
+        op.stop()
+        lab.kubectl("delete", "resourceclaimtemplates,resourceclaims", "--all", "-n", NAMESPACE, "--wait=false", check=False)
         reset_lab(lab)
 
 
@@ -1014,7 +1063,8 @@ def main() -> int:
         RESULTS.update({**(json.loads(out.read_text()) if out.exists() else {}), **RESULTS})
     else:
         for part, run in (("planner", bench_planner), ("calls", bench_calls), ("fragmentation", bench_fragmentation),
-                          ("health", bench_health_fragmentation), ("moves", bench_lab), ("gang", bench_gang), ("handover", bench_handover),
+                          ("health", bench_health_fragmentation), ("moves", bench_lab), ("gang", bench_gang), ("dra", bench_dra),
+                          ("handover", bench_handover),
                           ("memory", bench_memory),
                           ("plugin", bench_plugin), ("load", bench_load)):
             if part in only:
