@@ -1031,7 +1031,7 @@ def _rss_mib(pid: int) -> float:
     return math.nan
 
 
-PARTS = ("planner", "calls", "fragmentation", "health", "moves", "gang", "handover", "memory", "plugin", "load")
+PARTS = ("planner", "calls", "fragmentation", "health", "moves", "gang", "dra", "handover", "memory", "plugin", "load")
 
 
 def main() -> int:
