@@ -22,10 +22,12 @@ Issue 37, on fakes (no lab): the operator's peak RSS and longest event-loop stal
 100,000 real-size jobs over REST from tests/restfake.py (`restjobs`); one round of `decide` for
 200 pools of 50 nodes on one Slurm with 100,000 pending jobs (`demand`).
 BENCH_ONLY=planner,memory (or --only): run only these parts, of planner, calls, fragmentation,
-health, moves, gang, parking, drill, handover, memory, plugin, load, restjobs, demand.
+health, moves, gang, parking, drill, dra, handover, memory, plugin, load, restjobs, demand.
 Issue 39 on the lab (`parking`): a gang job that needs three lent parked nodes in PowerSave, submit to
 RUNNING; and POWERING_UP to the slurmd registered. Issue 36 (`drill`): the preemption drill's surge to
 pods running, and the work each preempted job lost past its checkpoint.
+Issue 40 on the lab: a pending pod claiming 8 GPUs through DRA to Running, beside the cooldown, one
+move and the lab driver's slice publication (`dra`).
 Usage: python e2e/bench.py [--no-lab] [--no-load] [--only PARTS] [--matrix | --matrix-only [ROW...]]
 (the lab parts need `make lab-up` or start it)
 Every figure is printed with the machine's 1-minute load average when it was taken.
@@ -612,6 +614,53 @@ def bench_drill() -> None:
                bool(lost) and max(lost) == 0)
     finally:
         op.stop()
+        reset_lab(lab)
+
+
+def bench_dra() -> None:
+    """A pending DRA pod to Running (issue 40): a pod claiming 8 GPUs (ResourceClaimTemplate of
+    DeviceClass gpu.nvidia.com) pinned to inference pool llm, every node in Slurm, demand on.
+    Timed from the pod's creation to Running, beside the cooldown, one move to inference (timed
+    first on the same lab) and the lab driver's slice publication (LAB_DRA_PUBLISH_DELAY, agent.py)."""
+    from harness import (NAMESPACE, Operator, apply, ensure_namespace_and_secret, install_crd, pods_json, pool_manifest,
+                         reset_lab, split_reached, wait)
+
+    lab = lab_env()
+    total, cooldown, publish = len(lab.nodes), 2.0, float(os.environ.get("LAB_DRA_PUBLISH_DELAY", "2"))
+    install_crd(lab)
+    ensure_namespace_and_secret(lab)
+    op = Operator(lab, "operator-bench-dra.log").start()
+    try:
+        apply(lab, pool_manifest(lab, "dra", total))
+        wait(lambda: split_reached(lab, "dra", total, total), 180, interval=0.05, what=f"{total} Slurm")
+        t0 = time.monotonic()
+        lab.kubectl("scale", "snp", "dra", "-n", NAMESPACE, f"--replicas={total - 1}")
+        wait(lambda: split_reached(lab, "dra", total - 1, total), 120, interval=0.05, what="one node to inference")
+        one_move = time.monotonic() - t0
+        lab.kubectl("scale", "snp", "dra", "-n", NAMESPACE, f"--replicas={total}")
+        wait(lambda: split_reached(lab, "dra", total, total), 120, interval=0.05, what=f"{total} Slurm again")
+        apply(lab, pool_manifest(lab, "dra", total, demand={"cooldown": f"{cooldown:.0f}s"}))
+        time.sleep(cooldown + 1)  # the cooldown after the last manual change has run out
+        apply(lab, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": "bench-gpu8", "namespace": NAMESPACE},
+                    "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                        "deviceClassName": "gpu.nvidia.com", "count": 8}}]}}}})
+        t0 = time.monotonic()
+        apply(lab, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bench-dra", "namespace": NAMESPACE},
+                    "spec": {"nodeSelector": {"slurmpool.io/inference-pool": "llm"},
+                             "tolerations": [{"key": "slurmpool.io/inference", "operator": "Exists"}],
+                             "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "bench-gpu8"}],
+                             "containers": [{"name": "server", "image": "vllm:latest", "resources": {"claims": [{"name": "gpus"}]}}]}})
+        wait(lambda: any(p["metadata"]["name"] == "bench-dra" and p.get("status", {}).get("phase") == "Running"
+                         for p in pods_json(lab)), 180, interval=0.1, what="the DRA pod Running")
+        took = time.monotonic() - t0
+        bound = cooldown + one_move + publish
+        print(f"     one move {one_move:.2f} s; the DRA pod Running {took:.2f} s after it was created")
+        record("dra_pod_pending_to_running", took, "s",
+               f"< cooldown + one move + the driver's slice publication ({bound:.2f} s)", took < bound)
+    finally:
+        op.stop()
+        lab.kubectl("delete", "resourceclaimtemplates,resourceclaims", "--all", "-n", NAMESPACE, "--wait=false", check=False)
         reset_lab(lab)
 
 
@@ -1206,8 +1255,8 @@ def _rss_mib(pid: int) -> float:
     return math.nan
 
 
-PARTS = ("planner", "calls", "fragmentation", "health", "moves", "gang", "parking", "drill", "handover", "memory", "plugin", "load",
-         "restjobs", "demand")
+PARTS = ("planner", "calls", "fragmentation", "health", "moves", "gang", "parking", "drill", "dra", "handover", "memory", "plugin",
+         "load", "restjobs", "demand")
 
 
 def main() -> int:
@@ -1225,7 +1274,7 @@ def main() -> int:
     if only - set(PARTS):
         parser.error(f"unknown part(s) {', '.join(sorted(only - set(PARTS)))}; known: {', '.join(PARTS)}")
     if args.no_lab:
-        only -= {"moves", "gang", "parking", "drill", "handover", "memory", "plugin", "load"}
+        only -= {"moves", "gang", "parking", "drill", "dra", "handover", "memory", "plugin", "load"}
     if args.no_load:
         only.discard("load")
     t0 = time.monotonic()
@@ -1239,7 +1288,8 @@ def main() -> int:
         RESULTS.update({**(json.loads(out.read_text()) if out.exists() else {}), **RESULTS})
     else:
         for part, run in (("planner", bench_planner), ("calls", bench_calls), ("fragmentation", bench_fragmentation),
-                          ("health", bench_health_fragmentation), ("moves", bench_lab), ("gang", bench_gang), ("parking", bench_parking), ("drill", bench_drill),
+                          ("health", bench_health_fragmentation), ("moves", bench_lab), ("gang", bench_gang), ("parking", bench_parking),
+                          ("drill", bench_drill), ("dra", bench_dra),
                           ("handover", bench_handover),
                           ("memory", bench_memory),
                           ("plugin", bench_plugin), ("load", bench_load), ("restjobs", bench_rest_jobs),

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from slurmpool.core.demand import Base, PendingPod, decide_demand, signals
 from slurmpool.core.fit import PodNeeds, misfit, needs_of
-from slurmpool.core.models import SlurmNodePoolSpec
+from slurmpool.core.models import GPU, SlurmNodePoolSpec
 from slurmpool.core.moves import Pass, advance, disturbed_pods, first_phase
 from slurmpool.core.placement import Side
 from slurmpool.core.planner import Goal, desired_split, plan
@@ -184,7 +184,7 @@ def test_an_open_window_sets_pool_counts_and_they_end_with_it():
 
 
 def waiting(name, gpus, pool) -> PendingPod:
-    return PendingPod("serve", name, gpus, node_selector=(("pool", pool),),
+    return PendingPod("serve", name, ((GPU, gpus),), node_selector=(("pool", pool),),
                       tolerations=(("inference", "Exists", "", ""),))
 
 
@@ -232,7 +232,7 @@ def test_demand_reads_the_node_affinity_of_waiting_pods():
         needs = needs_of({"tolerations": [{"key": "inference", "operator": "Exists"}],
                           "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                               "nodeSelectorTerms": [{"matchExpressions": expressions}]}}}})
-        return PendingPod("serve", "p", 8, tolerations=needs.tolerations, affinity=needs.affinity)
+        return PendingPod("serve", "p", ((GPU, 8),), tolerations=needs.tolerations, affinity=needs.affinity)
 
     sig = signals(spec, zone_nodes, SlurmView(True), [
         wants([{"key": "zone", "operator": "In", "values": ["b"]}]),  # a zone some node is in

@@ -17,7 +17,7 @@ from slurmpool.core.demand.slurm_jobs import job_waits_for_nodes
 from slurmpool.core.decide import decide
 from slurmpool.core.demand.pendingpod import is_pending_gpu_pod, pending_pod
 from slurmpool.core.interfaces import PoolRef
-from slurmpool.core.models import SlurmNodePoolSpec
+from slurmpool.core.models import GPU, SlurmNodePoolSpec
 from slurmpool.core.placement import SLURM, Side
 from slurmpool.core.snapshot import PoolSnapshot
 from slurmpool.core.target import decide_target
@@ -64,14 +64,38 @@ def test_pod_signal_counts_pods_that_fit_an_inference_pool():
     nodes, states = cluster(2, 2)
     tol = (("inference", "Exists", "", ""),)
     pods = [
-        PendingPod("ns", "fits", 8, (("pool", "default"),), tol),
-        PendingPod("ns", "fits-by-node-label", 4, (("gpu", "true"),), tol),
-        PendingPod("ns", "no-toleration", 8, (("pool", "default"),), ()),
-        PendingPod("ns", "other-pool", 8, (("pool", "other"),), tol),
-        PendingPod("ns", "unknown-label", 8, (("zone", "x"),), tol),
+        PendingPod("ns", "fits", ((GPU, 8),), (("pool", "default"),), tol),
+        PendingPod("ns", "fits-by-node-label", ((GPU, 4),), (("gpu", "true"),), tol),
+        PendingPod("ns", "no-toleration", ((GPU, 8),), (("pool", "default"),), ()),
+        PendingPod("ns", "other-pool", ((GPU, 8),), (("pool", "other"),), tol),
+        PendingPod("ns", "unknown-label", ((GPU, 8),), (("zone", "x"),), tol),
     ]
     sig = signals(spec, nodes, SlurmView(True, nodes=states), pods)
     assert sig.waiting(Side.INFERENCE) == 2 and sig.gpus(Side.INFERENCE) == 12 and sig.nodes(Side.INFERENCE) == 2
+
+
+def test_pod_signal_counts_the_configured_resources_by_the_nodes_allocatable():
+    spec = spec_with({"inference": {"resources": ["amd.com/gpu", "nvidia.com/mig-1g.10gb"]}})
+    nodes, states = cluster(2, 2)
+    nodes = [replace(n, resources=(("amd.com/gpu", 4), ("nvidia.com/mig-1g.10gb", 7))) for n in nodes]
+    tol = (("inference", "Exists", "", ""),)
+    sel = (("pool", "default"),)
+    pods = [PendingPod("ns", "amd", (("amd.com/gpu", 8),), sel, tol), PendingPod("ns", "mig", (("nvidia.com/mig-1g.10gb", 3),), sel, tol),
+            PendingPod("ns", "nvidia", ((GPU, 8),), sel, tol)]  # not a counted name for this pool
+    sig = signals(spec, nodes, SlurmView(True, nodes=states), pods)
+    # amd: 8 / 4 per node = 2 nodes; mig: 3 / 7 per node = 1 node
+    assert sig.waiting(Side.INFERENCE) == 2 and sig.gpus(Side.INFERENCE) == 11 and sig.nodes(Side.INFERENCE) == 3
+    assert sig.pool_nodes == {"default": 3}
+    # demand.gpusPerNode, when set, is what a node holds of every resource
+    fixed = spec_with({"gpusPerNode": 8, "inference": {"resources": ["amd.com/gpu"]}})
+    assert signals(fixed, nodes, SlurmView(True, nodes=states), pods).nodes(Side.INFERENCE) == 1
+
+
+def test_inference_resources_are_validated():
+    for bad in (["gpu"], ["kubernetes.io/batch"], ["node.kubernetes.io/x"], ["cpu"]):
+        with pytest.raises(ValueError):
+            spec_with({"inference": {"resources": bad}})
+    assert spec_with({}).demand.inference.resources == [GPU] and spec_with({}).demand.inference.device_classes == ["gpu.nvidia.com"]
 
 
 def test_pending_pod_index_filter():
@@ -82,12 +106,14 @@ def test_pending_pod_index_filter():
     assert not is_pending_gpu_pod({**base, "nodeName": "n1"}, unsched)
     assert not is_pending_gpu_pod(base, {"phase": "Pending", "conditions": []})
     assert not is_pending_gpu_pod({"containers": [{}]}, unsched)
+    assert is_pending_gpu_pod({"containers": [{"resources": {"requests": {"amd.com/gpu": "1"}}}]}, unsched)  # any extended resource
+    assert not is_pending_gpu_pod({"containers": [{"resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}, unsched)
     pod = pending_pod({"metadata": {"namespace": "ns", "name": "p"}, "spec": base})
-    assert pod.gpus == 8 and pod.node_selector == (("pool", "default"),) and pod.tolerations == (("inference", "Exists", "", ""),)
+    assert pod.requests == ((GPU, 8),) and pod.node_selector == (("pool", "default"),) and pod.tolerations == (("inference", "Exists", "", ""),)
 
 
 def sig(jobs_nodes=0, pod_nodes=0, slurm_ready=4, inference_ready=4, idle=0) -> Signals:
-    wants = (slurm_jobs.want(jobs_nodes, 8 * jobs_nodes, jobs_nodes - idle, 0), gpu_pods.want(pod_nodes, 8 * pod_nodes, 8))
+    wants = (slurm_jobs.want(jobs_nodes, 8 * jobs_nodes, jobs_nodes - idle, 0), gpu_pods.want(pod_nodes, {GPU: 8 * pod_nodes}, {GPU: 8}))
     return Signals(wants, Placed(slurm_ready, inference_ready))
 
 
@@ -281,7 +307,7 @@ def test_a_new_source_is_one_more_entry_and_its_wants_add_up(monkeypatch):
     spec = spec_with({"cooldown": "0s"}, slurm_nodes=4)
     nodes, states = cluster(4, 4, busy=4)
     tol = (("inference", "Exists", "", ""),)
-    sig_ = signals(spec, nodes, SlurmView(True, nodes=states), [PendingPod("ns", "p", 8, (("pool", "default"),), tol)])
+    sig_ = signals(spec, nodes, SlurmView(True, nodes=states), [PendingPod("ns", "p", ((GPU, 8),), (("pool", "default"),), tol)])
     assert sig_.nodes(Side.INFERENCE) == 5 and sig_.pool_nodes == {"default": 5}
     out = decide_demand(spec, 8, Base(4, "k", NOW), None, sig_, NOW)
     assert out.status.pending_pods == 2 and out.status.pending_pod_gpus == 40 and out.status.inference_wants == 5

@@ -36,7 +36,7 @@ class Kube:
     api = None  # the controller's watches are fed by hand (_replace), never started
 
     def __init__(self):
-        self.nodes = {n: NodeView(n, labels={"gpu": "true"}, ready=True, gpus=8) for n in NAMES}
+        self.nodes = {n: NodeView(n, labels={"gpu": "true"}, ready=True, resources=(("nvidia.com/gpu", 8),)) for n in NAMES}
         self.patches: list[tuple[str, dict]] = []
 
     async def patch_node(self, name, patch):
@@ -49,7 +49,7 @@ class Kube:
         self.nodes[name] = NodeView(name, labels={k: v for k, v in labels.items() if v is not None},
                                     annotations={k: v for k, v in annotations.items() if v is not None},
                                     taints=tuple(spec.get("taints", node.taints)),
-                                    unschedulable=spec.get("unschedulable", node.unschedulable), ready=True, gpus=8)
+                                    unschedulable=spec.get("unschedulable", node.unschedulable), ready=True, resources=(("nvidia.com/gpu", 8),))
 
     async def read_node(self, name):
         return self.nodes[name]

@@ -10,7 +10,7 @@ from prometheus_client import REGISTRY
 
 from slurmpool.controller import poolmetrics
 from slurmpool.adapters.kube import node_view
-from slurmpool.core.models import Condition, SlurmNodePoolStatus
+from slurmpool.core.models import Condition, InferenceDemand, SlurmNodePoolStatus
 from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, MoveRecord, NodeView
 
 from .factories import NOW
@@ -21,12 +21,12 @@ def value(name: str, **labels) -> float | None:
 
 
 def settled(name: str, placement: str, gpus: int = 8) -> NodeView:
-    return NodeView(name=name, annotations={ANN_PLACEMENT: placement}, gpus=gpus)
+    return NodeView(name=name, annotations={ANN_PLACEMENT: placement}, resources=(("nvidia.com/gpu", gpus),))
 
 
 def moving(name: str, phase: str, move_id: str = "m1", since=NOW, gpus: int = 8) -> NodeView:
     record = MoveRecord(id=move_id, source="slurm", target="inference:llm", phase=phase, since=since, started=since)
-    return NodeView(name=name, annotations={ANN_PLACEMENT: "slurm", ANN_MOVE: record.to_annotation()}, gpus=gpus)
+    return NodeView(name=name, annotations={ANN_PLACEMENT: "slurm", ANN_MOVE: record.to_annotation()}, resources=(("nvidia.com/gpu", gpus),))
 
 
 def status(blocked: int = 0, **conditions: bool) -> SlurmNodePoolStatus:
@@ -41,9 +41,28 @@ def status(blocked: int = 0, **conditions: bool) -> SlurmNodePoolStatus:
 
 def test_node_view_reads_allocatable_gpus():
     body = {"metadata": {"name": "gpu01"}, "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "16"}}}
-    assert node_view(body).gpus == 8
-    assert node_view({"metadata": {"name": "cpu01"}, "status": {"allocatable": {"cpu": "4"}}}).gpus == 0
-    assert node_view({"metadata": {"name": "odd"}, "status": {"allocatable": {"nvidia.com/gpu": "1k"}}}).gpus == 0
+    assert node_view(body).gpus(["nvidia.com/gpu"]) == 8
+    assert node_view({"metadata": {"name": "cpu01"}, "status": {"allocatable": {"cpu": "4"}}}).gpus(["nvidia.com/gpu"]) == 0
+    assert node_view({"metadata": {"name": "odd"}, "status": {"allocatable": {"nvidia.com/gpu": "1k"}}}).gpus(["nvidia.com/gpu"]) == 0
+
+
+def test_node_gpus_count_any_configured_resource_or_dra_devices_once():
+    body = {"metadata": {"name": "amd01"}, "status": {"allocatable": {"amd.com/gpu": "8", "kubernetes.io/batch": "3",
+                                                                     "hugepages-1Gi": "0", "nvidia.com/mig-1g.10gb": "7"}}}
+    node = node_view(body)
+    assert node.resources == (("amd.com/gpu", 8), ("nvidia.com/mig-1g.10gb", 7))  # kubernetes.io's own names are not extended
+    assert node.gpus(["amd.com/gpu"]) == 8 and node.gpus(["nvidia.com/gpu"]) == 0
+    assert node.gpus(["amd.com/gpu", "nvidia.com/mig-1g.10gb"]) == 15
+    both = NodeView("dra01", resources=(("nvidia.com/gpu", 8),), devices=(("gpu.nvidia.com", 8),))
+    assert both.gpus(["nvidia.com/gpu"], ["gpu.nvidia.com"]) == 8  # a driver's extended-resource mapping: once
+    assert both.gpus([], ["gpu.nvidia.com"]) == 8 and both.gpus([], ["other.example.com"]) == 0
+
+
+def test_gpus_gauge_counts_the_pools_resource():
+    pool = "ns/amd"
+    amd = NodeView(name="a1", annotations={ANN_PLACEMENT: "slurm"}, resources=(("amd.com/gpu", 4),))
+    poolmetrics.export(pool, [amd], status(), now=1.0, wall=NOW, counted=InferenceDemand(resources=["amd.com/gpu"]))
+    assert value("slurmpool_gpus", pool=pool, placement="slurm", phase="Settled") == 4
 
 
 def test_gpu_seconds_count_settled_nodes_on_the_same_side_across_a_pass():

@@ -49,6 +49,13 @@ CLIENT_CALLS = {
     "list_node": (Rule("", "nodes", "list", "kube.NodeWatch"), Rule("", "nodes", "watch", "kube.NodeWatch")),
     # The pods likewise (kube.PodWatch: list_pod_for_all_namespaces, cluster-wide).
     "list_pod_for_all_namespaces": (Rule("", "pods", "list", "kube.PodWatch"), Rule("", "pods", "watch", "kube.PodWatch")),
+    # DRA demand: what claims and their templates ask for, and each node's devices (kube.DraIndex).
+    "list_resource_claim_template_for_all_namespaces": (Rule("resource.k8s.io", "resourceclaimtemplates", "list", "kube.DraIndex"),
+                                                        Rule("resource.k8s.io", "resourceclaimtemplates", "watch", "kube.DraIndex")),
+    "list_resource_claim_for_all_namespaces": (Rule("resource.k8s.io", "resourceclaims", "list", "kube.DraIndex"),
+                                               Rule("resource.k8s.io", "resourceclaims", "watch", "kube.DraIndex")),
+    "list_resource_slice": (Rule("resource.k8s.io", "resourceslices", "list", "kube.DraIndex"),
+                            Rule("resource.k8s.io", "resourceslices", "watch", "kube.DraIndex")),
     "patch_node": Rule("", "nodes", "patch", "kube.KubeAdapter.patch_node"),
     "read_node": Rule("", "nodes", "get", "kube.KubeAdapter.read_node"),
     "create_namespaced_pod": Rule("", "pods", "create", "kube.KubeAdapter.create_slurmd_pod", "pools"),

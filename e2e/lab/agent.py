@@ -54,6 +54,14 @@ FORGET_AFTER = 600.0
 SIM_RENEW_INTERVAL = 20.0  # well inside the node lifecycle controller's 50 s grace period
 SIM_THREADS = 4
 SIM_READY_CHECK = 60.0  # a LIST of the simulated Nodes: any not Ready (after a late round) is set Ready again
+# The lab's stand-in for NVIDIA's DRA driver (gpu.nvidia.com): its kubelet plugin publishes a
+# node's ResourceSlice once it runs there, i.e. once the node serves inference (no Slurm taint,
+# not cordoned) for DRA_PUBLISH_DELAY seconds, and takes it down when the node leaves.
+DRA_DRIVER = "gpu.nvidia.com"
+DRA_DEVICES = 8
+DRA_PUBLISH_DELAY = float(os.environ.get("LAB_DRA_PUBLISH_DELAY", "2"))
+DRA_INTERVAL = 0.5
+SLURM_TAINT = "slurmpool.io/slurm"
 
 
 def now() -> str:
@@ -649,6 +657,7 @@ class Agent:
         self.sim_set = set(self.sim_nodes)
         self.sim_group = args.sim_group
         self.sim_started = False
+        self.dra_started = False
         self.node_set = set(self.nodes) | set(self.sim_nodes)
         self.workers: dict[str, PodWorker] = {}
         self.done: dict[str, float] = {}  # uids whose final delete we made: ignore late events
@@ -702,7 +711,8 @@ class Agent:
     def node_status(self, name: str, ready: bool = True, others: list | None = None) -> dict:
         """The status the agent writes; `others`: conditions set by anyone else, kept as they are
         (a merge patch replaces the whole list)."""
-        res = {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "8", "ephemeral-storage": "100Gi"}
+        # amd.com/gpu beside nvidia.com/gpu: a pool may count either (spec.demand.inference.resources)
+        res = {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "8", "amd.com/gpu": "8", "ephemeral-storage": "100Gi"}
         t = now()
 
         def cond(ctype, status, reason, message, since=None):
@@ -866,10 +876,60 @@ class Agent:
                     break  # most likely the apiserver is down: do not repeat the error per node
             if ok and due:
                 last_heartbeat = t0
+            if ok and not self.dra_started:  # the nodes exist: the DRA driver publishes for them
+                self.dra_started = True
+                threading.Thread(target=self.dra_loop, name="dra-driver", daemon=True).start()
             if ok and self.sim_nodes and not self.sim_started:  # the real nodes first, then the crowd
                 self.sim_started = True
                 threading.Thread(target=self.sim_loop, name="sim-nodes", daemon=True).start()
             time.sleep(RENEW_INTERVAL if ok else 1.0)
+
+    # --- the DRA driver's ResourceSlices
+    def resource_slice(self, node: dict) -> dict:
+        """A node's ResourceSlice as NVIDIA's driver publishes whole GPUs (attributes of
+        cmd/gpu-kubelet-plugin/deviceinfo.go; tests/fixtures/dra/README.md)."""
+        name, uid = node["metadata"]["name"], node["metadata"]["uid"]
+        devices = [{"name": f"gpu-{i}", "attributes": {
+            "type": {"string": "gpu"}, "uuid": {"string": f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{name}-{i}')}"},
+            "productName": {"string": "NVIDIA H100 80GB HBM3"}, "brand": {"string": "Nvidia"},
+            "architecture": {"string": "Hopper"}, "cudaComputeCapability": {"version": "9.0.0"},
+            "driverVersion": {"version": "570.124.6"}, "cudaDriverVersion": {"version": "12.8.0"},
+            "pcieBusID": {"string": f"0000:{0x18 + i:02x}:00.0"}, "addressingMode": {"string": "HMM"}},
+            "capacity": {"memory": {"value": "81559Mi"}}} for i in range(DRA_DEVICES)]
+        return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                "metadata": {"name": f"{name}-{DRA_DRIVER}",
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid, "controller": True}]},
+                "spec": {"driver": DRA_DRIVER, "nodeName": name, "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                         "devices": devices}}
+
+    def dra_loop(self) -> None:
+        serving_since: dict[str, float] = {}
+        published: dict[str, bool] = {}  # what the agent last made true (unknown at start: written once)
+        while True:
+            try:
+                sel = urllib.parse.quote("slurmpool.io/lab=true")
+                nodes = self.kube.request("GET", f"/api/v1/nodes?labelSelector={sel}").get("items") or []
+                for node in nodes:
+                    name, spec = node["metadata"]["name"], node.get("spec") or {}
+                    serving = not spec.get("unschedulable") and not any(t.get("key") == SLURM_TAINT for t in spec.get("taints") or [])
+                    since = serving_since.setdefault(name, time.monotonic()) if serving else serving_since.pop(name, None)
+                    want = serving and since is not None and time.monotonic() - since >= DRA_PUBLISH_DELAY
+                    if published.get(name) == want:
+                        continue
+                    path = "/apis/resource.k8s.io/v1/resourceslices"
+                    try:
+                        if want:
+                            self.kube.request("POST", path, self.resource_slice(node))
+                        else:
+                            self.kube.request("DELETE", f"{path}/{name}-{DRA_DRIVER}")
+                    except ApiError as e:
+                        if e.status not in (404, 409):
+                            raise
+                    published[name] = want
+                    log.info("node %s: ResourceSlice of %s %s", name, DRA_DRIVER, "published" if want else "withdrawn")
+            except Exception as e:
+                log.warning("DRA driver: %s", e)
+            time.sleep(DRA_INTERVAL)
 
     # --- pods
     def ours(self, pod: dict) -> bool:

@@ -781,6 +781,16 @@ sim_ready() {
 }
 [ "$LAB_SIM_NODES" -eq 0 ] || wait_for 180 "$LAB_SIM_NODES simulated Ready nodes" sim_ready
 wait_for 60 "default ServiceAccount" "${KUBECTL[@]}" -n default get serviceaccount default
+# The DeviceClass NVIDIA's DRA driver installs (its whole GPUs); the agent publishes each inference
+# node's ResourceSlice as that driver does (agent.py: dra_loop), so the real scheduler allocates claims.
+"${KUBECTL[@]}" apply -f - >/dev/null <<'DEVICECLASS'
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu.nvidia.com}
+spec:
+  selectors:
+  - cel: {expression: "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}
+DEVICECLASS
 LAB_SSH="ssh -p $SSH_PORT -i $S/id_ed25519 -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile=$S/known_hosts root@127.0.0.1"
 wait_for 10 "ssh scontrol" $LAB_SSH scontrol ping
 

@@ -19,6 +19,7 @@ from slurmpool.core.models import (
     KIND,
     NODE_SELECTOR_EMPTY,
     POOL_LABEL_OVER_SELECTOR,
+    NATIVE_RESOURCE_MESSAGE,
     PATTERN_MESSAGES,
     PLURAL,
     QUALIFIED_NAME_MESSAGE,
@@ -89,7 +90,9 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
         {"rule": "!has(self.maxNodes) || self.minNodes <= self.maxNodes", "message": "demand.slurm.minNodes must not exceed maxNodes"}
     ],
     "spec.demand.inference": [
-        {"rule": "!has(self.maxNodes) || self.minNodes <= self.maxNodes", "message": "demand.inference.minNodes must not exceed maxNodes"}
+        {"rule": "!has(self.maxNodes) || self.minNodes <= self.maxNodes", "message": "demand.inference.minNodes must not exceed maxNodes"},
+        {"rule": '!has(self.resources) || self.resources.all(r, !r.matches(r"^([a-z0-9.-]*\\.)?kubernetes\\.io/"))',
+         "message": NATIVE_RESOURCE_MESSAGE, "fieldPath": ".resources"},
     ],
     "spec.slurm.slurmdPod": [
         {"rule": f'!has(self.volumes) || self.volumes.all(v, has(v.name) && v.name.matches(r"{VOLUME_NAME_PATTERN}"))',

@@ -24,6 +24,8 @@ from slurmbridge.backoff import Backoff
 
 from slurmpool.adapters import metrics
 from slurmpool.adapters.eventseries import EventSeries
+from slurmpool.core.demand.claims import CLAIM, TEMPLATE, Asks, claim_asks, slice_devices, template_asks
+from slurmpool.core.demand.claims import key as claim_key
 from slurmpool.core.demand.pendingpod import is_pending_gpu_pod, pending_pod
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.interfaces import Conflict, PoolRef, Refused
@@ -69,6 +71,7 @@ class ListWatch:
     PAGE = 100  # objects per list request: the bodies of a page are held at once (500 Nodes cost 8 MiB of RSS at 5,000)
     WATCH_SECONDS = 270  # the server ends a watch after this; kopf's setting, see handlers.startup
     KIND = "objects"
+    OPTIONAL = False  # a kind the API server may not serve (404): then the store stays empty, said once
 
     def __init__(self, api: client.ApiClient):
         self.core = client.CoreV1Api(api)
@@ -113,6 +116,10 @@ class ListWatch:
                 while not self._relist.is_set():
                     version = self._watch(loop, version)
             except Exception as err:  # noqa: BLE001 - relist after any failure, as kopf does
+                if self.OPTIONAL and isinstance(err, ApiException) and err.status == 404:
+                    log.warning("the API server does not serve %s: not watched", self.KIND)
+                    loop.call_soon_threadsafe(self.listed.set)
+                    return
                 gone = isinstance(err, ApiException) and err.status == 410  # too old a version: relist now
                 if not gone:
                     # Short waits: while the API server is away the views are stale (as kopf's would be).
@@ -194,12 +201,13 @@ class NodeWatch(ListWatch):
 class _PodEntry:
     node: str  # spec.nodeName ("" while unscheduled)
     view: PodView | None  # a pod on a node
-    pending: Any = None  # demand.PendingPod: an unschedulable pod asking for GPUs
+    pending: Any = None  # demand.PendingPod: an unschedulable pod asking for an extended resource or a claim
 
 
 class PodWatch(ListWatch):
     """Every pod that matters, compactly: the pods on each node (`on(node)`), and the pending,
-    unschedulable pods asking for GPUs (`pending`, demand's inference signal); no other pod is
+    unschedulable pods asking for extended resources or ResourceClaims (`pending`, demand's
+    inference signal: each pool counts the names it is told to); no other pod is
     kept. `on_change(node)` is called on the loop when a pod on that node comes, changes or goes."""
 
     KIND = "Pods"
@@ -252,6 +260,98 @@ class PodWatch(ListWatch):
             self.pending[uid] = entry.pending
         for node in {e.node for e in (old, entry) if e is not None and e.view is not None}:
             self.on_change(node)
+
+
+# ---------------------------------------------------------------- DRA: claims, templates, slices
+
+
+class KeyedWatch(ListWatch):
+    """One resource.k8s.io/v1 kind as compact values (`reduce` of each body), keyed as `key_of`
+    keys them. `on_change(key, old, new)` is called on the loop for each value that changes."""
+
+    OPTIONAL = True  # resource.k8s.io/v1 is served from Kubernetes 1.34; before, DRA demand sees nothing
+
+    def __init__(self, api: client.ApiClient, kind: str, call: Callable, reduce: Callable[[dict], Any],
+                 key_of: Callable[[dict], str], on_change: Callable[[str, Any, Any], None]):
+        super().__init__(api)
+        self.KIND, self.call, self.reduce, self.key_of, self.on_change = kind, call, reduce, key_of, on_change
+        self.values: dict[str, Any] = {}
+
+    def _list_call(self) -> Callable:
+        return self.call
+
+    def _key(self, body: dict) -> str:
+        return self.key_of(body)
+
+    def _reduce(self, body: dict) -> Any:
+        return self.reduce(body)
+
+    def _replace(self, views: dict[str, Any], began: float = 0.0) -> None:
+        self.list_began = began
+        for k in [k for k in self.values if k not in views]:
+            self._set(k, None)
+        for k, value in views.items():
+            self._set(k, value)
+        self.listed.set()
+
+    def _set(self, name: str, view: Any) -> None:
+        old = self.values.get(name)
+        if view is None:
+            self.values.pop(name, None)
+        else:
+            self.values[name] = view
+        if old != view:
+            self.on_change(name, old, view)
+
+
+def _named(kind: str) -> Callable[[dict], str]:
+    return lambda body: claim_key(kind, body["metadata"].get("namespace", ""), body["metadata"]["name"])
+
+
+class DraIndex:
+    """What DRA demand reads: the devices ResourceClaimTemplates and ResourceClaims ask for
+    (`asks`, by claims.key), and the whole devices each node's ResourceSlices publish, per driver
+    (`devices(node)`). `on_node(node)` is called on the loop when a node's devices change."""
+
+    def __init__(self, api: client.ApiClient, on_node: Callable[[str], None]):
+        resource = client.ResourceV1Api(api)
+        self.on_node = on_node
+        self.asks: dict[str, Asks] = {}
+        self._by_node: dict[str, dict[str, tuple[str, int]]] = {}  # node -> slice name -> (driver, devices)
+        self.watches = (
+            KeyedWatch(api, "ResourceClaimTemplates", resource.list_resource_claim_template_for_all_namespaces, template_asks,
+                       _named(TEMPLATE), self._asked),
+            KeyedWatch(api, "ResourceClaims", resource.list_resource_claim_for_all_namespaces, claim_asks, _named(CLAIM), self._asked),
+            KeyedWatch(api, "ResourceSlices", resource.list_resource_slice, slice_devices,
+                       lambda body: body["metadata"]["name"], self._sliced),
+        )
+
+    def start(self) -> None:
+        for w in self.watches:
+            w.start()
+
+    def devices(self, node: str) -> tuple[tuple[str, int], ...]:
+        per_driver: dict[str, int] = {}
+        for driver, n in self._by_node.get(node, {}).values():
+            per_driver[driver] = per_driver.get(driver, 0) + n
+        return tuple(sorted(per_driver.items()))
+
+    def _asked(self, name: str, _old: Any, asks: Asks | None) -> None:
+        if asks is None:
+            self.asks.pop(name, None)
+        else:
+            self.asks[name] = asks
+
+    def _sliced(self, name: str, old: tuple[str, str, int] | None, new: tuple[str, str, int] | None) -> None:
+        for entry in (old, new):
+            if entry is not None and entry[0]:
+                self._by_node.get(entry[0], {}).pop(name, None)
+        if new is not None and new[0]:
+            self._by_node.setdefault(new[0], {})[name] = (new[1], new[2])
+        for node in {e[0] for e in (old, new) if e is not None and e[0]}:
+            if node in self._by_node and not self._by_node[node]:
+                del self._by_node[node]
+            self.on_node(node)
 
 
 # ---------------------------------------------------------------- writes

@@ -75,7 +75,7 @@ SLURM_COMMAND_ERRORS = Counter("slurmpool_slurm_command_errors_total", "Slurm co
 EVENTS_DROPPED = Counter("slurmpool_events_dropped_total", "Kubernetes Events not posted", ["why"])
 EVENT_DROP_REASONS = ("queue_full", "refused", "gave_up", "shutdown")  # kube.KubeAdapter.event / _post_events / flush_events
 # Per pool, from each reconcile pass (poolmetrics.py): for the dashboard and the alerts.
-GPUS = Gauge("slurmpool_gpus", "GPUs (nvidia.com/gpu allocatable) per pool, placement and phase", ["pool", "placement", "phase"])
+GPUS = Gauge("slurmpool_gpus", "GPUs (allocatable of the counted resources, or DRA devices in ResourceSlices) per pool, placement and phase", ["pool", "placement", "phase"])
 GPU_SECONDS = Counter(
     "slurmpool_gpu_seconds_total", "GPU-seconds served by nodes settled on a side (slurm or inference)", ["pool", "side"]
 )

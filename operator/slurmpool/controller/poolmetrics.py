@@ -6,8 +6,10 @@ PrometheusRule) and the Grafana dashboard's GPU panels possible.
 `export(pool, nodes, status, now)` is called once per pool per pass (pools.py). It keeps, per
 pool, the monotonic time of the previous pass and the nodes' settled sides then: the GPUs of a
 node that was settled on a side at the previous pass and still is count for the time between
-the two passes. Nodes in a move, unadopted nodes and nodes without `nvidia.com/gpu` count for no
-side. A restarted operator starts a new counter (Prometheus' increase() handles the reset);
+the two passes. A node's GPUs are its allocatable of the pool's spec.demand.inference.resources
+(default nvidia.com/gpu) or its devices in the ResourceSlices of the pool's DRA drivers (default
+gpu.nvidia.com), whichever is more (NodeView.gpus). Nodes in a move, unadopted nodes and nodes
+without GPUs count for no side. A restarted operator starts a new counter (Prometheus' increase() handles the reset);
 the time it was down is not counted.
 
 It also observes slurmpool_drain_duration_seconds: when a node seen in phase `Draining` at the
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from slurmpool.adapters import metrics
-from slurmpool.core.models import SlurmNodePoolStatus
+from slurmpool.core.models import InferenceDemand, SlurmNodePoolStatus
 from slurmpool.core.phases import Phase, phase_label
 from slurmpool.core.view import NONE, NodeView, counts_at, side_of
 
@@ -91,14 +93,16 @@ def export(
     status: SlurmNodePoolStatus | None,
     now: float | None = None,
     wall: datetime | None = None,
+    counted: InferenceDemand | None = None,
 ) -> None:
+    counted = counted or InferenceDemand()
     now = time.monotonic() if now is None else now
     wall = datetime.now(timezone.utc) if wall is None else wall
     last = _last.get(pool_key)
     if last is None:  # both sides' counters from 0, so increase() counts the first pass too
         for each in ("slurm", "inference"):
             metrics.GPU_SECONDS.labels(pool=pool_key, side=each)
-    sides = {n.name: (side, n.gpus) for n in nodes if (side := settled_side(n)) is not None}
+    sides = {n.name: (side, n.gpus(counted.resources, counted.drivers)) for n in nodes if (side := settled_side(n)) is not None}
     # GPU-seconds: only the time a node was on the same side at both ends of the interval.
     if last is not None and now > last.at:
         served: dict[str, float] = {}
@@ -113,7 +117,7 @@ def export(
     for node in nodes:
         key = (counts_at(node), phase_label(node.move.phase if node.move else None))
         counts[key] = counts.get(key, 0) + 1
-        gpus[key] = gpus.get(key, 0) + node.gpus
+        gpus[key] = gpus.get(key, 0) + node.gpus(counted.resources, counted.drivers)
     for (placement, phase), value in counts.items():
         metrics.NODES.labels(pool=pool_key, placement=placement, phase=phase).set(value)
         metrics.GPUS.labels(pool=pool_key, placement=placement, phase=phase).set(gpus[(placement, phase)])

@@ -24,7 +24,7 @@ from slurmbridge.backoff import Backoff
 
 from slurmpool.adapters import metrics
 from slurmpool.adapters.access import lists_reservations
-from slurmpool.adapters.kube import NodeWatch, PodWatch
+from slurmpool.adapters.kube import DraIndex, NodeWatch, PodWatch
 from slurmpool.adapters.statuswriter import StatusWriter
 from slurmpool.controller import poolmetrics, records, reports, snapshots
 from slurmpool.controller.apply import ApplyContext, apply
@@ -37,7 +37,7 @@ from slurmpool.core.events import Reason
 from slurmpool.core.handover import RESERVATION_FLAGS, is_ours, legacy_name
 from slurmpool.core.interfaces import PoolRef, pool_object
 from slurmpool.core.membership import Membership
-from slurmpool.core.models import SlurmNodePoolSpec, SlurmNodePoolStatus
+from slurmpool.core.models import DemandSpec, SlurmNodePoolSpec, SlurmNodePoolStatus
 from slurmpool.core.poolpolicy import violations
 from slurmpool.core.status import build_status
 
@@ -74,8 +74,8 @@ class PoolController:
         self.backoff = backoff if backoff is not None else Backoff(settings.backoff_base, settings.backoff_max)
         self.membership = Membership(exclude_control_plane=not settings.pool_policy.allow_control_plane)
         self.status = StatusWriter(self.kube.patch_pool_status, self.status_failed)
-        self.nodes = NodeWatch(self.kube.api, self.node_changed)
-        self.pods = PodWatch(self.kube.api, self.kick_node)
+        self.nodes, self.pods = NodeWatch(self.kube.api, self.node_changed), PodWatch(self.kube.api, self.kick_node)
+        self.dra = DraIndex(self.kube.api, self.kick_node)  # DRA demand: what claims ask for, the devices of each node
         self.pools: dict[Key, PoolState] = {}
         self.published: dict[str, tuple[str, float]] = {}  # node -> Slurm state last published on it, and when (apply.py)
         self.written = records.Written()  # node records not yet back through the Node watch
@@ -86,8 +86,8 @@ class PoolController:
         return self.pools.setdefault(key, PoolState())
 
     def start(self) -> None:
-        self.nodes.start()
-        self.pods.start()
+        for each in (self.nodes, self.pods, self.dra):
+            each.start()
         self.tasks = [asyncio.create_task(self.run())]
 
     async def close(self) -> None:
@@ -160,7 +160,7 @@ class PoolController:
             self.queue.add(key)
 
     def kick_node(self, node: str) -> None:
-        """PodWatch's callback: a pod of the node changed."""
+        """PodWatch's and DraIndex's callback: a pod of the node, or its devices, changed."""
         owners = self.membership.owners(node)
         for key in list(self.pools if owners is None else owners):  # None: a node not sorted yet, maybe new
             self.queue.add(key)
@@ -259,7 +259,7 @@ class PoolController:
         t3 = time.monotonic()
         status = build_status(snap, decision, result)
         if self.leader.leading:  # not after the Lease was lost in the pass: poolmetrics.leading cleared them
-            poolmetrics.export(pool.key, list(snap.nodes), status)
+            poolmetrics.export(pool.key, list(snap.nodes), status, counted=(spec.demand or DemandSpec()).inference)
         self.write_status(pool, raw, status)
         t4 = time.monotonic()
         reports.log_pass(pool, decision, {"snapshot": snapshot_s, "decide": decide_s, "apply": t3 - t2, "status": t4 - t3}, t4 - t0)
@@ -278,7 +278,7 @@ class PoolController:
             self.membership.set_selectors(snapshots.selectors(self.pools_index, parse, self.settings.pool_policy))
         nodes = self.nodes
         src = snapshots.Sources(nodes.nodes, self.pods, self.pools_index, self.membership, self.access, self.status,
-                                listed=lambda: nodes.list_began)
+                                listed=lambda: nodes.list_began, dra=self.dra)
         fresh = state.slurm.want(spec, self.settings.interval, newer_than)
         snap, backend, listed = await snapshots.snapshot(src, pool, spec, raw, fresh)
         state.slurm.used(snap.slurm)

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from slurmbridge import SlurmUnavailable
 
 from slurmpool.adapters.access import SlurmAccessPool, Wanted
-from slurmpool.adapters.kube import PodWatch
+from slurmpool.adapters.kube import DraIndex, PodWatch
 from slurmpool.adapters.statuswriter import StatusWriter
 from slurmpool.controller.freshness import Freshness
 from slurmpool.core.interfaces import PoolRef
@@ -100,6 +100,7 @@ class Sources:
     access: SlurmAccessPool
     status: StatusWriter
     listed: Callable[[], float] = lambda: 0.0  # the Node watch's list_began now (records.lags)
+    dra: DraIndex | None = None  # claims' asks and nodes' devices (DRA demand, GPU metrics)
 
 
 def previous_status(status: StatusWriter, pool: PoolRef, raw) -> SlurmNodePoolStatus | None:
@@ -127,8 +128,9 @@ def members(src: Sources, key: tuple[str, str]) -> tuple[list[NodeView], list[st
         if len(src.membership.owners(name) or ()) > 1:
             overlaps.append(node.name)
             continue
-        pods = src.pods.on(node.name)
-        mine.append(node if pods == node.pods else replace(node, pods=pods))  # a new view costs a parse of its records
+        pods, devices = src.pods.on(node.name), src.dra.devices(node.name) if src.dra else ()
+        # a new view costs a parse of its records
+        mine.append(node if (pods, devices) == (node.pods, node.devices) else replace(node, pods=pods, devices=devices))
     return mine, overlaps
 
 
@@ -165,5 +167,6 @@ async def snapshot(src: Sources, pool: PoolRef, spec: SlurmNodePoolSpec, raw, fr
         pool=pool, spec=spec, nodes=tuple(mine), strays=stray, slurm=slurm, now=datetime.now(timezone.utc),
         previous=previous_status(src.status, pool, raw), overlaps=tuple(overlaps), orphans=orphans,
         pending=tuple(src.pods.pending.values()) if demand else (), author=raw.get("author"),
+        claims=dict(src.dra.asks) if demand and src.dra else {},
     )
     return snap, backend, listed

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from slurmpool.core.fit import needs_of
-from slurmpool.core.view import ANN_MOVE_NOW, ANN_PIN, LABEL_COMPONENT, LABEL_POOL, NodeCondition, NodeView, PodView, parse_time
+from slurmpool.core.view import ANN_MOVE_NOW, ANN_PIN, LABEL_COMPONENT, LABEL_POOL, NodeCondition, NodeView, PodView, extended_resources, parse_time
 
 
 def node_view(body: dict[str, Any]) -> NodeView:
@@ -24,7 +24,7 @@ def node_view(body: dict[str, Any]) -> NodeView:
         ),
         unschedulable=bool(spec.get("unschedulable")),
         ready=ready,
-        gpus=_gpus((status.get("allocatable") or {}).get("nvidia.com/gpu")),
+        resources=extended_resources(status.get("allocatable")),
         conditions=_conditions(status.get("conditions")),
         version=meta.get("resourceVersion") or "",
         writers=annotation_writers(meta.get("managedFields")),
@@ -66,13 +66,6 @@ def _conditions(items: object) -> tuple[NodeCondition, ...]:
         for c in items[:MAX_CONDITIONS]
         if isinstance(c, dict) and c.get("type")
     )
-
-
-def _gpus(quantity: Any) -> int:
-    try:
-        return int(quantity or 0)
-    except (TypeError, ValueError):
-        return 0
 
 
 def pod_view(body: dict[str, Any]) -> PodView:

@@ -59,6 +59,12 @@ LABEL_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0
 # outside datetime's range; fields in their ranges (a day a month lacks is refused by the model).
 RFC3339_PATTERN = (r"^2[0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?"
                    r"([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$")
+# An extended resource (a device plugin's, or a DRA driver's mapping): a domain-qualified name
+# (outside kubernetes.io: a CEL rule and InferenceDemand check that, RE2 has no look-ahead).
+EXTENDED_RESOURCE_PATTERN = rf"^{_DNS_PART}(\.{_DNS_PART})*/[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?$"
+DNS_SUBDOMAIN_PATTERN = rf"^{_DNS_PART}(\.{_DNS_PART})*$"
+GPU = "nvidia.com/gpu"  # what inference demand counts unless spec.demand.inference.resources says otherwise
+NATIVE_RESOURCE_MESSAGE = "resources must be extended resources: kubernetes.io names are Kubernetes' own"
 # What the API server says when a pattern does not match: crd.py turns these patterns into CEL
 # rules with these messages (a bare pattern error shows the regular expression instead).
 PATTERN_MESSAGES = {
@@ -80,11 +86,15 @@ PATTERN_MESSAGES = {
     ENV_NAME_PATTERN: "must be an environment variable name: letters, digits, '_', '-' or '.', not starting with a digit",
     SIGNAL_PATTERN: "must be a signal name such as USR1 or SIGUSR1, or its number",
     CAPABILITY_PATTERN: "must be a Linux capability such as SYS_ADMIN (capital letters and '_', no CAP_ prefix)",
+    EXTENDED_RESOURCE_PATTERN: "must be an extended resource name such as nvidia.com/gpu or amd.com/gpu (domain/name)",
+    DNS_SUBDOMAIN_PATTERN: "must be a DNS subdomain such as gpu.nvidia.com: lowercase letters, digits, '-' and '.'",
 }
 
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
 LabelValue = Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=63)]
 QualifiedName = Annotated[str, Field(pattern=QUALIFIED_NAME_PATTERN, max_length=317)]
+ExtendedResource = Annotated[str, Field(pattern=EXTENDED_RESOURCE_PATTERN, max_length=317)]
+DnsSubdomain = Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)]
 
 
 def qualified_name_problem(key: str) -> str | None:
@@ -555,13 +565,38 @@ class DemandBounds(Model):
         return self
 
 
+class InferenceDemand(DemandBounds):
+    """Inference's bounds, and what of a pod's asks counts as GPUs (docs/cadence.md: Demand)."""
+
+    resources: list[ExtendedResource] = Field(
+        default_factory=lambda: [GPU], max_length=16,
+        description="Extended resources that count as GPUs in pods' requests (nvidia.com/gpu, amd.com/gpu, MIG and shared "
+        "GPU names); a node's capacity of each is read from its allocatable.",
+    )
+    device_classes: list[DnsSubdomain] = Field(
+        default_factory=lambda: ["gpu.nvidia.com"], max_length=16,
+        description="DeviceClasses whose devices count as GPUs in pods' ResourceClaims (Dynamic Resource Allocation).",
+    )
+    drivers: list[DnsSubdomain] = Field(
+        default_factory=lambda: ["gpu.nvidia.com"], max_length=16,
+        description="DRA drivers whose ResourceSlices serve those DeviceClasses: a node's devices are counted from them.",
+    )
+
+    @model_validator(mode="after")
+    def _extended(self) -> "InferenceDemand":
+        native = [r for r in self.resources if r.split("/")[0] == "kubernetes.io" or r.split("/")[0].endswith(".kubernetes.io")]
+        if native:
+            raise ValueError(f"{NATIVE_RESOURCE_MESSAGE} ({', '.join(native)})")
+        return self
+
+
 class DemandSpec(Model):
     """Follow demand (opt-in): pending GPU jobs in slurm.partition grow Slurm, pending unschedulable
     GPU pods that fit an inference pool grow inference (see docs/cadence.md: Demand)."""
 
     enabled: bool = Field(default=True, description="Set false to stop demand changes and keep the settings.")
     slurm: DemandBounds = Field(default_factory=DemandBounds, json_schema_extra={"default": {}})
-    inference: DemandBounds = Field(default_factory=DemandBounds, json_schema_extra={"default": {}})
+    inference: InferenceDemand = Field(default_factory=InferenceDemand, json_schema_extra={"default": {}})
     cooldown: Duration = Field(
         default="5m", description="Least time between two demand changes, and after any manual or schedule change."
     )
@@ -763,7 +798,7 @@ class DemandStatus(Model):
     last_change: str | None = Field(default=None, description="Last demand change or base change: the cooldown counts from it.")
     pending_jobs: int = Field(default=0, description="Pending Slurm jobs in the partition that want GPUs and wait for resources.")
     pending_job_gpus: int = 0
-    pending_pods: int = Field(default=0, description="Pending unschedulable pods requesting nvidia.com/gpu that fit an inference pool.")
+    pending_pods: int = Field(default=0, description="Pending unschedulable pods asking for GPUs (a counted resource or DRA claim) that fit an inference pool.")
     pending_pod_gpus: int = 0
     slurm_wants: int = Field(default=0, description="Nodes Slurm still needs (pending need minus idle and incoming nodes).")
     inference_wants: int = Field(default=0, description="Nodes inference still needs.")

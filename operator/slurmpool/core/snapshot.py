@@ -4,11 +4,13 @@ apply.py). The pool's status is built from all three (status.py), nothing mutate
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from slurmpool.core.demand import PendingPod
+from slurmpool.core.demand.claims import Asks
 from slurmpool.core.events import Event
 from slurmpool.core.health import NodeHealth
 from slurmpool.core.interfaces import PoolRef
@@ -36,6 +38,7 @@ class PoolSnapshot:
     # Nodes with this pool's move record that no pool selects now (relabelled mid-move): ended on a side
     strays: tuple[NodeView, ...] = ()
     pending: tuple[PendingPod, ...] = ()  # unschedulable GPU pods (demand's inference signal)
+    claims: Mapping[str, Asks] = field(default_factory=dict)  # what DRA claims and templates ask for (demand/claims.py)
     author: str | None = None  # who last wrote spec.slurmNodes (managedFields)
 
 

@@ -9,6 +9,9 @@ an operator restart.
 from __future__ import annotations
 
 import json
+import math
+import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -241,6 +244,31 @@ class DrainClaim:
         return cls(reason, read_time(at))
 
 
+MAX_RESOURCES = 32  # anyone with nodes/status access can add resources: keep the view bounded
+
+
+def is_extended(name: str) -> bool:
+    """A device plugin's or DRA mapping's resource: domain-qualified, outside kubernetes.io."""
+    domain, slash, _ = name.partition("/")
+    return bool(slash) and domain != "kubernetes.io" and not domain.endswith(".kubernetes.io")
+
+
+def count(quantity: Any) -> int:
+    """A whole count of an extended resource ("8"; a fraction rounds up; unreadable: 0)."""
+    try:
+        return max(0, math.ceil(float(str(quantity))))
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+def extended_resources(amounts: object) -> tuple[tuple[str, int], ...]:
+    """The extended resources of a resource list (a Node's allocatable, a container's requests)."""
+    if not isinstance(amounts, dict):
+        return ()
+    found = ((sys.intern(str(k)[:317]), count(v)) for k, v in amounts.items() if isinstance(k, str) and is_extended(k))
+    return tuple(sorted((k, n) for k, n in found if n > 0))[:MAX_RESOURCES]
+
+
 @dataclass(frozen=True, slots=True)  # slots: one per Node and pod, thousands held
 class PodView:
     namespace: str
@@ -295,7 +323,8 @@ class NodeView:
     unschedulable: bool = False
     ready: bool = True
     pods: tuple[PodView, ...] = ()
-    gpus: int = 0  # allocatable nvidia.com/gpu (metrics only)
+    resources: tuple[tuple[str, int], ...] = ()  # allocatable extended resources (amd.com/gpu: 8)
+    devices: tuple[tuple[str, int], ...] = ()  # devices in its ResourceSlices, per DRA driver (gpu.nvidia.com: 8)
     conditions: tuple[NodeCondition, ...] = ()  # status.conditions (health.py)
     flagged: tuple[RecordProblem, ...] = ()  # problems only the pool's spec reveals (decide.py)
     # metadata.resourceVersion: the precondition of a write of its taints (patch.shape_write).
@@ -384,6 +413,13 @@ class NodeView:
 
     def condition(self, type_: str) -> NodeCondition | None:
         return next((c for c in self.conditions if c.type == type_), None)
+
+    def gpus(self, resources: Iterable[str], drivers: Iterable[str] = ()) -> int:
+        """The GPUs the node offers: its allocatable of the resources, or its devices of the DRA
+        drivers, whichever is more (a driver's extended-resource mapping may show the same
+        devices both ways; never counted twice)."""
+        names, served = set(resources), set(drivers)
+        return max(sum(n for r, n in self.resources if r in names), sum(n for d, n in self.devices if d in served))
 
     @property
     def cordon_kept(self) -> bool:

@@ -5,19 +5,25 @@ The sources, read each pass (`SOURCES`: one module each, in this order):
   reasons, gang jobs larger than the usable nodes, idle nodes deducted, whole nodes for
   --exclusive); a job that names nodes (-w) wants those nodes back, by name; jobs no split of
   the pool could start are reported, never counted.
-- `gpu_pods`: unschedulable pods asking for nvidia.com/gpu that fit an inference pool, each for
-  the highest-priority pool it fits.
+- `gpu_pods`: unschedulable pods asking for a counted extended resource (spec.demand.inference.
+  resources, default nvidia.com/gpu) that fit an inference pool, each for the highest-priority
+  pool it fits.
+- `dra_pods`: unschedulable pods whose ResourceClaims ask for devices of a counted DeviceClass
+  (default gpu.nvidia.com), counted against the devices the drivers' ResourceSlices publish.
+- `pod_groups`: groups of pods that start together (a PodGroup, a LeaderWorkerSet group, the
+  gang label slurmpool.io/gang): one unit of N nodes, whole or not at all.
 Each yields `Want`s (want.py): what its waiting work wants from one side, and from which named
-pools. A new source (DRA claims, pod groups...) is one more module and one more entry here;
+pools. A new source is one more module and one more entry here;
 the decision (decision.py: hysteresis, cooldown, bounds, whenBothWant, per-pool counts) adds
 up the wants of every source and reads nothing else of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from slurmpool.core.demand import gpu_pods, slurm_jobs
+from slurmpool.core.demand import dra_pods, gpu_pods, pod_groups, slurm_jobs
+from slurmpool.core.demand.claims import Asks
 from slurmpool.core.demand.decision import Base, DemandOutcome, Placed, Signals, bounds, decide_demand, placed
 from slurmpool.core.demand.pendingpod import PendingPod
 from slurmpool.core.demand.want import Seen, Source, Want, gpus_per_node
@@ -28,12 +34,13 @@ __all__ = [
     "SOURCES", "Base", "DemandOutcome", "PendingPod", "Placed", "Signals", "Want", "bounds", "decide_demand", "signals",
 ]
 
-SOURCES: tuple[Source, ...] = (slurm_jobs.wants, gpu_pods.wants)
+SOURCES: tuple[Source, ...] = (slurm_jobs.wants, gpu_pods.wants, dra_pods.wants, pod_groups.wants)
 
 
 def signals(
-    spec: SlurmNodePoolSpec, nodes: Sequence[NodeView], slurm: SlurmView, pending: Sequence[PendingPod], unhealthy: frozenset[str] = frozenset()
+    spec: SlurmNodePoolSpec, nodes: Sequence[NodeView], slurm: SlurmView, pending: Sequence[PendingPod],
+    unhealthy: frozenset[str] = frozenset(), claims: Mapping[str, Asks] | None = None,
 ) -> Signals:
     """Every source's wants this pass, and where the pool's nodes are."""
-    seen = Seen(spec, nodes, slurm, pending, gpus_per_node(spec), unhealthy)
+    seen = Seen(spec, nodes, slurm, pending, gpus_per_node(spec), unhealthy, claims or {})
     return Signals(tuple(w for source in SOURCES for w in source(seen)), placed(nodes))

@@ -1,27 +1,37 @@
-"""An unschedulable pod asking for GPUs, as the operator's pod index keeps it (adapters/kube.py
-builds it from the pod's body). Pure."""
+"""An unschedulable pod that may wait for GPUs, as the operator's pod index keeps it (adapters/kube.py
+builds it from the pod's body). Pure.
+
+The index cannot know which names each pool counts as GPUs (spec.demand.inference.resources,
+deviceClasses), so it keeps every unschedulable pod that asks for an extended resource or has
+ResourceClaims, with what it asks; the sources pick what their pool counts.
+"""
 
 from __future__ import annotations
 
-import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from slurmpool.core.demand.claims import CLAIM, TEMPLATE
 from slurmpool.core.fit import PodNeeds, Requirement, needs_of
+from slurmpool.core.view import extended_resources
 
-GPU = "nvidia.com/gpu"
+MAX_CLAIMS = 16
 
 
 @dataclass(frozen=True)
 class PendingPod:
-    """A pod the scheduler could not place that asks for GPUs (from the operator's index)."""
+    """A pod the scheduler could not place that asks for extended resources or DRA claims."""
 
     namespace: str
     name: str
-    gpus: int
+    requests: tuple[tuple[str, int], ...] = ()  # extended resources it asks for (nvidia.com/gpu: 8)
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[tuple[str, str, str, str], ...] = ()  # (key, operator, value, effect)
     affinity: tuple[tuple[Requirement, ...], ...] = ()  # required node affinity terms, as fit.PodNeeds has them
+    claims: tuple[tuple[str, str], ...] = ()  # (TEMPLATE or CLAIM, name) of spec.resourceClaims, in its namespace
+    group: str = ""  # the group it starts with, all or none (group_of); "": alone
+    group_size: int = 0  # the pods of that group, where the pod says (0: the group's pending pods)
 
     @property
     def key(self) -> str:
@@ -31,45 +41,95 @@ class PendingPod:
     def needs(self) -> PodNeeds:
         return PodNeeds(self.node_selector, self.affinity, self.tolerations)
 
-
-def _gpus(resources: dict[str, Any] | None) -> int:
-    resources = resources or {}
-    for part in ("limits", "requests"):
-        value = (resources.get(part) or {}).get(GPU)
-        if value is not None:
-            try:
-                return int(math.ceil(float(str(value))))
-            except ValueError:
-                return 0
-    return 0
+    def asks(self, resources: Iterable[str]) -> dict[str, int]:
+        """The resources of these names it asks for, by name."""
+        names = set(resources)
+        return {r: n for r, n in self.requests if r in names}
 
 
-def pod_gpus(spec: dict[str, Any]) -> int:
-    """nvidia.com/gpu a pod asks for: the sum over containers, or the largest init container."""
-    main = sum(_gpus(c.get("resources")) for c in spec.get("containers") or [])
-    init = max([_gpus(c.get("resources")) for c in spec.get("initContainers") or []] or [0])
-    return max(main, init)
+def _extended(container: Any) -> dict[str, int]:
+    """A container's extended resources: its limits, else its requests (equal when both are set)."""
+    resources = (container.get("resources") if isinstance(container, dict) else None) or {}
+    return dict(extended_resources(resources.get("requests"))) | dict(extended_resources(resources.get("limits")))
+
+
+def pod_requests(spec: dict[str, Any]) -> tuple[tuple[str, int], ...]:
+    """Extended resources a pod asks for: per name, the sum over containers or the largest init container."""
+    total: dict[str, int] = {}
+    for c in spec.get("containers") or []:
+        for name, n in _extended(c).items():
+            total[name] = total.get(name, 0) + n
+    for c in spec.get("initContainers") or []:
+        for name, n in _extended(c).items():
+            total[name] = max(total.get(name, 0), n)
+    return tuple(sorted(total.items()))
+
+
+def pod_claims(spec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The ResourceClaims a pod names: from a template (one made per pod) or a shared claim."""
+    found: list[tuple[str, str]] = []
+    for ref in (spec.get("resourceClaims") or [])[:MAX_CLAIMS]:
+        if not isinstance(ref, dict):
+            continue
+        if name := ref.get("resourceClaimTemplateName"):
+            found.append((TEMPLATE, str(name)))
+        elif name := ref.get("resourceClaimName"):
+            found.append((CLAIM, str(name)))
+    return tuple(found)
+
+
+# Groups of pods that start together (docs/cadence.md, Demand: groups).
+LWS_NAME, LWS_GROUP, LWS_SIZE = ("leaderworkerset.sigs.k8s.io/name", "leaderworkerset.sigs.k8s.io/group-index",
+                                 "leaderworkerset.sigs.k8s.io/size")
+GANG, GANG_SIZE = "slurmpool.io/gang", "slurmpool.io/gang-size"
+
+
+def _size(value: object) -> int:
+    try:
+        return max(0, min(int(str(value)), 100000))
+    except ValueError:
+        return 0
+
+
+def group_of(meta: dict[str, Any], spec: dict[str, Any]) -> tuple[str, int]:
+    """(group, size): a PodGroup the pod names (spec.schedulingGroup.podGroupName, gang scheduling
+    of Kubernetes 1.36+: its pods wait together, so the group's pending pods are its size); a
+    LeaderWorkerSet group (its name and group-index labels, its size annotation); or the gang
+    label slurmpool.io/gang with the annotation slurmpool.io/gang-size."""
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    scheduling = spec.get("schedulingGroup")
+    if isinstance(scheduling, dict) and scheduling.get("podGroupName"):
+        return f"podgroup:{scheduling['podGroupName']}", 0
+    if labels.get(LWS_NAME) and labels.get(LWS_GROUP) is not None:
+        return f"lws:{labels[LWS_NAME]}/{labels[LWS_GROUP]}", _size(annotations.get(LWS_SIZE))
+    if labels.get(GANG):
+        return f"gang:{labels[GANG]}", _size(annotations.get(GANG_SIZE))
+    return "", 0
 
 
 def is_pending_gpu_pod(spec: dict[str, Any], status: dict[str, Any]) -> bool:
-    """No node, Pending, PodScheduled=False/Unschedulable, and asks for GPUs."""
+    """No node, Pending, PodScheduled=False/Unschedulable, and asks for an extended resource or a claim."""
     if spec.get("nodeName") or (status or {}).get("phase", "Pending") != "Pending":
         return False
     unschedulable = any(
         c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
         for c in (status or {}).get("conditions") or []
     )
-    return unschedulable and pod_gpus(spec) > 0
+    return unschedulable and bool(pod_requests(spec) or pod_claims(spec))
 
 
 def pending_pod(body: dict[str, Any]) -> PendingPod:
     meta, spec = body.get("metadata", {}), body.get("spec", {}) or {}
     needs = needs_of(spec)
+    group, size = group_of(meta, spec)
     return PendingPod(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
-        gpus=pod_gpus(spec),
+        requests=pod_requests(spec),
         node_selector=needs.node_selector,
         tolerations=needs.tolerations,
         affinity=needs.affinity,
+        claims=pod_claims(spec),
+        group=group,
+        group_size=size,
     )

@@ -3,11 +3,12 @@ what every source reads (`Seen`). Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from slurmbridge.models import gpu_count
 
+from slurmpool.core.demand.claims import Asks
 from slurmpool.core.demand.pendingpod import PendingPod
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.placement import Side
@@ -37,8 +38,9 @@ class Want:
 
 @dataclass(frozen=True)
 class Seen:
-    """What a source may read: the pool, its nodes, the Slurm view, the pending-pod index, and
-    the nodes health.py finds unhealthy (never moved: work that names one cannot start)."""
+    """What a source may read: the pool, its nodes, the Slurm view, the pending-pod index, the
+    nodes health.py finds unhealthy (never moved: work that names one cannot start), and what
+    the DRA claims and templates ask for (claims.key -> asks)."""
 
     spec: SlurmNodePoolSpec
     nodes: Sequence[NodeView]
@@ -46,6 +48,7 @@ class Seen:
     pods: Sequence[PendingPod]
     gpus_per_node: int
     unhealthy: frozenset[str] = frozenset()
+    claims: Mapping[str, Asks] = field(default_factory=dict)
 
 
 Source = Callable[[Seen], Iterable[Want]]

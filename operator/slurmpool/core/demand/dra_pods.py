@@ -1,0 +1,92 @@
+"""Demand source: pods that wait for GPUs through Dynamic Resource Allocation claims. Pure.
+
+An unschedulable pod whose ResourceClaims (spec.resourceClaims: from a template, or a claim by
+name; claims.py reads them) ask for devices of a DeviceClass in spec.demand.inference.deviceClasses
+(default gpu.nvidia.com) and that fits one of the pool's inference pools (gpu_pods.fits) is
+inference demand for the nodes that would hold its devices. A node holds the whole devices the
+ResourceSlices of the pool's drivers publish for it (the most any node of the pool has;
+demand.gpusPerNode, when set, wins; none publishes yet: the count in slurm.gres, else 8);
+allocationMode All asks for one such node. A pod that asks, in one claim request, for more
+devices than a node holds can start on no split of the pool: reported, not counted. A pod that
+also asks for a counted extended resource is gpu_pods' (never counted twice); pods of a group
+are pod_groups'.
+
+A node moved to inference serves DRA pods only once its driver publishes slices for it: until
+then a settled node of the pool without devices counts against that pool's need, so the same
+need does not move a second node while the first one's slices lag.
+"""
+
+from __future__ import annotations
+
+import math
+
+from slurmpool.core.demand.claims import ALL, key
+from slurmpool.core.demand.gpu_pods import FitCache, by_priority, fits, node_labels
+from slurmpool.core.demand.pendingpod import PendingPod
+from slurmpool.core.demand.want import Seen, Want
+from slurmpool.core.models import DemandSpec, InferenceDemand
+from slurmpool.core.placement import Side, pool_of
+from slurmpool.core.view import counts_at
+
+
+def per_node(seen: Seen, drivers: list[str]) -> int:
+    """The whole devices one node holds: demand.gpusPerNode, else the slices, else gres or 8."""
+    if seen.spec.demand and seen.spec.demand.gpus_per_node:
+        return seen.spec.demand.gpus_per_node
+    return max((node.gpus((), drivers) for node in seen.nodes), default=0) or seen.gpus_per_node
+
+
+def devices(pod: PendingPod, seen: Seen, counted: InferenceDemand, held: int) -> tuple[int, str]:
+    """The counted devices the pod's claims ask for (claims not indexed yet: none), and why no
+    node could hold them ('' when one can)."""
+    total, why = 0, ""
+    for kind, name in pod.claims:
+        for device_class, count in seen.claims.get(key(kind, pod.namespace, name), ()):
+            if device_class not in counted.device_classes:
+                continue
+            n = held if count == ALL else count
+            total += n
+            if n > held:
+                why = f"pod {pod.key} asks for {n} {device_class} device(s) in one claim; a node holds {held}"
+    return total, why
+
+
+def lagging(seen: Seen, drivers: list[str]) -> dict[str, int]:
+    """Per inference pool, its settled nodes whose driver has published no slices yet."""
+    out: dict[str, int] = {}
+    for node in seen.nodes:
+        pool = pool_of(counts_at(node))
+        if pool and node.move is None and node.gpus((), drivers) == 0:
+            out[pool] = out.get(pool, 0) + 1
+    return out
+
+
+def wants(seen: Seen) -> list[Want]:
+    """The source (an entry of SOURCES): what the DRA pods that fit an inference pool want from inference."""
+    counted = (seen.spec.demand or DemandSpec()).inference
+    held = per_node(seen, counted.drivers)
+    labels, pools = node_labels(seen), by_priority(seen)
+    waiting, unstartable = 0, []
+    pool_devices: dict[str, int] = {}
+    cache: FitCache = {}
+    for pod in seen.pods:
+        if not pod.claims or pod.asks(counted.resources) or pod.group:
+            continue
+        n, why = devices(pod, seen, counted, held)
+        pool = next((q for q in pools if fits(pod, q, labels, cache)), None) if n else None
+        if pool is None:
+            continue
+        if why:
+            unstartable.append(why)
+            continue
+        waiting += 1
+        pool_devices[pool.name] = pool_devices.get(pool.name, 0) + n
+    late = lagging(seen, counted.drivers)
+    needs = {p: max(0, math.ceil(n / held) - late.get(p, 0)) for p, n in sorted(pool_devices.items())}
+    gpus = sum(pool_devices.values())
+    if not waiting and not unstartable:
+        return []
+    what = f"{waiting} unschedulable pod(s) claim {gpus} GPU(s)"
+    if late_nodes := sum(late.get(p, 0) for p in pool_devices):
+        what += f" ({late_nodes} node(s) wait for their driver's ResourceSlices)"
+    return [Want(Side.INFERENCE, sum(needs.values()), waiting, gpus, what, tuple(needs.items()), tuple(unstartable))]

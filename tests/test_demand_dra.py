@@ -1,0 +1,236 @@
+"""Inference demand through DRA claims (demand/claims.py, demand/dra_pods.py), read from
+resource.k8s.io/v1 objects kept as fixtures (tests/fixtures/dra/README.md says where each shape is from)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+from kubernetes.client.rest import ApiException
+
+from slurmpool.adapters.kube import DraIndex
+from slurmpool.core.demand import signals
+from slurmpool.core.demand.claims import ALL, CLAIM, TEMPLATE, claim_asks, key, slice_devices, template_asks
+from slurmpool.core.demand.pendingpod import is_pending_gpu_pod, pending_pod
+from slurmpool.core.models import GPU, SlurmNodePoolSpec
+from slurmpool.core.placement import SLURM, Side
+from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, MoveRecord, NodeView, SlurmView
+
+from .factories import NOW, make_spec, slurm_node
+
+FIXTURES = Path(__file__).parent / "fixtures" / "dra"
+NS = "slurmpool-demo"
+
+
+def load(name: str) -> list[dict]:
+    return list(yaml.safe_load_all((FIXTURES / name).read_text()))
+
+
+def by_name(name: str) -> dict[str, dict]:
+    return {o["metadata"]["name"]: o for o in load(name)}
+
+
+def index() -> dict[str, tuple[tuple[str, int], ...]]:
+    """What the DRA watches hold: every template and claim, by claims.key."""
+    out = {key(TEMPLATE, NS, n): template_asks(o) for n, o in by_name("resourceclaimtemplates.yaml").items()}
+    out |= {key(CLAIM, NS, n): claim_asks(o) for n, o in by_name("resourceclaims.yaml").items()}
+    return out
+
+
+def spec(**inference) -> SlurmNodePoolSpec:
+    body = make_spec(slurm_nodes=4).model_dump(by_alias=True, exclude_none=True)
+    body["inference"]["pools"] = [{"name": "llm", "labels": {"slurmpool.io/inference-pool": "llm"},
+                                   "taints": [{"key": "slurmpool.io/inference", "value": "llm", "effect": "NoSchedule"}]}]
+    body["demand"] = {"inference": inference} if inference else {}
+    return SlurmNodePoolSpec.model_validate(body)
+
+
+def nodes(devices: int = 8, inference: int = 0, published: bool = True) -> tuple[list[NodeView], dict]:
+    """Four Slurm nodes whose driver publishes `devices` GPUs each, and `inference` settled at llm."""
+    on_slurm = [NodeView(f"s{i}", labels={"gpu": "true"}, annotations={ANN_PLACEMENT: SLURM},
+                         devices=(("gpu.nvidia.com", devices),)) for i in range(4)]
+    at_llm = [NodeView(f"i{i}", labels={"gpu": "true"}, annotations={ANN_PLACEMENT: "inference:llm"},
+                       devices=(("gpu.nvidia.com", devices),) if published else ()) for i in range(inference)]
+    return on_slurm + at_llm, {n.name: slurm_node(n.name) for n in on_slurm}
+
+
+def pods(*names: str):
+    every = {p["metadata"]["name"]: p for p in load("pods.yaml")}
+    return [pending_pod(every[n]) for n in names or every]
+
+
+def test_slices_count_whole_gpus_of_their_node():
+    got = [slice_devices(s) for s in load("resourceslices.yaml")]
+    # gpu02: 7 whole GPUs and 3 MIG devices carved from the eighth (never counted twice); a slice for all nodes is no node's
+    assert got == [("gpu01", "gpu.nvidia.com", 8), ("gpu02", "gpu.nvidia.com", 7), ("", "net.example.com", 1)]
+
+
+def test_templates_and_claims_ask_per_request():
+    asks = index()
+    assert asks[key(TEMPLATE, NS, "gpu8")] == (("gpu.nvidia.com", 8),)
+    assert asks[key(TEMPLATE, NS, "gpu2")] == (("gpu.nvidia.com", 2),)
+    assert asks[key(TEMPLATE, NS, "whole-node")] == (("gpu.nvidia.com", ALL),)
+    assert asks[key(TEMPLATE, NS, "one-default")] == (("gpu.nvidia.com", 1),)  # count defaults to 1
+    assert asks[key(TEMPLATE, NS, "mig-or-gpu")] == (("mig.nvidia.com", 1),)  # firstAvailable: the scheduler's first try
+    assert asks[key(CLAIM, NS, "shared-4")] == (("gpu.nvidia.com", 4),)
+    assert asks[key(CLAIM, NS, "dra-gpus-8x2vq")] == ()  # allocated: served where it is
+
+
+def test_the_pod_index_keeps_pods_that_only_claim():
+    for body in load("pods.yaml"):
+        assert is_pending_gpu_pod(body["spec"], body["status"]), body["metadata"]["name"]
+    pod = pods("dra8")[0]
+    assert pod.claims == ((TEMPLATE, "gpu8"),) and pod.requests == ()
+    assert pods("shared")[0].claims == ((CLAIM, "shared-4"),)
+    assert pods("both-ways")[0].requests == ((GPU, 2),)
+
+
+def test_claimed_devices_are_inference_demand_per_node_devices():
+    ns, states = nodes()
+    sig = signals(spec(), ns, SlurmView(True, nodes=states), pods(), claims=index())
+    dra = next(w for w in sig.wants if "claim" in w.what)
+    # dra8: 8, whole: a node's 8, shared: 4 -> 20 devices on 8-device nodes: 3 nodes. Not counted: the
+    # allocated claim, the MIG class (not configured), the template not indexed yet, and both-ways
+    # (its nvidia.com/gpu is gpu_pods': 2 GPUs, 1 node).
+    assert (dra.waiting, dra.gpus, dra.nodes, dra.pools) == (3, 20, 3, (("llm", 3),))
+    assert sig.nodes(Side.INFERENCE) == 4 and sig.waiting(Side.INFERENCE) == 4 and sig.gpus(Side.INFERENCE) == 22
+    assert sig.unstartable == (f"pod {NS}/too-big asks for 16 gpu.nvidia.com device(s) in one claim; a node holds 8",)
+
+
+def test_devices_per_node_come_from_the_slices():
+    ns, states = nodes(devices=4)
+    sig = signals(spec(), ns, SlurmView(True, nodes=states), pods("shared", "dra8"), claims=index())
+    assert sig.nodes(Side.INFERENCE) == 1 and sig.waiting(Side.INFERENCE) == 1  # shared's 4 fit; dra8's 8 fit no 4-GPU node
+    assert sig.unstartable == (f"pod {NS}/dra8 asks for 8 gpu.nvidia.com device(s) in one claim; a node holds 4",)
+
+
+def test_configured_device_classes_count():
+    ns, states = nodes()
+    sig = signals(spec(deviceClasses=["mig.nvidia.com"]), ns, SlurmView(True, nodes=states), pods(), claims=index())
+    assert (sig.waiting(Side.INFERENCE), sig.gpus(Side.INFERENCE)) == (2, 3)  # mig-first's 1 MIG device; both-ways' 2 GPUs
+
+
+def test_a_node_whose_slices_lag_is_not_asked_for_twice():
+    claims, wanted = index(), pods("dra8", "whole")  # 2 nodes' worth
+    ns, states = nodes(inference=1, published=False)  # one node moved to llm, its driver not published yet
+    lagging = signals(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims)
+    assert lagging.nodes(Side.INFERENCE) == 1 and "1 node(s) wait for their driver's ResourceSlices" in lagging.what(Side.INFERENCE)
+    ns, states = nodes(inference=1, published=True)  # published: the node serves (the pods schedule there next)
+    assert signals(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims).nodes(Side.INFERENCE) == 2
+    # A node still moving is the decision's to deduct (incoming), not the lag's
+    record = MoveRecord(id="m1", source="slurm", target="inference:llm", phase="Relabeling", since=NOW, started=NOW)
+    ns, states = nodes(inference=1, published=False)
+    ns[-1] = replace(ns[-1], annotations={ANN_PLACEMENT: SLURM, ANN_MOVE: record.to_annotation()})
+    assert signals(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims).nodes(Side.INFERENCE) == 2
+
+
+class _Listed:
+    def __init__(self, items: list[dict]):
+        self.data = json.dumps({"metadata": {"resourceVersion": "7"}, "items": items}).encode()
+
+
+def test_the_dra_index_keeps_asks_and_each_nodes_devices():
+    async def scenario():
+        kicked: list[str] = []
+        dra = DraIndex(None, kicked.append)
+        templates, claims, slices = dra.watches
+        objects = {templates: load("resourceclaimtemplates.yaml"), claims: load("resourceclaims.yaml"), slices: load("resourceslices.yaml")}
+        loop = asyncio.get_running_loop()
+        for watch, items in objects.items():
+            watch.call = lambda limit, _continue=None, items=items, **_: _Listed(items)
+            await asyncio.to_thread(watch._list, loop)
+        await asyncio.sleep(0)
+        assert dra.asks == index()
+        assert dra.devices("gpu01") == (("gpu.nvidia.com", 8),) and dra.devices("gpu02") == (("gpu.nvidia.com", 7),)
+        assert dra.devices("gpu03") == () and sorted(kicked) == ["gpu01", "gpu02"]
+        # gpu01's driver takes its slice down (the node left inference): its devices go, its pool is kicked
+        kicked.clear()
+        slices._set("gpu01-gpu.nvidia.com-x7k2p", None)
+        assert dra.devices("gpu01") == () and kicked == ["gpu01"]
+        claims._set(key(CLAIM, NS, "shared-4"), None)
+        assert key(CLAIM, NS, "shared-4") not in dra.asks
+
+    asyncio.run(scenario())
+
+
+def test_an_api_server_without_dra_is_said_once_and_not_listed_again(caplog):
+    async def scenario():
+        dra = DraIndex(None, lambda node: None)
+        calls: list[int] = []
+
+        def not_served(**_):
+            calls.append(1)
+            raise ApiException(status=404, reason="Not Found")
+
+        watch = dra.watches[2]
+        watch.call = not_served
+        await asyncio.to_thread(watch._run, asyncio.get_running_loop())  # returns: no relist loop
+        await asyncio.sleep(0)
+        assert calls == [1] and watch.listed.is_set() and dra.devices("gpu01") == ()
+
+    asyncio.run(scenario())
+    assert "does not serve ResourceSlices" in caplog.text
+
+
+# ---------------------------------------------------------------- groups that start together (pod_groups.py)
+
+
+def group_pods(*names: str):
+    every = {o["metadata"]["name"]: o for o in load("groups.yaml") if o["kind"] == "Pod"}
+    return [pending_pod(every[n]) for n in names]
+
+
+LLAMA = ("llama-405b-0", "llama-405b-1", "llama-405b-2")
+
+
+def eight(**demand) -> tuple[SlurmNodePoolSpec, list[NodeView], dict]:
+    """A pool of 8 nodes, all in Slurm, 8 GPUs each."""
+    body = spec().model_dump(by_alias=True, exclude_none=True)
+    body["demand"] = demand
+    on_slurm = [NodeView(f"s{i}", labels={"gpu": "true", "block": f"b{i // 4}"}, annotations={ANN_PLACEMENT: SLURM},
+                         resources=((GPU, 8),)) for i in range(8)]
+    return SlurmNodePoolSpec.model_validate(body), on_slurm, {n.name: slurm_node(n.name) for n in on_slurm}
+
+
+def test_groups_are_read_from_podgroups_lws_and_the_gang_label():
+    assert [(p.group, p.group_size) for p in group_pods(*LLAMA)] == [("podgroup:llama-405b-0", 0)] * 3
+    assert [(p.group, p.group_size) for p in group_pods("deepseek-0", "huge-0")] == [("lws:deepseek/0", 3), ("gang:huge", 12)]
+
+
+def test_a_group_is_one_unit_of_n_nodes():
+    s, ns, states = eight()
+    sig = signals(s, ns, SlurmView(True, nodes=states), group_pods(*LLAMA))
+    assert sig.nodes(Side.INFERENCE) == 3 and sig.waiting(Side.INFERENCE) == 3 and sig.pool_nodes == {"llm": 3}
+    # an LWS leader whose two workers are not made yet: the group's 3 nodes
+    assert signals(s, ns, SlurmView(True, nodes=states), group_pods("deepseek-0")).nodes(Side.INFERENCE) == 3
+    # gpu_pods does not count them again
+    assert [w.what for w in sig.wants] == ["3 pod(s) in groups that start together want 3 node(s)"]
+
+
+def test_a_group_larger_than_the_pool_is_reported_not_chased():
+    s, ns, states = eight()
+    sig = signals(s, ns, SlurmView(True, nodes=states), group_pods("huge-0"))
+    assert sig.nodes(Side.INFERENCE) == 0
+    assert sig.unstartable == (f"group {NS}/gang:huge needs 12 node(s) at once; the pool has 8",)
+    capped, ns, states = eight(inference={"maxNodes": 2})
+    assert signals(capped, ns, SlurmView(True, nodes=states), group_pods(*LLAMA)).unstartable == (
+        f"group {NS}/podgroup:llama-405b-0 needs 3 node(s) at once; inference may hold (demand.inference.maxNodes) 2",)
+
+
+def test_with_topology_a_group_must_fit_one_block():
+    s, ns, states = eight()
+    blocks = SlurmNodePoolSpec.model_validate({**s.model_dump(by_alias=True, exclude_none=True), "topology": {"blockLabel": "block"}})
+    assert signals(blocks, ns, SlurmView(True, nodes=states), group_pods(*LLAMA)).nodes(Side.INFERENCE) == 3  # blocks of 4
+    small = [replace(n, labels={**n.labels, "block": f"b{i // 2}"}) for i, n in enumerate(ns)]
+    assert signals(blocks, small, SlurmView(True, nodes=states), group_pods(*LLAMA)).unstartable == (
+        f"group {NS}/podgroup:llama-405b-0 needs 3 node(s) at once; the largest topology block has 2",)
+
+
+def test_a_group_that_bounds_would_cut_waits_whole():
+    s, ns, states = eight(slurm={"minNodes": 6})  # inference may gain 2 nodes now, the group needs 3
+    sig = signals(s, ns, SlurmView(True, nodes=states), group_pods(*LLAMA))
+    assert sig.nodes(Side.INFERENCE) == 0 and sig.unstartable == ()
+    assert "1 group(s) wait: inference's bound leaves room for fewer nodes than they need" in sig.what(Side.INFERENCE)
