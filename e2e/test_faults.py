@@ -45,6 +45,7 @@ from harness import (
     sbatch,
     slurmd_timeout,
     settle_sides,
+    slurm_states,
     wait,
 )
 
@@ -429,3 +430,57 @@ def test_several_moves_both_ways_survive_a_sigkill(lab, pool):
         lab.slurm("scancel", *jobs)
     finally:
         op.stop()
+
+
+def test_a_resume_before_slurmd_stops_does_not_kill_the_job(lab, pool):
+    """issue 37: the drain lifted between Draining and StoppingSlurmd (an admin's resume sweep, a
+    slurmctld failover that lost its state save) and a job starts there. The operator kills itself
+    right after recording StoppingSlurmd (SLURMPOOL_CRASH_AFTER_PHASE: record written, slurmd not yet
+    stopped); the admin resumes the node and a job lands; a fresh operator must look at Slurm again,
+    keep slurmd, go back to Draining (DrainLifted), and move the node only once the job has ended."""
+    op = Operator(lab, "operator-faults.log").start()
+    try:
+        lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=8")
+        wait(lambda: settled(lab, 8), 90, what="8/0")
+    finally:
+        op.stop()
+    crashing = Operator(lab, "operator-crash.log", {"SLURMPOOL_CRASH_AFTER_PHASE": "StoppingSlurmd"}).start()
+    try:
+        lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=7")
+        crashing.proc.wait(60)
+    finally:
+        crashing.stop()
+    assert crashing.proc.returncode == -9, crashing.log_tail()
+    moving = {n["metadata"]["name"]: json.loads(n["metadata"]["annotations"]["slurmpool.io/move"])
+              for n in nodes_json(lab, "slurmpool.io/lab=true") if "slurmpool.io/move" in (n["metadata"].get("annotations") or {})}
+    assert len(moving) == 1 and next(iter(moving.values()))["phase"] == "StoppingSlurmd", moving
+    node = next(iter(moving))
+    pod = get_json(lab, "pod", f"slurmd-{node}", "-n", NAMESPACE)
+    assert not pod["metadata"].get("deletionTimestamp"), "slurmd was stopped before the crash"
+    lab.slurm("scontrol", "update", f"nodename={node}", "state=resume")  # the admin's resume sweep
+    job = sbatch(lab, node, 25, 5)
+    wait(lambda: job_state(lab, job) == "RUNNING", 30, what=f"a job running on {node}")
+    op = Operator(lab, "operator-faults.log").start()
+    t0 = time.monotonic()
+    try:
+        wait(lambda: [m for m in events(lab, "DrainLifted") if m.startswith(node)], 30, what="DrainLifted")
+        move = wait(lambda: next((m for m in pool_status(lab, POOL).get("moves", []) if m["node"] == node and m["phase"] == "Draining"), None),
+                    30, what="the move back in Draining")
+        assert f"job/{job}" in move.get("blockedBy", []), move
+        assert "DRAIN" in slurm_states(lab)[node], f"{node} not drained again: {slurm_states(lab)[node]}"
+        while job_state(lab, job) == "RUNNING":  # slurmd stays for as long as the job runs
+            pod = get_json(lab, "pod", f"slurmd-{node}", "-n", NAMESPACE)
+            assert not pod["metadata"].get("deletionTimestamp"), f"slurmd of {node} stopped under job {job}"
+            time.sleep(1)
+        wait(lambda: settled(lab, 7), 90, what=f"{node} in inference once its job ended")
+        recovered = time.monotonic() - t0
+        lost = lost_jobs(lab, [], finished=[job])
+        left = settle_sides(lab, POOL)
+        assert not lost and not left, (lost, left)
+        assert node_placements(lab)[node] == "inference:llm"
+        fault_line("the drain lifted between Draining and StoppingSlurmd, a job started (admin resume after a crash)",
+                   "slurmd kept; DrainLifted; back to Draining, drained again; the node moved once the job ended",
+                   recovered, len(lost), 0)
+    finally:
+        op.stop()
+        lab.slurm("scancel", job, check=False)

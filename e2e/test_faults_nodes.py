@@ -32,6 +32,7 @@ from harness import (
     sbatch,
     split_reached,
     settle_sides,
+    slurm_states,
     wait,
 )
 
@@ -198,3 +199,47 @@ def _people_act(lab, moving: str, other: str, t0: float) -> None:
                "cordon restored (CordonRestored); inference cordon left; the admin-drained node's move stopped "
                "(MoveStopped), kept in its pool cordoned, its drain left in place",
                recovered, 0, 0)
+
+
+def test_a_node_relabelled_out_of_the_selector_mid_move_is_reported_and_ends_on_a_side(lab, op):
+    """issue 37: a person relabels a node out of the pool's selector while its move to inference
+    waits in Draining for a job. The pool reports it (Warning NodeLeftSelector, Degraded
+    NodeLeftSelector), never as deleted, and ends its move on a side: not yet across, it is turned
+    back to Slurm, resumed, its job untouched. Relabelled back, it is the pool's again."""
+    scale(lab, 8)
+    wait(lambda: split_reached(lab, POOL, 8), 90, what="8/0")
+    victim = "gpu08"  # its job has the soonest time limit: the move to inference picks it
+    jobs = {n: sbatch(lab, n, 600, 2 if n == victim else 30) for n in lab.nodes}
+    wait(lambda: all(job_state(lab, j) == "RUNNING" for j in jobs.values()), 30, what="jobs running")
+    scale(lab, 7)
+    wait(lambda: move_of(lab, victim).get("phase") == "Draining", 30, what=f"{victim} draining, held by its job")
+    deleted = len(about(lab, "NodeDeleted", victim))
+    lab.kubectl("label", "node", victim, "slurmpool.io/lab=elsewhere", "--overwrite")  # out of the selector
+    t0 = time.monotonic()
+    try:
+        said = wait(lambda: about(lab, "NodeLeftSelector", victim), 30, what="a NodeLeftSelector Event")
+        assert "ends in slurm" in said[0], said
+        cond = wait(lambda: (c := condition(lab, POOL, "Degraded")).get("reason") == "NodeLeftSelector" and c, 30, what="Degraded NodeLeftSelector")
+        assert victim in cond["message"], cond
+        # turned back: no move record left, in Slurm, resumed, its slurmd running, its job untouched
+        wait(lambda: "slurmpool.io/move" not in (node_json(lab, victim)["metadata"].get("annotations") or {}), 90,
+             what=f"{victim}'s move ended")
+        recovered = time.monotonic() - t0
+        node = node_json(lab, victim)
+        assert node["metadata"]["annotations"].get("slurmpool.io/placement") == "slurm", node["metadata"]["annotations"]
+        pod = get_json(lab, "pod", f"slurmd-{victim}", "-n", NAMESPACE)
+        assert not pod["metadata"].get("deletionTimestamp")
+        wait(lambda: "DRAIN" not in slurm_states(lab)[victim], 30, what=f"{victim} resumed in Slurm")
+        assert len(about(lab, "NodeDeleted", victim)) == deleted, "reported as deleted from Kubernetes"
+        wait(lambda: condition(lab, POOL, "Degraded").get("reason") != "NodeLeftSelector", 30, what="reported until it ended")
+        lost = lost_jobs(lab, list(jobs.values()))
+        assert not lost, lost
+        fault_line("a node relabelled out of the selector mid-move (Draining, job running)",
+                   "NodeLeftSelector Event and Degraded; the move turned back to Slurm (not yet across), resumed, "
+                   "its job untouched; never reported deleted", recovered, len(lost), 0)
+    finally:
+        lab.slurm("scancel", *jobs.values(), check=False)  # nothing holds the move the pool makes next
+        lab.kubectl("label", "node", victim, "slurmpool.io/lab=true", "--overwrite")  # the pool's again
+    wait(lambda: split_reached(lab, POOL, 7), 120, what="7/1 with the node back in the pool")
+    left = settle_sides(lab, POOL)
+    assert not left, left

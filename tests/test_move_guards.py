@@ -193,3 +193,27 @@ def test_a_stray_pod_on_a_settled_slurm_node_is_reported_once_and_never_evicted(
     events = [e for d in pw.decisions for e in d.node_events if e.reason == Reason.StrayPod]
     assert len(events) == 1 and events[0].node == "gpu02"
     assert debug in pw.worlds["gpu02"].node.pods and "Evict" not in pw.worlds["gpu02"].log
+
+
+def test_the_snapshot_finds_the_nodes_with_this_pools_move_that_no_pool_selects():
+    from slurmpool.controller.snapshots import Sources, strays
+    from slurmpool.core.interfaces import PoolRef
+    from slurmpool.core.membership import Membership
+    from slurmpool.core.models import LabelSelector
+    from slurmpool.core.view import ANN_MOVE, ANN_POOL
+
+    class Pods:
+        def on(self, name):
+            return ()
+
+    record = {ANN_POOL: "ns/gpu", ANN_MOVE: '{"id":"m1"}'}
+    views = {"out": NodeView("out", labels={"gpu": "false"}, annotations=record),  # relabelled out mid-move
+             "theirs": NodeView("theirs", labels={"gpu": "false", "team": "b"}, annotations=record),  # another pool selects it
+             "settled": NodeView("settled", labels={"gpu": "false"}, annotations={ANN_POOL: "ns/gpu"}),  # no move: let go
+             "member": NodeView("member", labels={"gpu": "true"}, annotations=record)}
+    membership = Membership()
+    membership.set_selectors({("ns", "gpu"): LabelSelector(match_labels={"gpu": "true"}), ("ns", "b"): LabelSelector(match_labels={"team": "b"})})
+    for name, view in views.items():
+        membership.update(name, view.labels)
+    src = Sources(nodes={n: (v,) for n, v in views.items()}, pods=Pods(), pools={}, membership=membership, access=None, status=None)
+    assert [n.name for n in strays(src, PoolRef("ns", "gpu", "uid"))] == ["out"]

@@ -425,6 +425,7 @@ class MembershipModel(PoolModel):
     def no_churn_yet(self):
         self.outside: set[str] = set()
         self.shared: set[str] = set()
+        self.churned = False  # a node came back in with its move: the budget may be over until it ends
 
     def membership(self) -> dict:
         nodes = tuple(self.seen(n, w) for n, w in self.worlds.items() if n not in self.outside | self.shared)
@@ -434,10 +435,12 @@ class MembershipModel(PoolModel):
 
     @rule(name=st.sampled_from(NODES), out=st.booleans())
     def relabel(self, name, out):
+        self.churned |= not out and name in self.outside
         (self.outside.add if out else self.outside.discard)(name)
 
     @rule(name=st.sampled_from(NODES), on=st.booleans())
     def second_pool_selects(self, name, on):
+        self.churned |= not on and name in self.shared
         (self.shared.add if on else self.shared.discard)(name)
 
     @rule(name=st.sampled_from(NODES))
@@ -457,12 +460,21 @@ class MembershipModel(PoolModel):
             if world.node.move is not None and world.node.annotations.get(ANN_POOL) == "ns/gpu":
                 assert name in listed or name in said, f"{name} has move {world.node.move.id} and is in no status: {said!r}"
 
+    @invariant()
+    def never_more_moves_than_max_concurrent_moves(self):
+        """Only over the nodes the pool selects alone: a node a person takes out mid-move frees its
+        slot (the pool no longer counts it); relabelled back, it may bring its move over the budget
+        for a while (the planner starts nothing while it is over)."""
+        moving = [n for n, w in self.worlds.items() if w.node.move is not None and n not in self.outside | self.shared]
+        assert len(moving) <= MAX_MOVES or self.churned, f"{len(moving)} moves in flight: {moving}"
+
     @rule()
     def settle(self):
         """People stop: every node is back in the selector alone. Nothing is left between sides,
         and every drain the operator set is one it can read as its own."""
         self.outside, self.shared = set(), set()
         super().settle()
+        self.churned = False  # every move ended: the budget holds again
         for name, world in self.worlds.items():
             if world.drain_owner == "slurmpool" and world.slurm_node is not None and world.slurm_node.drain_set:
                 assert our_drain(world.node, world.slurm_node), f"{name}: our drain {world.slurm_node.reason!r} without a claim"

@@ -236,7 +236,7 @@ class PoolController:
             return config.interval
         t0 = time.monotonic()
         snap, backend, listed = await self.snapshot(pool, spec, raw, state)
-        if records.lags(self.written, snap.nodes, self.nodes, time.monotonic(), listed):
+        if records.lags(self.written, [*snap.nodes, *snap.strays], self.nodes, time.monotonic(), listed):
             return records.INDEX_LAG_RETRY  # our last writes have not come back through the watch yet
         t1 = time.monotonic()
         decision = decide(snap)

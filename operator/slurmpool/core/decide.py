@@ -374,9 +374,6 @@ def _report_stray_pods(snap: PoolSnapshot, pods: list[tuple[str, PodView]], deci
                                                       "serves Slurm: it shares the node with Slurm's jobs; move it or delete it"))
 
 
-LEFT_SELECTOR = "left the nodeSelector mid-move"
-
-
 def _strays(snap: PoolSnapshot, at: Pass, decision: PoolDecision) -> None:
     """Nodes with this pool's move record that no pool selects any more (a person relabelled
     them, or an inference pool's labels took them out). Never left between sides: a move that
@@ -387,17 +384,15 @@ def _strays(snap: PoolSnapshot, at: Pass, decision: PoolDecision) -> None:
     reported (Warning NodeLeftSelector, the Degraded condition) until its move has ended."""
     seen = "".join(c.message for c in snap.previous.conditions if c.type == "Degraded") if snap.previous else ""
     for node in snap.strays:
-        move = node.move
-        if move is None or node.problems:
+        record = node.move
+        if record is None or node.problems:
             continue
-        if not move.rollback and abortable(move):
-            move = reverse(move, at.spec, at.now, cause=Cause.ABORT)
+        move = reverse(record, at.spec, at.now, cause=Cause.ABORT) if not record.rollback and abortable(record) else record
         step = advance(move, node, at)
         ends = step.settled or (step.move.target if step.move else move.target)
-        if f"{node.name} (" not in seen:
+        if f"{node.name} (" not in seen:  # once: the Degraded condition names it from the next pass on
             step.events.insert(0, Event.warning(Reason.NodeLeftSelector, f"{node.name} no longer matches the pool's nodeSelector during move "
-                                                f"{node.move.id if node.move else move.id} ({node.move.phase if node.move else move.phase}); "
-                                                f"its move ends in {ends} and the node leaves the pool"))
+                                                f"{record.id} ({record.phase}); its move ends in {ends} and the node leaves the pool"))
         decision.steps[node.name] = step
         decision.strays.append(f"{node.name} (move ends in {ends})")
 

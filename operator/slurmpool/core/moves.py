@@ -548,6 +548,10 @@ def _draining(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNod
     if not drain_set:
         drain(step, node, drain_reason(move), now)
         step.message = "draining in Slurm"
+    elif not foreign and node.drain_claim is None:
+        # Ours without a claim: a Node created again (ownership.py). Claimed as Slurm stamped it,
+        # so the node keeps a claim it can read wherever the move ends.
+        step.claim = DrainClaim(sn.reason or "", sn.reason_time)
     elif foreign:
         step.message = f"already drained by someone else ({sn.reason}: {foreign}); not touching that drain"
     if slurmstate.drained(sn) and not jobs:
