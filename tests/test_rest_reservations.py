@@ -179,7 +179,7 @@ async def test_the_poll_reads_reservations_only_where_slurmrestd_can_make_them(r
 async def test_the_handover_over_slurmrestd_is_planned_where_it_can_reserve_and_unavailable_where_not(rest):
     """The pass's decision on the view a REST poll gives: 26.05 (v0.0.45) creates the reservation
     through slurmrestd, as scontrol would; 24.11 (v0.0.42) says HandoverUnavailable and sends nothing."""
-    from slurmpool.core.handover import UNAVAILABLE, PoolView, reconcile
+    from slurmpool.core.handover import UNAVAILABLE, PoolView, reconcile, reservation_name
     from slurmpool.core.interfaces import PoolRef
 
     from .factories import NOW
@@ -195,9 +195,9 @@ async def test_the_handover_over_slurmrestd_is_planned_where_it_can_reserve_and_
         if outcome == "unavailable":
             assert plan.status.message == UNAVAILABLE and [e.reason for e in plan.events] == ["HandoverUnavailable"]
             continue
-        assert plan.create.reservation == "slurmpool-ns-gpu" and len(plan.create.nodes) == 3
+        assert plan.create.reservation == reservation_name(PoolRef("ns", "gpu")) and len(plan.create.nodes) == 3
         await backend.create_reservation(plan.create.reservation, list(plan.create.nodes), plan.create.start, plan.minutes,
                                          plan.create.flags)
         body = fake.requests[-1][3]["reservations"][0]
-        assert body["name"] == "slurmpool-ns-gpu" and body["flags"] == ["MAINT", "IGNORE_JOBS"]
+        assert body["name"] == reservation_name(PoolRef("ns", "gpu")) and body["flags"] == ["MAINT", "IGNORE_JOBS"]
         assert body["start_time"]["number"] == int(plan.create.start.timestamp()) and body["duration"]["number"] == plan.minutes

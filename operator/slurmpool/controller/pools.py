@@ -34,7 +34,7 @@ from slurmpool.controller.settings import Settings
 from slurmpool.controller.workqueue import WorkQueue, run_workers
 from slurmpool.core.decide import decide
 from slurmpool.core.events import Reason
-from slurmpool.core.handover import RESERVATION_FLAGS, is_ours, legacy_name
+from slurmpool.core.handover import owned
 from slurmpool.core.interfaces import PoolRef, pool_object
 from slurmpool.core.membership import Membership
 from slurmpool.core.models import DemandSpec, SlurmNodePoolSpec, SlurmNodePoolStatus
@@ -126,8 +126,7 @@ class PoolController:
             self.queue.add(key, urgent=True)  # a person's change goes before the passes of moves going
 
     async def release_reservation(self, key: Key, body) -> None:
-        """A deleted pool's planned-handover reservation goes with it, under its name and its old name
-        when that one has our flags (best effort: one left behind ends by itself at its edge's end)."""
+        """A deleted pool's reservations go with it (handover.owned; best effort: one left behind ends at its end)."""
         namespace, name = key
         try:
             spec = SlurmNodePoolSpec.model_validate(body.get("spec") or {})
@@ -138,10 +137,8 @@ class PoolController:
         try:
             backend = await self.access.backend(namespace, spec.slurm.access)
             if await lists_reservations(backend):
-                pool = PoolRef(namespace, name, (body.get("metadata") or {}).get("uid", ""))
-                for reservation in await backend.reservations():
-                    if is_ours(reservation.name, pool) or (reservation.name == legacy_name(pool) and set(RESERVATION_FLAGS) <= reservation.flags):
-                        await backend.delete_reservation(reservation.name)
+                for left in owned(PoolRef(namespace, name, (body.get("metadata") or {}).get("uid", "")), await backend.reservations()):
+                    await backend.delete_reservation(left)
         except Exception as err:  # noqa: BLE001 - it ends by itself at its edge's end
             log.warning("could not delete the reservation of deleted pool %s/%s: %s", namespace, name, err)
 

@@ -77,6 +77,13 @@ def is_ours(name: str, pool: PoolRef) -> bool:
     return name == reservation_name(pool)
 
 
+def owned(pool: PoolRef, reservations: Iterable[SlurmReservation]) -> list[str]:
+    """The pool's reservations, deleted with it: its own, and its old-named one with our flags."""
+    found = list(reservations)
+    old = _legacy(found, pool)
+    return [r.name for r in found if is_ours(r.name, pool) or r is old]
+
+
 def _legacy(reservations: Iterable[SlurmReservation], pool: PoolRef) -> SlurmReservation | None:
     """A reservation an older version made for this pool: its old name and our flags (a person's
     reservation under that name, without MAINT,IGNORE_JOBS, is left alone)."""
