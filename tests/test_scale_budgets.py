@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmbridge import SlurmJob
+from slurmbridge.jsonstream import ListStream
 from slurmpool.cli import podproto
 from slurmpool.core.decide import decide
 from slurmpool.core.demand import signals
@@ -25,7 +26,7 @@ from slurmpool.core.snapshot import PoolSnapshot
 from slurmpool.core.view import ANN_PLACEMENT, NodeView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
-from .restfake import FakeSlurmrestd, real_size_jobs
+from .restfake import REAL_JOB, FakeSlurmrestd, real_size_jobs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -147,3 +148,37 @@ async def test_a_real_size_job_queue_over_rest_is_polled_under_512_mib(count):
     pending = sum(1 for i in range(count) if i % 20 and i % 5 and i % 10 in (0, 1))
     assert polled["available"], polled["error"]
     assert polled["jobs"] == {"RUNNING": running, "PENDING": pending}
+
+
+ANSWER = json.loads(REAL_JOB.read_text())
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(min_value=1, max_value=5000), st.booleans())
+def test_a_list_read_as_it_comes_is_the_list_however_it_is_cut(cut, indented):
+    body = json.dumps(ANSWER, indent=1 if indented else None).encode()
+    stream = ListStream("jobs", lambda job: job["job_id"] if job["job_id"] % 2 else None)
+    for at in range(0, len(body), cut):
+        stream.feed(body[at:at + cut])
+    read = stream.close()
+    assert read["jobs"] == [j["job_id"] for j in ANSWER["jobs"] if j["job_id"] % 2]
+    assert {k: v for k, v in read.items() if k != "jobs"} == {k: v for k, v in ANSWER.items() if k != "jobs"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300), st.integers(min_value=1, max_value=64))
+def test_a_list_stream_of_any_bytes_reads_or_refuses(data, cut):
+    for candidate in (data, b'{"jobs":[' + data, b'{"errors":[],"jobs":[{"a":1},' + data):
+        stream = ListStream("jobs", lambda job: job, max_item=1000)
+        try:
+            for at in range(0, len(candidate), cut):
+                stream.feed(candidate[at:at + cut])
+            assert isinstance(stream.close(), dict)
+        except ValueError:
+            pass
+
+
+def test_an_item_longer_than_the_bound_is_refused_before_the_answer_ends():
+    stream = ListStream("jobs", lambda job: job, max_item=1000)
+    with pytest.raises(ValueError, match="longer than"):
+        stream.feed(b'{"jobs":[{"x":"' + b"y" * 2000)

@@ -489,9 +489,13 @@ class SlurmView:
         if not self._pending_index:
             index: dict[str, list[SlurmJob]] = {}
             for job in self.jobs:
-                if job.state == "PENDING":
-                    for name in dict.fromkeys(job.partition.split(",")):
-                        index.setdefault(name, []).append(job)
+                if job.state != "PENDING":
+                    continue
+                if "," not in job.partition:  # most jobs: one partition
+                    index.setdefault(job.partition, []).append(job)
+                    continue
+                for name in dict.fromkeys(job.partition.split(",")):
+                    index.setdefault(name, []).append(job)
             self._pending_index.append(index)
         return self._pending_index[0].get(partition, [])
 
