@@ -66,6 +66,15 @@ async def test_a_shadow_pool_writes_nothing_and_reports_the_moves_it_would_start
     assert metrics.SHADOW_MOVES.labels(pool=POOL.key, direction="to_slurm")._value.get() == 0
 
 
+async def test_a_pool_that_acts_again_has_no_shadow_series():
+    nodes, view = slurm_nodes(4)
+    await shadow_pass(shadow_spec(slurm_nodes=2, max_moves=2), nodes, view)
+    assert metrics.SHADOW_MOVES.labels(pool=POOL.key, direction="to_inference")._value.get() == 2
+    status, kube, _ = await shadow_pass(make_spec(slurm_nodes=2, max_moves=2), nodes, view)
+    assert status.shadow is None and kube.writes()  # it acts
+    assert not [s for m in metrics.SHADOW_MOVES.collect() for s in m.samples if s.labels["pool"] == POOL.key]
+
+
 async def test_dry_run_makes_an_active_pool_shadow():
     nodes, view = slurm_nodes(4)
     status, kube, slurm = await shadow_pass(make_spec(slurm_nodes=2, max_moves=2), nodes, view, dry_run=True)

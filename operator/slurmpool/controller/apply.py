@@ -71,6 +71,7 @@ class ApplyContext:
 async def apply(ctx: ApplyContext, decision: PoolDecision) -> ApplyResult:
     if ctx.shadow:  # the one way past every write below
         return await shadow.report(ctx.kube, ctx.pool, decision)
+    shadow.leave(ctx.pool)
     result = ApplyResult()
     for ev in (*decision.pool_events, *decision.node_events):
         await _post(ctx, ev)

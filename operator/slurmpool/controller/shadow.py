@@ -25,3 +25,8 @@ async def report(kube: Kube, pool: PoolRef, decision: PoolDecision) -> ApplyResu
     for direction in metrics.DIRECTIONS:
         metrics.SHADOW_MOVES.labels(pool=pool.key, direction=direction).set(directions.get(direction, 0))
     return ApplyResult(shadow=True)
+
+
+def leave(pool: PoolRef) -> None:
+    """An acting pass: no slurmpool_shadow_moves of the pool (one that was shadow until now)."""
+    metrics.SHADOW_MOVES.remove_by_labels({"pool": pool.key})
