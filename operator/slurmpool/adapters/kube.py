@@ -145,7 +145,10 @@ class ListWatch:
         return page["metadata"]["resourceVersion"]
 
     def _watch(self, loop: asyncio.AbstractEventLoop, version: str) -> str:
-        self._stream = watch.Watch()
+        # A return type given: the client would otherwise look the item's model up by the list
+        # call's name even though nothing is deserialized, and it has none for resource.k8s.io/v1's
+        # claims (V1ResourceClaim: the model is ResourceV1ResourceClaim in client 37).
+        self._stream = watch.Watch(return_type=dict)
         stream = self._stream.stream(
             self._list_call(), resource_version=version, allow_watch_bookmarks=True, timeout_seconds=self.WATCH_SECONDS,
             _request_timeout=(30, self.WATCH_SECONDS + 30), deserialize=False,
