@@ -79,7 +79,8 @@ def test_a_shadow_pool_writes_nothing_and_then_makes_the_moves_it_reported(lab, 
     wait(lambda: len((pool_status(lab, POOL).get("shadow") or {}).get("wouldStart") or []) == 2, 30, what="two moves reported")
     time.sleep(5)  # passes go on, in shadow
     assert nodes_as_written(lab) == before_nodes
-    assert sorted(p["metadata"]["uid"] for p in slurmd_pods(lab)) == before_pods and slurm_states(lab) == before_slurm
+    assert sorted(p["metadata"]["uid"] for p in slurmd_pods(lab)) == before_pods
+    assert _ours(slurm_states(lab)) == _ours(before_slurm)  # no drain, resume or power request sent
     would = sorted(line.split(":")[0] for line in pool_status(lab, POOL)["shadow"]["wouldStart"])
     planned = sorted(m["node"] for m in json.loads(plugin(lab, "plan", POOL, "-n", NAMESPACE, "-o", "json").stdout)["moves"])
     assert would == planned
@@ -87,3 +88,8 @@ def test_a_shadow_pool_writes_nothing_and_then_makes_the_moves_it_reported(lab, 
     wait(lambda: split_reached(lab, POOL, 3), 120, what="3/5")
     moved = sorted(m["node"] for m in history(lab)["moves"][:2])
     assert moved == would
+
+
+def _ours(states: dict[str, str]) -> dict[str, str]:
+    """Slurm's states without NOT_RESPONDING: slurmctld's pings on a loaded lab come and go."""
+    return {n: "+".join(f for f in s.split("+") if f != "NOT_RESPONDING") for n, s in states.items()}
