@@ -307,6 +307,20 @@ def slurm_states(lab) -> dict[str, str]:
     return states
 
 
+def lent_nodes(lab) -> list[str]:
+    """Parked nodes Slurm shows powered down and not drained (`idle~`: lent), by Slurm name."""
+    return sorted(n for n, s in slurm_states(lab).items() if "POWERED_DOWN" in s.split("+") and "DRAIN" not in s.split("+"))
+
+
+def job_nodes(lab, job_id: str) -> list[str]:
+    """The nodes Slurm allocated to a job, sorted; [] while it has none."""
+    out = lab.slurm("scontrol", "-o", "show", "job", job_id).stdout
+    nodelist = next((w.split("=", 1)[1] for w in out.split() if w.startswith("NodeList=")), "")
+    if nodelist in ("", "(null)"):
+        return []
+    return sorted(lab.slurm("scontrol", "show", "hostnames", nodelist).stdout.split())
+
+
 def node_placements(lab) -> dict[str, str]:
     """The lab's real nodes (not the simulated ones of a load lab) and their placements."""
     nodes = nodes_json(lab, "slurmpool.io/lab=true")

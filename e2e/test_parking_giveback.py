@@ -14,31 +14,19 @@ from harness import (
     ensure_namespace_and_secret,
     events,
     install_crd,
+    job_nodes,
     job_state,
+    lent_nodes,
     now_rfc3339,
     pool_manifest,
     pool_status,
     reset_lab,
-    slurm_states,
     split_reached,
     wait,
 )
 
 pytestmark = pytest.mark.e2e
 POOL = "lend"
-
-
-def lent(lab) -> list[str]:
-    """Parked nodes Slurm shows powered down and not drained (`idle~`), by name."""
-    return sorted(n for n, s in slurm_states(lab).items() if "POWERED_DOWN" in s.split("+") and "DRAIN" not in s.split("+"))
-
-
-def job_nodes(lab, job_id: str) -> list[str]:
-    out = lab.slurm("scontrol", "-o", "show", "job", job_id).stdout
-    nodelist = next((w.split("=", 1)[1] for w in out.split() if w.startswith("NodeList=")), "")
-    if nodelist in ("", "(null)"):
-        return []
-    return sorted(lab.slurm("scontrol", "show", "hostnames", nodelist).stdout.split())
 
 
 def test_a_job_pinned_to_two_lent_nodes_starts_on_exactly_those(lab):
@@ -55,9 +43,9 @@ def test_a_job_pinned_to_two_lent_nodes_starts_on_exactly_those(lab):
         apply(lab, pool_manifest(lab, POOL, base, slurm={"parking": "PowerSave"}))
         wait(lambda: split_reached(lab, POOL, base, total), 180, what=f"{base} Slurm, 3 inference")
         # no floor keeps them: all three parked nodes are lent (idle~), and the status says so
-        wait(lambda: len(lent(lab)) == 3, 120, what="three parked nodes lent (idle~)")
+        wait(lambda: len(lent_nodes(lab)) == 3, 120, what="three parked nodes lent (idle~)")
         assert condition(lab, POOL, "Lending").get("reason") == "Lending", condition(lab, POOL, "Lending")
-        chosen = lent(lab)[:2]
+        chosen = lent_nodes(lab)[:2]
         since = now_rfc3339()
         out = lab.slurm("sbatch", "--parsable", "-p", "gpu", "-N2", "-w", ",".join(chosen), "--exclusive", "--time=2",
                         "-o", "/dev/null", "--wrap", "sleep 15")
@@ -75,7 +63,7 @@ def test_a_job_pinned_to_two_lent_nodes_starts_on_exactly_those(lab):
         # once it is done they are ordinary surplus: the split returns to base, parked again
         wait(lambda: job_state(lab, job) not in ("RUNNING", "COMPLETING", "CONFIGURING"), 120, what="the job ended")
         wait(lambda: split_reached(lab, POOL, base, total), 180, what=f"back to {base} Slurm nodes")
-        wait(lambda: len(lent(lab)) == 3, 120, what="three parked nodes lent again")
+        wait(lambda: len(lent_nodes(lab)) == 3, 120, what="three parked nodes lent again")
         assert job_state(lab, job) == "COMPLETED", job_state(lab, job)
     finally:
         op.stop()

@@ -24,7 +24,9 @@ from harness import (
     events,
     ensure_namespace_and_secret,
     install_crd,
+    job_nodes,
     job_state,
+    lent_nodes,
     node_json,
     node_placements,
     now_rfc3339,
@@ -40,19 +42,6 @@ from harness import (
 pytestmark = pytest.mark.e2e
 POOL = "park"
 PARKED = 3
-
-
-def lent(lab) -> list[str]:
-    """Parked nodes Slurm shows powered down and not drained (`idle~`), by name."""
-    return sorted(n for n, s in slurm_states(lab).items() if "POWERED_DOWN" in s.split("+") and "DRAIN" not in s.split("+"))
-
-
-def job_nodes(lab, job_id: str) -> list[str]:
-    out = lab.slurm("scontrol", "-o", "show", "job", job_id).stdout
-    nodelist = next((w.split("=", 1)[1] for w in out.split() if w.startswith("NodeList=")), "")
-    if nodelist in ("", "(null)"):
-        return []
-    return sorted(lab.slurm("scontrol", "show", "hostnames", nodelist).stdout.split())
 
 
 def rack(node: str) -> int:
@@ -83,7 +72,7 @@ def parked(lab):
         wait(lambda: split_reached(lab, POOL, total, total), 180, what=f"{total} Slurm")
         apply(lab, pool_manifest(lab, POOL, total - PARKED, slurm={"parking": "PowerSave"}, drain={"evictionTimeout": "15s"}))
         wait(lambda: split_reached(lab, POOL, total - PARKED, total), 180, what=f"{total - PARKED} Slurm, {PARKED} parked")
-        wait(lambda: len(lent(lab)) == PARKED, 120, what=f"{PARKED} parked nodes lent (idle~)")
+        wait(lambda: len(lent_nodes(lab)) == PARKED, 120, what=f"{PARKED} parked nodes lent (idle~)")
         yield op, total
     finally:
         op.stop()
@@ -92,7 +81,7 @@ def parked(lab):
 
 def test_a_job_on_one_switch_brings_back_that_racks_lent_nodes(lab, parked):
     op, total = parked
-    idle = lent(lab)
+    idle = lent_nodes(lab)
     racks = {r: [n for n in idle if rack(n) == r] for r in {rack(n) for n in idle}}
     pair = next((nodes for nodes in racks.values() if len(nodes) == 2), None)
     # The planner parks whole racks first (topology-aware victims): three parked nodes fill one rack.
@@ -136,7 +125,7 @@ def _web(node: str) -> list[dict]:
 
 def test_a_declined_give_back_requeues_the_job_and_the_node_stays_in_inference(lab, parked):
     op, total = parked
-    node = lent(lab)[0]
+    node = lent_nodes(lab)[0]
     apply(lab, _web(node))
     wait(lambda: pdb_json(lab, "web").get("status", {}).get("currentHealthy") == 1, 60, what="the PDB healthy")
     since = now_rfc3339()
@@ -160,7 +149,7 @@ def test_a_declined_give_back_requeues_the_job_and_the_node_stays_in_inference(l
 
 def test_a_sigkill_during_a_give_back_loses_nothing(lab, parked):
     op, total = parked
-    node = lent(lab)[0]
+    node = lent_nodes(lab)[0]
     since = now_rfc3339()
     job = submit(lab, "-N1", "--exclusive", "-w", node, seconds=30)
     try:

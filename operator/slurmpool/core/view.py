@@ -366,22 +366,17 @@ class NodeView:
         pin = get(ANN_PIN) or None
         if pin and (why := placement_problem(pin, allow=("inference",))):
             problems.append(RecordProblem(ANN_PIN, why))
-        try:
-            held = read_time(get(ANN_HOLD_UNTIL))
-        except ValueError:
-            problems.append(RecordProblem(ANN_HOLD_UNTIL, f"{get(ANN_HOLD_UNTIL)!r} is no RFC 3339 time"))
-        given_back = None
-        try:
-            given_back = read_time(get(ANN_GIVEN_BACK))
-        except ValueError:
-            problems.append(RecordProblem(ANN_GIVEN_BACK, f"{get(ANN_GIVEN_BACK)!r} is no RFC 3339 time"))
-        object.__setattr__(self, "given_back", given_back)
-        asked = None
-        try:
-            asked = read_time(get(ANN_POWER_DOWN_ASKED))
-        except ValueError:
-            problems.append(RecordProblem(ANN_POWER_DOWN_ASKED, f"{get(ANN_POWER_DOWN_ASKED)!r} is no RFC 3339 time"))
-        object.__setattr__(self, "power_down_asked", asked)
+
+        def time_of(key: str) -> datetime | None:
+            try:
+                return read_time(get(key))
+            except ValueError:
+                problems.append(RecordProblem(key, f"{get(key)!r} is no RFC 3339 time"))
+                return None
+
+        held = time_of(ANN_HOLD_UNTIL)
+        object.__setattr__(self, "given_back", time_of(ANN_GIVEN_BACK))
+        object.__setattr__(self, "power_down_asked", time_of(ANN_POWER_DOWN_ASKED))
         claim = None
         if text := get(ANN_DRAIN):
             try:
