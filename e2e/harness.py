@@ -513,10 +513,15 @@ def split_reached(lab, pool: str, slurm: int, total: int = 8) -> bool:
 
 
 def events(lab, reason: str, since: str = "") -> list[str]:
-    """Messages of the test namespace's Events with this reason, oldest first (those created at or after
-    `since`, an RFC 3339 time from now_rfc3339(), when given)."""
-    items = events_json(lab, NAMESPACE, f"reason={reason}")
-    return [e.get("message") or "" for e in items if (e["metadata"].get("creationTimestamp") or "") >= since]
+    """Messages of the test namespace's Events with this reason, oldest first (those posted at or after
+    `since`, an RFC 3339 time from now_rfc3339(), when given). An Event posted again is one Event
+    with its count and lastTimestamp raised (adapters/eventseries.py): its last posting counts."""
+    items = sorted(events_json(lab, NAMESPACE, f"reason={reason}"), key=_posted)
+    return [e.get("message") or "" for e in items if _posted(e) >= since]
+
+
+def _posted(event: dict) -> str:
+    return event.get("lastTimestamp") or event["metadata"].get("creationTimestamp") or ""
 
 
 def now_rfc3339() -> str:
