@@ -516,11 +516,11 @@ def events(lab, reason: str, since: str = "") -> list[str]:
     """Messages of the test namespace's Events with this reason, oldest first (those posted at or after
     `since`, an RFC 3339 time from now_rfc3339(), when given). An Event posted again is one Event
     with its count and lastTimestamp raised (adapters/eventseries.py): its last posting counts."""
-    items = sorted(events_json(lab, NAMESPACE, f"reason={reason}"), key=_posted)
-    return [e.get("message") or "" for e in items if _posted(e) >= since]
+    items = sorted(events_json(lab, NAMESPACE, f"reason={reason}"), key=posted_at)
+    return [e.get("message") or "" for e in items if posted_at(e) >= since]
 
 
-def _posted(event: dict) -> str:
+def posted_at(event: dict) -> str:
     return event.get("lastTimestamp") or event["metadata"].get("creationTimestamp") or ""
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from harness import (
     NAMESPACE,
-    _posted,
+    posted_at,
     Operator,
     apply,
     condition,
@@ -133,4 +133,4 @@ def test_sigkill_in_a_power_phase_resumes_the_move(lab, op, phase, split):
 def events_nodes(lab, node: str, since: str) -> list[str]:
     """MovePhase Events (posted on the Node only) about `node`, since `since`."""
     items = lab.kubectl_json("get", "events", "-A", "--field-selector", f"reason=MovePhase,involvedObject.name={node}")["items"]
-    return [e.get("message") or "" for e in items if _posted(e) >= since]
+    return [e.get("message") or "" for e in items if posted_at(e) >= since]
