@@ -121,7 +121,9 @@ def test_the_preemption_drill(lab):
         since = now_rfc3339()
         t0 = time.monotonic()
         apply(lab, surge(2))
-        wait(lambda: events(lab, "DemandChanged", since), 30, what="demand takes 2 nodes for the surge")
+        # both pods counted: at once, or one by one as the scheduler finds each unschedulable (cooldown 2 s)
+        wait(lambda: any(f"-> {total - 2} Slurm node(s)" in e for e in events(lab, "DemandChanged", since)), 60,
+             what="demand takes 2 nodes for the surge")
         # No flip back: the requeued jobs will pend, and Slurm alone wanting nodes would take them back.
         lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"demand":{"cooldown":"1h"}}}')
         bound = TIMEOUT_S + GRACE_S + 30  # + one move (a few seconds) and the lab's pod start, generously
