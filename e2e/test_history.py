@@ -91,7 +91,7 @@ def test_a_shadow_pool_writes_nothing_and_then_makes_the_moves_it_reported(lab, 
     moved = sorted(m["node"] for m in history(lab)["moves"][:2])
     # The same observations give the same moves. A node slurmctld shows not responding (its pings
     # flap on a loaded lab) is a suspect the planner takes first, so the victims may change with it.
-    assert moved == would or flapping, (moved, would)
+    assert set(moved) ^ set(would) <= set(flapping), (moved, would, flapping)
 
 
 def _ours(states: dict[str, str]) -> dict[str, str]:

@@ -59,7 +59,9 @@ CASES = [
     Case("slurmNodes-below-minSlurmNodes", {"slurmNodes": 1, "minSlurmNodes": 3}, "cel", "slurmNodes must not be below minSlurmNodes"),
     Case("pool-min-above-max", _pool(minNodes=3, maxNodes=1), "cel", "an inference pool's minNodes must not exceed its maxNodes"),
     Case("pool-count-above-max", _pool(maxNodes=1, nodes=2), "cel", "an inference pool's nodes must lie within its minNodes and maxNodes"),
-    Case("pool-label-over-selector-key", _pool(labels={"gpu": "false"}), "cel", POOL_LABEL_OVER_SELECTOR),
+    # the selector named here too: e2e's base pool selects by another label (harness.pool_manifest)
+    Case("pool-label-over-selector-key", {"nodeSelector": {"matchLabels": {"gpu": "true"}}, **_pool(labels={"gpu": "false"})}, "cel",
+         POOL_LABEL_OVER_SELECTOR),
     Case("pool-label-over-selector-expression", {"nodeSelector": {"matchExpressions": [{"key": "rack", "operator": "Exists"}]},
                                                  **_pool(labels={"rack": "a"})}, "cel", POOL_LABEL_OVER_SELECTOR),
     Case("window-names-unknown-pool", _window(inference={"nope": 1}), "cel",
