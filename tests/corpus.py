@@ -37,7 +37,7 @@ def _pool(**kw) -> dict:
 
 
 GE0 = "should be greater than or equal to 0"
-POOL_LABEL_OVER_SELECTOR = ("an inference pool's labels must not set a label key the nodeSelector reads: "
+POOL_LABEL_OVER_SELECTOR = ("an inference pool's labels must not give a label the nodeSelector reads a value it does not accept: "
                             "relabelled, the node would leave the pool mid-move")
 DURATION = "must be a duration such as 90s, 10m or 1h30m"
 SLURM_NAME = "must be a Slurm name: letters, digits, '.', '_' or '-'"
@@ -62,8 +62,10 @@ CASES = [
     # the selector named here too: e2e's base pool selects by another label (harness.pool_manifest)
     Case("pool-label-over-selector-key", {"nodeSelector": {"matchLabels": {"gpu": "true"}}, **_pool(labels={"gpu": "false"})}, "cel",
          POOL_LABEL_OVER_SELECTOR),
-    Case("pool-label-over-selector-expression", {"nodeSelector": {"matchExpressions": [{"key": "rack", "operator": "Exists"}]},
+    Case("pool-label-over-selector-expression", {"nodeSelector": {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]},
                                                  **_pool(labels={"rack": "a"})}, "cel", POOL_LABEL_OVER_SELECTOR),
+    Case("pool-label-over-selector-absent", {"nodeSelector": {"matchExpressions": [{"key": "rack", "operator": "DoesNotExist"}]},
+                                             **_pool(labels={"rack": "a"})}, "cel", POOL_LABEL_OVER_SELECTOR),
     Case("window-names-unknown-pool", _window(inference={"nope": 1}), "cel",
          "a schedule window's inference counts must name pools of spec.inference.pools"),
     Case("whole-blocks-without-blocks", {"topology": {"wholeBlocks": True}}, "cel", "topology.wholeBlocks needs blocks: set blockLabel or fromSlurm"),

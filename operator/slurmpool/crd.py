@@ -43,9 +43,12 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".slurmNodes",
         },
         {
+            # LabelSelector.unmatched_by: a pool label the selector would not accept on its own key.
             "rule": "self.inference.pools.all(p, !has(p.labels) || p.labels.all(k, "
-            "!(has(self.nodeSelector.matchLabels) && k in self.nodeSelector.matchLabels) && "
-            "!(has(self.nodeSelector.matchExpressions) && self.nodeSelector.matchExpressions.exists(e, e.key == k))))",
+            "!(has(self.nodeSelector.matchLabels) && k in self.nodeSelector.matchLabels && self.nodeSelector.matchLabels[k] != p.labels[k]) && "
+            "!(has(self.nodeSelector.matchExpressions) && self.nodeSelector.matchExpressions.exists(e, e.key == k && ("
+            "e.operator == 'DoesNotExist' || (e.operator == 'In' && !(has(e.values) && p.labels[k] in e.values)) || "
+            "(e.operator == 'NotIn' && has(e.values) && p.labels[k] in e.values))))))",
             "message": POOL_LABEL_OVER_SELECTOR,
             "fieldPath": ".inference.pools",
         },

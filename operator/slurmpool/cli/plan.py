@@ -134,4 +134,6 @@ def at_handover(pool: dict, view: PoolView, edge: Edge) -> dict[str, Any] | None
     return {"reservation": h.reservation, "flags": list(h.flags), "nodes": list(h.nodes), "start": iso(h.start),
             "end": iso(edge.until), "state": "Forecast", "late": sorted(h.late), "message": off,
             "forecast": {n: (iso(t) if t else None) for n, t in h.forecast.items()},
-            "checkpoints": [j.status().model_dump(by_alias=True) for j in warn(HandoverPlan("keep", ahead=h), view).jobs]}
+            # warned only when the handover is on (decide reconciles no edge otherwise)
+            "checkpoints": [j.status().model_dump(by_alias=True) for j in warn(HandoverPlan("keep", ahead=h), view).jobs]
+            if view.spec.handover.enabled else []}

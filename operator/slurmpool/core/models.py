@@ -149,6 +149,12 @@ class LabelSelector(Model):
     def is_empty(self) -> bool:
         return not self.match_labels and not self.match_expressions
 
+    def unmatched_by(self, labels: dict[str, str]) -> list[str]:
+        """The keys of `labels` whose value alone would make a Node fail this selector."""
+        return [k for k, v in labels.items() if not LabelSelector(
+            match_labels={x: y for x, y in self.match_labels.items() if x == k},
+            match_expressions=[e for e in self.match_expressions if e.key == k]).matches({k: v})]
+
 
 class Taint(Model):
     key: QualifiedName
@@ -679,15 +685,15 @@ class SlurmNodePoolSpec(Model):
             raise ValueError("a schedule window's inference counts must name pools of spec.inference.pools")
         if self.topology.whole_blocks and not self.topology.enabled:
             raise ValueError("topology.wholeBlocks needs blocks: set blockLabel or fromSlurm")
-        read = set(self.node_selector.match_labels) | {e.key for e in self.node_selector.match_expressions}
-        if any(read & set(p.labels) for p in self.inference.pools):
+        if any(self.node_selector.unmatched_by(p.labels) for p in self.inference.pools):
             raise ValueError(POOL_LABEL_OVER_SELECTOR)
         return self
 
 
-# A pool's labels are written on the node as it moves: one over a key the selector reads would take
-# the node out of the pool mid-move (decide.py's strays end such a move, but the node is lost to the pool).
-POOL_LABEL_OVER_SELECTOR = ("an inference pool's labels must not set a label key the nodeSelector reads: "
+# A pool's labels are written on the node as it moves: one the selector does not accept would take
+# the node out of the pool mid-move (decide.py's strays end such a move, but the node is lost to the
+# pool). One the selector accepts (its own value, a key it only needs to exist) is harmless.
+POOL_LABEL_OVER_SELECTOR = ("an inference pool's labels must not give a label the nodeSelector reads a value it does not accept: "
                             "relabelled, the node would leave the pool mid-move")
 NODE_SELECTOR_EMPTY = "nodeSelector must select something: set matchLabels or matchExpressions (empty, it would take every node)"
 
