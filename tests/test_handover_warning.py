@@ -11,14 +11,14 @@ from datetime import timedelta
 from slurmbridge import SlurmJob
 from slurmbridge.models import DeclaredSignal
 from slurmpool.core.checkpoint import CheckpointRecord
-from slurmpool.core.decide import decide
+from slurmpool.core.decide import _warn, decide
 from slurmpool.core.expiry import Requeue, Signal
 from slurmpool.core.handover import PoolView, reconcile
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import SlurmNodePoolSpec
-from slurmpool.core.moves import Pass, advance
+from slurmpool.core.moves import Pass, Step, advance
 from slurmpool.core.phases import Phase
-from slurmpool.core.snapshot import PoolSnapshot
+from slurmpool.core.snapshot import PoolDecision, PoolSnapshot
 from slurmpool.core.view import ANN_CHECKPOINT, ANN_PLACEMENT, SLURM, MoveRecord, NodeView, SlurmView
 from slurmpool.core.warning import warn
 
@@ -148,3 +148,17 @@ def test_at_the_edge_the_draining_requeues_the_warned_jobs_without_waiting_for_t
     # a job the handover did not warn waits for drain.timeout as before
     other = replace(node, annotations={ANN_PLACEMENT: SLURM})
     assert not any(isinstance(a, Requeue) for a in advance(move, other, Pass(slurm, spec(), EDGE)).actions)
+
+
+def test_a_handover_warning_keeps_the_jobs_a_health_drain_signalled_in_the_same_pass():
+    """Found in review: _warn replaced a health drain's record of the same pass, so its jobs were
+    signalled again next pass. The two records are merged."""
+    nodes, slurm = world()
+    at = EDGE - timedelta(minutes=10)
+    view = PoolView(spec(), nodes, slurm, at)
+    drained = CheckpointRecord("USR1", "Batch", (("9", at),))
+    decision = PoolDecision(target=None, desired={}, problems=[], steps={"gpu02": Step(move=None, checkpoint=drained)},  # type: ignore[arg-type]
+                            nodes_after=[], handover=reconcile(POOL, view, 5))
+    _warn(decision, view)
+    record = decision.steps["gpu02"].checkpoint
+    assert record is not None and record.at("1") == at and record.at("9") == at and record.before == EDGE

@@ -40,6 +40,11 @@ class CheckpointRecord:
         known = {j for j, _ in self.jobs}
         return CheckpointRecord(self.signal, self.to, self.jobs + tuple((j, now) for j in job_ids if j not in known), self.before)
 
+    def merged(self, other: CheckpointRecord) -> CheckpointRecord:
+        """The record with `other`'s jobs too, each at its own time (this record's signal, target and edge)."""
+        known = {j for j, _ in self.jobs}
+        return CheckpointRecord(self.signal, self.to, self.jobs + tuple((j, t) for j, t in other.jobs if j not in known), self.before)
+
     def warned_for(self, running: tuple[str, ...], now: datetime) -> bool:
         """A handover warned every running job for an edge now passed: its Draining need not wait
         for `drain.timeout` (their grace ran before the edge)."""

@@ -161,7 +161,8 @@ def _warn(decision: PoolDecision, view: PoolView) -> None:
         decision.steps.setdefault(name, Step(move=None)).drop_checkpoint = True
     for name, record in warned.records.items():
         step = decision.steps.setdefault(name, Step(move=None))
-        step.checkpoint, step.drop_checkpoint = record, False
+        # a health drain's record of this pass is kept in it: its jobs are not signalled again
+        step.checkpoint, step.drop_checkpoint = record.merged(step.checkpoint) if step.checkpoint else record, False
     edge = iso(plan.ahead.start) if plan.ahead else "?"
     for name, sent in warned.signals.items():
         decision.steps[name].actions += sent
