@@ -464,9 +464,9 @@ def test_a_resume_before_slurmd_stops_does_not_kill_the_job(lab, pool):
     t0 = time.monotonic()
     try:
         wait(lambda: [m for m in events(lab, "DrainLifted") if m.startswith(node)], 30, what="DrainLifted")
-        move = wait(lambda: next((m for m in pool_status(lab, POOL).get("moves", []) if m["node"] == node and m["phase"] == "Draining"), None),
-                    30, what="the move back in Draining")
-        assert f"job/{job}" in move.get("blockedBy", []), move
+        # back in Draining, waiting for the job (the first status after the step back may predate the drain's look)
+        wait(lambda: next((m for m in pool_status(lab, POOL).get("moves", []) if m["node"] == node and m["phase"] == "Draining"
+                           and f"job/{job}" in m.get("blockedBy", [])), None), 30, what="the move back in Draining, waiting for the job")
         assert "DRAIN" in slurm_states(lab)[node], f"{node} not drained again: {slurm_states(lab)[node]}"
         while job_state(lab, job) == "RUNNING":  # slurmd stays for as long as the job runs
             pod = get_json(lab, "pod", f"slurmd-{node}", "-n", NAMESPACE)
