@@ -751,7 +751,7 @@ class MoveJobGroup(Model):
 
     how: JobFate = Field(description="drained: waited for (ended on its own, or still ran when the move turned back); "
                          "requeued or cancelled when the drain timed out (drain.onTimeout); signalled: sent the checkpoint "
-                         "signal (also drained or requeued).")
+                         "signal (each also drained, requeued or cancelled).")
     count: int = Field(ge=0, description="How many (ids lists the first of them).")
     ids: list[str] = Field(default_factory=list, max_length=10, description="Slurm job ids: at most 10 per move in all.")
 
