@@ -109,6 +109,10 @@ POOL = {
              "started": "2026-11-29T11:50:00Z", "ended": "2026-11-29T12:00:00Z", "outcome": "Completed"},
             {"node": "gpu01", "moveId": "a1", "from": "slurm", "to": "inference:llm", "cause": "rebalance", "by": "Manual (kubectl (update))",
              "started": "2026-11-29T10:00:00Z", "ended": "2026-11-29T11:30:05Z", "outcome": "RolledBack"},
+            {"node": "gpu03", "moveId": "c3", "from": "slurm", "to": "inference:llm", "cause": "rebalance", "by": "Schedule",
+             "started": "2026-11-29T09:00:00Z", "ended": "2026-11-29T09:20:00Z", "outcome": "Completed", "jobsUnnamed": 2,
+             "jobs": [{"how": "requeued", "count": 12, "ids": [str(100 + i) for i in range(10)]},
+                      {"how": "signalled", "count": 1, "ids": []}, {"how": "drained", "count": 1, "ids": []}]},
         ],
         "shadow": {"wouldStart": ["gpu03: slurm -> inference:llm (rebalance, asked by Schedule)"], "wouldDo": [],
                    "since": "2026-11-29T11:00:00Z"},
@@ -118,7 +122,7 @@ POOL = {
 
 def test_history_lists_the_moves_newest_first_with_who_asked_and_what_shadow_would_do(fake, capsys):
     view = cli_views.history_view(POOL)
-    assert [m["seconds"] for m in view["moves"]] == [600, 5405]
+    assert [m["seconds"] for m in view["moves"]] == [600, 5405, 1200]
     text = cli_render.render_history(view, 200)
     lines = text.splitlines()
     assert lines[0] == "SlurmNodePool hpc/gpu (mode Shadow)" and lines[1].split()[:4] == ["ENDED", "NODE", "MOVE", "OUTCOME"]
@@ -127,9 +131,27 @@ def test_history_lists_the_moves_newest_first_with_who_asked_and_what_shadow_wou
     assert "would now" in text and "start gpu03: slurm -> inference:llm" in text
     fake.pool_body = POOL
     assert cli_main.main(["history", "gpu", "-n", "hpc", "-o", "json"]) == 0
-    assert [m["moveId"] for m in json.loads(capsys.readouterr().out)["moves"]] == ["b2", "a1"]
+    assert [m["moveId"] for m in json.loads(capsys.readouterr().out)["moves"]] == ["b2", "a1", "c3"]
 
 
 def test_history_of_a_pool_without_moves_says_so():
     text = cli_render.render_history(cli_views.history_view({"metadata": {"name": "gpu", "namespace": "hpc"}}))
     assert "No move has ended" in text and "would" not in text
+
+
+def test_history_shows_each_moves_jobs_as_counts_and_their_ids_wide(fake, capsys):
+    view = cli_views.history_view(POOL)
+    lines = cli_render.render_history(view, 200).splitlines()
+    header = lines[1]
+    jobs_at = header.index("JOBS")
+    assert lines[2][jobs_at:].split()[0] == "-" and lines[4][jobs_at:].split()[0] == "r12,s1,d1,+2"
+    assert "JOBS of the drain: r requeued, c cancelled, s signalled to checkpoint, d drained" in "\n".join(lines)
+    wide = cli_render.render_history(view, 80, wide=True).splitlines()
+    assert wide[1].endswith("JOB IDS") and wide[4].endswith("requeued 100,101,102,103,104,105,106,107,108,109 +2; signalled +1; drained +1")
+    assert wide[2].endswith("-")
+    FakeApi.pool_body = POOL
+    assert cli_main.main(["history", "gpu", "-o", "json"]) == 0
+    [moved] = [m for m in json.loads(capsys.readouterr().out)["moves"] if m["moveId"] == "c3"]
+    assert moved["jobs"][0] == {"how": "requeued", "count": 12, "ids": [str(100 + i) for i in range(10)]} and moved["jobsUnnamed"] == 2
+    assert cli_main.main(["history", "gpu", "-o", "wide"]) == 0
+    assert "requeued 100,101" in capsys.readouterr().out

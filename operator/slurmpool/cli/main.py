@@ -2,7 +2,7 @@
 
     kubectl slurmpool status POOL [-n NS] [-o wide|json|yaml] [--watch]   every node: side, phase, time in it, jobs, pods
     kubectl slurmpool plan POOL [--slurm-nodes N] [--at TIME] [-o json|yaml] which nodes would move, what they would disturb
-    kubectl slurmpool history POOL [-o json|yaml]           the last moves that ended: when, why, who asked, how (status.recentMoves)
+    kubectl slurmpool history POOL [-o wide|json|yaml]      the last moves that ended: when, why, who asked, how, their jobs (status.recentMoves)
     kubectl slurmpool move NODE --to slurm|inference[:POOL] ask for one node to move now (move-now annotation)
     kubectl slurmpool pause POOL / resume POOL             spec.paused
     (move, pause, resume: --dry-run=server asks the API server, admission included, and writes nothing)
@@ -144,6 +144,7 @@ stderr), 2 a usage error, 3 `plan` cannot make the split (the plan's problems)."
 Exits 3 when the split cannot be made (min counts, floors: the plan's problems), 0 otherwise.""",
     "history": """examples:
   kubectl slurmpool history gpu -n hpc
+  kubectl slurmpool history gpu -o wide                  each move's job ids (requeued, cancelled, signalled, drained)
   kubectl slurmpool history gpu -o json | jq '.moves[] | select(.outcome != "Completed")'""",
     "move": """examples:
   kubectl slurmpool move gpu07 --to slurm
@@ -187,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--at", default=None, metavar="TIME",
                    help="plan as at TIME (RFC 3339, e.g. 2026-12-24T18:00:00Z, or +2h): the schedule's count then and the "
                         "planned handover an edge then gets")
-    p = command("history", "the last moves of a pool that ended (status.recentMoves): when, why, who asked, how")
+    p = command("history", "the last moves of a pool that ended (status.recentMoves): when, why, who asked, how, the jobs they drained or requeued")
     p.add_argument("pool")
     p = command("move", "ask the operator to move one node now (slurmpool.io/move-now)", writes)
     p.add_argument("node")
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                 return _done(EXIT_UNPLANNABLE, argv)
         elif args.command == "history":
             view = history_view(api.pool(namespace, args.pool))
-            _emit(view, render_history(view, width()), args.output)
+            _emit(view, render_history(view, width(), wide=args.output == "wide"), args.output)
         elif args.command == "move":
             dry = args.dry_run == "server"
             body = api.patch_node(args.node, {"metadata": {"annotations": {ANN_MOVE_NOW: args.to}}}, dry_run=dry)

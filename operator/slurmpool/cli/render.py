@@ -207,14 +207,43 @@ def _took(seconds: int | None) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def render_history(view: dict[str, Any], total: int = 100) -> str:
-    """The moves that ended, newest first; in shadow mode, what the operator would do now."""
+JOB_LETTERS = {"requeued": "r", "cancelled": "c", "signalled": "s", "drained": "d"}
+
+
+def _jobs(move: dict) -> str:
+    """A move's jobs as counts: `r2,d1` (requeued 2, drained 1); `+N` jobs its record could not name."""
+    cells = [f"{JOB_LETTERS.get(g.get('how', ''), '?')}{g.get('count', 0)}" for g in move.get("jobs") or []]
+    if move.get("jobsUnnamed"):
+        cells.append(f"+{move['jobsUnnamed']}")
+    return ",".join(cells) or "-"
+
+
+def _job_ids(move: dict) -> str:
+    """-o wide: the ids of each kind, `+N` for those the status does not list."""
+    parts = []
+    for g in move.get("jobs") or []:
+        ids, count = g.get("ids") or [], g.get("count", 0)
+        more = count - len(ids)
+        parts.append(f"{g.get('how')} " + ",".join(ids) + (f"{' ' if ids else ''}+{more}" if more > 0 else ""))
+    return "; ".join(parts) or "-"
+
+
+def render_history(view: dict[str, Any], total: int = 100, wide: bool = False) -> str:
+    """The moves that ended, newest first; in shadow mode, what the operator would do now.
+    `wide`: no width limit, and the ids of each move's jobs."""
+    if wide:
+        total = 10**6
     lines = [f"SlurmNodePool {view['namespace']}/{view['pool']}" + (f" (mode {view['mode']})" if view["mode"] != "Active" else "")]
     rows = [[m.get("ended", "-"), m.get("node", "-"), f"{_short(m.get('from', '-'))} -> {_short(m.get('to', '-'))}",
-             m.get("outcome", "-"), _took(m.get("seconds")), m.get("cause", "-"), m.get("moveId", "-"), m.get("by") or "-"]
+             m.get("outcome", "-"), _took(m.get("seconds")), m.get("cause", "-"), m.get("moveId", "-"), _jobs(m), m.get("by") or "-",
+             *([_job_ids(m)] if wide else [])]
             for m in view["moves"]]
     if rows:
-        lines.append(table(["ENDED", "NODE", "MOVE", "OUTCOME", "TOOK", "CAUSE", "MOVE ID", "ASKED BY"], rows, total))
+        headers = ["ENDED", "NODE", "MOVE", "OUTCOME", "TOOK", "CAUSE", "MOVE ID", "JOBS", "ASKED BY", *(["JOB IDS"] if wide else [])]
+        lines.append(table(headers, rows, total))
+        if any(m.get("jobs") or m.get("jobsUnnamed") for m in view["moves"]):
+            lines.append("JOBS of the drain: r requeued, c cancelled, s signalled to checkpoint, d drained (waited for); "
+                         "-o wide: their ids."[:total])
     else:
         lines.append("No move has ended since the operator began recording them (status.recentMoves).")
     shadow = view.get("shadow")

@@ -3,6 +3,8 @@
 - `recent_moves`: status.recentMoves, the moves that ended (completed, rolled back, stopped on an
   unhealthy node), newest first and bounded, carried from status to status. Only the moves whose
   end was written on their Node count: an end refused stays in flight and ends in a later pass.
+  Each names the Slurm jobs its drain waited for, requeued, cancelled or signalled, from the
+  move's record on the Node (movejobs.py: at most SHOWN ids a move, so the status stays small).
 - `shadow`: status.shadow of a pool in shadow mode (spec.mode Shadow, or `slurmpool run --dry-run`):
   the moves it would start and the other writes it would make; `since` holds while it repeats."""
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from slurmpool.core.models import Outcome, RecentMove, ShadowStatus
+from slurmpool.core.movejobs import MoveJobs
 from slurmpool.core.moves import Step
 from slurmpool.core.snapshot import ApplyResult, PoolDecision, PoolSnapshot
 from slurmpool.core.view import MoveRecord, NodeView, iso
@@ -38,8 +41,10 @@ def recent_moves(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult
         if node is None or name in result.unwritten or result.shadow or (end := ended(node, step)) is None:
             continue
         move, outcome = end
+        jobs = move.jobs or MoveJobs()
         new.append(RecentMove(node=name, move_id=move.id, from_=move.source, to=move.target,  # type: ignore[call-arg]
-                              cause=str(move.cause), by=move.by, started=iso(move.started), ended=iso(snap.now), outcome=outcome))
+                              cause=str(move.cause), by=move.by, started=iso(move.started), ended=iso(snap.now), outcome=outcome,
+                              jobs=jobs.groups(), jobs_unnamed=jobs.unnamed))
     old = snap.previous.recent_moves if snap.previous else []
     seen = {(m.move_id, m.outcome) for m in new}
     return (new + [m for m in old if (m.move_id, m.outcome) not in seen])[:RECENT_MOVES]

@@ -743,6 +743,17 @@ class MoveStatus(Model):
 
 
 Outcome = Literal["Completed", "RolledBack", "Stopped"]  # how a move ended (status.recentMoves)
+JobFate = Literal["drained", "requeued", "cancelled", "signalled"]  # how a job left a move's drain (core/movejobs.py)
+
+
+class MoveJobGroup(Model):
+    """The Slurm jobs of a move's drain that left one way (status.recentMoves[].jobs)."""
+
+    how: JobFate = Field(description="drained: waited for (ended on its own, or still ran when the move turned back); "
+                         "requeued or cancelled when the drain timed out (drain.onTimeout); signalled: sent the checkpoint "
+                         "signal (each also drained, requeued or cancelled).")
+    count: int = Field(ge=0, description="How many (ids lists the first of them).")
+    ids: list[str] = Field(default_factory=list, max_length=10, description="Slurm job ids: at most 10 per move in all.")
 
 
 class RecentMove(Model):
@@ -757,6 +768,11 @@ class RecentMove(Model):
     started: str
     ended: str
     outcome: Outcome
+    jobs: list[MoveJobGroup] = Field(
+        default_factory=list, max_length=4,
+        description="The Slurm jobs its drain waited for, requeued, cancelled or signalled (a move out of Slurm).",
+    )
+    jobs_unnamed: int = Field(default=0, ge=0, description="Jobs beyond the 64 a move's record names: counted, not in jobs.")
 
 
 class ShadowStatus(Model):

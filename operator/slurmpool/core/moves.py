@@ -24,13 +24,14 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import ClassVar
 
-from slurmbridge.models import SlurmNode, gres_shortfall
+from slurmbridge.models import SlurmJob, SlurmNode, gres_shortfall
 
 from slurmpool.core import slurmstate
 from slurmpool.core.events import Event, Reason
 from slurmpool.core.checkpoint import CheckpointRecord
 from slurmpool.core.expiry import Cancel, Expiry, Requeue, Signal, expire, overdue
 from slurmpool.core.fit import misfit
+from slurmpool.core.movejobs import MoveJobs
 from slurmpool.core.ownership import claim, why_not_ours
 from slurmpool.core.models import InferencePool, SlurmNodePoolSpec, seconds
 from slurmpool.core.phases import ABORTABLE, BETWEEN_POOLS, FINISH, TO_INFERENCE, TO_SLURM, WAIT, Advance, Finish, Outcome, Phase, Rollback, Wait
@@ -192,6 +193,7 @@ class Step:
     refusal: Refusal | None = None  # what the API server refused on this node last pass
     given_back: bool | None = None  # True: mark the node given back to Slurm's job (now); False: unmark; None: as it is
     power_down_asked: datetime | None = None  # keep_parked asked again now: written on the Node before the request
+    jobs: MoveJobs | None = None  # Draining: the move's jobs as it saw and ended them (advance() puts them in the record)
 
 
 def between_pools(source: str, target: str) -> bool:
@@ -408,6 +410,9 @@ def advance(move: MoveRecord, node: NodeView, at: Pass, unhealthy: str | None = 
         if unhealthy and (side := stop_side(move)) is not None:
             return _forget_checkpoint(node, _stop(move, node, at, step, side, unhealthy))
         outcome: Outcome = PHASE_FUNCTIONS[move.phase](move, node, slurm, spec, now, step)
+        if step.jobs is not None and step.jobs != (move.jobs or MoveJobs()):  # in the record before the requeue or signal it names
+            move = move.model_copy(update={"jobs": step.jobs})
+        step.jobs = None
         match outcome:
             case Wait():
                 step.move = move
@@ -543,6 +548,7 @@ def _draining(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNod
     if sn is None:  # never registered (an adopted node, a move to Slurm turned back): nothing to drain
         return Advance(Phase.STOPPING_SLURMD)
     jobs = slurm.jobs_on(node.name)
+    step.jobs = _jobs_seen(move, node, jobs)
     drain_set = slurmstate.drain_set(sn)
     foreign = drain_set and why_not_ours(node, sn)
     if not drain_set:
@@ -573,11 +579,20 @@ def _draining(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNod
         return Rollback(f"drain timed out after {spec.drain.timeout}")
     why = "drain timed out" if late >= 0 else "jobs warned before the handover's edge"
     for ended in expiry.ended:
+        step.jobs = step.jobs.ending("requeued" if isinstance(ended.action, Requeue) else "cancelled", ended.action.job_ids)
         step.actions.append(ended.action)
         step.events.append(Event.warning(ended.reason, f"{node.name}: {why}; {ended.verb} job(s) {', '.join(ended.action.job_ids)}"))
+    step.jobs = step.jobs.signalling(j for signal in expiry.signals for j in signal.job_ids)
     step.message = (f"drain timed out after {spec.drain.timeout}" if late >= 0 else why) + f" (onTimeout {policy}); " \
         + checkpointing(node.name, expiry, step, spec) + step.message
     return WAIT
+
+
+def _jobs_seen(move: MoveRecord, node: NodeView, jobs: list[SlurmJob]) -> MoveJobs:
+    """The move's jobs with those on the node now, and those the node's checkpoint record says
+    were signalled (by this drain, or a handover's warning before the edge)."""
+    seen = (move.jobs or MoveJobs()).seeing(j.job_id for j in jobs)
+    return seen.signalling(j for j, _ in node.checkpoint.jobs) if node.checkpoint is not None else seen
 
 
 def checkpointing(node: str, expiry: Expiry, step: Step, spec: SlurmNodePoolSpec) -> str:

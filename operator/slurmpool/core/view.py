@@ -25,6 +25,7 @@ from slurmbridge.models import PowerSave, SlurmJob, SlurmNode, SlurmReservation,
 from slurmpool.core import slurmstate
 from slurmpool.core.checkpoint import CheckpointRecord
 from slurmpool.core.fit import PodNeeds
+from slurmpool.core.movejobs import MoveJobs
 from slurmpool.core.phases import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, Phase
 # Placements are parsed and printed in placement.py only; re-exported here for every caller.
 from slurmpool.core.placement import (  # noqa: F401
@@ -167,6 +168,7 @@ class MoveRecord(BaseModel):
     cause: Cause = Cause.REBALANCE
     rollback: bool = False
     by: str | None = None  # who asked: the writer of the pin or move-now (managedFields), or what set the split
+    jobs: MoveJobs | None = None  # the Slurm jobs its Draining waited for, requeued, cancelled or signalled (movejobs.py)
 
     @property
     def direction(self) -> Direction:
@@ -186,7 +188,7 @@ class MoveRecord(BaseModel):
         return self
 
     def to_annotation(self) -> str:
-        return self.model_dump_json()
+        return self.model_dump_json(exclude={"jobs"} if self.jobs is None else None)
 
     @classmethod
     def parse(cls, text: str) -> MoveRecord:
