@@ -5,7 +5,8 @@ outlast the edge off them. Pure: the caller gives the clock and the edge.
 Wired into the pass: `decide` calls `reconcile` after the plan; apply.py creates and deletes the
 reservation through the pool's Slurm access (scontrol over SSH or locally, or slurmrestd v0.0.43+,
 i.e. Slurm 25.05+; an older slurmrestd cannot: the pool says so once and its edges drain as
-before); access.py polls our reservations with the nodes; `status.handover` and the plugin's `plan` show it.
+before); access.py polls every reservation with the nodes (others' hold their nodes in Slurm:
+reservations.py); `status.handover` and the plugin's `plan` show it.
 
 - The leaving nodes are chosen by the same planner, wave after wave (waves.py, as the plugin's
   `plan` does), with the count the edge sets, so health, pins and topology rules hold.
