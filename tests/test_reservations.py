@@ -180,7 +180,8 @@ def test_a_move_out_of_slurm_still_draining_turns_back_when_a_reservation_comes_
     pool.run(passes=2)
     aborted = [e for d in pool.decisions for e in d.node_events + [x for s in d.steps.values() for x in s.events]
                if e.reason == "MoveAborted"]
-    assert aborted and "gpu01" in aborted[0].message
+    assert aborted and aborted[0].message.startswith("gpu01: reservation alice_7 from 2026-11-29T11:55:00Z until 2026-11-29T12:55:00Z "
+                                                     "holds it, so it stays in Slurm; returning to slurm")
     moving = {n for n, w in pool.worlds.items() if w.node.move is not None and w.node.move.source == SLURM}
     assert "gpu01" not in moving and len(moving) == 1
 

@@ -131,7 +131,9 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
         assert aborted is not None, "the planner aborts moves in flight only"
         back = reverse(aborted, spec, now, cause=Cause.ABORT)
         step = advance(back, node, at)
-        step.events.insert(0, Event.normal(Reason.MoveAborted, f"{name}: the split no longer wants move {aborted.id}; returning to {back.target}"))
+        why = f"reservation {reservations.describe(held[name])} holds it, so it stays in Slurm" \
+            if name in held and aborted.source == SLURM else f"the split no longer wants move {aborted.id}"
+        step.events.insert(0, Event.normal(Reason.MoveAborted, f"{name}: {why}; returning to {back.target}"))
         steps[name] = step
         by_name[name] = _after(snap.pool, node, step, now)
     for start in result.starts:
