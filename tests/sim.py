@@ -296,11 +296,14 @@ class PoolWorld:
     status: object = None
     decisions: list = field(default_factory=list)
     outside: set[str] = field(default_factory=set)  # Nodes the pool's selector no longer selects (relabelled)
+    reservations: tuple | None = None  # Slurm's reservations as the poll lists them (None: not read)
+    reservations_error: str | None = None  # their read failed
 
     def view(self) -> SlurmView:
         nodes = {w.slurm_node.name: w.slurm_node for w in self.worlds.values() if w.slurm_node}
         power_save = next(iter(self.worlds.values())).power_save if self.worlds else None
-        return SlurmView(True, nodes=nodes, jobs=tuple(j for w in self.worlds.values() for j in w.jobs), power_save=power_save)
+        return SlurmView(True, nodes=nodes, jobs=tuple(j for w in self.worlds.values() for j in w.jobs), power_save=power_save,
+                         reservations=self.reservations, reservations_error=self.reservations_error)
 
     def snapshot(self):
         from slurmpool.core.snapshot import PoolSnapshot

@@ -329,19 +329,21 @@ class ReservingBackend(CountingBackend):
         raise AssertionError("not called by a poll")
 
 
-async def test_reservations_are_read_only_for_pools_that_may_plan_a_handover_and_only_where_scontrol_is(monkeypatch):
+async def test_reservations_are_read_with_every_poll_wherever_the_access_can_list_them(monkeypatch):
+    """Every pool's planner keeps the nodes of others' reservations in Slurm (issue 37), handover or
+    not: one read per poll, shared by the pools on that Slurm."""
     pool = access.SlurmAccessPool(read_secret=None)
     fake = ReservingBackend()
     backend_is(monkeypatch, pool, fake)
     spec = SlurmAccess(local={})
     _, view = await pool.observe("ns", spec, Wanted(max_age=0.5, pool="a"))
-    assert "reservations" not in fake.calls and view.reservations is None
-    _, view = await pool.observe("ns", spec, Wanted(max_age=0.5, pool="b", reservations=True))  # the cached view lacks them: polled again
     assert fake.calls.count("reservations") == 1 and view.reservations == () and view.max_times == {"gpu": None}
-    rest = await access.observe_slurm(CountingBackend(), None, reservations=True)  # cannot reserve (slurmrestd before v0.0.43)
+    _, view = await pool.observe("ns", spec, Wanted(max_age=0.5, pool="b"))  # shared: no second read
+    assert fake.calls.count("reservations") == 1 and view.reservations == ()
+    rest = await access.observe_slurm(CountingBackend(), None)  # cannot reserve (slurmrestd before v0.0.43)
     assert rest.available and rest.reservations is None and not rest.reservations_api
 
 
 async def test_a_failed_read_of_reservations_is_the_handovers_error_only():
-    view = await access.observe_slurm(ReservingBackend(fail=True), None, reservations=True)
+    view = await access.observe_slurm(ReservingBackend(fail=True), None)
     assert view.available and view.nodes and view.reservations is None and "timed out" in view.reservations_error

@@ -623,7 +623,7 @@ async def test_no_topology_plugin_is_no_blocks_but_slurm_down_is_an_error():
 RESERVATIONS_2205 = (Path(__file__).parent / "fixtures" / "reservations" / "22.05-scontrol.txt").read_text()
 
 
-def test_reservations_parse_real_output_and_list_only_the_operators():
+def test_reservations_parse_real_output_and_list_everyones():
     from slurmbridge.parse import parse_reservations
 
     every = parse_reservations(RESERVATIONS_2205)
@@ -633,7 +633,12 @@ def test_reservations_parse_real_output_and_list_only_the_operators():
     assert {"MAINT", "IGNORE_JOBS"} <= ours.flags and ours.start is not None and ours.end - ours.start == timedelta(minutes=10)
     assert parse_reservations("No reservations in the system\n") == []
     b, _ = backend(RESERVATIONS_2205)
-    assert [r.name for r in asyncio.run(b.reservations())] == ["slurmpool-ns-gpu"]
+    # an admin's too (issue 37): the planner keeps the nodes of others' reservations in Slurm
+    listed = asyncio.run(b.reservations())
+    assert [r.name for r in listed] == ["slurmpool-ns-gpu", "maint-friday"]
+    theirs = listed[1]
+    assert theirs.nodes == ("gpu01",) and theirs.flags == {"MAINT", "SPEC_NODES"} and theirs.state == "ACTIVE"
+    assert theirs.end - theirs.start == timedelta(minutes=5)
 
 
 def test_create_reservation_names_nodes_start_and_flags():

@@ -205,6 +205,15 @@ def test_unhealthy_nodes_are_shown_and_never_planned():
     assert "n3" in [m["node"] for m in cli_plan.plan_view(SPEC, pool, nodes, NOW, cli_plan.Asked(1))["moves"]]
 
 
+def test_nodes_others_reservations_hold_are_never_planned_out_of_slurm():
+    """As the operator (issue 37 item 9): the plan reads status.reservedNodes."""
+    pool, nodes = world()
+    assert "n3" in [m["node"] for m in cli_plan.plan_view(SPEC, pool, nodes, NOW, cli_plan.Asked(1))["moves"]]
+    pool["status"]["reservedNodes"] = [{"node": "n3", "reservation": "alice_7", "start": "2026-11-29T11:00:00Z"}]
+    moves = cli_plan.plan_view(SPEC, pool, nodes, NOW, cli_plan.Asked(1))["moves"]
+    assert moves and "n3" not in [m["node"] for m in moves]
+
+
 def test_status_names_pending_jobs_demand_does_not_count():
     demand = {"pendingJobs": 1, "pendingJobGpus": 64, "unstartableJobs": ["job 9: asks for 12 nodes, the pool has 8"]}
     pool = {"metadata": {"name": "gpu", "namespace": "ns"}, "spec": {"slurmNodes": 5},

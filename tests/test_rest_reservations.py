@@ -93,10 +93,13 @@ def test_a_listed_reservation_reads_as_scontrol_shows_it():
     assert parse_rest_reservation({"node_list": "gpu01"}) is None  # no name: not a reservation
 
 
-async def test_only_the_operators_reservations_are_listed(rest):
+async def test_every_reservation_is_listed_the_operators_and_others(rest):
     _, backend = await rest()
-    found = await backend.reservations()
-    assert [r.name for r in found] == [OURS]  # "maint-by-hand" (an admin's) is not even returned
+    found = {r.name: r for r in await backend.reservations()}
+    assert sorted(found) == ["maint-by-hand", OURS]  # an admin's too (issue 37): its nodes stay in Slurm
+    theirs = found["maint-by-hand"]
+    assert theirs.nodes == ("gpu01",) and theirs.flags == {"MAINT", "IGNORE_JOBS", "SPEC_NODES"}
+    assert theirs.end - theirs.start == timedelta(minutes=10)
 
 
 async def test_partition_max_time_unlimited_reads_as_none(rest):
@@ -162,15 +165,15 @@ async def test_an_old_slurmrestd_refuses_writes_without_sending_them(rest):
     assert not any("/reservation" in path for _, path, _, _ in fake.requests)
 
 
-async def test_the_poll_reads_reservations_only_where_slurmrestd_can_make_them(rest):
+async def test_the_poll_reads_reservations_where_slurmrestd_can_make_them_whatever_the_pools_ask(rest):
     for versions, api in ((("v0.0.41", "v0.0.42"), False), (("v0.0.42", "v0.0.45"), True)):
         fake, backend = await rest(versions)
         instrumented = access.Instrumented(backend)
-        view = await access.observe_slurm(instrumented, None, reservations=True)
+        view = await access.observe_slurm(instrumented, None)
         assert view.available and view.reservations_api is api
         assert await access.lists_reservations(instrumented) is api
         if api:
-            assert [r.name for r in view.reservations] == [OURS] and view.max_times == {"gpu": None}
+            assert sorted(r.name for r in view.reservations) == ["maint-by-hand", OURS] and view.max_times == {"gpu": None}
         else:
             assert view.reservations is None and view.reservations_error is None
             assert not any("/reservations/" in path for _, path, _, _ in fake.requests)
@@ -189,7 +192,7 @@ async def test_the_handover_over_slurmrestd_is_planned_where_it_can_reserve_and_
     for versions, outcome in ((("v0.0.41", "v0.0.42"), "unavailable"), (("v0.0.42", "v0.0.45"), "create")):
         fake, backend = await rest(versions)
         fake.nodes = [rest_node(n.name, ["IDLE"]) for n in nodes[:5]]
-        view = await access.observe_slurm(backend, None, reservations=True)
+        view = await access.observe_slurm(backend, None)
         plan = reconcile(PoolRef("ns", "gpu"), PoolView(windowed(), nodes, view, NOW), 5)
         assert plan.outcome == outcome, plan
         if outcome == "unavailable":

@@ -254,9 +254,9 @@ class ScontrolBackend:
                 raise
 
     async def reservations(self) -> list[SlurmReservation]:
-        """The operator's reservations (name prefix `slurmpool-`); others are not even returned."""
-        out = await self._run(["scontrol", "-o", "show", "reservation"])
-        return [r for r in parse_reservations(out, self.tz) if r.name.startswith(validate.RESERVATION_PREFIX)]
+        """Every reservation: the operator's (name prefix `slurmpool-`, the only ones it ever changes
+        or deletes: validate.reservation_name) and everyone else's, which the planner keeps in Slurm."""
+        return parse_reservations(await self._run(["scontrol", "-o", "show", "reservation"]), self.tz)
 
     async def partition_max_times(self) -> dict[str, timedelta | None]:
         """Each partition's MaxTime (None: UNLIMITED): the planned handover's default lead time."""

@@ -39,8 +39,8 @@ Calls:
   *description* of a submission only); v0.0.44+ give its `submit_line`, which shows the option when
   it was on sbatch's command line (SlurmJob.declared_signal). A job's `requeue` and `batch_flag`
   are in every version (SlurmJob.requeue).
-- reservations (the planned handover's, named `slurmpool-...`; others are never returned, changed
-  or deleted): GET /slurm/V/reservations/, POST /slurm/V/reservations/ {"reservations":[desc]}
+- reservations (every one is listed: the planner keeps nodes in others' in Slurm; only the planned
+  handover's, named `slurmpool-...`, are ever created, changed or deleted): GET /slurm/V/reservations/, POST /slurm/V/reservations/ {"reservations":[desc]}
   (create; slurmrestd updates one of that name instead), DELETE /slurm/V/reservation/NAME. Only
   v0.0.43+ (Slurm 25.05+) can create and delete (measured on 26.05.3: v0.0.42's POST is a 404), so
   `can_reserve()` says from the negotiated version whether to use them at all. partition_max_times:
@@ -450,12 +450,13 @@ class RestBackend:
         return await self._version() in RESERVATION_VERSIONS
 
     async def reservations(self) -> list[SlurmReservation]:
-        """The operator's reservations (name prefix `slurmpool-`); others are not even returned."""
+        """Every reservation: the operator's (name prefix `slurmpool-`, the only ones it ever changes
+        or deletes: validate.reservation_name) and everyone else's, which the planner keeps in Slurm."""
         data = await self._call("GET", "/reservations/")
         if not isinstance(data.get("reservations"), list):
             raise SlurmError("slurmrestd answered GET /reservations/ without a reservation list", argv=("GET", "/reservations/"))
         found = (parse_rest_reservation(raw) for raw in data["reservations"])
-        return [r for r in found if r is not None and r.name.startswith(validate.RESERVATION_PREFIX)]
+        return [r for r in found if r is not None]
 
     async def partition_max_times(self) -> dict[str, timedelta | None]:
         """Each partition's MaxTime (None: UNLIMITED): the planned handover's default lead time."""

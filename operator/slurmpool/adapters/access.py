@@ -45,10 +45,9 @@ class Wanted:
     max_age: float  # begun at most this long ago
     newer_than: float | None = None  # begun after this
     since: float | None = None  # begun at or after this (the pool's own last change: pools own disjoint nodes)
-    pool: str = ""  # who asks (their pending partitions and reservations are polled for a while)
+    pool: str = ""  # who asks (their pending partitions are polled for a while)
     pending: str | None = None  # the pool's partition, with demand on: its pending jobs are read
     topology: bool = False  # Slurm's switches or blocks too
-    reservations: bool = False  # the operator's reservations too
     power_save: bool = False  # Slurm's power-save settings too (a PowerSave pool)
 
     def shown_by(self, began: float, oldest: float) -> bool:
@@ -66,20 +65,21 @@ def access_key(namespace: str, access: SlurmAccess) -> tuple:
     return ("local", access.local.slurm_conf if access.local else None)
 
 
-async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = None, reservations: bool = False) -> SlurmView:
+async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = None) -> SlurmView:
     """`scontrol show node` and `squeue` for the whole pool, side by side (each is a round trip
     over SSH). Fails closed. `pending`: the partitions whose pending jobs are read (the pools with
     demand on); running jobs are read from every partition (a node may run any). None: every job.
     100k pending jobs were 17 MB per poll: squeue filters (`-t`, `-p`); slurmrestd cannot, so its
-    one answer is filtered as it comes (the states: rest.py) and by partition here. `reservations`: the operator's reservations too (a pool with a
-    planned handover asked lately)."""
+    one answer is filtered as it comes (the states: rest.py) and by partition here. Every
+    reservation too, wherever the access can list them: every pool's planner keeps the nodes of
+    others' in Slurm, and a pool with a planned handover finds its own there."""
     if pending is None:
         calls = [backend.jobs()]
     elif backend.filters_jobs:
         calls = [backend.jobs(states=sorted(ACTIVE_JOB_STATES))] + [backend.jobs(partition=p, states=["PENDING"]) for p in sorted(pending)]
     else:  # one answer of every job: the states that matter kept as it is read
         calls = [backend.jobs(states=sorted(ACTIVE_JOB_STATES | ({"PENDING"} if pending else set())))]
-    polled, answers, listed = await asyncio.gather(backend.nodes(), _settled(calls), _reservations(backend, reservations),
+    polled, answers, listed = await asyncio.gather(backend.nodes(), _settled(calls), _reservations(backend),
                                                    return_exceptions=True)
     found, max_times, error, api = _value(listed)
     failed = next((r for r in (polled, *_value(answers)) if isinstance(r, BaseException)), None)
@@ -109,31 +109,26 @@ def _value(result: T | BaseException) -> T:
 Listed = tuple[tuple[SlurmReservation, ...] | None, dict[str, timedelta | None], str | None, bool]
 
 
-async def _reservations(backend: SlurmBackend, wanted: bool) -> Listed:
-    """The operator's reservations (planned handovers) and the partitions' MaxTime (the default
-    lead time), beside the node poll: two more calls, made side by side; and whether the access
-    can reserve at all. None without a reservation API (slurmrestd before v0.0.43); a failure is
-    the handover's error only (moves never wait on it)."""
+async def _reservations(backend: SlurmBackend) -> Listed:
+    """Every reservation (planned handovers, and others' that keep their nodes in Slurm) and the
+    partitions' MaxTime (the default lead time), beside the node poll: two more calls, made side by
+    side; and whether the access can reserve at all. None without a reservation API (slurmrestd
+    before v0.0.43). A failure fails neither the poll nor the moves: the handover waits, and the
+    planner keeps holding what the pool's last status showed held (core/reservations.py)."""
     try:
         api = await lists_reservations(backend)
-        if not wanted or not api:
+        if not api:
             return None, {}, None, api
         found, max_times = await asyncio.gather(backend.reservations(), backend.partition_max_times())
         return tuple(found), max_times, None, api
     except SlurmError as err:
-        return None, {}, f"cannot list reservations: {err}"[:500] if wanted else None, True
+        return None, {}, f"cannot list reservations: {err}"[:500], True
 
 
 async def lists_reservations(backend: SlurmBackend) -> bool:
     """Can this access list, create and delete reservations? scontrol (SSH, local) can; slurmrestd
     says from its API version (v0.0.43+, Slurm 25.05+), known once negotiated (no call per pass)."""
     return await backend.can_reserve()
-
-
-def _has_reservations(view: SlurmView, wanted: bool) -> bool:
-    """Does the view answer a pool that wants reservations (read, or their read failed)?"""
-    return not wanted or not view.available or view.reservations is not None or view.reservations_error is not None \
-        or not view.reservations_api
 
 
 def _ssh_material(secret: dict[str, str], ssh) -> tuple:
@@ -265,7 +260,6 @@ class SlurmAccessPool:
         self._ssh_read: dict[tuple, float] = {}  # key -> when its SSH Secret was last read
         self._ssh_seen: dict[tuple, tuple] = {}  # key -> the key and known_hosts its connection uses
         self._pending: dict[tuple, dict[str, tuple[str | None, float]]] = {}  # key -> pool -> (partition if demand on, asked at)
-        self._reserving: dict[tuple, dict[str, float]] = {}  # key -> pool -> when it last asked for reservations
         self.command_timeout = command_timeout
         self.retries = retries
         self.backoff = backoff if backoff is not None else Backoff(1.0, 10.0)
@@ -326,8 +320,6 @@ class SlurmAccessPool:
         too, polled at most once per TOPOLOGY_MAX_AGE. The view's `polled_at` is when its poll began."""
         key = access_key(namespace, access)
         self._pending.setdefault(key, {})[wanted.pool] = (wanted.pending, self.clock())
-        if wanted.reservations:
-            self._reserving.setdefault(key, {})[wanted.pool] = self.clock()
         # What will do, fixed on arrival: a pool that waited for another pool's poll takes it
         # rather than polling again after it (pools sharing one Slurm queue on its lock).
         oldest = self.clock() - wanted.max_age
@@ -336,7 +328,7 @@ class SlurmAccessPool:
         if lock.locked():  # another pool is polling: a view a little older does rather than queue behind it
             cached = self._views.get(key)
             if cached and wanted.shown_by(cached[0], oldest - STALE_WHILE_POLLING * wanted.max_age) and \
-                    cached[1].has_pending(wanted.pending) and _has_reservations(cached[1], wanted.reservations) and \
+                    cached[1].has_pending(wanted.pending) and \
                     (not wanted.topology or cached[1].topology or not cached[1].available):
                 backend, view = self._backends.get(key), cached[1]
         if view is None:
@@ -369,20 +361,13 @@ class SlurmAccessPool:
             del asked[pool]
         return frozenset(part for part, _ in asked.values() if part)
 
-    def _reserving_lately(self, key: tuple, now: float) -> bool:
-        """A pool on this access asked for reservations within PENDING_FOR (a deleted pool stops it)."""
-        asked = self._reserving.get(key, {})
-        for pool in [p for p, at in asked.items() if now - at > PENDING_FOR]:
-            del asked[pool]
-        return bool(asked)
-
     async def _observe(self, key: tuple, namespace: str, access: SlurmAccess, oldest: float, wanted: Wanted):
         now = self.clock()
         cached = self._views.get(key)
         # Pools that changed Slurm while a poll ran, or want a newer look than their last, share
         # the next poll instead of polling one after another.
         if cached and wanted.shown_by(cached[0], oldest) and (not cached[1].available or (
-                cached[1].has_pending(wanted.pending) and _has_reservations(cached[1], wanted.reservations))):
+                cached[1].has_pending(wanted.pending))):
             backend, view = self._backends.get(key), cached[1]
             if wanted.topology and view.available and not view.topology and backend is not None:
                 view = replace(view, topology=await self._groups(key, backend))  # another pool polled without it
@@ -397,7 +382,7 @@ class SlurmAccessPool:
         except Exception as err:  # noqa: BLE001 - a missing Secret is reported, not raised
             backend, view = None, SlurmView(available=False, error=f"cannot reach Slurm: {err}")
         else:
-            view = await observe_slurm(backend, self._pending_partitions(key, now), self._reserving_lately(key, now))
+            view = await observe_slurm(backend, self._pending_partitions(key, now))
             if wanted.topology and view.available:
                 view = replace(view, topology=await self._groups(key, backend))
         if view.available:

@@ -65,6 +65,7 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
         pool_counts = (spec.schedule[window.index].inference or None) if window else None  # the window's, else the spec's
     slurm = slurm_view(nodes)
     sick = health.from_status(status.get("unhealthyNodes") or [])  # never chosen, as by the operator
+    held = frozenset(r.get("node", "") for r in status.get("reservedNodes") or [])  # in others' reservations: kept in Slurm too
     jobs_by_node = {n.name: [j for j in published(n).get("jobs") or []] for n in nodes}
     desired, problems = desired_split(spec, len(nodes), target, pool_counts)
     moves: list[dict[str, Any]] = []
@@ -75,7 +76,7 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
     ]
     # A paused pool is planned as on resume: the planner itself starts nothing while paused.
     unpaused = spec.model_copy(update={"paused": False})
-    for wave in waves(PoolView(unpaused, nodes, slurm, now, sick), Goal(target, pool_counts), every_move_done):
+    for wave in waves(PoolView(unpaused, nodes, slurm, now, sick, held), Goal(target, pool_counts, held=held), every_move_done):
         problems = wave.plan.problems
         for start in wave.plan.starts:
             node = wave.moved[start.node]
@@ -112,7 +113,7 @@ def plan_view(spec: SlurmNodePoolSpec, pool: dict, nodes: list[NodeView], now: d
         "unhealthy": sorted(sick),
         "inFlight": in_flight,
         # the operator's planned handover (status.handover), if any; with --at, the one an edge then gets
-        "handover": status.get("handover") if edge is None else at_handover(pool, PoolView(spec, nodes, slurm, now, sick),
+        "handover": status.get("handover") if edge is None else at_handover(pool, PoolView(spec, nodes, slurm, now, sick, held),
                                                                                 replace(edge, slurm_nodes=target)),
         "at": iso(at) if at is not None else None,
         "moves": moves,

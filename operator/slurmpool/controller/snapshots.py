@@ -111,12 +111,6 @@ def previous_status(status: StatusWriter, pool: PoolRef, raw) -> SlurmNodePoolSt
         return None
 
 
-def handover_wanted(spec: SlurmNodePoolSpec, raw) -> bool:
-    """The pool's reservations are read while it may plan a handover, and while its last status
-    shows one (a schedule removed, or the handover turned off: ours is deleted)."""
-    return (spec.handover.enabled and bool(spec.schedule)) or bool((raw.get("status") or {}).get("handover"))
-
-
 def members(src: Sources, key: tuple[str, str]) -> tuple[list[NodeView], list[str]]:
     """The pool's nodes with their pods, and the nodes another pool selects too (never acted on)."""
     mine: list[NodeView] = []
@@ -160,7 +154,7 @@ async def snapshot(src: Sources, pool: PoolRef, spec: SlurmNodePoolSpec, raw, fr
                     if p.slurmd and p.pool == pool.name and p.namespace == pool.namespace)
     demand = spec.demand is not None and spec.demand.enabled
     wanted = Wanted(*fresh, pool=pool.key, pending=spec.slurm.partition if demand else None,
-                    topology=spec.topology.from_slurm, reservations=handover_wanted(spec, raw),
+                    topology=spec.topology.from_slurm,
                     power_save=spec.slurm.parking == "PowerSave")
     backend, slurm = await src.access.observe(pool.namespace, spec.slurm.access, wanted)
     snap = PoolSnapshot(

@@ -16,7 +16,8 @@ In order:
 5. the give-backs Slurm asked for (parking.py), then the plan (planner.py) on the nodes as the
    steps leave them: moves to turn back, moves to start (each advanced at once on the same observations); then the planned handover's
    reservation ahead of the next schedule edge (handover.py) on the nodes as they leave them, and the
-   checkpoint warning of the jobs that would still run at it (warning.py);
+   checkpoint warning of the jobs that would still run at it (warning.py). Nodes in others' Slurm
+   reservations (reservations.py) are held in Slurm by the plan and the handover alike;
 6. what to publish on nodes (Slurm's state) and the move-now requests now fulfilled.
 """
 
@@ -27,13 +28,13 @@ from dataclasses import replace
 from datetime import datetime
 
 from slurmpool.core import health as healthmod
-from slurmpool.core import parking, slurmnames, slurmstate
+from slurmpool.core import parking, reservations, slurmnames, slurmstate
 from slurmpool.core.demand import signals
 from slurmpool.core.handover import PoolView, reconcile as reconcile_handover
 from slurmpool.core.warning import warn
 from slurmpool.core.health import HEALTHY, NodeHealth
 from slurmpool.core.interfaces import PoolRef
-from slurmpool.core.models import SlurmNodePoolSpec, TargetStatus, seconds
+from slurmpool.core.models import ReservedNode, SlurmNodePoolSpec, TargetStatus, seconds
 from slurmpool.core.patch import after, node_patch
 from slurmpool.core.expiry import expire, overdue
 from slurmpool.core.published import changed_annotations
@@ -114,7 +115,8 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
         by_name[name] = _after(snap.pool, by_name[name], step, now)
     for giveback in lend.givebacks:  # before the plan: it counts them in flight (and the target on the Slurm side)
         _begin(snap, by_name, giveback, at, health, decision)
-    result = plan(spec, list(by_name.values()), slurm, now, Goal(target.slurm_nodes, target.pool_counts, target.named), health)
+    held = reservations.holds(snap.pool, spec, by_name.values(), slurm, now, snap.previous.reserved_nodes if snap.previous else ())
+    result = plan(spec, list(by_name.values()), slurm, now, Goal(target.slurm_nodes, target.pool_counts, target.named, frozenset(held)), health)
     decision.desired, decision.problems = result.desired, result.problems
     decision.held = sorted(set(result.refused))
     was_held = {r.node for r in snap.previous.unhealthy_nodes if r.held} if snap.previous else set()
@@ -129,7 +131,9 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
         assert aborted is not None, "the planner aborts moves in flight only"
         back = reverse(aborted, spec, now, cause=Cause.ABORT)
         step = advance(back, node, at)
-        step.events.insert(0, Event.normal(Reason.MoveAborted, f"{name}: the split no longer wants move {aborted.id}; returning to {back.target}"))
+        why = f"reservation {reservations.describe(held[name])} holds it, so it stays in Slurm" \
+            if name in held and aborted.source == SLURM else f"the split no longer wants move {aborted.id}"
+        step.events.insert(0, Event.normal(Reason.MoveAborted, f"{name}: {why}; returning to {back.target}"))
         steps[name] = step
         by_name[name] = _after(snap.pool, node, step, now)
     for start in result.starts:
@@ -139,7 +143,8 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
                                    f"moves to {start.target} anyway: {start.cause} with slurmpool.io/force=true"))
     _strays(snap, at, decision)  # after the plan: they are no part of it
     decision.nodes_after = list(by_name.values())
-    view = PoolView(spec, decision.nodes_after, slurm, now, health)
+    _reserved(snap, held, decision)
+    view = PoolView(spec, decision.nodes_after, slurm, now, health, frozenset(held))
     decision.handover = reconcile_handover(snap.pool, view, target.slurm_nodes, snap.previous.handover if snap.previous else None)
     _warn(decision, view)
     before = {n.name: n for n in (*nodes, *snap.strays)}
@@ -149,6 +154,24 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
     decision.publish = changed_annotations(nodes, slurm)
     decision.clear_move_now = _fulfilled_move_now(spec, nodes, target)
     return decision
+
+
+def _reserved(snap: PoolSnapshot, held: dict[str, ReservedNode], decision: PoolDecision) -> None:
+    """Nodes others' reservations hold (reservations.py), for the status: a Normal Event when one is
+    first kept in Slurm, a Warning when a pin or move-now takes one out anyway (its move starts)."""
+    before = {r.node for r in snap.previous.reserved_nodes} if snap.previous else set()
+    starting = {start.node: start.cause for start, _ in decision.starts if start.source == SLURM}
+    for node in decision.nodes_after:
+        if (r := held.get(node.name)) is None:
+            continue
+        leaving = node.move is not None and node.move.source == SLURM
+        decision.reserved.append(r.model_copy(update={"leaving": leaving}))
+        if node.name in starting:
+            decision.node_events.append(Event.warning(Reason.ReservedNodeMoved, node=node.name, message=(
+                f"{node.name} leaves Slurm on its {starting[node.name]} though reservation {reservations.describe(r)} holds it")))
+        elif node.name not in before and not leaving:
+            decision.node_events.append(Event.normal(Reason.ReservedNodeKept, node=node.name, message=(
+                f"{node.name} stays in Slurm: reservation {reservations.describe(r)} holds it (a pin or move-now moves it anyway)")))
 
 
 def _warn(decision: PoolDecision, view: PoolView) -> None:

@@ -58,6 +58,9 @@ class Reason(StrEnum):
     HandoverDone = "HandoverDone"
     HandoverUnavailable = "HandoverUnavailable"
     HandoverFailed = "HandoverFailed"
+    # others' Slurm reservations (reservations.py, decide.py)
+    ReservedNodeKept = "ReservedNodeKept"  # a node someone else's reservation holds stays in Slurm
+    ReservedNodeMoved = "ReservedNodeMoved"  # a pin or move-now takes one out of Slurm anyway
     # the controller (controller/pools.py)
     ReconcileError = "ReconcileError"
     NodeOverlap = "NodeOverlap"

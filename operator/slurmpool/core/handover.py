@@ -5,7 +5,8 @@ outlast the edge off them. Pure: the caller gives the clock and the edge.
 Wired into the pass: `decide` calls `reconcile` after the plan; apply.py creates and deletes the
 reservation through the pool's Slurm access (scontrol over SSH or locally, or slurmrestd v0.0.43+,
 i.e. Slurm 25.05+; an older slurmrestd cannot: the pool says so once and its edges drain as
-before); access.py polls our reservations with the nodes; `status.handover` and the plugin's `plan` show it.
+before); access.py polls every reservation with the nodes (others' hold their nodes in Slurm:
+reservations.py); `status.handover` and the plugin's `plan` show it.
 
 - The leaving nodes are chosen by the same planner, wave after wave (waves.py, as the plugin's
   `plan` does), with the count the edge sets, so health, pins and topology rules hold.
@@ -40,11 +41,11 @@ from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.models import HandoverStatus, SlurmNodePoolSpec, seconds
 from slurmpool.core.planner import Goal
 from slurmpool.core.placement import SLURM
-from slurmpool.core.view import SlurmView, iso
+from slurmpool.core.view import OUR_RESERVATIONS, SlurmView, iso
 from slurmpool.core.waves import PoolView as PoolView  # decide makes the view it plans the handover on
 from slurmpool.core.waves import starts_done, waves
 
-RESERVATION_PREFIX = "slurmpool-"
+RESERVATION_PREFIX = OUR_RESERVATIONS
 RESERVATION_FLAGS = ("MAINT", "IGNORE_JOBS")
 # A reservation whose edge opens no window (a window closing lowers the count) ends this long after
 # the edge at the latest; it is deleted as soon as the moves are done anyway.
@@ -124,7 +125,7 @@ def planned(pool: PoolRef, view: PoolView, edge: Edge | None, lead: timedelta) -
     now, slurm = view.now, view.slurm
     if edge is None or not (now < edge.at <= now + lead) or not slurm.available:
         return None
-    leaving = leaving_nodes(view, Goal(edge.slurm_nodes))
+    leaving = leaving_nodes(view, Goal(edge.slurm_nodes, held=view.held))
     if not leaving:
         return None
     return Handover(
@@ -296,7 +297,7 @@ def _sticky(ours: SlurmReservation, wanted: Handover, view: PoolView) -> Handove
     reserved = [by_name.get(n) for n in sorted(ours.nodes)]
     if len(reserved) != len(wanted.nodes) or any(
             n is None or n.move is not None or n.placement != SLURM or n.pin == SLURM or health.get(n.name, HEALTHY).unhealthy
-            for n in reserved):
+            or n.name in view.held for n in reserved):
         return None
     names = tuple(sorted(ours.nodes))
     return replace(wanted, nodes=names, forecast={n: free_at(n, view.slurm, view.now) for n in names})

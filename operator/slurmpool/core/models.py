@@ -891,6 +891,19 @@ class HandoverStatus(Model):
     message: str = ""
 
 
+class ReservedNode(Model):
+    """A node of the pool serving Slurm that someone else's Slurm reservation holds, now or within the lead time."""
+
+    node: str
+    reservation: str = Field(description="The reservation (scontrol show reservation <name>): any that is not this pool's own.")
+    start: str | None = None
+    end: str | None = None
+    flags: list[str] = Field(default_factory=list)
+    leaving: bool = Field(
+        default=False, description="A pin or move-now takes it out of Slurm anyway (else the planner never chooses it to leave Slurm)."
+    )
+
+
 class SlurmNodePoolStatus(Model):
     observed_generation: int | None = None
     selected_nodes: int = 0
@@ -912,6 +925,11 @@ class SlurmNodePoolStatus(Model):
     last_error: str | None = None
     target: TargetStatus | None = Field(default=None, description="The current target and its source (an audit).")
     handover: HandoverStatus | None = Field(default=None, description="The planned handover ahead of the next schedule edge, if any.")
+    reserved_nodes: list[ReservedNode] = Field(
+        default_factory=list,
+        description="Nodes serving Slurm in someone else's Slurm reservation, active or starting within the lead time "
+        "(docs/cadence.md: Others' reservations): never chosen to leave Slurm; a pin or move-now moves one anyway.",
+    )
     recent_moves: list[RecentMove] = Field(
         default_factory=list, max_length=50,
         description="The last moves that ended, newest first (at most 20; `kubectl slurmpool history`).",

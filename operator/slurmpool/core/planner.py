@@ -9,6 +9,7 @@ to start now. Pure and O(n log n) in the number of nodes.
 3. Groups above their desired count give nodes to groups below it (unadopted nodes first),
    cheapest node first, within the budget `maxConcurrentMoves - moves in flight`; Slurm
    takes the nodes pending jobs name (`Goal.named`, demand) before any other.
+Nodes in someone else's Slurm reservation (`Goal.held`) never leave Slurm but on a pin or move-now.
 Unhealthy nodes (health.py) are never chosen, in either direction: their side keeps them;
 a pin or move-now moves one only with slurmpool.io/force=true. Suspect ones (a finding within
 its grace) come after the healthy idle ones. With `health.replace` the split counts healthy
@@ -53,6 +54,10 @@ class Goal:
     slurm_nodes: int | None = None
     pool_counts: dict[str, int] | None = None
     named: tuple[str, ...] = ()  # nodes pending jobs name (demand): Slurm takes these before any other
+    # Nodes someone else's Slurm reservation holds (reservations.py): as a busy node that must
+    # stay, never chosen to leave Slurm, and a move out of Slurm not yet past Draining turns back;
+    # a pin or move-now moves one anyway.
+    held: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -370,7 +375,8 @@ def plan(
         # A give-back is Slurm's own request: only parking.py declines it, for the bounds it keeps.
         if not abortable(move) or move.rollback or move.cause in (Cause.PIN, Cause.MOVE_NOW, Cause.GIVEBACK):
             continue
-        if count[move.target] > desired[move.target] and count[source] < desired_with_none[source]:
+        reserved = source == SLURM and node.name in goal.held  # reserved since it started: another node goes instead
+        if reserved or (count[move.target] > desired[move.target] and count[source] < desired_with_none[source]):
             result.aborts.append(node.name)
             count[move.target] -= 1
             count[source] += 1
@@ -381,7 +387,7 @@ def plan(
     if not budget or not surplus or not deficits:
         return result
     # One heap of candidates across all groups in surplus; a group stops giving at its surplus.
-    already = {s.node for s in result.starts}
+    already = {s.node for s in result.starts} | {n.name for n in nodes if n.name in goal.held and n.placement == SLURM}
     movable, topo = _candidates(spec, nodes, slurm, now, keep, already)
     by_name = {n.name: n for n in movable}
     whole_only = spec.topology.whole_blocks and spec.topology.enabled

@@ -14,7 +14,7 @@ from slurmpool.core.demand.claims import Asks
 from slurmpool.core.events import Event
 from slurmpool.core.health import NodeHealth
 from slurmpool.core.interfaces import PoolRef
-from slurmpool.core.models import SlurmNodePoolSpec, SlurmNodePoolStatus
+from slurmpool.core.models import ReservedNode, SlurmNodePoolSpec, SlurmNodePoolStatus
 from slurmpool.core.moves import Refusal, Step
 from slurmpool.core.parking import Parking
 from slurmpool.core.planner import Start
@@ -66,6 +66,7 @@ class PoolDecision:
     slurm_names: dict[str, str | None] = field(default_factory=dict)  # node -> its Slurm name, where not its own (slurmnames.py)
     handover: HandoverPlan | None = None  # the planned handover's reservation (handover.py)
     parking: Parking | None = None  # power-save parking: lendable and held parked nodes (parking.py)
+    reserved: list[ReservedNode] = field(default_factory=list)  # nodes others' Slurm reservations hold (reservations.py)
     # node -> the merge patch of its step's record and shape (patch.node_patch, at the snapshot's now); apply sends it
     patches: dict[str, dict[str, Any]] = field(default_factory=dict)
 

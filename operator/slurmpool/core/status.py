@@ -71,6 +71,7 @@ class Observed:
     power_save: PowerSave | None = None  # Slurm's power saving as last read (None: not known)
     parking: Parking | None = None  # lendable and held parked nodes (parking.py)
     declined: list[str] = field(default_factory=list)  # this pass's GiveBackDeclined messages
+    reserved: list[str] = field(default_factory=list)  # `node (reservation)` kept in Slurm by others' reservations (reservations.py)
 
 
 def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult) -> SlurmNodePoolStatus:
@@ -92,6 +93,7 @@ def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult
         power_save=snap.slurm.power_save,
         parking=decision.parking,
         declined=[e.message for s in decision.steps.values() for e in s.events if e.reason == Reason.GiveBackDeclined],
+        reserved=[f"{r.node} ({r.reservation})" for r in decision.reserved if not r.leaving],
     )
     for name, step in decision.steps.items():
         message = str(result.refused.get(name) or step.message)
@@ -103,6 +105,7 @@ def build_status(snap: PoolSnapshot, decision: PoolDecision, result: ApplyResult
     status = status_from(basis, list(snap.nodes) if result.shadow else decision.nodes_after, seen, previous, snap.now)
     status.target = decision.target.status
     status.handover = _handover(decision, result)
+    status.reserved_nodes = list(decision.reserved)
     status.recent_moves = history.recent_moves(snap, decision, result)
     if result.shadow:
         status.shadow = history.shadow(decision, snap.previous.shadow if snap.previous else None, snap.now)
@@ -254,6 +257,14 @@ def _split_reached(basis: StatusBasis, status: SlurmNodePoolStatus) -> bool:
     return have(status.slurm) == status.slurm.desired and all(have(p) == p.desired for p in status.inference.pools)
 
 
+def _kept(status: SlurmNodePoolStatus, seen: Observed) -> str:
+    """Why fewer nodes left Slurm than asked, when others' reservations hold some (status.reservedNodes)."""
+    if not seen.reserved or status.slurm.ready + status.slurm.moving <= status.slurm.desired:
+        return ""
+    more = f" and {len(seen.reserved) - 10} more" if len(seen.reserved) > 10 else ""
+    return f"; kept in Slurm by others' reservations (status.reservedNodes): {', '.join(seen.reserved[:10])}{more}"
+
+
 def _lending(parking: Parking, declined: list[str], moves: list[MoveStatus]) -> Verdict:
     """Power-save parking: which parked nodes Slurm may ask back (idle~), which are held (drain~)
     and why, and give-backs declined (this pass, or still returning)."""
@@ -322,7 +333,8 @@ def _conditions(basis: StatusBasis, status: SlurmNodePoolStatus, seen: Observed,
     if degraded:
         ready = Verdict(False, degraded[0][0], "; ".join(m for _, m in degraded))
     elif not settled or status.moving:
-        ready = Verdict(False, "Progressing", f"Slurm {status.slurm.ready}/{status.slurm.desired}, inference {status.inference.ready}/{status.inference.desired}")
+        ready = Verdict(False, "Progressing", f"Slurm {status.slurm.ready}/{status.slurm.desired}, inference {status.inference.ready}/{status.inference.desired}"
+                        + _kept(status, seen))
     else:
         ready = Verdict(True, "SplitReached", f"Slurm {status.slurm.ready}, inference {status.inference.ready}" + (
             f" ({status.unhealthy} unhealthy: see status.unhealthyNodes)" if status.unhealthy else ""))

@@ -57,6 +57,7 @@ LABEL_POOL = f"{PREFIX}/pool"  # on slurmd pods: the owning SlurmNodePool's name
 LABEL_COMPONENT = f"{PREFIX}/component"  # "slurmd" on slurmd pods (the lab agent's contract)
 SLURM_TAINT_KEY = f"{PREFIX}/slurm"  # NoSchedule taint that keeps inference pods off Slurm nodes
 REASON_PREFIX = "slurmpool:"  # every Slurm drain we set; we never touch a drain without it
+OUR_RESERVATIONS = "slurmpool-"  # every reservation name we make (handover.reservation_name; the bridge refuses others)
 
 def counts_at(node: NodeView) -> str:
     """The placement a node counts at: its move's target while one is in flight, else where it is
@@ -438,8 +439,8 @@ class SlurmView:
     topology: tuple[TopologyGroup, ...] = ()  # polled only for pools with topology.fromSlurm
     polled_at: float = field(default=0.0, compare=False)  # when its poll began (monotonic): access.py
     pending_partitions: frozenset[str] | None = None  # whose pending jobs were read (None: every partition's)
-    # The operator's reservations (`slurmpool-` names only); None: not read (an access that cannot
-    # list them, slurmrestd, or the read failed: then `reservations_error`).
+    # Every reservation, the operator's (`slurmpool-` names) and others'; None: not read (an access
+    # that cannot list them, slurmrestd before v0.0.43, or the read failed: then `reservations_error`).
     reservations: tuple[SlurmReservation, ...] | None = None
     reservations_error: str | None = None
     reservations_api: bool = True  # False: this access cannot list or create reservations (slurmrestd < v0.0.43)
@@ -477,7 +478,7 @@ class SlurmView:
     def reserved(self) -> frozenset[str]:
         """Nodes in a planned handover's reservation (ours, `slurmpool-`): no job that outlasts its
         edge starts there, so at the edge the planner takes them first among idle nodes."""
-        return frozenset(n for r in self.reservations or () for n in r.nodes)
+        return frozenset(n for r in self.reservations or () if r.name.startswith(OUR_RESERVATIONS) for n in r.nodes)
 
     def pending_in(self, partition: str) -> list[SlurmJob]:
         """The partition's pending jobs (a job pending in several is in each), indexed once per

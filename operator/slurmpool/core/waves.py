@@ -28,6 +28,7 @@ class PoolView:
     slurm: SlurmView
     now: datetime
     health: Mapping[str, NodeHealth] | None = None
+    held: frozenset[str] = frozenset()  # in someone else's Slurm reservation (reservations.py): never chosen to leave Slurm
 
 
 @dataclass(frozen=True)
