@@ -48,6 +48,13 @@ def test_beyond_the_bound_jobs_are_counted_once_not_named():
     assert MoveRecord.parse(record.to_annotation()) == record
 
 
+def test_a_job_id_the_record_would_refuse_is_counted_never_named():
+    jobs = MoveJobs().seeing(["42", "j7", "43_[1-3]"]).seeing(["42", "j7"])
+    assert (jobs.drained, jobs.unnamed) == (["42"], 2)
+    record = MoveRecord(id="m1", source=SLURM, target="inference:a", phase=Phase.DRAINING, since=NOW, started=NOW, jobs=jobs)
+    assert MoveRecord.parse(record.to_annotation()) == record  # what the operator writes reads back valid
+
+
 def test_the_status_shows_counts_and_at_most_SHOWN_ids_disruptive_first():
     jobs = MoveJobs().seeing([str(i) for i in range(1, 31)]).ending("requeued", [str(i) for i in range(20, 31)])
     groups = jobs.signalling(["20", "21"]).groups()

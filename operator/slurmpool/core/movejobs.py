@@ -53,10 +53,14 @@ class MoveJobs(BaseModel):
         return {*self.drained, *self.requeued, *self.cancelled}
 
     def seeing(self, on_node: Iterable[str]) -> MoveJobs:
-        """These jobs run on the node now: each new one is named as drained while there is room."""
+        """These jobs run on the node now: each new one is named as drained while there is room.
+        An id the record would refuse (not as Slurm lists a job) is counted, never named: a record
+        the operator wrote must read back valid, or the node would be left alone as invalid."""
         named, room = self.named, MAX_NAMED - len(self.named)
-        new = [j for j in dict.fromkeys(on_node) if j not in named]
-        unnamed = max(self.unnamed, len(new) - room)  # the most seen at once: no id, no way to count one twice
+        seen = list(dict.fromkeys(on_node))
+        new = [j for j in seen if j not in named and JOB_ID.match(j)]
+        odd = len(seen) - len([j for j in seen if JOB_ID.match(j)])
+        unnamed = max(self.unnamed, max(0, len(new) - room) + odd)  # the most seen at once: no id, no way to count one twice
         return self.model_copy(update={"drained": self.drained + new[:max(0, room)], "unnamed": unnamed})
 
     def ending(self, fate: JobFate, job_ids: Iterable[str]) -> MoveJobs:
