@@ -7,9 +7,11 @@ from __future__ import annotations
 import time
 
 import pytest
+import yaml
 from kubernetes.client.rest import ApiException
 
 from harness import (
+    REPO,
     install_crd,
     lab_access,
     reset_lab,
@@ -90,28 +92,20 @@ def idle_in_slurm(lab, count: int):
     return check
 
 
-# One whole-node server per inference node of pool llm.
-LLM_DEPLOYMENT = {
-    "apiVersion": "apps/v1",
-    "kind": "Deployment",
-    "metadata": {"name": "llm", "namespace": NAMESPACE},
-    "spec": {
-        "replicas": 3,
-        "selector": {"matchLabels": {"app": "llm"}},
-        "template": {
-            "metadata": {"labels": {"app": "llm"}},
-            "spec": {
-                "nodeSelector": {"slurmpool.io/inference-pool": "llm"},
-                "tolerations": [{"key": "slurmpool.io/inference", "operator": "Exists"}],
-                "topologySpreadConstraints": [
-                    {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
-                     "labelSelector": {"matchLabels": {"app": "llm"}}}
-                ],
-                "containers": [{"name": "server", "image": "vllm:latest", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
-            },
-        },
-    },
-}
+def inference_sample() -> tuple[dict, dict]:
+    """deploy/samples/inference-llm.yaml's Deployment and PodDisruptionBudget, in the test's namespace."""
+    docs = [d for d in yaml.safe_load_all((REPO / "deploy" / "samples" / "inference-llm.yaml").read_text()) if d]
+    for d in docs:
+        d["metadata"]["namespace"] = NAMESPACE
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (pdb,) = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    return deployment, pdb
+
+
+# The sample's whole-node servers, one per inference node of pool llm (3 after the scale to 5).
+LLM_DEPLOYMENT, LLM_PDB = inference_sample()
+LLM_DEPLOYMENT["spec"]["replicas"] = 3
+assert LLM_DEPLOYMENT["spec"]["selector"]["matchLabels"] == LLM_PDB["spec"]["selector"]["matchLabels"] == {"app": "llm"}
 
 
 def test_all_eight_nodes_join_slurm(lab, op):
@@ -151,12 +145,7 @@ def test_pdb_blocks_the_move_back_to_slurm_until_relaxed(lab, op):
     ensure_pool(lab, 5)
     apply(lab, LLM_DEPLOYMENT)  # unchanged if the test before left it: 3 servers on the 3 inference nodes
     lab.kubectl("rollout", "status", "deployment/llm", "-n", NAMESPACE, "--timeout=60s")
-    pdb = {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": "llm", "namespace": NAMESPACE},
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "llm"}}},
-    }
+    pdb = {**LLM_PDB, "spec": {**LLM_PDB["spec"], "maxUnavailable": 0}}  # the sample's, tightened: no eviction at all
     apply(lab, pdb)
     wait(lambda: pdb_json(lab, "llm").get("status", {}).get("expectedPods") == 3, 30, what="PDB observed")
     lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=6")
@@ -170,7 +159,7 @@ def test_pdb_blocks_the_move_back_to_slurm_until_relaxed(lab, op):
     assert cond["reason"] == "EvictionRefused"
     time.sleep(2)
     assert len(get_json(lab, "pods", "-n", NAMESPACE, "-l", "app=llm")["items"]) == 3, "a pod was forced out"
-    lab.kubectl("patch", "pdb", "llm", "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"maxUnavailable":1}}')
+    apply(lab, LLM_PDB)  # the sample's own: maxUnavailable 1
     wait(settled(lab, 6, 2), 60, what="status 6/2 after relaxing the PDB")
     wait(idle_in_slurm(lab, 6), 30, what="6 idle Slurm nodes")
     lab.kubectl("delete", "pdb", "llm", "-n", NAMESPACE)

@@ -86,6 +86,34 @@ def unpack(archive: str, root: Path) -> None:
         subprocess.run(f"tar -xOf '{archive}' '{blob}' | tar -xz --numeric-owner -C '{root}'", shell=True, check=True)
 
 
+def image_labels(archive: str) -> dict[str, str]:
+    """The Labels of an OCI archive's image config (its first manifest)."""
+    import json
+    import tarfile
+
+    def blob(t, digest):
+        return json.load(t.extractfile(f"blobs/sha256/{digest.split(':', 1)[1]}"))
+
+    with tarfile.open(archive) as t:
+        manifest = blob(t, json.load(t.extractfile("index.json"))["manifests"][0]["digest"])
+        return blob(t, manifest["config"]["digest"])["config"].get("Labels") or {}
+
+
+def test_image_labels_say_what_its_tree_holds_as_the_docs_table_does(dynamic_lab, rootfs):
+    """The image's io.slurmpool.* labels equal docs/slurmd-pod.md's row for it (the table the unit
+    test tests/test_slurmd_contents.py checks against the label computation)."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_slurmd_contents import docs_table
+
+    archive = (rootfs / ".image").read_text().split("=", 1)[1]
+    labels = image_labels(archive)
+    version, plugins = docs_table()[dynamic_lab.slurm_version]
+    assert labels.get("io.slurmpool.slurm.version") == version, labels
+    assert labels.get("io.slurmpool.slurm.plugins") == ",".join(plugins), labels
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -7,7 +7,9 @@
 #             a virtualenv /opt/slurmpool with it and constraints.txt (Debian's python3 instead of the
 #             python image), uid 65532, ENTRYPOINT slurmpool, CMD run ...
 #   slurmd    one per Slurm in SLURMD_VERSIONS (default 22.05; the lab offers 22.05 24.11 26.05),
-#             with munge and deploy/docker/slurmd/entrypoint.sh as /usr/local/bin/slurmd-entrypoint:
+#             with munge and deploy/docker/slurmd/entrypoint.sh as /usr/local/bin/slurmd-entrypoint,
+#             labelled with what its tree holds (deploy/docker/slurmd/contents.py: the Slurm version and
+#             the plugins among NVML, NVIDIA, PMIx and pyxis it can load; docs/slurmd-pod.md):
 #               22.05  deploy/docker/slurmd/Dockerfile's steps on bookworm: Debian 12's slurmd
 #               24.11  the same steps on trixie (a second base, Debian 13): Debian 13's slurmd
 #               26.05  what Dockerfile.source makes, without compiling again: the lab's build of the
@@ -138,14 +140,18 @@ build_slurmd() {
   [ -z "$variant" ] || add_pyxis "$r" "$want" "$v" "$prefix"
   finish "$r"
   name=$SLURMD_REPO:$want${variant:+-$variant}
+  # what the tree holds (io.slurmpool.slurm.version, io.slurmpool.slurm.plugins), read from its files
+  mapfile -t contents < <(python3 "$repo/deploy/docker/slurmd/contents.py" "$r" "$v")
+  [ ${#contents[@]} = 2 ] || die "deploy/docker/slurmd/contents.py $r $v failed"
   python3 "$repo/e2e/lab/oci.py" --rootfs "$r" --name "$name" --out "$slurmd_tar.tmp" \
     --entrypoint '["/usr/local/bin/slurmd-entrypoint"]' --env SLURM_AUTH_DIR=/etc/slurm-auth \
     --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    --label org.opencontainers.image.title=slurmpool-slurmd --label "org.opencontainers.image.version=$v" >/dev/null
+    --label org.opencontainers.image.title=slurmpool-slurmd --label "org.opencontainers.image.version=$v" \
+    --label "${contents[0]}" --label "${contents[1]}" >/dev/null
   mv "$slurmd_tar.tmp" "$slurmd_tar"
   echo "$name" > "$slurmd_tar.name"
   rm -rf "$r"
-  log "slurmd image $name (Slurm $v, $suite) in $(ms "$t")ms: $(du -h "$slurmd_tar" | cut -f1)"
+  log "slurmd image $name (Slurm $v, $suite; ${contents[1]}) in $(ms "$t")ms: $(du -h "$slurmd_tar" | cut -f1)"
 }
 # add_pyxis ROOTFS WANT VERSION PREFIX: pyxis built against this image's Slurm (spank.h of its
 # libslurm-dev, of the very version its slurmd has; 26.05: the build's own include/), enroot with what

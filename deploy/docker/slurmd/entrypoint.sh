@@ -22,7 +22,9 @@
 # jobs before it deletes this pod; a pod deleted early keeps serving its running jobs until they end
 # or the pod's terminationGracePeriodSeconds runs out (then the kubelet kills the container).
 # GPUs: request nvidia.com/gpu like any pod; the device plugin gives the container the devices,
-# and gres.conf (AutoDetect=nvml, or File=/dev/nvidia[0-7]) tells slurmd about them.
+# and gres.conf (File=/dev/nvidia[0-7]; AutoDetect=nvidia from 24.11) tells slurmd about them.
+# AutoDetect=nvml only with an image whose io.slurmpool.slurm.plugins label lists gpu/nvml
+# (none of the shipped ones: docs/slurmd-pod.md).
 set -euo pipefail
 log() { echo "slurmd-entrypoint: $*" >&2; }
 : "${NODE_NAME:?NODE_NAME must be set (slurmpool sets it from spec.nodeName)}"
