@@ -52,6 +52,17 @@ def test_by_node_renames_nodes_jobs_and_leaves_out_what_no_node_maps_to():
     assert by_node(view, {"gpu01": "gpu01"}) is view
 
 
+def test_by_node_keeps_the_jobs_that_name_no_node_as_they_are():
+    """A queue is mostly jobs that name no node: each pool's renamed view shares them (was: every
+    job copied per pool and pass); the renamed ones are renamed as before."""
+    plain = SlurmJob(job_id="44", state="PENDING", partition="gpu", user="a", num_nodes=4, nodes=(), gpus_per_node=8,
+                     start_time=None, end_time=None, reason="Resources", name="gang")
+    pinned = replace(plain, job_id="45", required_nodes=("gpu01",))
+    view = SlurmView(True, nodes={"gpu01": slurm_node("gpu01")}, jobs=(plain, pinned))
+    mapped = by_node(view, {FQDN[0]: "gpu01"})
+    assert mapped.jobs[0] is plain and mapped.jobs[1].required_nodes == (FQDN[0],)
+
+
 def test_by_node_renames_the_nodes_a_job_names_and_keeps_those_no_node_maps_to():
     """Demand asks by Node name which nodes a job names (-w) and which Slurm lists as unavailable;
     a Slurm name no Node maps to stays as it is (a node outside the pool, as reservations')."""

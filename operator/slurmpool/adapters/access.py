@@ -335,7 +335,10 @@ class SlurmAccessPool:
             async with lock:  # pools reconcile concurrently: one poll
                 backend, view = await self._observe(key, namespace, access, oldest, wanted)
         if wanted.power_save and view.available and view.power_save is None and backend is not None:
-            view = replace(view, power_save=await self._power_saving(key, backend))
+            plain, view = view, replace(view, power_save=await self._power_saving(key, backend))
+            cached = self._views.get(key)
+            if cached is not None and cached[1] is plain:  # the other pools of this poll share it, and its indexes
+                self._views[key] = (cached[0], view)
         return backend, view
 
     async def _power_saving(self, key: tuple, backend: SlurmBackend) -> PowerSave | None:
