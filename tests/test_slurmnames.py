@@ -61,6 +61,11 @@ def test_by_node_keeps_the_jobs_that_name_no_node_as_they_are():
     view = SlurmView(True, nodes={"gpu01": slurm_node("gpu01")}, jobs=(plain, pinned))
     mapped = by_node(view, {FQDN[0]: "gpu01"})
     assert mapped.jobs[0] is plain and mapped.jobs[1].required_nodes == (FQDN[0],)
+    assert [j.job_id for j in mapped.pending_in("gpu")] == ["44", "45"] and mapped.pending_in("gpu")[1].required_nodes == (FQDN[0],)
+    unpinned = SlurmView(True, nodes=view.nodes, jobs=(plain, replace(plain, job_id="46", state="RUNNING", nodes=("gpu01",))))
+    assert unpinned.pending_in("gpu") == [plain]  # indexed once per poll ...
+    shared = by_node(unpinned, {FQDN[0]: "gpu01"})
+    assert shared._pending_index is unpinned._pending_index and shared.jobs_on(FQDN[0])[0].job_id == "46"  # ... and shared
 
 
 def test_by_node_renames_the_nodes_a_job_names_and_keeps_those_no_node_maps_to():
