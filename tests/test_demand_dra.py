@@ -100,6 +100,36 @@ def test_claimed_devices_are_inference_demand_per_node_devices():
     assert sig.unstartable == (f"pod {NS}/too-big asks for 16 gpu.nvidia.com device(s) in one claim; a node holds 8",)
 
 
+def test_a_claim_several_pods_share_is_counted_once():
+    # Three pods of one Deployment name the same ResourceClaim: its 4 devices are one allocation (on
+    # one node, where all three then run), so they ask for 4 GPUs and one node, not 12 and two.
+    ns, states = nodes()
+    shared = pods("shared")[0]
+    three = [replace(shared, name=f"shared-{i}") for i in range(3)]
+    sig = signals(spec(), ns, SlurmView(True, nodes=states), three, claims=index())
+    assert (sig.waiting(Side.INFERENCE), sig.gpus(Side.INFERENCE), sig.nodes(Side.INFERENCE)) == (3, 4, 1)
+    # Beside them, pods of a template each get a claim of their own: 4 + 8 + 8 devices, 3 nodes
+    sig = signals(spec(), ns, SlurmView(True, nodes=states), three + pods("dra8") + [replace(pods("dra8")[0], name="dra8-b")],
+                  claims=index())
+    assert (sig.waiting(Side.INFERENCE), sig.gpus(Side.INFERENCE), sig.nodes(Side.INFERENCE)) == (5, 20, 3)
+
+
+def test_a_shared_claim_too_big_for_a_node_is_reported_for_each_pod():
+    ns, states = nodes(devices=2)
+    shared = pods("shared")[0]
+    sig = signals(spec(), ns, SlurmView(True, nodes=states), [shared, replace(shared, name="shared-b")], claims=index())
+    assert sig.nodes(Side.INFERENCE) == 0 and len(sig.unstartable) == 2
+
+
+def test_group_members_that_share_a_claim_count_its_devices_once():
+    s, ns, states = eight()
+    shared = pods("shared")[0]
+    members = [replace(shared, name=f"m{i}", group="gang:pair", group_size=2) for i in range(2)]
+    sig = signals(s, ns, SlurmView(True, nodes=states), members, claims=index())
+    # the claim's devices are on one node, where both members must run: one node, not two
+    assert (sig.waiting(Side.INFERENCE), sig.gpus(Side.INFERENCE), sig.nodes(Side.INFERENCE)) == (2, 4, 1)
+
+
 def test_devices_per_node_come_from_the_slices():
     ns, states = nodes(devices=4)
     sig = signals(spec(), ns, SlurmView(True, nodes=states), pods("shared", "dra8"), claims=index())
