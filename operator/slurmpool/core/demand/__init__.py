@@ -21,6 +21,7 @@ up the wants of every source and reads nothing else of them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 
 from slurmpool.core.demand import dra_pods, gpu_pods, pod_groups, slurm_jobs
 from slurmpool.core.demand.claims import Asks
@@ -39,8 +40,8 @@ SOURCES: tuple[Source, ...] = (slurm_jobs.wants, gpu_pods.wants, dra_pods.wants,
 
 def signals(
     spec: SlurmNodePoolSpec, nodes: Sequence[NodeView], slurm: SlurmView, pending: Sequence[PendingPod],
-    unhealthy: frozenset[str] = frozenset(), claims: Mapping[str, Asks] | None = None,
+    unhealthy: frozenset[str] = frozenset(), claims: Mapping[str, Asks] | None = None, *, now: datetime,
 ) -> Signals:
-    """Every source's wants this pass, and where the pool's nodes are."""
-    seen = Seen(spec, nodes, slurm, pending, gpus_per_node(spec), unhealthy, claims or {})
+    """Every source's wants this pass (`now`: the snapshot's clock), and where the pool's nodes are."""
+    seen = Seen(spec, nodes, slurm, pending, gpus_per_node(spec), now, unhealthy, claims or {})
     return Signals(tuple(w for source in SOURCES for w in source(seen)), placed(nodes))

@@ -14,15 +14,18 @@ resource is gpu_pods' (never counted twice); pods of a group are pod_groups'.
 
 A node moved to inference serves DRA pods only once its driver publishes slices for it, and the
 scheduler places them there only at its next try after that (its back-off: seconds): until a
-settled node of the pool runs a pod (other than DaemonSets', static and slurmd pods), it counts
-against that pool's need, so the same need does not move a second node while the first one's
-slices or the scheduler lag (measured on the lab: a third node moved for two pods without it).
+settled node of the pool runs a pod (other than DaemonSets', static and slurmd pods), for at
+most LAG_BOUND after its move ended, it counts against that pool's need, so the same need does
+not move a second node while the first one's slices or the scheduler lag (measured on the lab:
+a third node moved for two pods without it). Past the bound an empty node is idle for another
+reason, and the pods' need counts whole again.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from slurmpool.core.demand.claims import ALL, CLAIM, key
@@ -32,6 +35,15 @@ from slurmpool.core.demand.want import Seen, Want
 from slurmpool.core.models import DemandSpec, InferenceDemand
 from slurmpool.core.placement import Side, pool_of
 from slurmpool.core.view import NodeView, counts_at
+
+
+# How long after its move ended a node serving no DRA pod yet counts against its pool's need.
+# Enough for the driver's kubelet plugin to publish the node's ResourceSlices (within a minute;
+# the lab's stand-in: 2 s), for the scheduler's next try at the pods (a ResourceSlice event requeues
+# them; kube-scheduler's podMaxBackoffSeconds, 10 s by default, is the longest back-off) and for a
+# pass to see the pod placed. A node still empty after that is idle for another reason (the pods
+# do not fit it, or capacity nobody uses): counted longer, it would hold their need back for good.
+LAG_BOUND = timedelta(minutes=2)
 
 
 def per_node(seen: Seen, drivers: list[str]) -> int:
@@ -87,14 +99,19 @@ def unused(node: NodeView) -> bool:
 
 
 def lagging(seen: Seen, drivers: list[str]) -> dict[str, int]:
-    """Per inference pool, its settled nodes not serving yet: their driver has published no slices,
-    or the scheduler has placed nothing on them since."""
+    """Per inference pool, its nodes not serving yet: settled there within LAG_BOUND, and their
+    driver has published no slices or the scheduler has placed nothing on them since."""
     out: dict[str, int] = {}
     for node in seen.nodes:
         pool = pool_of(counts_at(node))
-        if pool and node.move is None and (node.gpus((), drivers) == 0 or unused(node)):
+        if pool and node.move is None and recent(node, seen.now) and (node.gpus((), drivers) == 0 or unused(node)):
             out[pool] = out.get(pool, 0) + 1
     return out
+
+
+def recent(node: NodeView, now: datetime) -> bool:
+    """Its move ended (slurmpool.io/settled-at) within LAG_BOUND; no record of when: not recent."""
+    return node.settled_at is not None and now - node.settled_at <= LAG_BOUND
 
 
 def wants(seen: Seen) -> list[Want]:
@@ -125,5 +142,6 @@ def wants(seen: Seen) -> list[Want]:
         return []
     what = f"{waiting} unschedulable pod(s) claim {gpus} GPU(s)"
     if late_nodes := sum(late.get(p, 0) for p in pool_devices):
-        what += f" ({late_nodes} node(s) of theirs not serving yet: their driver's ResourceSlices or the scheduler lag)"
+        what += (f" ({late_nodes} node(s) of theirs not serving yet, settled there in the last {LAG_BOUND.total_seconds():.0f} s:"
+                 " their driver's ResourceSlices or the scheduler lag)")
     return [Want(Side.INFERENCE, sum(needs.values()), waiting, gpus, what, tuple(needs.items()), tuple(unstartable))]

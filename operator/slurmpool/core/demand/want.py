@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from slurmbridge.models import gpu_count
 
@@ -39,14 +40,15 @@ class Want:
 @dataclass(frozen=True)
 class Seen:
     """What a source may read: the pool, its nodes, the Slurm view, the pending-pod index, the
-    nodes health.py finds unhealthy (never moved: work that names one cannot start), and what
-    the DRA claims and templates ask for (claims.key -> asks)."""
+    pass's clock, the nodes health.py finds unhealthy (never moved: work that names one cannot
+    start), and what the DRA claims and templates ask for (claims.key -> asks)."""
 
     spec: SlurmNodePoolSpec
     nodes: Sequence[NodeView]
     slurm: SlurmView
     pods: Sequence[PendingPod]
     gpus_per_node: int
+    now: datetime
     unhealthy: frozenset[str] = frozenset()
     claims: Mapping[str, Asks] = field(default_factory=dict)
 
