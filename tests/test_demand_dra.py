@@ -13,7 +13,7 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from slurmpool.adapters.kube import DraIndex
-from slurmpool.core.demand import signals
+from slurmpool.core.demand import Seen, signals
 from slurmpool.core.demand.dra_pods import LAG_BOUND
 from slurmpool.core.demand.claims import ALL, CLAIM, TEMPLATE, claim_asks, key, slice_devices, template_asks
 from slurmpool.core.demand.pendingpod import is_pending_gpu_pod, pending_pod
@@ -95,7 +95,7 @@ def test_the_pod_index_keeps_pods_that_only_claim():
 
 def test_claimed_devices_are_inference_demand_per_node_devices():
     ns, states = nodes()
-    sig = signals(spec(), ns, SlurmView(True, nodes=states), pods(), claims=index(), now=NOW)
+    sig = signals(Seen(spec(), ns, SlurmView(True, nodes=states), pods(), claims=index(), now=NOW))
     dra = next(w for w in sig.wants if "claim" in w.what)
     # dra8: 8, whole: a node's 8, shared: 4 -> 20 devices on 8-device nodes: 3 nodes. Not counted: the
     # allocated claim, the MIG class (not configured), the template not indexed yet, and both-ways
@@ -111,18 +111,18 @@ def test_a_claim_several_pods_share_is_counted_once():
     ns, states = nodes()
     shared = pods("shared")[0]
     three = [replace(shared, name=f"shared-{i}") for i in range(3)]
-    sig = signals(spec(), ns, SlurmView(True, nodes=states), three, claims=index(), now=NOW)
+    sig = signals(Seen(spec(), ns, SlurmView(True, nodes=states), three, claims=index(), now=NOW))
     assert (sig.waiting(Side.INFERENCE), sig.gpus(Side.INFERENCE), sig.nodes(Side.INFERENCE)) == (3, 4, 1)
     # Beside them, pods of a template each get a claim of their own: 4 + 8 + 8 devices, 3 nodes
-    sig = signals(spec(), ns, SlurmView(True, nodes=states), three + pods("dra8") + [replace(pods("dra8")[0], name="dra8-b")],
-                  claims=index(), now=NOW)
+    sig = signals(Seen(spec(), ns, SlurmView(True, nodes=states), three + pods("dra8") + [replace(pods("dra8")[0], name="dra8-b")],
+                  claims=index(), now=NOW))
     assert (sig.waiting(Side.INFERENCE), sig.gpus(Side.INFERENCE), sig.nodes(Side.INFERENCE)) == (5, 20, 3)
 
 
 def test_a_shared_claim_too_big_for_a_node_is_reported_for_each_pod():
     ns, states = nodes(devices=2)
     shared = pods("shared")[0]
-    sig = signals(spec(), ns, SlurmView(True, nodes=states), [shared, replace(shared, name="shared-b")], claims=index(), now=NOW)
+    sig = signals(Seen(spec(), ns, SlurmView(True, nodes=states), [shared, replace(shared, name="shared-b")], claims=index(), now=NOW))
     assert sig.nodes(Side.INFERENCE) == 0 and len(sig.unstartable) == 2
 
 
@@ -130,28 +130,28 @@ def test_group_members_that_share_a_claim_count_its_devices_once():
     s, ns, states = eight()
     shared = pods("shared")[0]
     members = [replace(shared, name=f"m{i}", group="gang:pair", group_size=2) for i in range(2)]
-    sig = signals(s, ns, SlurmView(True, nodes=states), members, claims=index(), now=NOW)
+    sig = signals(Seen(s, ns, SlurmView(True, nodes=states), members, claims=index(), now=NOW))
     # the claim's devices are on one node, where both members must run: one node, not two
     assert (sig.waiting(Side.INFERENCE), sig.gpus(Side.INFERENCE), sig.nodes(Side.INFERENCE)) == (2, 4, 1)
 
 
 def test_devices_per_node_come_from_the_slices():
     ns, states = nodes(devices=4)
-    sig = signals(spec(), ns, SlurmView(True, nodes=states), pods("shared", "dra8"), claims=index(), now=NOW)
+    sig = signals(Seen(spec(), ns, SlurmView(True, nodes=states), pods("shared", "dra8"), claims=index(), now=NOW))
     assert sig.nodes(Side.INFERENCE) == 1 and sig.waiting(Side.INFERENCE) == 1  # shared's 4 fit; dra8's 8 fit no 4-GPU node
     assert sig.unstartable == (f"pod {NS}/dra8 asks for 8 gpu.nvidia.com device(s) in one claim; a node holds 4",)
 
 
 def test_configured_device_classes_count():
     ns, states = nodes()
-    sig = signals(spec(deviceClasses=["mig.nvidia.com"]), ns, SlurmView(True, nodes=states), pods(), claims=index(), now=NOW)
+    sig = signals(Seen(spec(deviceClasses=["mig.nvidia.com"]), ns, SlurmView(True, nodes=states), pods(), claims=index(), now=NOW))
     assert (sig.waiting(Side.INFERENCE), sig.gpus(Side.INFERENCE)) == (2, 3)  # mig-first's 1 MIG device; both-ways' 2 GPUs
 
 
 def test_a_node_whose_slices_lag_is_not_asked_for_twice():
     claims, wanted = index(), pods("dra8", "whole")  # 2 nodes' worth
     ns, states = nodes(inference=1, published=False)  # one node moved to llm, its driver not published yet
-    lagging = signals(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims, now=NOW)
+    lagging = signals(Seen(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims, now=NOW))
     assert lagging.nodes(Side.INFERENCE) == 1
     assert "1 node(s) of theirs not serving yet, settled there in the last 120 s: their driver's ResourceSlices or the scheduler lag" in lagging.what(Side.INFERENCE)
     # Published, but the scheduler has not placed a pod there yet (its back-off): still not asked for twice.
@@ -159,15 +159,15 @@ def test_a_node_whose_slices_lag_is_not_asked_for_twice():
     ns, states = nodes(inference=1, published=True)
     daemon = PodView("kube-system", "dra-plugin", "u1", owner_kinds=("DaemonSet",), node="i0")
     ns[-1] = replace(ns[-1], pods=(daemon,))
-    assert signals(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims, now=NOW).nodes(Side.INFERENCE) == 1
+    assert signals(Seen(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims, now=NOW)).nodes(Side.INFERENCE) == 1
     # Serving a pod: the node counts as any other, the rest of the need is asked for.
     ns[-1] = replace(ns[-1], pods=(daemon, PodView(NS, "other", "u2", owner_kinds=("ReplicaSet",), node="i0")))
-    assert signals(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims, now=NOW).nodes(Side.INFERENCE) == 2
+    assert signals(Seen(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims, now=NOW)).nodes(Side.INFERENCE) == 2
     # A node still moving is the decision's to deduct (incoming), not the lag's
     record = MoveRecord(id="m1", source="slurm", target="inference:llm", phase="Relabeling", since=NOW, started=NOW)
     ns, states = nodes(inference=1, published=False)
     ns[-1] = replace(ns[-1], annotations={ANN_PLACEMENT: SLURM, ANN_MOVE: record.to_annotation()})
-    assert signals(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims, now=NOW).nodes(Side.INFERENCE) == 2
+    assert signals(Seen(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims, now=NOW)).nodes(Side.INFERENCE) == 2
 
 
 def test_the_lag_is_bounded_from_the_end_of_the_move():
@@ -177,15 +177,15 @@ def test_the_lag_is_bounded_from_the_end_of_the_move():
     view = SlurmView(True, nodes=nodes()[1])
     for published in (True, False):
         ns, _ = nodes(inference=1, published=published, settled=LAG_BOUND - timedelta(seconds=1))
-        recent = signals(spec(), ns, view, wanted, claims=claims, now=NOW)
+        recent = signals(Seen(spec(), ns, view, wanted, claims=claims, now=NOW))
         assert recent.nodes(Side.INFERENCE) == 1
         assert f"settled there in the last {LAG_BOUND.total_seconds():.0f} s" in recent.what(Side.INFERENCE)
         ns, _ = nodes(inference=1, published=published, settled=LAG_BOUND + timedelta(seconds=1))
-        old = signals(spec(), ns, view, wanted, claims=claims, now=NOW)
+        old = signals(Seen(spec(), ns, view, wanted, claims=claims, now=NOW))
         assert old.nodes(Side.INFERENCE) == 2 and "not serving yet" not in old.what(Side.INFERENCE)
     # A node settled by no record that says when (a hand-written placement) is not waited for
     ns, _ = nodes(inference=1, published=True, settled=None)
-    assert signals(spec(), ns, view, wanted, claims=claims, now=NOW).nodes(Side.INFERENCE) == 2
+    assert signals(Seen(spec(), ns, view, wanted, claims=claims, now=NOW)).nodes(Side.INFERENCE) == 2
 
 
 class _Listed:
@@ -263,35 +263,35 @@ def test_groups_are_read_from_podgroups_lws_and_the_gang_label():
 
 def test_a_group_is_one_unit_of_n_nodes():
     s, ns, states = eight()
-    sig = signals(s, ns, SlurmView(True, nodes=states), group_pods(*LLAMA), now=NOW)
+    sig = signals(Seen(s, ns, SlurmView(True, nodes=states), group_pods(*LLAMA), now=NOW))
     assert sig.nodes(Side.INFERENCE) == 3 and sig.waiting(Side.INFERENCE) == 3 and sig.pool_nodes == {"llm": 3}
     # an LWS leader whose two workers are not made yet: the group's 3 nodes
-    assert signals(s, ns, SlurmView(True, nodes=states), group_pods("deepseek-0"), now=NOW).nodes(Side.INFERENCE) == 3
+    assert signals(Seen(s, ns, SlurmView(True, nodes=states), group_pods("deepseek-0"), now=NOW)).nodes(Side.INFERENCE) == 3
     # gpu_pods does not count them again
     assert [w.what for w in sig.wants] == ["3 pod(s) in groups that start together want 3 node(s)"]
 
 
 def test_a_group_larger_than_the_pool_is_reported_not_chased():
     s, ns, states = eight()
-    sig = signals(s, ns, SlurmView(True, nodes=states), group_pods("huge-0"), now=NOW)
+    sig = signals(Seen(s, ns, SlurmView(True, nodes=states), group_pods("huge-0"), now=NOW))
     assert sig.nodes(Side.INFERENCE) == 0
     assert sig.unstartable == (f"group {NS}/gang:huge needs 12 node(s) at once; the pool has 8",)
     capped, ns, states = eight(inference={"maxNodes": 2})
-    assert signals(capped, ns, SlurmView(True, nodes=states), group_pods(*LLAMA), now=NOW).unstartable == (
+    assert signals(Seen(capped, ns, SlurmView(True, nodes=states), group_pods(*LLAMA), now=NOW)).unstartable == (
         f"group {NS}/podgroup:llama-405b-0 needs 3 node(s) at once; inference may hold (demand.inference.maxNodes) 2",)
 
 
 def test_with_topology_a_group_must_fit_one_block():
     s, ns, states = eight()
     blocks = SlurmNodePoolSpec.model_validate({**s.model_dump(by_alias=True, exclude_none=True), "topology": {"blockLabel": "block"}})
-    assert signals(blocks, ns, SlurmView(True, nodes=states), group_pods(*LLAMA), now=NOW).nodes(Side.INFERENCE) == 3  # blocks of 4
+    assert signals(Seen(blocks, ns, SlurmView(True, nodes=states), group_pods(*LLAMA), now=NOW)).nodes(Side.INFERENCE) == 3  # blocks of 4
     small = [replace(n, labels={**n.labels, "block": f"b{i // 2}"}) for i, n in enumerate(ns)]
-    assert signals(blocks, small, SlurmView(True, nodes=states), group_pods(*LLAMA), now=NOW).unstartable == (
+    assert signals(Seen(blocks, small, SlurmView(True, nodes=states), group_pods(*LLAMA), now=NOW)).unstartable == (
         f"group {NS}/podgroup:llama-405b-0 needs 3 node(s) at once; the largest topology block has 2",)
 
 
 def test_a_group_that_bounds_would_cut_waits_whole():
     s, ns, states = eight(slurm={"minNodes": 6})  # inference may gain 2 nodes now, the group needs 3
-    sig = signals(s, ns, SlurmView(True, nodes=states), group_pods(*LLAMA), now=NOW)
+    sig = signals(Seen(s, ns, SlurmView(True, nodes=states), group_pods(*LLAMA), now=NOW))
     assert sig.nodes(Side.INFERENCE) == 0 and sig.unstartable == ()
     assert "1 group(s) wait: inference's bound leaves room for fewer nodes than they need" in sig.what(Side.INFERENCE)

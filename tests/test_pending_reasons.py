@@ -17,7 +17,7 @@ import pytest
 from slurmbridge.models import SlurmJob
 from slurmbridge.parse import DEFAULT_SEP, parse_squeue
 from slurmbridge.rest import parse_rest_job
-from slurmpool.core.demand import signals
+from slurmpool.core.demand import Seen, signals
 from slurmpool.core.demand.slurm_jobs import job_waits_for_nodes, never_starts
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.placement import SLURM, Side
@@ -111,7 +111,7 @@ def test_demand_counts_the_gang_job_and_reports_the_one_no_split_starts(capture)
 
 def demand_sees_the_gang_job(capture: str, jobs: dict) -> None:
     spec, nodes, states = captured_pool(capture)
-    sig = signals(spec, nodes, SlurmView(True, nodes=states, jobs=tuple(jobs.values())), [], now=NOW)
+    sig = signals(Seen(spec, nodes, SlurmView(True, nodes=states, jobs=tuple(jobs.values())), [], now=NOW))
     # gang asks for every node; two are parked: it lacks 2, whatever else waits.
     assert jobs["gang"].num_nodes == len(nodes) and "one asks for 2 node(s) more" in sig.what(Side.SLURM)
     assert sig.waiting(Side.SLURM) == 4  # gang, pinned, one, two

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from datetime import datetime
 
 from slurmbridge.models import gpu_count
@@ -47,10 +48,13 @@ class Seen:
     nodes: Sequence[NodeView]
     slurm: SlurmView
     pods: Sequence[PendingPod]
-    gpus_per_node: int
-    now: datetime
     unhealthy: frozenset[str] = frozenset()
     claims: Mapping[str, Asks] = field(default_factory=dict)
+    now: datetime = field(kw_only=True)  # the snapshot's clock
+
+    @cached_property
+    def gpus_per_node(self) -> int:
+        return gpus_per_node(self.spec)
 
 
 Source = Callable[[Seen], Iterable[Want]]
