@@ -113,6 +113,9 @@ def test_a_claim_several_pods_share_is_counted_once():
     three = [replace(shared, name=f"shared-{i}") for i in range(3)]
     sig = signals(Seen(spec(), ns, SlurmView(True, nodes=states), three, claims=index(), now=NOW))
     assert (sig.waiting(Side.INFERENCE), sig.gpus(Side.INFERENCE), sig.nodes(Side.INFERENCE)) == (3, 4, 1)
+    # One pod that names the claim in two entries: still one allocation
+    twice = replace(shared, claims=shared.claims * 2)
+    assert signals(Seen(spec(), ns, SlurmView(True, nodes=states), [twice], claims=index(), now=NOW)).gpus(Side.INFERENCE) == 4
     # Beside them, pods of a template each get a claim of their own: 4 + 8 + 8 devices, 3 nodes
     sig = signals(Seen(spec(), ns, SlurmView(True, nodes=states), three + pods("dra8") + [replace(pods("dra8")[0], name="dra8-b")],
                   claims=index(), now=NOW))

@@ -80,8 +80,12 @@ def devices(pod: PendingPod, seen: Seen, counted: InferenceDemand, held: int, fi
     no node could hold them."""
     asked = own = 0
     why = ""
+    named: set[str] = set()
     for kind, name in pod.claims:
         k = key(kind, pod.namespace, name)
+        if kind == CLAIM and k in named:  # two of its entries name one claim: one allocation
+            continue
+        named.add(k)
         for device_class, count in seen.claims.get(k, ()):
             if device_class not in counted.device_classes:
                 continue
