@@ -298,3 +298,43 @@ def test_a_group_that_bounds_would_cut_waits_whole():
     sig = signals(Seen(s, ns, SlurmView(True, nodes=states), group_pods(*LLAMA), now=NOW))
     assert sig.nodes(Side.INFERENCE) == 0 and sig.unstartable == ()
     assert "1 group(s) wait: inference's bound leaves room for fewer nodes than they need" in sig.what(Side.INFERENCE)
+
+
+# ---------------------------------------------------------------- objects the lab's API server returned (fixtures/dra/captured)
+
+
+def captured(name: str) -> list[dict]:
+    return list(yaml.safe_load_all((FIXTURES / "captured" / name).read_text()))
+
+
+def test_the_lab_apiservers_objects_read_as_the_hand_written_ones():
+    # the slices NVIDIA's driver publishes, as the lab's stand-in made them: 8 whole GPUs of one node each
+    got = [slice_devices(s) for s in captured("resourceslices.yaml")]
+    assert got and all(node and driver == "gpu.nvidia.com" and n == 8 for node, driver, n in got)
+    # the DeviceClass: as the hand-written fixture has it
+    real = {o["metadata"]["name"]: o["spec"] for o in captured("deviceclasses.yaml")}
+    assert real["gpu.nvidia.com"] == by_name("deviceclasses.yaml")["gpu.nvidia.com"]["spec"]
+    templates = {o["metadata"]["name"]: template_asks(o) for o in captured("resourceclaimtemplates.yaml")}
+    assert templates == {"gpu8": (("gpu.nvidia.com", 8),), "gpu16": (("gpu.nvidia.com", 16),)}
+    # a claim the scheduler allocated asks for nothing more; the shared one is one allocation for both pods
+    claims = {o["metadata"]["name"]: o for o in captured("resourceclaims.yaml")}
+    asks = {n.rsplit("-", 1)[0]: claim_asks(c) for n, c in claims.items()}  # made from a template: <pod>-<claim>-<random>
+    assert asks == {"dra8-gpus": (), "shared": (), "too-big-gpus": (("gpu.nvidia.com", 16),)}  # too-big's was never allocated
+    shared = claims["shared-4"]
+    assert sorted(r["name"] for r in shared["status"]["reservedFor"]) == ["shared-a", "shared-b"]
+    assert len(shared["status"]["allocation"]["devices"]["results"]) == 4
+    # the pod no node could hold waits Unschedulable and is kept by the pod index; the running ones are not
+    bodies = {p["metadata"]["name"]: p for p in captured("pods.yaml")}
+    assert [n for n, p in bodies.items() if is_pending_gpu_pod(p["spec"], p["status"])] == ["too-big"]
+    assert pending_pod(bodies["too-big"]).claims == ((TEMPLATE, "gpu16"),)
+
+
+def test_the_lab_apiservers_shared_claim_counts_once_while_it_waits():
+    # shared-4 as it was before the scheduler allocated it, named by the two pods as the API server returned them
+    claim = {o["metadata"]["name"]: o for o in captured("resourceclaims.yaml")}["shared-4"]
+    asks = {key(CLAIM, NS, "shared-4"): claim_asks({**claim, "status": {}})}
+    bodies = {p["metadata"]["name"]: p for p in captured("pods.yaml")}
+    waiting = [pending_pod(bodies[n]) for n in ("shared-a", "shared-b")]
+    ns, states = nodes()
+    sig = signals(Seen(spec(), ns, SlurmView(True, nodes=states), waiting, claims=asks, now=NOW))
+    assert (sig.waiting(Side.INFERENCE), sig.gpus(Side.INFERENCE), sig.nodes(Side.INFERENCE)) == (2, 4, 1)
