@@ -61,7 +61,7 @@ from slurmpool.core.planner import plan  # noqa: E402
 from slurmpool.adapters.access import observe_slurm  # noqa: E402
 from slurmpool.controller.apply import ApplyContext, apply  # noqa: E402
 from slurmpool.core.decide import decide  # noqa: E402
-from slurmpool.core.demand import signals  # noqa: E402
+from slurmpool.core.demand import Seen, signals  # noqa: E402
 from slurmpool.core.published import slurm_annotation  # noqa: E402
 from slurmpool.core.interfaces import PoolRef  # noqa: E402
 from slurmpool.core.snapshot import PoolSnapshot  # noqa: E402
@@ -169,7 +169,7 @@ def bench_demand_round(pools: int = 200, nodes: int = 50, pending: int = 100_000
             fastest = min(fastest, time.perf_counter() - t0)
         return fastest
 
-    demand = best(jobs, lambda p, view: signals(specs[p], views[p], view, []))
+    demand = best(jobs, lambda p, view: signals(Seen(specs[p], views[p], view, [], now=NOW)))
     record("demand_round_200_pools_100k_pending", demand, "s", "< 1 s (the pass interval)", demand < 1.0)
     whole = [best(queue, lambda p, view: decide(PoolSnapshot(pool=PoolRef("ns", f"pool{p}"), spec=specs[p], nodes=tuple(views[p]),
                                                                  slurm=view, now=NOW))) for queue in (jobs, ())]

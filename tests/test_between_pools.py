@@ -9,7 +9,7 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmpool.core.demand import Base, PendingPod, decide_demand, signals
+from slurmpool.core.demand import Base, PendingPod, Seen, decide_demand, signals
 from slurmpool.core.fit import PodNeeds, misfit, needs_of
 from slurmpool.core.models import GPU, SlurmNodePoolSpec
 from slurmpool.core.moves import Pass, advance, disturbed_pods, first_phase
@@ -192,14 +192,14 @@ def test_demand_counts_pending_pods_per_pool_and_asks_for_that_pool():
     spec = spec_with(demand={"cooldown": "1m", "slurm": {"minNodes": 4}})  # Slurm may not shrink
     nodes = settled_nodes(4, 0) + [NodeView(f"s{i}", annotations={ANN_PLACEMENT: "slurm"}) for i in range(4)]
     slurm = SlurmView(True, nodes={f"s{i}": slurm_node(f"s{i}", "ALLOCATED") for i in range(4)})
-    both = signals(spec, nodes, slurm, [waiting("b-0", 8, "batch"), waiting("b-1", 8, "batch"), waiting("l-0", 4, "llm")])
+    both = signals(Seen(spec, nodes, slurm, [waiting("b-0", 8, "batch"), waiting("b-1", 8, "batch"), waiting("l-0", 4, "llm")], now=NOW))
     assert both.pool_nodes == {"batch": 2, "llm": 1} and dict(both.placed.pool_here) == {"llm": 4}
     # Both pools wait and Slurm may not shrink: the higher priority keeps its nodes.
     out = decide_demand(spec, 8, Base(4, "k", NOW - timedelta(hours=1)), None, both, NOW)
     assert out.status.pools == {"batch": 2, "llm": 5}
     assert desired_split(spec, 8, 4, out.status.pools)[0] == {"slurm": 4, LLM: 4, BATCH: 0}
     # Only batch waits: it asks for its count, and llm gives.
-    sig = signals(spec, nodes, slurm, [waiting("b-0", 8, "batch"), waiting("b-1", 8, "batch")])
+    sig = signals(Seen(spec, nodes, slurm, [waiting("b-0", 8, "batch"), waiting("b-1", 8, "batch")], now=NOW))
     out = decide_demand(spec, 8, Base(4, "k", NOW - timedelta(hours=1)), None, sig, NOW)
     assert out.changed and out.slurm_nodes == 4  # at its bound: nodes come from the pools instead
     assert out.status.pools == {"batch": 2}
@@ -217,7 +217,7 @@ def test_demand_pool_counts_reach_the_target():
     spec = spec_with(demand={"cooldown": "1m"})
     nodes = settled_nodes(2, 2) + [NodeView(f"s{i}", annotations={ANN_PLACEMENT: "slurm"}) for i in range(4)]
     slurm = SlurmView(True, nodes={f"s{i}": slurm_node(f"s{i}", "ALLOCATED") for i in range(4)})
-    sig = signals(spec, nodes, slurm, [waiting("b-0", 8, "batch")])
+    sig = signals(Seen(spec, nodes, slurm, [waiting("b-0", 8, "batch")], now=NOW))
     first = decide_target(spec, 8, NOW, None, signals=sig)
     later = decide_target(spec, 8, NOW + timedelta(minutes=2), first.status, signals=sig)
     assert later.slurm_nodes == 3 and later.pool_counts == {"batch": 3}
@@ -234,11 +234,11 @@ def test_demand_reads_the_node_affinity_of_waiting_pods():
                               "nodeSelectorTerms": [{"matchExpressions": expressions}]}}}})
         return PendingPod("serve", "p", ((GPU, 8),), tolerations=needs.tolerations, affinity=needs.affinity)
 
-    sig = signals(spec, zone_nodes, SlurmView(True), [
+    sig = signals(Seen(spec, zone_nodes, SlurmView(True), [
         wants([{"key": "zone", "operator": "In", "values": ["b"]}]),  # a zone some node is in
         wants([{"key": "zone", "operator": "In", "values": ["c"]}]),  # no node is in zone c
         wants([{"key": "pool", "operator": "In", "values": ["batch"]}, {"key": "zone", "operator": "NotIn", "values": ["a"]}]),
-    ])
+    ], now=NOW))
     # The first fits llm (highest priority); the third only batch, on the zone-b node.
     assert sig.waiting(Side.INFERENCE) == 2 and sig.pool_nodes == {"llm": 1, "batch": 1}
 

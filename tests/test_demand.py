@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from slurmbridge import SlurmJob
 from slurmbridge.parse import parse_squeue
-from slurmpool.core.demand import Base, PendingPod, Placed, Signals, Want, bounds, decide_demand, gpu_pods, signals, slurm_jobs
+from slurmpool.core.demand import Base, PendingPod, Placed, Seen, Signals, Want, bounds, decide_demand, gpu_pods, signals, slurm_jobs
 from slurmpool.core.demand.slurm_jobs import job_waits_for_nodes
 from slurmpool.core.decide import decide
 from slurmpool.core.demand.pendingpod import is_pending_gpu_pod, pending_pod
@@ -53,7 +53,7 @@ def test_slurm_signal_counts_only_pending_gpu_jobs_of_the_partition_that_wait_fo
         pending("6", reason="Dependency"), pending("7", reason="JobHeldUser"), pending("8", partition="cpu,gpu", reason="Priority"),
         pending("9", state="RUNNING"),
     )
-    sig = signals(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [])
+    sig = signals(Seen(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [], now=NOW))
     assert sig.waiting(Side.SLURM) == 4 and sig.gpus(Side.SLURM) == 8 + 4 + 16 + 8
     assert sig.nodes(Side.SLURM) == 5  # ceil(36 / 8), no Slurm node idle
     assert sig.placed.slurm_ready == 4 and sig.placed.inference_ready == 4
@@ -70,7 +70,7 @@ def test_pod_signal_counts_pods_that_fit_an_inference_pool():
         PendingPod("ns", "other-pool", ((GPU, 8),), (("pool", "other"),), tol),
         PendingPod("ns", "unknown-label", ((GPU, 8),), (("zone", "x"),), tol),
     ]
-    sig = signals(spec, nodes, SlurmView(True, nodes=states), pods)
+    sig = signals(Seen(spec, nodes, SlurmView(True, nodes=states), pods, now=NOW))
     assert sig.waiting(Side.INFERENCE) == 2 and sig.gpus(Side.INFERENCE) == 12 and sig.nodes(Side.INFERENCE) == 2
 
 
@@ -82,13 +82,13 @@ def test_pod_signal_counts_the_configured_resources_by_the_nodes_allocatable():
     sel = (("pool", "default"),)
     pods = [PendingPod("ns", "amd", (("amd.com/gpu", 8),), sel, tol), PendingPod("ns", "mig", (("nvidia.com/mig-1g.10gb", 3),), sel, tol),
             PendingPod("ns", "nvidia", ((GPU, 8),), sel, tol)]  # not a counted name for this pool
-    sig = signals(spec, nodes, SlurmView(True, nodes=states), pods)
+    sig = signals(Seen(spec, nodes, SlurmView(True, nodes=states), pods, now=NOW))
     # amd: 8 / 4 per node = 2 nodes; mig: 3 / 7 per node = 1 node
     assert sig.waiting(Side.INFERENCE) == 2 and sig.gpus(Side.INFERENCE) == 11 and sig.nodes(Side.INFERENCE) == 3
     assert sig.pool_nodes == {"default": 3}
     # demand.gpusPerNode, when set, is what a node holds of every resource
     fixed = spec_with({"gpusPerNode": 8, "inference": {"resources": ["amd.com/gpu"]}})
-    assert signals(fixed, nodes, SlurmView(True, nodes=states), pods).nodes(Side.INFERENCE) == 1
+    assert signals(Seen(fixed, nodes, SlurmView(True, nodes=states), pods, now=NOW)).nodes(Side.INFERENCE) == 1
 
 
 def test_inference_resources_are_validated():
@@ -220,7 +220,7 @@ def test_a_gang_job_needs_its_nodes_less_the_usable_ones_busy_or_idle():
     spec = spec_with({"cooldown": "0s"}, slurm_nodes=5)
     nodes, states = cluster(5, 3, busy=3)  # 2 idle, 3 busy: all 5 usable
     desc = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions"
-    sig_ = signals(spec, nodes, SlurmView(True, nodes=states, jobs=(pending("1", nodes=8, reason=desc),)), [])
+    sig_ = signals(Seen(spec, nodes, SlurmView(True, nodes=states, jobs=(pending("1", nodes=8, reason=desc),)), [], now=NOW))
     assert sig_.nodes(Side.SLURM) == 3 and sig_.waiting(Side.SLURM) == 1  # the gang job only: no job fits
     out = decide_demand(spec, 8, Base(5, "k", NOW), None, sig_, NOW)
     assert out.slurm_nodes == 8 and "one asks for 3 node(s) more than Slurm has usable" in out.message
@@ -234,7 +234,7 @@ def test_drained_and_unresponsive_slurm_nodes_do_not_serve_a_gang_job():
     nodes, states = cluster(5, 3)
     states["s0"] = slurm_node("s0", "IDLE", flags={"DRAIN"})
     states["s1"] = slurm_node("s1", "DOWN", flags={"NOT_RESPONDING"})
-    sig_ = signals(spec, nodes, SlurmView(True, nodes=states, jobs=(pending("1", nodes=6, reason="Resources"),)), [])
+    sig_ = signals(Seen(spec, nodes, SlurmView(True, nodes=states, jobs=(pending("1", nodes=6, reason="Resources"),)), [], now=NOW))
     assert sig_.nodes(Side.SLURM) == 3 and "one asks for 3 node(s) more" in sig_.what(Side.SLURM)  # 6 asked, 3 usable
 
 
@@ -242,7 +242,7 @@ def test_small_jobs_keep_counting_by_gpus_beside_a_gang_job():
     spec = spec_with({"cooldown": "0s"}, slurm_nodes=4)
     nodes, states = cluster(4, 4, busy=4)
     jobs = (pending("1", nodes=6, reason="Resources"), *(pending(str(i), reason="Priority") for i in range(2, 7)))
-    sig_ = signals(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [])
+    sig_ = signals(Seen(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [], now=NOW))
     assert "one asks for 2 node(s) more" in sig_.what(Side.SLURM) and sig_.nodes(Side.SLURM) == 5 and sig_.waiting(Side.SLURM) == 6
     assert decide_demand(spec, 8, Base(4, "k", NOW), None, sig_, NOW).status.slurm_wants == 5  # the larger need, not the sum
 
@@ -252,7 +252,7 @@ def test_jobs_no_split_could_start_are_reported_not_counted():
     nodes, states = cluster(4, 4, busy=4)
     jobs = (pending("1", nodes=9, reason="PartitionNodeLimit"), pending("2", gpus=16, reason="Resources"),
             pending("3", reason="BadConstraints"), pending("4", nodes=5, reason="PartitionNodeLimit"))
-    sig_ = signals(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [])
+    sig_ = signals(Seen(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [], now=NOW))
     assert sig_.unstartable == (
         "job 1: asks for 9 nodes, the pool has 8",
         "job 2: asks for 16 GPUs per node, the pool's nodes have 8",
@@ -307,7 +307,7 @@ def test_a_new_source_is_one_more_entry_and_its_wants_add_up(monkeypatch):
     spec = spec_with({"cooldown": "0s"}, slurm_nodes=4)
     nodes, states = cluster(4, 4, busy=4)
     tol = (("inference", "Exists", "", ""),)
-    sig_ = signals(spec, nodes, SlurmView(True, nodes=states), [PendingPod("ns", "p", ((GPU, 8),), (("pool", "default"),), tol)])
+    sig_ = signals(Seen(spec, nodes, SlurmView(True, nodes=states), [PendingPod("ns", "p", ((GPU, 8),), (("pool", "default"),), tol)], now=NOW))
     assert sig_.nodes(Side.INFERENCE) == 5 and sig_.pool_nodes == {"default": 5}
     out = decide_demand(spec, 8, Base(4, "k", NOW), None, sig_, NOW)
     assert out.status.pending_pods == 2 and out.status.pending_pod_gpus == 40 and out.status.inference_wants == 5
@@ -322,9 +322,9 @@ def test_a_powered_down_slurm_node_counts_as_idle_capacity_slurm_has():
     spec = spec_with({"cooldown": "0s"}, slurm_nodes=4)
     nodes, states = cluster(4, 4)
     jobs = (pending("1", nodes=4), pending("2"))
-    plain = signals(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [])
-    parked = signals(spec, nodes, SlurmView(True, nodes={**states, "s0": slurm_node("s0", "IDLE", flags={"POWERED_DOWN"})}, jobs=jobs), [])
-    held = signals(spec, nodes, SlurmView(True, nodes={**states, "s0": slurm_node("s0", "IDLE", flags={"POWERED_DOWN", "DRAIN"})}, jobs=jobs), [])
+    plain = signals(Seen(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [], now=NOW))
+    parked = signals(Seen(spec, nodes, SlurmView(True, nodes={**states, "s0": slurm_node("s0", "IDLE", flags={"POWERED_DOWN"})}, jobs=jobs), [], now=NOW))
+    held = signals(Seen(spec, nodes, SlurmView(True, nodes={**states, "s0": slurm_node("s0", "IDLE", flags={"POWERED_DOWN", "DRAIN"})}, jobs=jobs), [], now=NOW))
     assert parked == plain
     assert "one asks for" not in parked.what(Side.SLURM)
     assert held.nodes(Side.SLURM) == 1 and "one asks for 1 node(s) more" in held.what(Side.SLURM)  # 3 usable
@@ -340,7 +340,7 @@ def test_a_job_that_names_parked_nodes_wants_those_nodes_back_by_name():
     spec = spec_with({})
     nodes, states = cluster(4, 4)  # every Slurm node idle: a count alone would want nothing
     jobs = (named_job("1", "i2", "i3", exclusive=True, reason="ReqNodeNotAvail, UnavailableNodes:i[2-3]", unavailable=("i2", "i3")),)
-    sig = signals(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [])
+    sig = signals(Seen(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [], now=NOW))
     assert sig.named(Side.SLURM) == ("i2", "i3") and sig.nodes(Side.SLURM) == 2
     assert "2 named by their jobs (i2, i3)" in sig.what(Side.SLURM)
 
@@ -348,7 +348,7 @@ def test_a_job_that_names_parked_nodes_wants_those_nodes_back_by_name():
 def test_a_job_naming_nodes_and_asking_for_more_counts_the_rest_as_any_job():
     spec = spec_with({})
     nodes, states = cluster(4, 4, busy=4)
-    sig = signals(spec, nodes, SlurmView(True, nodes=states, jobs=(named_job("1", "i0", "s0", nodes=4),)), [])
+    sig = signals(Seen(spec, nodes, SlurmView(True, nodes=states, jobs=(named_job("1", "i0", "s0", nodes=4),)), [], now=NOW))
     assert sig.named(Side.SLURM) == ("i0",)  # s0 is in Slurm already
     assert sig.nodes(Side.SLURM) == 1 + 2  # i0 by name, two more of any (none idle)
 
@@ -357,7 +357,7 @@ def test_a_cpu_job_pinned_to_a_parked_node_counts_though_it_asks_for_no_gpus():
     spec = spec_with({})
     nodes, states = cluster(4, 4)
     outside = named_job("2", "cpu07", gpus=0)  # names no node of the pool: not this pool's demand
-    sig = signals(spec, nodes, SlurmView(True, nodes=states, jobs=(named_job("1", "i1", gpus=0), outside)), [])
+    sig = signals(Seen(spec, nodes, SlurmView(True, nodes=states, jobs=(named_job("1", "i1", gpus=0), outside)), [], now=NOW))
     assert sig.named(Side.SLURM) == ("i1",) and sig.waiting(Side.SLURM) == 1
 
 
@@ -374,7 +374,7 @@ def test_a_job_naming_a_node_that_cannot_come_is_reported_and_nothing_moves_for_
     if "broken" in world:
         nodes = [replace(n, annotations={**n.annotations, ANN_PLACEMENT: "nowhere"}) if n.name == "i3" else n for n in nodes]
     jobs = (named_job("1", "i2", "i3", exclusive=True),)
-    sig = signals(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [], world.get("unhealthy", frozenset()))
+    sig = signals(Seen(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [], world.get("unhealthy", frozenset()), now=NOW))
     assert sig.nodes(Side.SLURM) == 0 and sig.named(Side.SLURM) == ()
     assert sig.unstartable == (f"job 1: names i3, {why}",)
 
@@ -384,7 +384,7 @@ def test_a_named_node_outside_the_pool_that_slurm_lists_as_unavailable_is_report
     nodes, states = cluster(4, 4)
     jobs = (named_job("1", "i0", "gpu99", reason="ReqNodeNotAvail, UnavailableNodes:gpu99,i0", unavailable=("gpu99", "i0")),
             named_job("2", "i1", "cpu01"))  # cpu01 is not the pool's but Slurm has it: i1 is all job 2 lacks
-    sig = signals(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [])
+    sig = signals(Seen(spec, nodes, SlurmView(True, nodes=states, jobs=jobs), [], now=NOW))
     assert sig.unstartable == ("job 1: names gpu99, which Slurm lists as unavailable and is not in the pool",)
     assert sig.named(Side.SLURM) == ("i1",)
 
@@ -395,10 +395,10 @@ def test_an_exclusive_job_without_gpus_counts_as_whole_nodes():
     whole = replace(pending("1", gpus=0, nodes=2), exclusive=True)
     unknown = replace(pending("2", gpus=0, nodes=2), exclusive=None)  # a path that cannot tell: not counted
     shared = replace(pending("3", gpus=0, nodes=2), exclusive=False)
-    sig = signals(spec, nodes, SlurmView(True, nodes=states, jobs=(whole, unknown, shared)), [])
+    sig = signals(Seen(spec, nodes, SlurmView(True, nodes=states, jobs=(whole, unknown, shared)), [], now=NOW))
     assert sig.waiting(Side.SLURM) == 1 and sig.gpus(Side.SLURM) == 16 and sig.nodes(Side.SLURM) == 2
     # An exclusive job asking for fewer GPUs than a node has still takes the whole node.
-    part = signals(spec, nodes, SlurmView(True, nodes=states, jobs=(replace(pending("4", gpus=2, nodes=3), exclusive=True),)), [])
+    part = signals(Seen(spec, nodes, SlurmView(True, nodes=states, jobs=(replace(pending("4", gpus=2, nodes=3), exclusive=True),)), [], now=NOW))
     assert part.gpus(Side.SLURM) == 24 and part.nodes(Side.SLURM) == 3
 
 
@@ -433,7 +433,7 @@ def test_demand_from_the_real_22_05_capture_of_pinned_and_whole_node_jobs():
     names = ["gpu01", "gpu02", "gpu03", "gpu04"]
     nodes = [NodeView(n, annotations={ANN_PLACEMENT: SLURM if n < "gpu03" else "inference:default"}) for n in names]
     states = {n: slurm_node(n, "ALLOCATED") for n in names[:2]}
-    sig = signals(spec_with({}, slurm_nodes=2), nodes, SlurmView(True, nodes=states, jobs=jobs), [])
+    sig = signals(Seen(spec_with({}, slurm_nodes=2), nodes, SlurmView(True, nodes=states, jobs=jobs), [], now=NOW))
     assert sig.named(Side.SLURM) == ("gpu03", "gpu04")
     # pinned-gres, pinned-excl, pinned-one (a CPU job on gpu04), excl (1 whole node), excluding (8 GPUs);
     # shared asks for no GPUs and takes no whole node: not counted.

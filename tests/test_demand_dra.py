@@ -6,18 +6,20 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import yaml
 from kubernetes.client.rest import ApiException
 
 from slurmpool.adapters.kube import DraIndex
-from slurmpool.core.demand import signals
+from slurmpool.core.demand import Seen, signals
+from slurmpool.core.demand.dra_pods import LAG_BOUND
 from slurmpool.core.demand.claims import ALL, CLAIM, TEMPLATE, claim_asks, key, slice_devices, template_asks
 from slurmpool.core.demand.pendingpod import is_pending_gpu_pod, pending_pod
 from slurmpool.core.models import GPU, SlurmNodePoolSpec
 from slurmpool.core.placement import SLURM, Side
-from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, MoveRecord, NodeView, PodView, SlurmView
+from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, ANN_SETTLED, MoveRecord, iso, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 
@@ -48,11 +50,14 @@ def spec(**inference) -> SlurmNodePoolSpec:
     return SlurmNodePoolSpec.model_validate(body)
 
 
-def nodes(devices: int = 8, inference: int = 0, published: bool = True) -> tuple[list[NodeView], dict]:
-    """Four Slurm nodes whose driver publishes `devices` GPUs each, and `inference` settled at llm."""
+def nodes(devices: int = 8, inference: int = 0, published: bool = True,
+          settled: timedelta | None = timedelta(seconds=30)) -> tuple[list[NodeView], dict]:
+    """Four Slurm nodes whose driver publishes `devices` GPUs each, and `inference` settled at llm
+    `settled` before NOW (None: no slurmpool.io/settled-at)."""
     on_slurm = [NodeView(f"s{i}", labels={"gpu": "true"}, annotations={ANN_PLACEMENT: SLURM},
                          devices=(("gpu.nvidia.com", devices),)) for i in range(4)]
-    at_llm = [NodeView(f"i{i}", labels={"gpu": "true"}, annotations={ANN_PLACEMENT: "inference:llm"},
+    record = {ANN_PLACEMENT: "inference:llm"} | ({ANN_SETTLED: iso(NOW - settled)} if settled is not None else {})
+    at_llm = [NodeView(f"i{i}", labels={"gpu": "true"}, annotations=record,
                        devices=(("gpu.nvidia.com", devices),) if published else ()) for i in range(inference)]
     return on_slurm + at_llm, {n.name: slurm_node(n.name) for n in on_slurm}
 
@@ -90,7 +95,7 @@ def test_the_pod_index_keeps_pods_that_only_claim():
 
 def test_claimed_devices_are_inference_demand_per_node_devices():
     ns, states = nodes()
-    sig = signals(spec(), ns, SlurmView(True, nodes=states), pods(), claims=index())
+    sig = signals(Seen(spec(), ns, SlurmView(True, nodes=states), pods(), claims=index(), now=NOW))
     dra = next(w for w in sig.wants if "claim" in w.what)
     # dra8: 8, whole: a node's 8, shared: 4 -> 20 devices on 8-device nodes: 3 nodes. Not counted: the
     # allocated claim, the MIG class (not configured), the template not indexed yet, and both-ways
@@ -100,39 +105,90 @@ def test_claimed_devices_are_inference_demand_per_node_devices():
     assert sig.unstartable == (f"pod {NS}/too-big asks for 16 gpu.nvidia.com device(s) in one claim; a node holds 8",)
 
 
+def test_a_claim_several_pods_share_is_counted_once():
+    # Three pods of one Deployment name the same ResourceClaim: its 4 devices are one allocation (on
+    # one node, where all three then run), so they ask for 4 GPUs and one node, not 12 and two.
+    ns, states = nodes()
+    shared = pods("shared")[0]
+    three = [replace(shared, name=f"shared-{i}") for i in range(3)]
+    sig = signals(Seen(spec(), ns, SlurmView(True, nodes=states), three, claims=index(), now=NOW))
+    assert (sig.waiting(Side.INFERENCE), sig.gpus(Side.INFERENCE), sig.nodes(Side.INFERENCE)) == (3, 4, 1)
+    # One pod that names the claim in two entries: still one allocation
+    twice = replace(shared, claims=shared.claims * 2)
+    assert signals(Seen(spec(), ns, SlurmView(True, nodes=states), [twice], claims=index(), now=NOW)).gpus(Side.INFERENCE) == 4
+    # Beside them, pods of a template each get a claim of their own: 4 + 8 + 8 devices, 3 nodes
+    sig = signals(Seen(spec(), ns, SlurmView(True, nodes=states), three + pods("dra8") + [replace(pods("dra8")[0], name="dra8-b")],
+                  claims=index(), now=NOW))
+    assert (sig.waiting(Side.INFERENCE), sig.gpus(Side.INFERENCE), sig.nodes(Side.INFERENCE)) == (5, 20, 3)
+
+
+def test_a_shared_claim_too_big_for_a_node_is_reported_for_each_pod():
+    ns, states = nodes(devices=2)
+    shared = pods("shared")[0]
+    sig = signals(Seen(spec(), ns, SlurmView(True, nodes=states), [shared, replace(shared, name="shared-b")], claims=index(), now=NOW))
+    assert sig.nodes(Side.INFERENCE) == 0 and len(sig.unstartable) == 2
+
+
+def test_group_members_that_share_a_claim_count_its_devices_once():
+    s, ns, states = eight()
+    shared = pods("shared")[0]
+    members = [replace(shared, name=f"m{i}", group="gang:pair", group_size=2) for i in range(2)]
+    sig = signals(Seen(s, ns, SlurmView(True, nodes=states), members, claims=index(), now=NOW))
+    # the claim's devices are on one node, where both members must run: one node, not two
+    assert (sig.waiting(Side.INFERENCE), sig.gpus(Side.INFERENCE), sig.nodes(Side.INFERENCE)) == (2, 4, 1)
+
+
 def test_devices_per_node_come_from_the_slices():
     ns, states = nodes(devices=4)
-    sig = signals(spec(), ns, SlurmView(True, nodes=states), pods("shared", "dra8"), claims=index())
+    sig = signals(Seen(spec(), ns, SlurmView(True, nodes=states), pods("shared", "dra8"), claims=index(), now=NOW))
     assert sig.nodes(Side.INFERENCE) == 1 and sig.waiting(Side.INFERENCE) == 1  # shared's 4 fit; dra8's 8 fit no 4-GPU node
     assert sig.unstartable == (f"pod {NS}/dra8 asks for 8 gpu.nvidia.com device(s) in one claim; a node holds 4",)
 
 
 def test_configured_device_classes_count():
     ns, states = nodes()
-    sig = signals(spec(deviceClasses=["mig.nvidia.com"]), ns, SlurmView(True, nodes=states), pods(), claims=index())
+    sig = signals(Seen(spec(deviceClasses=["mig.nvidia.com"]), ns, SlurmView(True, nodes=states), pods(), claims=index(), now=NOW))
     assert (sig.waiting(Side.INFERENCE), sig.gpus(Side.INFERENCE)) == (2, 3)  # mig-first's 1 MIG device; both-ways' 2 GPUs
 
 
 def test_a_node_whose_slices_lag_is_not_asked_for_twice():
     claims, wanted = index(), pods("dra8", "whole")  # 2 nodes' worth
     ns, states = nodes(inference=1, published=False)  # one node moved to llm, its driver not published yet
-    lagging = signals(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims)
+    lagging = signals(Seen(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims, now=NOW))
     assert lagging.nodes(Side.INFERENCE) == 1
-    assert "1 node(s) of theirs not serving yet: their driver's ResourceSlices or the scheduler lag" in lagging.what(Side.INFERENCE)
+    assert "1 node(s) of theirs not serving yet, settled there in the last 120 s: their driver's ResourceSlices or the scheduler lag" in lagging.what(Side.INFERENCE)
     # Published, but the scheduler has not placed a pod there yet (its back-off): still not asked for twice.
     # (On the lab, without this, two DRA pods moved a third node.)
     ns, states = nodes(inference=1, published=True)
     daemon = PodView("kube-system", "dra-plugin", "u1", owner_kinds=("DaemonSet",), node="i0")
     ns[-1] = replace(ns[-1], pods=(daemon,))
-    assert signals(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims).nodes(Side.INFERENCE) == 1
+    assert signals(Seen(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims, now=NOW)).nodes(Side.INFERENCE) == 1
     # Serving a pod: the node counts as any other, the rest of the need is asked for.
     ns[-1] = replace(ns[-1], pods=(daemon, PodView(NS, "other", "u2", owner_kinds=("ReplicaSet",), node="i0")))
-    assert signals(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims).nodes(Side.INFERENCE) == 2
+    assert signals(Seen(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims, now=NOW)).nodes(Side.INFERENCE) == 2
     # A node still moving is the decision's to deduct (incoming), not the lag's
     record = MoveRecord(id="m1", source="slurm", target="inference:llm", phase="Relabeling", since=NOW, started=NOW)
     ns, states = nodes(inference=1, published=False)
     ns[-1] = replace(ns[-1], annotations={ANN_PLACEMENT: SLURM, ANN_MOVE: record.to_annotation()})
-    assert signals(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims).nodes(Side.INFERENCE) == 2
+    assert signals(Seen(spec(), ns, SlurmView(True, nodes=states), wanted, claims=claims, now=NOW)).nodes(Side.INFERENCE) == 2
+
+
+def test_the_lag_is_bounded_from_the_end_of_the_move():
+    # An idle node with slices that the scheduler still leaves empty after LAG_BOUND is idle for
+    # another reason: it no longer holds the pods' need back, nor does one whose driver never published.
+    claims, wanted = index(), pods("dra8", "whole")  # 2 nodes' worth
+    view = SlurmView(True, nodes=nodes()[1])
+    for published in (True, False):
+        ns, _ = nodes(inference=1, published=published, settled=LAG_BOUND - timedelta(seconds=1))
+        recent = signals(Seen(spec(), ns, view, wanted, claims=claims, now=NOW))
+        assert recent.nodes(Side.INFERENCE) == 1
+        assert f"settled there in the last {LAG_BOUND.total_seconds():.0f} s" in recent.what(Side.INFERENCE)
+        ns, _ = nodes(inference=1, published=published, settled=LAG_BOUND + timedelta(seconds=1))
+        old = signals(Seen(spec(), ns, view, wanted, claims=claims, now=NOW))
+        assert old.nodes(Side.INFERENCE) == 2 and "not serving yet" not in old.what(Side.INFERENCE)
+    # A node settled by no record that says when (a hand-written placement) is not waited for
+    ns, _ = nodes(inference=1, published=True, settled=None)
+    assert signals(Seen(spec(), ns, view, wanted, claims=claims, now=NOW)).nodes(Side.INFERENCE) == 2
 
 
 class _Listed:
@@ -210,35 +266,75 @@ def test_groups_are_read_from_podgroups_lws_and_the_gang_label():
 
 def test_a_group_is_one_unit_of_n_nodes():
     s, ns, states = eight()
-    sig = signals(s, ns, SlurmView(True, nodes=states), group_pods(*LLAMA))
+    sig = signals(Seen(s, ns, SlurmView(True, nodes=states), group_pods(*LLAMA), now=NOW))
     assert sig.nodes(Side.INFERENCE) == 3 and sig.waiting(Side.INFERENCE) == 3 and sig.pool_nodes == {"llm": 3}
     # an LWS leader whose two workers are not made yet: the group's 3 nodes
-    assert signals(s, ns, SlurmView(True, nodes=states), group_pods("deepseek-0")).nodes(Side.INFERENCE) == 3
+    assert signals(Seen(s, ns, SlurmView(True, nodes=states), group_pods("deepseek-0"), now=NOW)).nodes(Side.INFERENCE) == 3
     # gpu_pods does not count them again
     assert [w.what for w in sig.wants] == ["3 pod(s) in groups that start together want 3 node(s)"]
 
 
 def test_a_group_larger_than_the_pool_is_reported_not_chased():
     s, ns, states = eight()
-    sig = signals(s, ns, SlurmView(True, nodes=states), group_pods("huge-0"))
+    sig = signals(Seen(s, ns, SlurmView(True, nodes=states), group_pods("huge-0"), now=NOW))
     assert sig.nodes(Side.INFERENCE) == 0
     assert sig.unstartable == (f"group {NS}/gang:huge needs 12 node(s) at once; the pool has 8",)
     capped, ns, states = eight(inference={"maxNodes": 2})
-    assert signals(capped, ns, SlurmView(True, nodes=states), group_pods(*LLAMA)).unstartable == (
+    assert signals(Seen(capped, ns, SlurmView(True, nodes=states), group_pods(*LLAMA), now=NOW)).unstartable == (
         f"group {NS}/podgroup:llama-405b-0 needs 3 node(s) at once; inference may hold (demand.inference.maxNodes) 2",)
 
 
 def test_with_topology_a_group_must_fit_one_block():
     s, ns, states = eight()
     blocks = SlurmNodePoolSpec.model_validate({**s.model_dump(by_alias=True, exclude_none=True), "topology": {"blockLabel": "block"}})
-    assert signals(blocks, ns, SlurmView(True, nodes=states), group_pods(*LLAMA)).nodes(Side.INFERENCE) == 3  # blocks of 4
+    assert signals(Seen(blocks, ns, SlurmView(True, nodes=states), group_pods(*LLAMA), now=NOW)).nodes(Side.INFERENCE) == 3  # blocks of 4
     small = [replace(n, labels={**n.labels, "block": f"b{i // 2}"}) for i, n in enumerate(ns)]
-    assert signals(blocks, small, SlurmView(True, nodes=states), group_pods(*LLAMA)).unstartable == (
+    assert signals(Seen(blocks, small, SlurmView(True, nodes=states), group_pods(*LLAMA), now=NOW)).unstartable == (
         f"group {NS}/podgroup:llama-405b-0 needs 3 node(s) at once; the largest topology block has 2",)
 
 
 def test_a_group_that_bounds_would_cut_waits_whole():
     s, ns, states = eight(slurm={"minNodes": 6})  # inference may gain 2 nodes now, the group needs 3
-    sig = signals(s, ns, SlurmView(True, nodes=states), group_pods(*LLAMA))
+    sig = signals(Seen(s, ns, SlurmView(True, nodes=states), group_pods(*LLAMA), now=NOW))
     assert sig.nodes(Side.INFERENCE) == 0 and sig.unstartable == ()
     assert "1 group(s) wait: inference's bound leaves room for fewer nodes than they need" in sig.what(Side.INFERENCE)
+
+
+# ---------------------------------------------------------------- objects the lab's API server returned (fixtures/dra/captured)
+
+
+def captured(name: str) -> list[dict]:
+    return list(yaml.safe_load_all((FIXTURES / "captured" / name).read_text()))
+
+
+def test_the_lab_apiservers_objects_read_as_the_hand_written_ones():
+    # the slices NVIDIA's driver publishes, as the lab's stand-in made them: 8 whole GPUs of one node each
+    got = [slice_devices(s) for s in captured("resourceslices.yaml")]
+    assert got and all(node and driver == "gpu.nvidia.com" and n == 8 for node, driver, n in got)
+    # the DeviceClass: as the hand-written fixture has it
+    real = {o["metadata"]["name"]: o["spec"] for o in captured("deviceclasses.yaml")}
+    assert real["gpu.nvidia.com"] == by_name("deviceclasses.yaml")["gpu.nvidia.com"]["spec"]
+    templates = {o["metadata"]["name"]: template_asks(o) for o in captured("resourceclaimtemplates.yaml")}
+    assert templates == {"gpu8": (("gpu.nvidia.com", 8),), "gpu16": (("gpu.nvidia.com", 16),)}
+    # a claim the scheduler allocated asks for nothing more; the shared one is one allocation for both pods
+    claims = {o["metadata"]["name"]: o for o in captured("resourceclaims.yaml")}
+    asks = {n.rsplit("-", 1)[0]: claim_asks(c) for n, c in claims.items()}  # made from a template: <pod>-<claim>-<random>
+    assert asks == {"dra8-gpus": (), "shared": (), "too-big-gpus": (("gpu.nvidia.com", 16),)}  # too-big's was never allocated
+    shared = claims["shared-4"]
+    assert sorted(r["name"] for r in shared["status"]["reservedFor"]) == ["shared-a", "shared-b"]
+    assert len(shared["status"]["allocation"]["devices"]["results"]) == 4
+    # the pod no node could hold waits Unschedulable and is kept by the pod index; the running ones are not
+    bodies = {p["metadata"]["name"]: p for p in captured("pods.yaml")}
+    assert [n for n, p in bodies.items() if is_pending_gpu_pod(p["spec"], p["status"])] == ["too-big"]
+    assert pending_pod(bodies["too-big"]).claims == ((TEMPLATE, "gpu16"),)
+
+
+def test_the_lab_apiservers_shared_claim_counts_once_while_it_waits():
+    # shared-4 as it was before the scheduler allocated it, named by the two pods as the API server returned them
+    claim = {o["metadata"]["name"]: o for o in captured("resourceclaims.yaml")}["shared-4"]
+    asks = {key(CLAIM, NS, "shared-4"): claim_asks({**claim, "status": {}})}
+    bodies = {p["metadata"]["name"]: p for p in captured("pods.yaml")}
+    waiting = [pending_pod(bodies[n]) for n in ("shared-a", "shared-b")]
+    ns, states = nodes()
+    sig = signals(Seen(spec(), ns, SlurmView(True, nodes=states), waiting, claims=asks, now=NOW))
+    assert (sig.waiting(Side.INFERENCE), sig.gpus(Side.INFERENCE), sig.nodes(Side.INFERENCE)) == (2, 4, 1)

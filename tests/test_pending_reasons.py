@@ -17,13 +17,13 @@ import pytest
 from slurmbridge.models import SlurmJob
 from slurmbridge.parse import DEFAULT_SEP, parse_squeue
 from slurmbridge.rest import parse_rest_job
-from slurmpool.core.demand import signals
+from slurmpool.core.demand import Seen, signals
 from slurmpool.core.demand.slurm_jobs import job_waits_for_nodes, never_starts
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.placement import SLURM, Side
 from slurmpool.core.view import ANN_PLACEMENT, NodeView, SlurmView
 
-from .factories import make_spec, slurm_node
+from .factories import NOW, make_spec, slurm_node
 
 FIXTURES = Path(__file__).parent / "fixtures" / "pending_reasons"
 CAPTURES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
@@ -111,7 +111,7 @@ def test_demand_counts_the_gang_job_and_reports_the_one_no_split_starts(capture)
 
 def demand_sees_the_gang_job(capture: str, jobs: dict) -> None:
     spec, nodes, states = captured_pool(capture)
-    sig = signals(spec, nodes, SlurmView(True, nodes=states, jobs=tuple(jobs.values())), [])
+    sig = signals(Seen(spec, nodes, SlurmView(True, nodes=states, jobs=tuple(jobs.values())), [], now=NOW))
     # gang asks for every node; two are parked: it lacks 2, whatever else waits.
     assert jobs["gang"].num_nodes == len(nodes) and "one asks for 2 node(s) more" in sig.what(Side.SLURM)
     assert sig.waiting(Side.SLURM) == 4  # gang, pinned, one, two

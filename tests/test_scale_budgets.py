@@ -19,7 +19,7 @@ from slurmbridge import SlurmJob
 from slurmbridge.jsonstream import ListStream
 from slurmpool.cli import podproto
 from slurmpool.core.decide import decide
-from slurmpool.core.demand import signals
+from slurmpool.core.demand import Seen, signals
 from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.placement import SLURM, Side
 from slurmpool.core.snapshot import PoolSnapshot
@@ -60,7 +60,7 @@ def test_demand_walks_the_queue_once_per_poll_for_200_pools_with_100000_pending(
         for j in range(PENDING))
     view = SlurmView(True, nodes=states, jobs=jobs)
     CountedJobs.walks = 0
-    wanted = [signals(spec, nodes, view, []) for spec, nodes in pools]
+    wanted = [signals(Seen(spec, nodes, view, [], now=NOW)) for spec, nodes in pools]
     assert all(s.waiting(Side.SLURM) == PENDING // POOLS for s in wanted)
     assert all(s.nodes(Side.SLURM) == PENDING // POOLS for s in wanted)
     assert CountedJobs.walks <= 2  # once for the pending index, once for the node index: not once per pool

@@ -12,7 +12,7 @@ from slurmpool.core.forecast import draining_out_of_slurm, free_at
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.phases import SETTLED
 from slurmpool.core.published import published, slurm_view
-from slurmpool.core.view import ANN_SETTLED, NodeView, PodView, iso, parse_time
+from slurmpool.core.view import NodeView, PodView, iso, parse_time
 
 
 def pool_nodes(spec: SlurmNodePoolSpec, node_bodies: Iterable[dict], pod_bodies: Iterable[dict]) -> list[NodeView]:
@@ -69,7 +69,7 @@ def node_rows(nodes: list[NodeView], now: datetime, sick: dict[str, str] | None 
     for node in nodes:
         move = node.move
         info = published(node)
-        since = move.since if move else parse_time(node.annotations.get(ANN_SETTLED))
+        since = move.since if move else node.settled_at
         rows.append(
             {
                 "node": node.name,

@@ -29,7 +29,7 @@ from datetime import datetime
 
 from slurmpool.core import health as healthmod
 from slurmpool.core import parking, reservations, slurmnames, slurmstate
-from slurmpool.core.demand import signals
+from slurmpool.core.demand import Seen, signals
 from slurmpool.core.handover import PoolView, reconcile as reconcile_handover
 from slurmpool.core.warning import warn
 from slurmpool.core.health import HEALTHY, NodeHealth
@@ -280,7 +280,7 @@ def _target(snap: PoolSnapshot, nodes: list[NodeView], unhealthy: frozenset[str]
     spec = snap.spec
     sig = None
     if spec.demand is not None and spec.demand.enabled and snap.slurm.available and snap.slurm.has_pending(spec.slurm.partition):
-        sig = signals(spec, nodes, snap.slurm, snap.pending, unhealthy, snap.claims)
+        sig = signals(Seen(spec, nodes, snap.slurm, snap.pending, unhealthy, snap.claims, now=snap.now))
     previous = snap.previous.target if snap.previous else None
     return decide_target(spec, len(nodes), snap.now, previous, snap.author, sig)
 

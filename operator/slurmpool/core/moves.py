@@ -36,7 +36,6 @@ from slurmpool.core.ownership import claim, why_not_ours
 from slurmpool.core.models import InferencePool, SlurmNodePoolSpec, seconds
 from slurmpool.core.phases import ABORTABLE, BETWEEN_POOLS, FINISH, TO_INFERENCE, TO_SLURM, WAIT, Advance, Finish, Outcome, Phase, Rollback, Wait
 from slurmpool.core.view import (
-    ANN_SETTLED,
     LABEL_SIDE,
     NONE,
     DrainClaim,
@@ -51,7 +50,6 @@ from slurmpool.core.view import (
     SlurmView,
     inference,
     iso,
-    parse_time,
     pool_of,
 )
 
@@ -375,7 +373,7 @@ def _ask_again(node: NodeView, sn: SlurmNode, at: Pass) -> Step | None:
     `registerTimeout` since the node parked or was last asked (ANN_POWER_DOWN_ASKED, written first),
     with a Warning each time. Idle and drained by us: forcing it ends no job."""
     bound = timedelta(seconds=seconds(at.spec.slurm.register_timeout))
-    since = max((t for t in (parse_time(node.annotations.get(ANN_SETTLED)), node.power_down_asked) if t is not None), default=None)
+    since = max((t for t in (node.settled_at, node.power_down_asked) if t is not None), default=None)
     if since is None:  # asked by no record this operator wrote (an older one's park): the bound starts now
         return Step(move=None, power_down_asked=at.now, message=f"parked: Slurm has not powered it down (state {slurmstate.text(sn)})")
     if at.now - since < bound:

@@ -347,6 +347,9 @@ class NodeView:
     given_back: datetime | None = field(init=False, repr=False)  # ANN_GIVEN_BACK: Slurm asked for it then
     checkpoint: CheckpointRecord | None = field(init=False, repr=False)  # the jobs signalled to checkpoint
     power_down_asked: datetime | None = field(init=False, repr=False)  # ANN_POWER_DOWN_ASKED
+    # ANN_SETTLED: when its last move ended (or it was adopted); None when absent or unreadable
+    # (informative only: an unreadable value leaves the node in the operator's hands).
+    settled_at: datetime | None = field(init=False, repr=False)
     force: bool = field(init=False, repr=False)  # slurmpool.io/force=true: pin/move-now may move it unhealthy
     # Annotations that could not be read (people can write them): the node is left alone.
     problems: tuple[RecordProblem, ...] = field(init=False, repr=False)
@@ -380,6 +383,7 @@ class NodeView:
         held = time_of(ANN_HOLD_UNTIL)
         object.__setattr__(self, "given_back", time_of(ANN_GIVEN_BACK))
         object.__setattr__(self, "power_down_asked", time_of(ANN_POWER_DOWN_ASKED))
+        object.__setattr__(self, "settled_at", parse_time(get(ANN_SETTLED)))
         claim = None
         if text := get(ANN_DRAIN):
             try:

@@ -20,27 +20,18 @@ up the wants of every source and reads nothing else of them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 from slurmpool.core.demand import dra_pods, gpu_pods, pod_groups, slurm_jobs
-from slurmpool.core.demand.claims import Asks
 from slurmpool.core.demand.decision import Base, DemandOutcome, Placed, Signals, bounds, decide_demand, placed
 from slurmpool.core.demand.pendingpod import PendingPod
-from slurmpool.core.demand.want import Seen, Source, Want, gpus_per_node
-from slurmpool.core.models import SlurmNodePoolSpec
-from slurmpool.core.view import NodeView, SlurmView
+from slurmpool.core.demand.want import Seen, Source, Want
 
 __all__ = [
-    "SOURCES", "Base", "DemandOutcome", "PendingPod", "Placed", "Signals", "Want", "bounds", "decide_demand", "signals",
+    "SOURCES", "Base", "DemandOutcome", "PendingPod", "Placed", "Seen", "Signals", "Want", "bounds", "decide_demand", "signals",
 ]
 
 SOURCES: tuple[Source, ...] = (slurm_jobs.wants, gpu_pods.wants, dra_pods.wants, pod_groups.wants)
 
 
-def signals(
-    spec: SlurmNodePoolSpec, nodes: Sequence[NodeView], slurm: SlurmView, pending: Sequence[PendingPod],
-    unhealthy: frozenset[str] = frozenset(), claims: Mapping[str, Asks] | None = None,
-) -> Signals:
+def signals(seen: Seen) -> Signals:
     """Every source's wants this pass, and where the pool's nodes are."""
-    seen = Seen(spec, nodes, slurm, pending, gpus_per_node(spec), unhealthy, claims or {})
-    return Signals(tuple(w for source in SOURCES for w in source(seen)), placed(nodes))
+    return Signals(tuple(w for source in SOURCES for w in source(seen)), placed(seen.nodes))

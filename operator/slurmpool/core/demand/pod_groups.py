@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 
 from slurmpool.core.demand import dra_pods, gpu_pods
 from slurmpool.core.demand.decision import bounds
@@ -28,12 +29,13 @@ from slurmpool.core.placement import Side, side_of
 from slurmpool.core.view import counts_at
 
 
-def member_nodes(pod: PendingPod, seen: Seen) -> tuple[int, int]:
-    """(GPUs, nodes) of one member: its counted resources or claimed devices, on whole nodes."""
+def member_nodes(pod: PendingPod, seen: Seen, first: Mapping[str, str]) -> tuple[int, int]:
+    """(GPUs, nodes) of one member: its counted resources or claimed devices (a claim members share
+    counted once: dra_pods.sharers), on whole nodes."""
     counted = (seen.spec.demand or DemandSpec()).inference
     asked = pod.asks(counted.resources)
     held = dra_pods.per_node(seen, counted.drivers)
-    devices = dra_pods.devices(pod, seen, counted, held)[0] if pod.claims and not asked else 0
+    devices = dra_pods.devices(pod, seen, counted, held, first).own if pod.claims and not asked else 0
     gpus = sum(asked.values()) + devices
     nodes = max(gpu_pods.nodes_for(asked, {r: gpu_pods.per_node(seen, r) for r in asked}), math.ceil(devices / held))
     return gpus, max(nodes, 1) if gpus else 0
@@ -79,8 +81,9 @@ def wants(seen: Seen) -> list[Want]:
     pool_nodes: dict[str, int] = defaultdict(int)
     unstartable: list[str] = []
     cache: gpu_pods.FitCache = {}
+    first = dra_pods.sharers(seen, (seen.spec.demand or DemandSpec()).inference)
     for (namespace, name), members in sorted(groups.items()):
-        sized = [member_nodes(p, seen) for p in members]
+        sized = [member_nodes(p, seen, first) for p in members]
         if not any(n for _, n in sized):
             continue
         pool = next((q for q in pools if gpu_pods.fits(members[0], q, labels, cache)), None)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
+from datetime import datetime
 
 from slurmbridge.models import gpu_count
 
@@ -39,16 +41,20 @@ class Want:
 @dataclass(frozen=True)
 class Seen:
     """What a source may read: the pool, its nodes, the Slurm view, the pending-pod index, the
-    nodes health.py finds unhealthy (never moved: work that names one cannot start), and what
-    the DRA claims and templates ask for (claims.key -> asks)."""
+    pass's clock, the nodes health.py finds unhealthy (never moved: work that names one cannot
+    start), and what the DRA claims and templates ask for (claims.key -> asks)."""
 
     spec: SlurmNodePoolSpec
     nodes: Sequence[NodeView]
     slurm: SlurmView
     pods: Sequence[PendingPod]
-    gpus_per_node: int
     unhealthy: frozenset[str] = frozenset()
     claims: Mapping[str, Asks] = field(default_factory=dict)
+    now: datetime = field(kw_only=True)  # the snapshot's clock
+
+    @cached_property
+    def gpus_per_node(self) -> int:
+        return gpus_per_node(self.spec)
 
 
 Source = Callable[[Seen], Iterable[Want]]
