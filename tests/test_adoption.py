@@ -13,7 +13,7 @@ import pytest
 from slurmbridge import SlurmJob
 from slurmpool.core.decide import decide
 from slurmpool.core.events import Reason
-from slurmpool.core.moves import Cancel, CreateSlurmdPod, Drain, Evict, PatchNode, Requeue, Resume, Signal
+from slurmpool.core.moves import Cancel, CreateSlurmdPod, Drain, Evict, Requeue, Resume, Signal
 from slurmpool.core.planner import plan
 from slurmpool.core.snapshot import PoolSnapshot
 from slurmpool.core.view import ANN_ADOPT, ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView

@@ -106,6 +106,20 @@ stopping=0
 on_term() { stopping=1; }
 trap on_term TERM INT
 
+# A slurmd started outside Kubernetes (systemd on the host, a node being adopted: docs/adopting.md)
+# may still hold the node's port: slurmd starts only once nothing answers there, so two never serve
+# one node (a slurmd started anyway could not bind the port and would exit). SLURMD_PORT: the port
+# when slurm.conf's SlurmdPort (or its default 6818) is not it.
+port=${SLURMD_PORT:-$(sed -n 's/^[[:space:]]*SlurmdPort[[:space:]]*=[[:space:]]*\([0-9][0-9]*\).*/\1/ip' "${SLURM_CONF:-/dev/null}" 2>/dev/null | head -n1 || true)}
+port=${port:-6818}
+said=0
+while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+  [ $said = 1 ] || log "port $port answers (a slurmd outside Kubernetes?): slurmd starts once it is free"
+  said=1
+  [ $stopping = 0 ] || exit 0
+  sleep 1
+done
+
 log "slurmd ${args[*]}"
 slurmd "${args[@]}" &
 slurmd_pid=$!
