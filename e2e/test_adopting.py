@@ -124,7 +124,7 @@ def test_a_node_with_an_outside_slurmd_and_a_running_job_is_adopted_without_touc
     outside_slurmd.wait(30)
     wait(lambda: "slurmpool.io/adopt" not in node_json(lab, NODE)["metadata"].get("annotations", {}), 60,
          what="the adoption done (annotation removed)")
-    (done,) = events(lab, "AdoptionCompleted")
+    (done,) = wait(lambda: events(lab, "AdoptionCompleted"), 30, what="the AdoptionCompleted Event")
     after = show_node(lab, NODE)
     assert slurm_time(after["SlurmdStartTime"]) >= pod_created.replace(microsecond=0), (after, pod_created)
     assert "DRAIN" not in after["State"] and "NOT_RESPONDING" not in after["State"], after  # the drain handed over, lifted
