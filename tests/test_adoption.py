@@ -71,6 +71,7 @@ def test_placed_in_slurm_at_once_with_nothing_drained_evicted_or_ended(paused):
     assert [e.reason for e in step.events] == [Reason.AdoptionStarted]
     assert "Stop the slurmd that runs outside Kubernetes" in step.events[0].message
     assert decision.starts == []  # no move: the planner has nothing to do with it
+    assert kinds(decided(placed, slurm_of(), paused=paused)) == [CreateSlurmdPod]  # paused or not: no move, its upkeep
 
 
 def test_the_slurmd_pod_is_made_and_the_adoption_waits_for_its_own_slurmd():
