@@ -135,7 +135,7 @@ load: deps venv
 # `exec env`: no shell of a lane keeps the main lab's LAB_DIR in its environment
 # (test_lab_down_leaves_nothing_behind finds the main lab's processes by it).
 E2E_BESIDE ?= e2e/test_operator.py e2e/test_faults.py e2e/test_oncall.py e2e/test_isolation.py \
-  e2e/test_health.py e2e/test_faults_nodes.py e2e/test_topology.py e2e/test_parking_jobs.py
+  e2e/test_health.py e2e/test_faults_nodes.py e2e/test_topology.py e2e/test_parking_jobs.py e2e/test_adopting.py
 MATRIX_A ?= 24.11-rest 24.11-dynamic-requeue 22.05-names 22.05-pyxis-real 26.05-rest-parking
 MATRIX_B ?= 26.05 26.05-dynamic-rest
 lane_offset = $$(( $${LAB_PORT_OFFSET:-0} + $(1) ))

@@ -15,6 +15,8 @@
 #   MUNGE_SOCKET        munged's socket (default: slurm.conf's AuthInfo socket=, else
 #                       /run/munge/munge.socket.2)
 #   SLURMD_ARGS         more slurmd arguments (word-split); the container's args are appended too
+#   SLURMD_PORT         the node's slurmd port, when neither its node line's Port= nor slurm.conf's
+#                       SlurmdPort (nor 6818) is it: slurmd starts only once nothing answers there
 #
 # SIGTERM (pod deletion, eviction, drain): slurmd is stopped only once no job step runs on this node.
 # The node's state in Slurm is never changed here: no `scontrol update state=down` (which kills
@@ -107,6 +109,30 @@ job_steps() {  # PIDs of slurmstepd in this container (its own PID namespace)
 stopping=0
 on_term() { stopping=1; }
 trap on_term TERM INT
+
+# A slurmd started outside Kubernetes (systemd on the host, a node being adopted: docs/adopting.md)
+# may still hold the node's port: slurmd starts only once nothing answers there, so two never serve
+# one node (a slurmd started anyway could not bind the port and would exit). The port: SLURMD_PORT,
+# else Port= of the node's own line (SLURMD_NODE_CONF, or slurm.conf's NodeName=$NODE_NAME line),
+# else slurm.conf's SlurmdPort, else 6818.
+slurmd_port() {
+  local file=${SLURM_CONF:-} line
+  [ -z "${SLURMD_PORT:-}" ] || { echo "$SLURMD_PORT"; return; }
+  line=${SLURMD_NODE_CONF:-}
+  [ -n "$line" ] || [ ! -r "$file" ] || line=$(grep -E "^[[:space:]]*NodeName=$NODE_NAME([[:space:]]|$)" "$file" | head -n1 || true)
+  if [[ " $line" =~ [[:space:]]Port=([0-9]+) ]]; then echo "${BASH_REMATCH[1]}"; return; fi
+  line=""
+  [ ! -r "$file" ] || line=$(sed -n 's/^[[:space:]]*SlurmdPort[[:space:]]*=[[:space:]]*\([0-9][0-9]*\).*/\1/ip' "$file" | head -n1 || true)
+  echo "${line:-6818}"
+}
+port=$(slurmd_port)
+said=0
+while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+  [ $said = 1 ] || log "port $port answers (a slurmd outside Kubernetes?): slurmd starts once it is free"
+  said=1
+  [ $stopping = 0 ] || exit 0
+  sleep 1
+done
 
 log "slurmd ${args[*]}"
 slurmd "${args[@]}" &

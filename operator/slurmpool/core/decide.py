@@ -28,7 +28,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from slurmpool.core import health as healthmod
-from slurmpool.core import parking, reservations, slurmnames, slurmstate
+from slurmpool.core import adoption, parking, reservations, slurmnames, slurmstate
 from slurmpool.core.demand import Seen, signals
 from slurmpool.core.handover import PoolView, reconcile as reconcile_handover
 from slurmpool.core.warning import warn
@@ -46,6 +46,7 @@ from slurmpool.core.events import Event, Reason
 from slurmpool.core.snapshot import PoolDecision, PoolSnapshot
 from slurmpool.core.target import Decision, decide_target, with_given_back
 from slurmpool.core.view import (
+    ANN_ADOPT,
     ANN_MOVE,
     ANN_MOVE_NOW,
     ANN_PIN,
@@ -91,11 +92,15 @@ def decide(snap: PoolSnapshot) -> PoolDecision:
             steps[node.name] = parking.decline(node.move, node, at, why)
         elif node.move is not None:
             steps[node.name] = advance(node.move, node, at, _unhealthy(node, health), refusals.get(node.name))
+        elif adoption.wanted(node):
+            if (placed := adoption.place(node, at)) is not None:
+                steps[node.name] = placed
         elif node.placement == SLURM:
             repair = _repair_slurm_node(node, slurm, health.get(node.name, HEALTHY), now, spec)
             restore_cordon(node, spec, repair, "while settled in Slurm")
+            adoption.follow(node, slurm.nodes.get(node.name) if slurm.available else None, repair)
             stray_pods += [(node.name, p) for p in node.pods if p.evictable]
-            if repair.actions or repair.drop_claim or repair.drop_checkpoint:
+            if repair.actions or repair.drop_claim or repair.drop_checkpoint or repair.adopted:
                 steps[node.name] = repair
         elif node.name in lend.steps:
             steps[node.name] = lend.steps[node.name]
@@ -250,6 +255,9 @@ def _flag(spec: SlurmNodePoolSpec, node: NodeView, same_slurm_name: list[str] | 
                                    f"(pools: {names}); set slurmpool.io/move-now or a pin to say where the node goes"))
     if node.pin and node.pin != "inference" and node.pin not in valid and not any(p.annotation == ANN_PIN for p in node.problems):
         flags.append(RecordProblem(ANN_PIN, f"names inference pool {pool_of(node.pin)!r}, which this SlurmNodePool does not have (pools: {names})"))
+    if node.adopt is not None and (node.move is not None or pool_of(node.placement) is not None):
+        where = f"is moving to {node.move.target}" if node.move else f"serves {node.placement}"
+        flags.append(RecordProblem(ANN_ADOPT, f"the node {where}: adoption takes in only a node the pool has not placed; remove the annotation"))
     move = node.move
     if move is not None and move.target not in valid and move.source not in valid:
         # A move to a pool since removed goes back where it came from (planner); with nowhere

@@ -39,6 +39,8 @@ class Reason(StrEnum):
     NodeRecordFixed = "NodeRecordFixed"
     MoveNowDone = "MoveNowDone"
     MoveNowIgnored = "MoveNowIgnored"
+    AdoptionStarted = "AdoptionStarted"  # slurmpool.io/adopt: placed in Slurm as it is (adoption.py)
+    AdoptionCompleted = "AdoptionCompleted"
     # nodes deleted from Kubernetes (decide.py)
     NodeDeleted = "NodeDeleted"
     OrphanSlurmdDeleted = "OrphanSlurmdDeleted"

@@ -192,6 +192,7 @@ class Step:
     given_back: bool | None = None  # True: mark the node given back to Slurm's job (now); False: unmark; None: as it is
     power_down_asked: datetime | None = None  # keep_parked asked again now: written on the Node before the request
     jobs: MoveJobs | None = None  # Draining: the move's jobs as it saw and ended them (advance() puts them in the record)
+    adopted: bool = False  # its adoption is done (adoption.py): slurmpool.io/adopt is removed
 
 
 def between_pools(source: str, target: str) -> bool:

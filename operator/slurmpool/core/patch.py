@@ -16,7 +16,7 @@ from slurmpool.core.interfaces import PoolRef
 from slurmpool.core.moves import PatchNode, Step
 from slurmpool.core.placement import pool_of
 from slurmpool.core.view import (
-    ANN_CHECKPOINT, ANN_CORDON_KEPT, ANN_DRAIN, ANN_GIVEN_BACK, ANN_HOLD_UNTIL, ANN_MOVE, ANN_PLACEMENT, ANN_POOL, ANN_POWER_DOWN_ASKED, ANN_SETTLED,
+    ANN_ADOPT, ANN_CHECKPOINT, ANN_CORDON_KEPT, ANN_DRAIN, ANN_GIVEN_BACK, ANN_HOLD_UNTIL, ANN_MOVE, ANN_PLACEMENT, ANN_POOL, ANN_POWER_DOWN_ASKED, ANN_SETTLED,
     SLURM_TAINT_KEY,
     MoveRecord, NodeView, iso,
 )
@@ -139,6 +139,8 @@ def _record(pool: PoolRef, node: NodeView, step: Step, now: datetime) -> dict[st
         annotations[ANN_GIVEN_BACK] = iso(now)
     elif step.given_back is False and ANN_GIVEN_BACK in node.annotations:
         annotations[ANN_GIVEN_BACK] = None
+    if step.adopted and ANN_ADOPT in node.annotations:
+        annotations[ANN_ADOPT] = None  # a person's request, fulfilled (adoption.py)
     if step.settled and pool_of(step.settled) and node.cordon_kept:
         annotations[ANN_CORDON_KEPT] = None  # back in inference, their cordon kept: theirs as any other
     return annotations

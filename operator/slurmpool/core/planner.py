@@ -227,7 +227,8 @@ def work_lost(job: SlurmJob, drain: DrainSpec, now: datetime) -> float:
 
 def _movable(node: NodeView, now: datetime) -> bool:
     hold = node.held_until
-    return node.move is None and node.pin is None and node.move_now is None and not node.problems and not (hold and hold > now)
+    return (node.move is None and node.pin is None and node.move_now is None and node.adopt is None and not node.problems
+            and not (hold and hold > now))
 
 
 def _candidates(spec: SlurmNodePoolSpec, nodes: list[NodeView], slurm: SlurmView, now: datetime, keep: set[str],

@@ -49,6 +49,9 @@ ANN_CHECKPOINT = f"{PREFIX}/checkpoint"  # JSON CheckpointRecord: the jobs signa
 # When a parked node Slurm left not powered down was last asked again (moves.keep_parked): once per registerTimeout.
 ANN_POWER_DOWN_ASKED = f"{PREFIX}/power-down-asked"
 ANN_FORCE = f"{PREFIX}/force"  # on-call: "true" lets a pin or move-now move an unhealthy node
+# A person: this unplaced node's slurmd runs outside Kubernetes today; take it into the Slurm side
+# as it is (adoption.py). Removed by the operator once the node's slurmd pod has registered.
+ANN_ADOPT = f"{PREFIX}/adopt"
 # "true": the node was already cordoned by someone else when a move took it to Slurm; that cordon
 # is theirs, so it stays when the node returns to inference (moves.inference_shape; patch.py writes it).
 ANN_CORDON_KEPT = f"{PREFIX}/cordon-kept"
@@ -155,6 +158,13 @@ class Cause(StrEnum):
     # Slurm asked a lendable parked node back (parking.py): the move to Slurm; its decline, a
     # rollback, keeps the cause (rollback=True) so the status can say it was declined.
     GIVEBACK = "give-back"
+
+
+class Adopt(StrEnum):
+    """The values of slurmpool.io/adopt: what becomes of a drain someone else set on the node."""
+
+    KEEP_DRAIN = "true"  # a drain of someone else's stays, reported (they resume it)
+    RESUME_DRAIN = "resume-drain"  # the person hands their drain over: resumed once the slurmd pod has registered
 
 
 class MoveRecord(BaseModel):
@@ -351,6 +361,7 @@ class NodeView:
     # (informative only: an unreadable value leaves the node in the operator's hands).
     settled_at: datetime | None = field(init=False, repr=False)
     force: bool = field(init=False, repr=False)  # slurmpool.io/force=true: pin/move-now may move it unhealthy
+    adopt: Adopt | None = field(init=False, repr=False)  # slurmpool.io/adopt: take it into Slurm as it is
     # Annotations that could not be read (people can write them): the node is left alone.
     problems: tuple[RecordProblem, ...] = field(init=False, repr=False)
 
@@ -402,6 +413,11 @@ class NodeView:
         if force not in (None, "true"):
             problems.append(RecordProblem(ANN_FORCE, f"{force[:40]!r} is not 'true' (remove the annotation to stop forcing)"))
         object.__setattr__(self, "force", force == "true")
+        adopt = get(ANN_ADOPT) or None
+        known = {a.value for a in Adopt}
+        if adopt is not None and adopt not in known:
+            problems.append(RecordProblem(ANN_ADOPT, f"{adopt[:40]!r} is not one of {', '.join(sorted(known))}"))
+        object.__setattr__(self, "adopt", Adopt(adopt) if adopt in known else None)
         object.__setattr__(self, "placement", placement)
         object.__setattr__(self, "move", move)
         object.__setattr__(self, "pin", pin)
