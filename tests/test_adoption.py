@@ -16,7 +16,7 @@ from slurmpool.core.events import Reason
 from slurmpool.core.moves import Cancel, CreateSlurmdPod, Drain, Evict, Requeue, Resume, Signal
 from slurmpool.core.planner import plan
 from slurmpool.core.snapshot import PoolSnapshot
-from slurmpool.core.view import ANN_ADOPT, ANN_PLACEMENT, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
+from slurmpool.core.view import ANN_ADOPT, ANN_MOVE_NOW, ANN_PIN, ANN_PLACEMENT, ANN_SETTLED, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 from .sim import POOL, merged
@@ -25,6 +25,7 @@ JOB = SlurmJob(job_id="42", name="train", user="alice", state="RUNNING", partiti
                num_nodes=1, start_time=NOW - timedelta(hours=1), end_time=None, reason="None")
 OUTSIDE_STARTED = NOW - timedelta(days=3)  # the slurmd systemd started on the host
 PERSONS_DRAIN = "moving to slurmpool"
+DRAINED_AT = NOW - timedelta(hours=1)  # the person drained it, then asked for the adoption
 JOB_ACTIONS = (Drain, Evict, Requeue, Cancel, Signal)
 
 
@@ -35,7 +36,8 @@ def unplaced(adopt: str = "true", **annotations: str) -> NodeView:
 
 def slurm_of(drained: bool = True, started=OUTSIDE_STARTED, state: str = "MIXED", flags: frozenset[str] = frozenset()) -> SlurmView:
     sn = slurm_node("gpu07", state=state, flags={"DRAIN", *flags} if drained else flags, reason=PERSONS_DRAIN if drained else None)
-    return SlurmView(True, nodes={"gpu07": replace(sn, slurmd_start=started, reason_user="admin" if drained else None)}, jobs=(JOB,))
+    sn = replace(sn, slurmd_start=started, reason_user="admin" if drained else None, reason_time=DRAINED_AT if drained else None)
+    return SlurmView(True, nodes={"gpu07": sn}, jobs=(JOB,))
 
 
 def decided(node: NodeView, slurm: SlurmView, paused: bool = False, now=NOW):
@@ -163,3 +165,26 @@ def test_the_planner_never_chooses_a_node_being_adopted():
     plain = NodeView(name="gpu08", annotations={ANN_PLACEMENT: SLURM})
     slurm = SlurmView(True, nodes={n: slurm_node(n) for n in ("gpu07", "gpu08")})
     assert [s.node for s in plan(spec, [adopting, plain], slurm, NOW).starts] == ["gpu08"]
+
+
+def test_resume_drain_on_a_node_long_in_slurm_never_resumes_a_drain_set_since():
+    """An admin drained a node slurmpool settled in Slurm a week ago; someone then writes
+    adopt=resume-drain on it: that drain was never handed over, and stays."""
+    settled = NodeView(name="gpu07", labels={"gpu": "true"}, annotations={
+        ANN_ADOPT: "resume-drain", ANN_PLACEMENT: SLURM, ANN_SETTLED: (NOW - timedelta(days=7)).isoformat()})
+    settled = after(settled, decided(settled, slurm_of()))  # its upkeep: the slurmd pod
+    decision = decided(settled, slurm_of(started=NOW + timedelta(seconds=40)), now=NOW + timedelta(seconds=41))
+    assert Resume not in kinds(decision)
+    step = decision.steps["gpu07"]
+    assert step.adopted and "not the drain handed over" in step.events[-1].message
+
+
+def test_a_pin_or_move_now_waits_for_the_adoption():
+    """A move would drain the node midway through its adoption (and _flag would then freeze it)."""
+    spec = make_spec(slurm_nodes=0, max_moves=2)
+    pinned = NodeView(name="gpu07", annotations={ANN_PLACEMENT: SLURM, ANN_ADOPT: "true", ANN_PIN: "inference:default"})
+    asked = NodeView(name="gpu08", annotations={ANN_PLACEMENT: SLURM, ANN_ADOPT: "true", ANN_MOVE_NOW: "inference"})
+    slurm = SlurmView(True, nodes={n: slurm_node(n) for n in ("gpu07", "gpu08")})
+    assert plan(spec, [pinned, asked], slurm, NOW).starts == []
+    done = [replace(n, annotations={k: v for k, v in n.annotations.items() if k != ANN_ADOPT}) for n in (pinned, asked)]
+    assert sorted(s.node for s in plan(spec, done, slurm, NOW).starts) == ["gpu07", "gpu08"]  # adopted: they move

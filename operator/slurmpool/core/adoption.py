@@ -25,7 +25,7 @@ from slurmbridge.models import SlurmNode
 from slurmpool.core import slurmstate
 from slurmpool.core.events import Event, Reason
 from slurmpool.core.moves import Pass, Resume, Step, slurm_shape, stale_slurmd
-from slurmpool.core.ownership import why_not_ours
+from slurmpool.core.ownership import CLOCK_SKEW, why_not_ours
 from slurmpool.core.view import NONE, SLURM, Adopt, NodeView
 
 
@@ -58,16 +58,24 @@ def follow(node: NodeView, sn: SlurmNode | None, step: Step) -> None:
         return
     assert sn is not None, "_waiting answers while Slurm does not list the node"
     foreign = slurmstate.drain_set(sn) and why_not_ours(node, sn) is not None
-    if foreign and node.adopt == Adopt.RESUME_DRAIN and not slurmstate.verdict(sn):
+    handed_over = _set_before_adoption(node, sn)
+    if foreign and node.adopt == Adopt.RESUME_DRAIN and not slurmstate.verdict(sn) and handed_over:
         step.actions.append(Resume(node.name))  # the annotation goes once Slurm shows the drain lifted
         step.message = f"adopting: resuming the drain handed over ({sn.reason})"
         return
     step.adopted = True
     left = ""
     if foreign:
-        why = "Slurm's own verdict" if slurmstate.verdict(sn) else "slurmpool.io/adopt=true keeps it"
+        why = ("Slurm's own verdict" if slurmstate.verdict(sn) else "slurmpool.io/adopt=true keeps it" if node.adopt != Adopt.RESUME_DRAIN
+               else "set after the adoption placed the node, or when is not known: not the drain handed over")
         left = f"; its drain ({sn.reason}) is someone else's and stays ({why}): resume it in Slurm when it should take jobs"
     step.events.append(Event.normal(Reason.AdoptionCompleted, f"{node.name}: adopted; its slurmd pod's slurmd serves it in Slurm{left}"))
+
+
+def _set_before_adoption(node: NodeView, sn: SlurmNode) -> bool:
+    """The drain dates from before `place` settled the node: the one the person handed over. A
+    drain set later (an admin's, on a node long in Slurm that someone annotated) is never resumed."""
+    return sn.reason_time is not None and node.settled_at is not None and sn.reason_time < node.settled_at + CLOCK_SKEW
 
 
 def _waiting(node: NodeView, sn: SlurmNode | None) -> str | None:

@@ -347,13 +347,14 @@ def plan(
 
     # Pins first: the on-call's word beats the planner's arithmetic.
     # A node with an unreadable record is left alone (decide.py reports it), even when pinned.
-    for node in sorted((n for n in nodes if n.pin and not n.problems), key=lambda n: n.name):
+    # A node being adopted (slurmpool.io/adopt) waits for its adoption: a move would drain it midway.
+    for node in sorted((n for n in nodes if n.pin and not n.problems and n.adopt is None), key=lambda n: n.name):
         if node.move is None and node.pin in valid and node.pin != node.placement and may_force(node) and budget:
             start(node, node.pin, Cause.PIN)
             budget -= 1
     # Then move-now requests: a one-shot pin (see move_now_target); the split is unchanged, so
     # the rebalance below sends another node the other way (a swap).
-    for node in sorted((n for n in nodes if n.move_now and not n.problems), key=lambda n: n.name):
+    for node in sorted((n for n in nodes if n.move_now and not n.problems and n.adopt is None), key=lambda n: n.name):
         want = move_now_target(node, spec, desired, count)
         if node.move is None and want and want != node.placement and node.pin is None and may_force(node) and budget:
             start(node, want, Cause.MOVE_NOW)
