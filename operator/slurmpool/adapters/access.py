@@ -71,22 +71,23 @@ async def observe_slurm(backend: SlurmBackend, pending: frozenset[str] | None = 
     demand on); running jobs are read from every partition (a node may run any). None: every job.
     100k pending jobs were 17 MB per poll: squeue filters (`-t`, `-p`); slurmrestd cannot, so its
     one answer is filtered as it comes (the states: rest.py) and by partition here. Every
-    reservation too, wherever the access can list them: every pool's planner keeps the nodes of
-    others' in Slurm, and a pool with a planned handover finds its own there."""
+    reservation too (once the nodes and jobs are read), wherever the access can list them: every
+    pool's planner keeps the nodes of others' in Slurm, and a pool with a planned handover finds its own there."""
     if pending is None:
         calls = [backend.jobs()]
     elif backend.filters_jobs:
         calls = [backend.jobs(states=sorted(ACTIVE_JOB_STATES))] + [backend.jobs(partition=p, states=["PENDING"]) for p in sorted(pending)]
     else:  # one answer of every job: the states that matter kept as it is read
         calls = [backend.jobs(states=sorted(ACTIVE_JOB_STATES | ({"PENDING"} if pending else set())))]
-    polled, answers, listed = await asyncio.gather(backend.nodes(), _settled(calls), _reservations(backend),
-                                                   return_exceptions=True)
-    found, max_times, error, api = _value(listed)
+    polled, answers = await asyncio.gather(backend.nodes(), _settled(calls), return_exceptions=True)
     failed = next((r for r in (polled, *_value(answers)) if isinstance(r, BaseException)), None)
     if isinstance(failed, SlurmError):
         return SlurmView(available=False, error=str(failed)[:500])
     if failed is not None:
         raise failed
+    # Only once Slurm answered: an unreachable Slurm (SSH connects one at a time, each waiting out
+    # its timeout) would otherwise take two more timeouts to say so.
+    found, max_times, error, api = await _reservations(backend)
     nodes, jobs = _value(polled), [j for answer in _value(answers) for j in _value(answer)]
     if pending is not None:
         jobs = [j for j in jobs if j.state in ACTIVE_JOB_STATES or (j.state == "PENDING" and pending & set(j.partition.split(",")))]
@@ -111,8 +112,8 @@ Listed = tuple[tuple[SlurmReservation, ...] | None, dict[str, timedelta | None],
 
 async def _reservations(backend: SlurmBackend) -> Listed:
     """Every reservation (planned handovers, and others' that keep their nodes in Slurm) and the
-    partitions' MaxTime (the default lead time), beside the node poll: two more calls, made side by
-    side; and whether the access can reserve at all. None without a reservation API (slurmrestd
+    partitions' MaxTime (the default lead time), after the node poll answered: two more calls, made
+    side by side; and whether the access can reserve at all. None without a reservation API (slurmrestd
     before v0.0.43). A failure fails neither the poll nor the moves: the handover waits, and the
     planner keeps holding what the pool's last status showed held (core/reservations.py)."""
     try:
