@@ -94,6 +94,10 @@ def test_a_node_with_an_outside_slurmd_and_a_running_job_is_adopted_without_touc
     job = sbatch(lab, lab.slurm_name(NODE), 45, limit_minutes=5)
     wait(lambda: job_state(lab, job) == "RUNNING", 30, what="the job running under the outside slurmd")
     lab.slurm("scontrol", "update", f"nodename={lab.slurm_name(NODE)}", "state=drain", f"reason={PERSONS_DRAIN}")
+    # Slurm and the pod both stamp whole seconds: a pod made in the second the outside slurmd
+    # started is indistinguishable from its own (a host's slurmd runs long before; here it had not).
+    started = datetime.fromisoformat(outside_start).replace(tzinfo=datetime.now().astimezone().tzinfo)
+    time.sleep(max(0.0, 2 - (datetime.now().astimezone() - started).total_seconds()))
 
     # A paused pool that selects the node by the site's label; the node asked for as it is.
     command = ["bash", "-c", WAIT_FOR_PORT]
