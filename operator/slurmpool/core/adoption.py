@@ -91,4 +91,6 @@ def _waiting(node: NodeView, sn: SlurmNode | None) -> str | None:
         return "Slurm gives no slurmd start time: cannot tell the pod's slurmd from the one outside Kubernetes"
     if stale := stale_slurmd(sn, pod):
         return f"{stale}: stop the slurmd that runs outside Kubernetes on the host"
+    if sn.slurmd_start <= pod.created:  # stale_slurmd allows clock skew; an outside slurmd started just before the pod passes it
+        return "Slurm's slurmd started no later than the pod: stop the slurmd that runs outside Kubernetes on the host"
     return None
