@@ -150,7 +150,9 @@ def test_the_preemption_drill(lab):
         lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"demand":{"enabled":false}}}')
         wait(lambda: split_reached(lab, POOL, total, total), 180, what=f"{total} Slurm again")
         wait(lambda: all(job_state(lab, j) == "RUNNING" for j in jobs), 180, what="every job running again")
+        # RUNNING comes before the batch shell runs (its prolog, pyxis's on 26.05): its line comes a moment later
         for j in hit:
+            wait(lambda j=j: len(lines(d, j, "start")) >= 2, 30, what=f"job {j}'s restart line")
             assert lines(d, j, "start") == ["fresh 0", "resumed 1"], (j, lines(d, j, "start"))
     finally:
         op.stop()
