@@ -170,6 +170,24 @@ def test_a_move_turned_back_names_the_jobs_it_waited_for():
     assert [(g.how, g.ids) for g in rolled.jobs] == [("drained", ["42"])] and world.jobs  # still running: never ended by us
 
 
+def test_a_move_the_split_no_longer_wants_names_the_jobs_it_waited_for_on_its_way_back():
+    """An abort is in no history of its own: the move back (cause abort) carries its jobs."""
+    spec = make_spec(slurm_nodes=0, drain={"timeout": "1h", "onTimeout": "Requeue"})
+    world = slurm_world(jobs=[job("42", ["gpu01"], end_in=3600)])
+    status = None
+    for i in range(3):
+        status, _ = _pass(world, spec, status, NOW + timedelta(seconds=i))
+    assert world.node.move is not None and world.node.move.phase == Phase.DRAINING
+    spec = make_spec(slurm_nodes=1, drain={"timeout": "1h", "onTimeout": "Requeue"})  # the split wants it in Slurm again
+    for i in range(3, 40):
+        status, _ = _pass(world, spec, status, NOW + timedelta(seconds=i))
+        if world.node.move is None:
+            break
+    [back] = status.recent_moves
+    assert (back.cause, back.outcome, back.to) == ("abort", "Completed", SLURM), back
+    assert [(g.how, g.ids) for g in back.jobs] == [("drained", ["42"])] and world.jobs  # never ended by us
+
+
 def test_the_history_with_every_move_full_of_jobs_stays_within_its_bound():
     jobs = MoveJobs().seeing([str(10_000_000 + i) for i in range(MAX_NAMED + 20)])
     jobs = jobs.ending("requeued", jobs.drained[:30]).signalling(jobs.drained[:30])

@@ -41,7 +41,7 @@ from slurmpool.core.moves import DeleteSlurmdPod, PatchNode
 from slurmpool.core.ownership import our_drain
 from slurmpool.core.snapshot import ApplyResult, PoolSnapshot
 from slurmpool.core.status import build_status
-from slurmpool.core.view import ANN_PLACEMENT, ANN_POOL, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
+from slurmpool.core.view import ANN_PLACEMENT, ANN_POOL, ANN_SLURM, LABEL_SIDE, SLURM, SLURM_TAINT_KEY, NodeView, PodView, SlurmView
 
 from .factories import NOW, make_spec, slurm_node
 from .sim import POWER_SAVE_OFF, POWER_SAVE_ON, SLURM_ACTIONS, World
@@ -113,7 +113,11 @@ class PoolModel(RuleBasedStateMachine):
         for name in decision.steps:
             if name in refused:  # the node patch refused: no other step for it this pass (apply.py)
                 continue
-            self.worlds[name].write(decision.patches.get(name, {}))  # the record and shape, as apply.py sends them
+            patch = decision.patches.get(name, {})
+            if patch and name in decision.publish:  # Slurm's state goes in a patch sent anyway (controller/published.py)
+                patch = {**patch, "metadata": {**patch.get("metadata", {}), "annotations": {
+                    **patch.get("metadata", {}).get("annotations", {}), ANN_SLURM: decision.publish[name]}}}
+            self.worlds[name].write(patch)  # the record and shape, as apply.py sends them
         if self.crash != "after-patch":
             for name, step in decision.steps.items():
                 if name not in refused:
@@ -128,6 +132,8 @@ class PoolModel(RuleBasedStateMachine):
                         if not isinstance(action, (PatchNode, *SLURM_ACTIONS)):
                             self.sends(name, action)
                             self.worlds[name].apply(action)
+            for name, value in decision.publish.items():  # Slurm's state on the other Nodes, last in apply.py
+                self.worlds[name].write({"metadata": {"annotations": {ANN_SLURM: value}}})
             self.status = build_status(snap, decision, ApplyResult())
         else:
             self.status = None  # a restarted operator starts from the nodes alone

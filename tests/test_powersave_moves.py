@@ -102,6 +102,23 @@ def test_powering_down_waits_for_slurm_and_is_bounded_by_register_timeout():
     assert [e.reason for e in step.events if e.type == "Warning"] == [Reason.NotPoweredDown]
 
 
+def test_powering_down_a_node_slurm_leaves_out_of_its_answer_waits_within_the_same_bound():
+    """A lying Slurm (issue 37; the pool model found it): a poll without the node is no proof of a
+    power-down, nor of none. Done then, the node counted parked by its drain while Slurm powered it
+    down, and a move back started its slurmd on a powered-down node."""
+    spec = power_save_spec()
+    move = MoveRecord(id="m1", source=SLURM, target=INFERENCE, phase="PoweringDown", since=NOW, started=NOW)
+    world = slurm_world(power_save=POWER_SAVE_ON)
+    world.node = replace(world.node, pods=())
+    hidden = replace(world.view(), nodes={})
+    step = advance(move, world.node, Pass(hidden, spec, NOW + timedelta(seconds=30)))
+    assert step.move.phase == "PoweringDown" and step.actions == [] and "does not list" in step.message
+    step = advance(move, world.node, Pass(hidden, spec, NOW + timedelta(minutes=5)))
+    assert step.move.phase == "Relabeling" and [e.reason for e in step.events if e.type == "Warning"] == [Reason.NotPoweredDown]
+    step = advance(move, world.node, Pass(hidden, make_spec(), NOW))  # a Drain pool powers nothing down: no wait
+    assert step.move.phase == "Relabeling"
+
+
 # ------------------------------------------------------------------ to Slurm
 
 
@@ -382,3 +399,34 @@ def test_slurmd_b_starts_only_once_slurms_power_up_request_is_seconds_old():
 
     assert creates(timedelta(0)) == [] and creates(BOOT_AFTER_POWER_UP - timedelta(seconds=1)) == []
     assert creates(BOOT_AFTER_POWER_UP) == [CreateSlurmdPod("gpu01", boot=True)]
+
+
+def test_a_node_slurm_leaves_out_of_its_answer_after_showing_it_powered_down_gets_no_slurmd_until_listed():
+    """A lying Slurm (issue 37): a poll that omits a node the operator last published powered
+    down. A slurmd registering on it would be "unexpectedly rebooted": StartingSlurmd waits for
+    Slurm to list it, half the registerTimeout at most (a node Slurm no longer knows, a deleted
+    dynamic node, is then started as any unlisted node)."""
+    from slurmpool.core.models import seconds
+    from slurmpool.core.phases import Phase
+    from slurmpool.core.published import slurm_annotation
+    from slurmpool.core.view import ANN_SLURM
+
+    from .sim import node_patch
+
+    world = powered_down_world()
+    world.write({"metadata": {"annotations": {ANN_SLURM: slurm_annotation("gpu01", world.view())}}})
+    move = MoveRecord(id="m1", source=INFERENCE, target=SLURM, phase=Phase.STARTING_SLURMD, since=NOW, started=NOW)
+    world.write(node_patch(POOL, world.node, Step(move), NOW))
+    spec = power_save_spec()
+    hidden = replace(world.view(), nodes={})
+
+    def creates(after: float, view=hidden) -> list[CreateSlurmdPod]:
+        step = advance(world.node.move, world.node, Pass(view, spec, NOW + timedelta(seconds=after)))
+        return [a for a in step.actions if isinstance(a, CreateSlurmdPod)]
+
+    half = seconds(spec.slurm.register_timeout) / 2
+    assert creates(0) == [] and creates(half - 1) == []
+    assert creates(0, world.view()) == []  # listed: powered down, so powered up first (PowerUp), still no slurmd
+    assert creates(half) == [CreateSlurmdPod("gpu01", boot=False)]
+    world.write({"metadata": {"annotations": {ANN_SLURM: None}}})  # never published: an unlisted node is started at once
+    assert creates(0) == [CreateSlurmdPod("gpu01", boot=False)]

@@ -33,6 +33,7 @@ from slurmpool.core.expiry import Cancel, Expiry, Requeue, Signal, expire, overd
 from slurmpool.core.fit import misfit
 from slurmpool.core.movejobs import MoveJobs
 from slurmpool.core.ownership import claim, why_not_ours
+from slurmpool.core.published import slurm_view as published_view
 from slurmpool.core.models import InferencePool, SlurmNodePoolSpec, seconds
 from slurmpool.core.phases import ABORTABLE, BETWEEN_POOLS, FINISH, TO_INFERENCE, TO_SLURM, WAIT, Advance, Finish, Outcome, Phase, Rollback, Wait
 from slurmpool.core.view import (
@@ -506,7 +507,8 @@ def _stop(move: MoveRecord, node: NodeView, at: Pass, step: Step, side: str, why
 
 
 def reverse(move: MoveRecord, spec: SlurmNodePoolSpec, now: datetime, cause: Cause) -> MoveRecord:
-    """The move back to where `move` came from, through the normal phases."""
+    """The move back to where `move` came from, through the normal phases. An aborted move is in
+    no history of its own (only a rolled-back one is, with its jobs): its jobs go on with the move back."""
     source = move.source
     if source == NONE:  # an adopted node goes back to the most important inference pool
         top = max(spec.inference.pools, key=lambda p: (p.priority, [-ord(c) for c in p.name]))
@@ -520,6 +522,7 @@ def reverse(move: MoveRecord, spec: SlurmNodePoolSpec, now: datetime, cause: Cau
         started=now,
         cause=cause,
         rollback=True,
+        jobs=move.jobs if cause == Cause.ABORT else None,
     )
 
 
@@ -674,15 +677,26 @@ def _powering_down(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: Slu
         drain(step, node, drain_reason(move), now)
         step.message = "Slurm lifted the drain as it powered the node down: draining it again"
         return WAIT
+    if sn is None and power_save_parking(spec, slurm):
+        # Slurm's answer left the node out (a lying Slurm): neither known powered down nor known
+        # up. Waiting, as for a power-down Slurm has not taken: done, it would count as parked
+        # by its drain while Slurm powers it down, and a move back would start its slurmd there.
+        step.message = "Slurm does not list the node: waiting for it to show the power-down"
+        return _powered_down_within_bound(move, node, spec, now, step, "not listed")
     if not powers_down(spec, slurm, sn):
         return Advance(Phase.RELABELING)
     assert sn is not None, "powers_down needs the node in Slurm"
     if not slurmstate.power_down_asked(sn):
         step.actions.append(PowerDown(node.name))
     step.message = f"powering down in Slurm (state {slurmstate.text(sn)})"
+    return _powered_down_within_bound(move, node, spec, now, step, f"state {slurmstate.text(sn)}")
+
+
+def _powered_down_within_bound(move: MoveRecord, node: NodeView, spec: SlurmNodePoolSpec, now: datetime, step: Step, state: str) -> Outcome:
+    """PoweringDown waits registerTimeout at most; then the node is parked by its drain, reported."""
     if _elapsed(move, now) >= seconds(spec.slurm.register_timeout):
         step.events.append(Event.warning(Reason.NotPoweredDown, f"{node.name}: Slurm did not power it down within "
-                                         f"{spec.slurm.register_timeout} (state {slurmstate.text(sn)}); parked drained meanwhile, "
+                                         f"{spec.slurm.register_timeout} ({state}); parked drained meanwhile, "
                                          "powered down once Slurm takes the request"))
         return Advance(Phase.RELABELING)
     return WAIT
@@ -810,7 +824,14 @@ def _starting_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: S
     if not shaped(node, patch):
         step.actions.append(patch)
     pod = node.slurmd_pod
-    if sn is not None and not slurmstate.up_or_coming_up(sn):
+    if sn is None and pod is None and _hidden_while_powered_down(move, node, spec, now):
+        # Slurm's answer left out a node it last showed powered down: a slurmd registering there
+        # would be "unexpectedly rebooted". It waits for Slurm to list the node again, half the
+        # registerTimeout at most: a node Slurm still does not list is one it no longer knows
+        # (a dynamic node deleted), started as any unlisted node.
+        step.message = "Slurm does not list the node, last seen powered down: waiting for it before slurmd starts"
+        running = False
+    elif sn is not None and not slurmstate.up_or_coming_up(sn):
         # Powered down again (a power-up not answered within ResumeTimeout): no slurmd for a
         # powered-down node (Slurm would not count it booted); powered up first, held drained.
         if held:
@@ -834,6 +855,14 @@ def _starting_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: S
         return Rollback(f"its slurmd pod did not start within {spec.slurm.register_timeout}"
                         + (f" ({step.refusal})" if step.refusal else f" ({step.message})" if step.message else ""))
     return WAIT
+
+
+def _hidden_while_powered_down(move: MoveRecord, node: NodeView, spec: SlurmNodePoolSpec, now: datetime) -> bool:
+    """Did the operator last publish the node powered down or on its way down, not asked back
+    (published.py), within half the registerTimeout of this phase?"""
+    last = published_view([node]).nodes.get(node.name)
+    return (last is not None and slurmstate.power_down_asked(last) and not slurmstate.up_or_coming_up(last)
+            and _elapsed(move, now) < seconds(spec.slurm.register_timeout) / 2)
 
 
 def _registering(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: SlurmNodePoolSpec, now: datetime, step: Step) -> Outcome:
