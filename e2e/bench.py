@@ -20,7 +20,8 @@ planned handover across a window edge on a busy partition: edge to inference, jo
 node-seconds beside the job mix's bound (`handover`, about 4 minutes: the edge is a whole minute).
 Issue 37, on fakes (no lab): the operator's peak RSS and longest event-loop stall while polling
 100,000 real-size jobs over REST from tests/restfake.py (`restjobs`); one round of `decide` for
-200 pools of 50 nodes on one Slurm with 100,000 pending jobs (`demand`).
+200 pools of 50 nodes on one Slurm with 100,000 pending jobs, each pool on a partition of its own
+and all on one (`demand`).
 BENCH_ONLY=planner,memory (or --only): run only these parts, of planner, calls, fragmentation,
 health, moves, gang, parking, drill, dra, handover, memory, plugin, load, restjobs, demand.
 Issue 39 on the lab (`parking`): a gang job that needs three lent parked nodes in PowerSave, submit to
@@ -171,6 +172,12 @@ def bench_demand_round(pools: int = 200, nodes: int = 50, pending: int = 100_000
 
     demand = best(jobs, lambda p, view: signals(Seen(specs[p], views[p], view, [], now=NOW)))
     record("demand_round_200_pools_100k_pending", demand, "s", "< 1 s (the pass interval)", demand < 1.0)
+    # Every pool on one partition (pools per rack of one `gpu` partition): each reads all 100,000.
+    body["slurm"]["partition"] = "gpu"
+    shared_spec = type(make_spec()).model_validate(body)
+    shared_jobs = tuple(replace(j, partition="gpu") for j in jobs)
+    shared = best(shared_jobs, lambda p, view: signals(Seen(shared_spec, views[p], view, [], now=NOW)))
+    record("demand_round_200_pools_100k_pending_one_partition", shared, "s", "< 1 s (the pass interval)", shared < 1.0)
     whole = [best(queue, lambda p, view: decide(PoolSnapshot(pool=PoolRef("ns", f"pool{p}"), spec=specs[p], nodes=tuple(views[p]),
                                                                  slurm=view, now=NOW))) for queue in (jobs, ())]
     record("decide_round_200_pools_100k_pending", whole[0], "s", "< 1 s (the pass interval)", whole[0] < 1.0)

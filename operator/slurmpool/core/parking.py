@@ -252,7 +252,10 @@ def waiting_on_held(spec: SlurmNodePoolSpec, slurm: SlurmView, held: Collection[
     (`UnavailableNodes:`, SlurmJob.unavailable_nodes) are all held parked nodes: said in the
     status, as they wait on the bounds that hold them."""
     out, held = [], set(held)
-    for job in slurm.pending_in(spec.slurm.partition):  # indexed once per poll, not walked per pool
-        if job.unavailable_nodes and (names := set(job.unavailable_nodes)) <= held:
+    partition = spec.slurm.partition
+    # the few that list unavailable nodes, found once per poll for every pool on the partition
+    listing = slurm.of_pending(("parking.unavailable", partition), lambda: [j for j in slurm.pending_in(partition) if j.unavailable_nodes])
+    for job in listing:
+        if (names := set(job.unavailable_nodes)) <= held:
             out.append(f"job {job.job_id} waits on held node(s) {', '.join(sorted(names))}")
     return out

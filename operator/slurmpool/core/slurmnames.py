@@ -78,7 +78,8 @@ def by_node(view: SlurmView, names: Mapping[str, str | None]) -> SlurmView:
     # The poll's pending index holds the same job objects unless a pending job was renamed (-w, -x).
     renamed_pending = any(new is not old and old.state == "PENDING" for old, new in zip(view.jobs, jobs))
     return replace(view, nodes=nodes, jobs=jobs, topology=topology, reservations=reservations, unnamed=unnamed, _blocks={},
-                   _pending_index=[] if renamed_pending else view._pending_index)
+                   _pending_index=[] if renamed_pending else view._pending_index,
+                   _of_pending={} if renamed_pending else view._of_pending)
 
 
 def _job_by_node(job: SlurmJob, node_of: Mapping[str, str]) -> SlurmJob:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError, model_validator
 
@@ -31,6 +31,8 @@ from slurmpool.core.phases import BETWEEN_POOLS, TO_INFERENCE, TO_SLURM, Phase
 from slurmpool.core.placement import (  # noqa: F401
     NONE as NONE, SLURM as SLURM, Direction as Direction, Placement as Placement, Side as Side, inference as inference, placement_problem as placement_problem, pool_of as pool_of, side_of as side_of,
 )
+
+T = TypeVar("T")
 
 PREFIX = "slurmpool.io"
 ANN_POOL = f"{PREFIX}/pool"  # namespace/name of the pool that owns the node
@@ -472,6 +474,7 @@ class SlurmView:
     unnamed: frozenset[str] = frozenset()
     _blocks: dict[int, dict[str, str]] = field(default_factory=dict, compare=False, repr=False)  # level -> {node: block}
     _pending_index: list[dict[str, list[SlurmJob]]] = field(default_factory=list, compare=False, repr=False)  # pending_in's, once
+    _of_pending: dict[object, object] = field(default_factory=dict, compare=False, repr=False)  # of_pending's, once each
 
     def has_pending(self, partition: str | None) -> bool:
         """Were the partition's pending jobs read? A view without them is no "no demand"."""
@@ -516,6 +519,13 @@ class SlurmView:
                     index.setdefault(name, []).append(job)
             self._pending_index.append(index)
         return self._pending_index[0].get(partition, [])
+
+    def of_pending(self, key: object, make: Callable[[], T]) -> T:
+        """What `make` derives from the pending jobs, made once per poll under `key` and shared as
+        pending_in's index is: every pool on this Slurm asks the same of one partition's queue."""
+        if key not in self._of_pending:
+            self._of_pending[key] = make()
+        return cast(T, self._of_pending[key])
 
     def jobs_on(self, node: str) -> list[SlurmJob]:
         """Jobs holding the node (running, completing, suspended...)."""
