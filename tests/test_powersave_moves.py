@@ -14,7 +14,7 @@ from slurmpool.core import slurmstate
 from slurmpool.core.events import Reason
 from slurmpool.core.moves import CreateSlurmdPod, Pass, PowerDown, PowerDownAgain, PowerUp, Step, advance, keep_parked
 from slurmpool.core.patch import node_patch
-from slurmpool.core.view import ANN_POWER_DOWN_ASKED, ANN_SETTLED, SLURM, MoveRecord, PodView, iso
+from slurmpool.core.view import ANN_POWER_DOWN_ASKED, ANN_SETTLED, SLURM, Cause, MoveRecord, PodView, iso
 
 from .factories import NOW, make_spec, slurm_node
 from .sim import POOL, POWER_SAVE_OFF, POWER_SAVE_ON, RESUME_TIMEOUT, World, parked, run_move, start
@@ -399,6 +399,12 @@ def test_slurmd_b_starts_only_once_slurms_power_up_request_is_seconds_old():
 
     assert creates(timedelta(0)) == [] and creates(BOOT_AFTER_POWER_UP - timedelta(seconds=1)) == []
     assert creates(BOOT_AFTER_POWER_UP) == [CreateSlurmdPod("gpu01", boot=True)]
+    # A give-back: Slurm's request came before the move began; its cordon and evictions count.
+    giveback = move.model_copy(update={"cause": Cause.GIVEBACK, "started": NOW - BOOT_AFTER_POWER_UP, "since": NOW})
+    world.write(node_patch(POOL, world.node, Step(giveback), NOW))
+    assert creates(timedelta(0)) == [CreateSlurmdPod("gpu01", boot=True)]
+    world.write(node_patch(POOL, world.node, Step(giveback.model_copy(update={"started": NOW})), NOW))
+    assert creates(timedelta(seconds=1)) == []
 
 
 def test_a_node_slurm_leaves_out_of_its_answer_after_showing_it_powered_down_gets_no_slurmd_until_listed():

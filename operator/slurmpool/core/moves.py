@@ -837,7 +837,7 @@ def _starting_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: S
         if held:
             _power_up(node, sn, step)
         running = False
-    elif slurmstate.powering_up(sn) and node.slurmd_pod is None and _elapsed(move, now) < BOOT_AFTER_POWER_UP.total_seconds():
+    elif slurmstate.powering_up(sn) and node.slurmd_pod is None and _since_power_up(move, now) < BOOT_AFTER_POWER_UP:
         # Slurm counts the node booted only if slurmd's boot time (`-b`: its start, in whole
         # seconds, less its uptime) is after the power-up request; a slurmd started within that
         # second was measured (22.05) to leave the node POWERING_UP until ResumeTimeout.
@@ -855,6 +855,13 @@ def _starting_slurmd(move: MoveRecord, node: NodeView, slurm: SlurmView, spec: S
         return Rollback(f"its slurmd pod did not start within {spec.slurm.register_timeout}"
                         + (f" ({step.refusal})" if step.refusal else f" ({step.message})" if step.message else ""))
     return WAIT
+
+
+def _since_power_up(move: MoveRecord, now: datetime) -> timedelta:
+    """At least how long ago Slurm's power-up request was made: a give-back's came before the
+    move began (Slurm asked, then the operator saw it; the cordon and evictions ran meanwhile),
+    the operator's own before this phase (PoweringUp saw it taken)."""
+    return now - (move.started if _giveback(move) else move.since)
 
 
 def _hidden_while_powered_down(move: MoveRecord, node: NodeView, spec: SlurmNodePoolSpec, now: datetime) -> bool:
