@@ -42,6 +42,12 @@ def test_a_pool_with_demand_on_sees_slurm_no_older_than_its_pass_interval():
     assert max_age(on, 5.0) == SLURM_MAX_AGE
 
 
+def test_a_power_save_pool_sees_a_give_back_no_older_than_its_pass_interval():
+    spec = make_spec()
+    lending = spec.model_copy(update={"slurm": spec.slurm.model_copy(update={"parking": "PowerSave"})})
+    assert max_age(lending, 1.0) == 1.0 and max_age(lending, 5.0) == SLURM_MAX_AGE
+
+
 def test_a_slurmd_registering_is_looked_at_again_soon_a_move_blocked_by_jobs_is_not():
     # Registering waits for slurmd-registration: that wait is Slurm's to end within a second
     assert waiting_on_slurm(decision(Phase.REGISTERING, [REGISTRATION]))

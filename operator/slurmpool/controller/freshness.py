@@ -41,8 +41,10 @@ class Freshness(NamedTuple):
 def max_age(spec: SlurmNodePoolSpec, interval: float) -> float:
     """How old a shared Slurm poll may be for this pool's pass. With demand on, no older than the
     pass interval: a job submitted just after a poll waited for the next one SLURM_MAX_AGE later,
-    up to 2 s of a gang job's submit-to-running (bench: gang_job_submit_to_nodes_resumed)."""
-    if spec.demand is not None and spec.demand.enabled:
+    up to 2 s of a gang job's submit-to-running (bench: gang_job_submit_to_nodes_resumed). So with
+    power-save parking: Slurm may ask a lent node back at any moment, and its job waits in
+    CONFIGURING until the give-back is seen (bench: parked_gang_job_asked_to_registered)."""
+    if (spec.demand is not None and spec.demand.enabled) or spec.slurm.parking == "PowerSave":
         return min(SLURM_MAX_AGE, interval)
     return SLURM_MAX_AGE
 
