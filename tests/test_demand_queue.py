@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from slurmbridge import SlurmJob
 from slurmpool.core.demand import Seen, slurm_jobs
-from slurmpool.core.demand.slurm_jobs import COUNTED_REASONS, _beyond_named, _gpus, _normal, _usable_and_idle, named_stuck, never_starts, want
+from slurmpool.core.demand.slurm_jobs import COUNTED_REASONS, UNSTARTABLE_SHOWN, _beyond_named, _gpus, _normal, _usable_and_idle, named_stuck, never_starts, unstartable_more, want
 from slurmpool.core.view import ANN_PLACEMENT, SLURM, NodeView, SlurmView, counts_at
 
 from .factories import NOW, slurm_node
@@ -23,7 +23,8 @@ REASONS = ["Resources", "Priority", "BadConstraints", "bad_constraints", "Depend
 
 
 def reference(seen: Seen) -> list:
-    """slurm_jobs.wants as it was: every pending job of the partition walked by every pool."""
+    """slurm_jobs.wants as it was: every pending job of the partition walked by every pool (its
+    report of unstartable jobs bounded as now)."""
     gpn = seen.gpus_per_node
     pool = {n.name: n for n in seen.nodes}
     candidates = [j for j in seen.slurm.pending_in(seen.spec.slurm.partition)
@@ -39,7 +40,8 @@ def reference(seen: Seen) -> list:
     fitting = [j for j in counted if j.num_nodes <= usable]
     packed = max([math.ceil(sum(_gpus(j, gpn) for j in fitting) / gpn)] + [j.num_nodes for j in fitting]) if fitting else 0
     gang = max((j.num_nodes - usable for j in counted if j.num_nodes > usable), default=0)
-    reported = tuple(why for _, why in sorted(unstartable.items()))
+    reported = tuple(why for _, why in sorted(unstartable.items()))  # bounded since (UNSTARTABLE_SHOWN):
+    reported = reported[:UNSTARTABLE_SHOWN] + unstartable_more(len(reported) - UNSTARTABLE_SHOWN)
     return [want(len(jobs), sum(_gpus(j, gpn) for j in jobs), packed - idle, gang, reported, named)]
 
 
@@ -54,7 +56,7 @@ job = st.builds(
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
-@given(queue=st.lists(job, max_size=40, unique_by=lambda j: j.job_id), in_slurm=st.integers(0, len(NODES)),
+@given(queue=st.lists(job, max_size=60, unique_by=lambda j: j.job_id), in_slurm=st.integers(0, len(NODES)),
        busy=st.sets(st.sampled_from(NODES)), unhealthy=st.sets(st.sampled_from(NODES)), pool_size=st.integers(1, len(NODES)))
 def test_the_grouped_queue_wants_what_every_job_walked_wanted(queue, in_slurm, busy, unhealthy, pool_size):
     names = NODES[:pool_size]
@@ -76,3 +78,16 @@ def test_pools_on_one_partition_share_the_grouping_made_once_per_poll():
         [wanted] = slurm_jobs.wants(Seen(spec_with({}, slurm_nodes=4), nodes, view, [], now=NOW))
         assert (wanted.waiting, wanted.gpus) == (1000, 500 * 8 + 500 * 16)
     assert view.of_pending(("slurm_jobs.Queue", "gpu"), lambda: None) is first  # made once, read by every pool
+
+
+def test_a_queue_of_jobs_no_split_could_start_is_reported_bounded_in_steps():
+    """100,000 jobs larger than the pool: the status and its Event name 10, then how many more,
+    in steps (10+, 100+...) so that the line changes rarely as the queue churns."""
+    jobs = tuple(SlurmJob(job_id=str(j), name="t", user="u", state="PENDING", partition="gpu", nodes=(), gpus_per_node=8, num_nodes=64,
+                          start_time=None, end_time=None, reason="Resources") for j in range(100_000))
+    nodes = [NodeView(f"n{k}", annotations={ANN_PLACEMENT: SLURM}) for k in range(4)]
+    [wanted] = slurm_jobs.wants(Seen(spec_with({}, slurm_nodes=4), nodes, SlurmView(True, nodes={}, jobs=jobs), [], now=NOW))
+    assert len(wanted.unstartable) == UNSTARTABLE_SHOWN + 1 and wanted.waiting == 0
+    assert wanted.unstartable[0] == "job 0: asks for 64 nodes, the pool has 4" and wanted.unstartable[1].startswith("job 1: ")
+    assert wanted.unstartable[-1] == "and 10,000+ more pending job(s) no split of this pool could start"
+    assert unstartable_more(9) == ("and 9 more pending job(s) no split of this pool could start",) and unstartable_more(0) == ()

@@ -831,7 +831,7 @@ class DemandStatus(Model):
     unstartable_jobs: list[str] = Field(
         default_factory=list,
         description="Pending jobs waiting for nodes that no split of this pool could start (too many nodes or GPUs per node, "
-        "BadConstraints), and why: reported, not counted.",
+        "BadConstraints), and why: reported, not counted. At most 10 Slurm jobs by name (the lowest ids), then a line of how many more.",
     )
     message: str = ""
 

@@ -49,6 +49,9 @@ WAITING_REASONS = (
 )
 # Reasons by which Slurm says the job can never run as configured: reported, never counted.
 NEVER_REASONS = ("badconstraints",)
+# Jobs no split could start named in the status and its Event, the lowest ids; then how many more
+# (a queue of 100,000 jobs larger than a small pool made a status etcd refuses and an Event of megabytes).
+UNSTARTABLE_SHOWN = 10
 COUNTED_REASONS = WAITING_REASONS + NEVER_REASONS
 
 
@@ -100,14 +103,17 @@ def wants(seen: Seen) -> list[Want]:
     queue = seen.slurm.of_pending(("slurm_jobs.Queue", partition), lambda: Queue.of(seen.slurm.pending_in(partition)))
     named_jobs = [j for j in queue.naming if j.gpus_per_node > 0 or j.exclusive or any(n in pool for n in j.required_nodes)]
     unstartable = {j.job_id: why for j in named_jobs if (why := never_starts(j, len(seen.nodes), gpn) or named_stuck(j, pool, seen.unhealthy))}
+    never = list(unstartable.items())  # (job id, why): each shape's first UNSTARTABLE_SHOWN, enough for the lowest ids of all
+    never_count = len(never)
     shapes: list[tuple[Shape, int]] = []
     for shape, ids in queue.shapes.items():
         if why := _never(shape.example, len(seen.nodes), gpn):
-            unstartable.update((i, f"job {i}: {why}") for i in ids)
+            never += [(i, f"job {i}: {why}") for i in ids[:UNSTARTABLE_SHOWN]]
+            never_count += len(ids)
         else:
             shapes.append((shape, len(ids)))
     jobs = [j for j in named_jobs if j.job_id not in unstartable]
-    if not jobs and not shapes and not unstartable:
+    if not jobs and not shapes and not never:
         return []
     usable, idle = _usable_and_idle(seen.nodes, seen.slurm, seen.spec.slurm.parking == "PowerSave")
     named = tuple(dict.fromkeys(n for j in jobs for n in j.required_nodes if n in pool and counts_at(pool[n]) != SLURM))
@@ -116,7 +122,7 @@ def wants(seen: Seen) -> list[Want]:
     fitting = [(nodes, gpus, count) for nodes, gpus, count in counted if nodes <= usable]
     packed = max([math.ceil(sum(gpus * count for _, gpus, count in fitting) / gpn)] + [nodes for nodes, _, _ in fitting]) if fitting else 0
     gang = max((nodes - usable for nodes, _, _ in counted if nodes > usable), default=0)
-    reported = tuple(why for _, why in sorted(unstartable.items()))
+    reported = tuple(why for _, why in sorted(never)[:UNSTARTABLE_SHOWN]) + unstartable_more(never_count - UNSTARTABLE_SHOWN)
     waiting = len(jobs) + sum(count for _, count in shapes)
     gpus = sum(_gpus(j, gpn) for j in jobs) + sum(_gpus(shape.example, gpn) * count for shape, count in shapes)
     return [want(waiting, gpus, packed - idle, gang, reported, named)]
@@ -141,7 +147,7 @@ class Queue:
     whether they name its nodes), the others' ids by shape, in the queue's order."""
 
     naming: tuple[SlurmJob, ...]
-    shapes: dict[Shape, list[str]]
+    shapes: dict[Shape, list[str]]  # job ids sorted
 
     @staticmethod
     def of(pending: Sequence[SlurmJob]) -> Queue:
@@ -156,7 +162,16 @@ class Queue:
                 never = j.reason if _normal(j.reason).startswith(NEVER_REASONS) else ""
                 shape = Shape(j.num_nodes, j.gpus_per_node, j.gpus_wanted, j.exclusive, never, j)
                 shapes.setdefault(shape, []).append(j.job_id)
-        return Queue(tuple(naming), shapes)
+        return Queue(tuple(naming), {shape: sorted(ids) for shape, ids in shapes.items()})
+
+
+def unstartable_more(more: int) -> tuple[str, ...]:
+    """The line after the UNSTARTABLE_SHOWN shown, if any: the count in steps (10+, 100+...),
+    so that a queue's churn does not make it a new line (and a new Event) every pass."""
+    if more <= 0:
+        return ()
+    shown = str(more) if more < 10 else f"{10 ** int(math.log10(more)):,}+"
+    return (f"and {shown} more pending job(s) no split of this pool could start",)
 
 
 def named_stuck(job: SlurmJob, pool: Mapping[str, NodeView], unhealthy: frozenset[str]) -> str | None:
