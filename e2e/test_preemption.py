@@ -99,6 +99,15 @@ def surge(replicas: int) -> dict:
                          "containers": [{"name": "server", "image": "vllm:latest", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}
 
 
+def _moves_to_inference(lab) -> list[dict]:
+    return [m for m in pool_status(lab, POOL).get("recentMoves") or [] if m.get("to") == "inference:llm" and m.get("outcome") == "Completed"]
+
+
+def _history_ids(lab, how: str) -> set[str]:
+    """The job ids status.recentMoves names as `how` (signalled, requeued...) in the moves to inference."""
+    return {i for m in _moves_to_inference(lab) for g in m.get("jobs") or [] if g.get("how") == how for i in g.get("ids") or []}
+
+
 def running_pods(lab, app: str) -> int:
     return sum(1 for p in pods_json(lab, NAMESPACE, f"app={app}")
                if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp"))
@@ -142,6 +151,10 @@ def test_the_preemption_drill(lab):
                 wait(lambda j=j: restarts(lab, j) == 1, 30, what=f"job {j} requeued")
             else:
                 assert not lines(d, j, "ckpt") and job_state(lab, j) == "RUNNING" and restarts(lab, j) == 0, j
+        # The history names them (issue 38): each hit job signalled and requeued by the move of one of its nodes.
+        wait(lambda: len(_moves_to_inference(lab)) >= 2, 30, what="the two moves in status.recentMoves")
+        history = {how: ids for how in ("signalled", "requeued") for ids in [_history_ids(lab, how)]}
+        assert all(j in history["signalled"] and j in history["requeued"] for j in hit), (hit, history)
         print(f"DRILL | surge to pods running {took:.1f} s (bound {TIMEOUT_S}+{GRACE_S}+one move) | "
               f"jobs hit {len(hit)} of {len(jobs)}, each checkpointed before the requeue")
         assert took <= bound, f"the pods took {took:.1f} s, more than drain.timeout + grace + one move ({bound} s)"

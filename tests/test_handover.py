@@ -269,6 +269,15 @@ def test_at_the_edge_the_planner_takes_the_reserved_nodes_first_among_idle_ones(
     assert sorted(leaving_nodes(PoolView(make_spec(slurm_nodes=5, max_moves=8), nodes, slurm, NOW), Goal(2))) != ["gpu03", "gpu04", "gpu05"]
 
 
+def test_at_the_edge_the_planner_takes_the_reserved_nodes_first_though_they_are_busy_and_others_idle():
+    """The plan's nodes, whose jobs the handover warned (e2e, 26.05 over REST: the edge took a busy
+    node nobody warned and kept a warned one, whose job then never saw its requeue)."""
+    nodes, slurm = lab([running(str(i), f"gpu0{i}", 120) for i in (2, 3, 4, 5)])  # gpu01 idle
+    view = with_reservations(slurm, ours(["gpu04", "gpu05"], start=NOW))
+    assert sorted(leaving_nodes(PoolView(make_spec(slurm_nodes=5, max_moves=8), nodes, view, NOW), Goal(3))) == ["gpu04", "gpu05"]
+    assert sorted(leaving_nodes(PoolView(make_spec(slurm_nodes=5, max_moves=8), nodes, slurm, NOW), Goal(3))) == ["gpu01", "gpu02"]
+
+
 def test_slurm_time_limits_parse_as_scontrol_prints_them():
     from slurmbridge.parse import parse_duration, parse_partition_max_times
 

@@ -171,8 +171,8 @@ Cost = tuple[int, int, int, str, int, float, float, str]
 def _cost(node: NodeView, slurm: SlurmView, topology_rank: topology.Rank = topology.NO_BLOCK, suspect: bool = False,
           drain: DrainSpec | None = None, now: datetime | None = None) -> Cost:
     """Lower is cheaper to take away from where the node is now: unadopted nodes first, then
-    the topology rank (see topology.py), then drained or reserved for the planned handover
-    (handover.py), idle, suspect (health.py: down or failing within its grace: it may be
+    the topology rank (see topology.py), then in our planned handover's reservation (handover.py:
+    busy or not), drained, idle, suspect (health.py: down or failing within its grace: it may be
     broken); then busy nodes, those running a job younger than `drain.minRuntime` last, each by
     the work its jobs would lose (work_lost), then soonest free; on the inference side cordoned,
     fewest pods, suspect. Ends with the node's name: costs are unique."""
@@ -182,14 +182,19 @@ def _cost(node: NodeView, slurm: SlurmView, topology_rank: topology.Rank = topol
     if placement == NONE:
         return (0, tier, order, block, int(suspect), 0.0, 0.0, name)
     if placement == SLURM:
+        if name in slurm.reserved:
+            # Our handover's reservation: the nodes planned for this edge, whose jobs it warned and
+            # kept long ones off. Taken first, busy or not: another node in their place would end
+            # a job nobody warned (seen on the lab over REST: a busy node taken, a warned one kept).
+            return (1, tier, order, block, 0, 0.0, 0.0, name)
         jobs = slurm.jobs_on(name)
         if not jobs:
             # Already draining (or unknown to Slurm): nothing to lose. Then idle nodes, then those
             # that may be broken (a slurmctld restart shows every node not responding for a while).
             if suspect or name in slurm.not_responding:
                 idle = 2
-            elif name in slurm.drain_flagged or name not in slurm.nodes or name in slurm.reserved:
-                idle = 0  # a node of our handover's reservation: kept free for this edge
+            elif name in slurm.drain_flagged or name not in slurm.nodes:
+                idle = 0
             else:
                 idle = 1
             return (1, tier, order, block, idle, 0.0, 0.0, name)
