@@ -276,6 +276,9 @@ def test_at_the_edge_the_planner_takes_the_reserved_nodes_first_though_they_are_
     view = with_reservations(slurm, ours(["gpu04", "gpu05"], start=NOW))
     assert sorted(leaving_nodes(PoolView(make_spec(slurm_nodes=5, max_moves=8), nodes, view, NOW), Goal(3))) == ["gpu04", "gpu05"]
     assert sorted(leaving_nodes(PoolView(make_spec(slurm_nodes=5, max_moves=8), nodes, slurm, NOW), Goal(3))) == ["gpu01", "gpu02"]
+    # Before the edge (a surge of demand): an idle node still goes first, then the reserved busy ones.
+    ahead = with_reservations(slurm, ours(["gpu04", "gpu05"], start=NOW + timedelta(minutes=30)))
+    assert leaving_nodes(PoolView(make_spec(slurm_nodes=5, max_moves=8), nodes, ahead, NOW), Goal(3)) == ["gpu01", "gpu04"]
 
 
 def test_slurm_time_limits_parse_as_scontrol_prints_them():

@@ -171,9 +171,9 @@ Cost = tuple[int, int, int, str, int, float, float, str]
 def _cost(node: NodeView, slurm: SlurmView, topology_rank: topology.Rank = topology.NO_BLOCK, suspect: bool = False,
           drain: DrainSpec | None = None, now: datetime | None = None) -> Cost:
     """Lower is cheaper to take away from where the node is now: unadopted nodes first, then
-    the topology rank (see topology.py), then in our planned handover's reservation (handover.py:
-    busy or not), drained, idle, suspect (health.py: down or failing within its grace: it may be
-    broken); then busy nodes, those running a job younger than `drain.minRuntime` last, each by
+    the topology rank (see topology.py), then in our planned handover's reservation once its edge
+    came (handover.py: busy or not), drained or reserved, idle, suspect (health.py: down or failing within its grace: it may be
+    broken); then busy nodes, reserved first, those running a job younger than `drain.minRuntime` last, each by
     the work its jobs would lose (work_lost), then soonest free; on the inference side cordoned,
     fewest pods, suspect. Ends with the node's name: costs are unique."""
     placement = node.placement
@@ -182,10 +182,10 @@ def _cost(node: NodeView, slurm: SlurmView, topology_rank: topology.Rank = topol
     if placement == NONE:
         return (0, tier, order, block, int(suspect), 0.0, 0.0, name)
     if placement == SLURM:
-        if name in slurm.reserved:
-            # Our handover's reservation: the nodes planned for this edge, whose jobs it warned and
-            # kept long ones off. Taken first, busy or not: another node in their place would end
-            # a job nobody warned (seen on the lab over REST: a busy node taken, a warned one kept).
+        reserved = name in slurm.reserved  # our handover's: the nodes planned for its edge, their jobs warned
+        if reserved and now is not None and _edge_came(slurm.reserved_from[name], now):
+            # At the edge the plan's nodes go first, busy or not: another node in their place would
+            # end a job nobody warned (seen on the lab over REST: a node taken, a warned one kept).
             return (1, tier, order, block, 0, 0.0, 0.0, name)
         jobs = slurm.jobs_on(name)
         if not jobs:
@@ -193,18 +193,22 @@ def _cost(node: NodeView, slurm: SlurmView, topology_rank: topology.Rank = topol
             # that may be broken (a slurmctld restart shows every node not responding for a while).
             if suspect or name in slurm.not_responding:
                 idle = 2
-            elif name in slurm.drain_flagged or name not in slurm.nodes:
+            elif name in slurm.drain_flagged or name not in slurm.nodes or reserved:
                 idle = 0
             else:
                 idle = 1
             return (1, tier, order, block, idle, 0.0, 0.0, name)
         free = max(j.end_time.timestamp() if j.end_time else NEVER for j in jobs)
         if drain is None or now is None:
-            return (1, tier, order, block, 3, 0.0, free, name)
-        young = 4 if any(_younger(j, drain, now) for j in jobs) else 3
+            return (1, tier, order, block, 2 if reserved else 3, 0.0, free, name)
+        young = 2 if reserved else 4 if any(_younger(j, drain, now) for j in jobs) else 3
         return (1, tier, order, block, young, sum(work_lost(j, drain, now) for j in jobs), free, name)
     evictable = sum(1 for p in node.pods if p.evictable)
     return (1, tier, order, block, 2 if suspect else 0 if node.unschedulable else 1, float(evictable), 0.0, name)
+
+
+def _edge_came(start: datetime | None, now: datetime) -> bool:
+    return start is None or start <= now
 
 
 def _younger(job: SlurmJob, drain: DrainSpec, now: datetime) -> bool:

@@ -500,8 +500,19 @@ class SlurmView:
     @cached_property
     def reserved(self) -> frozenset[str]:
         """Nodes in a planned handover's reservation (ours, `slurmpool-`): no job that outlasts its
-        edge starts there, so at the edge the planner takes them first among idle nodes."""
-        return frozenset(n for r in self.reservations or () if r.name.startswith(OUR_RESERVATIONS) for n in r.nodes)
+        edge starts there, and the planner takes them first (planner._cost)."""
+        return frozenset(self.reserved_from)
+
+    @cached_property
+    def reserved_from(self) -> dict[str, datetime | None]:
+        """Each node of our reservations, and when the earliest of them starts (None: not said)."""
+        out: dict[str, datetime | None] = {}
+        for r in self.reservations or ():
+            if r.name.startswith(OUR_RESERVATIONS):
+                for n in r.nodes:
+                    before = out.get(n, r.start)
+                    out[n] = None if before is None or r.start is None else min(before, r.start)
+        return out
 
     def pending_in(self, partition: str) -> list[SlurmJob]:
         """The partition's pending jobs (a job pending in several is in each), indexed once per
