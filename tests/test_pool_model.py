@@ -34,6 +34,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from slurmbridge import SlurmJob
 
 from slurmpool.core import slurmstate
+from slurmpool.controller.published import fold_published
 from slurmpool.core.decide import decide
 from slurmpool.core.expiry import Requeue, Signal
 from slurmpool.core.interfaces import PoolRef
@@ -110,14 +111,11 @@ class PoolModel(RuleBasedStateMachine):
         refused = set(self.refused) & set(decision.steps)
         if decision.ending & set(decision.patches) and not decision.starts_may_follow(refused):
             refused |= decision.starting  # apply.py writes no start after a refused ending
+        patches, folded = fold_published(decision.patches, decision.publish, {})
         for name in decision.steps:
             if name in refused:  # the node patch refused: no other step for it this pass (apply.py)
                 continue
-            patch = decision.patches.get(name, {})
-            if patch and name in decision.publish:  # Slurm's state goes in a patch sent anyway (controller/published.py)
-                patch = {**patch, "metadata": {**patch.get("metadata", {}), "annotations": {
-                    **patch.get("metadata", {}).get("annotations", {}), ANN_SLURM: decision.publish[name]}}}
-            self.worlds[name].write(patch)  # the record and shape, as apply.py sends them
+            self.worlds[name].write(patches.get(name, {}))  # the record and shape, Slurm's state folded in, as apply.py sends them
         if self.crash != "after-patch":
             for name, step in decision.steps.items():
                 if name not in refused:
@@ -133,7 +131,8 @@ class PoolModel(RuleBasedStateMachine):
                             self.sends(name, action)
                             self.worlds[name].apply(action)
             for name, value in decision.publish.items():  # Slurm's state on the other Nodes, last in apply.py
-                self.worlds[name].write({"metadata": {"annotations": {ANN_SLURM: value}}})
+                if name not in folded or name in refused:
+                    self.worlds[name].write({"metadata": {"annotations": {ANN_SLURM: value}}})
             self.status = build_status(snap, decision, ApplyResult())
         else:
             self.status = None  # a restarted operator starts from the nodes alone
