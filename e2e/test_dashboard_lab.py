@@ -228,7 +228,6 @@ def test_gpu_seconds_per_side_match_the_time_nodes_spent_there(prometheus, demo)
         pass_s = max(pass_s, run * SCRAPE_S)
     print(f"GPU-seconds over {t1 - t0:.0f} s from the demo's start: panel {measured}, seen on the Nodes {truth}, "
           f"settles {settles}, longest pass {pass_s} s")
-    assert pass_s <= 10, f"a pass took {pass_s} s"
     for side, seen in truth.items():
         loss = 2 * settles[side] * GPUS_PER_NODE * (pass_s + SCRAPE_S)
         assert seen - loss <= measured.get(side, 0.0) <= seen * 1.03, (side, measured, truth, loss)

@@ -27,6 +27,7 @@ from harness import (
     install_crd,
     job_state,
     lab_access,
+    node_json,
     now_rfc3339,
     pool_manifest,
     pool_status,
@@ -217,14 +218,22 @@ def test_the_reservation_goes_with_its_pool_and_others_are_never_touched(lab):
 
 @pytest.mark.skipif(access_reserves(), reason="only where the access cannot create reservations (LAB_ACCESS=rest on 24.11)")
 def test_over_slurmrestd_the_pool_says_once_why_there_is_no_handover_and_the_edge_drains_as_before(lab):
+    """Where slurmrestd cannot make reservations it still lists them (issue 37): an admin's
+    maintenance on every node but one keeps those in Slurm, and the edge takes the one left."""
     install_crd(lab)
     ensure_namespace_and_secret(lab)
     total = len(lab.nodes)
     since = now_rfc3339()
+    admins, free = "maint-by-hand", lab.nodes[total // 2]
+    held = sorted(n for n in lab.nodes if n != free)
     op = Operator(lab, "operator-handover-rest.log").start()
     try:
         apply(lab, pool_manifest(lab, POOL, total))
         wait(lambda: split_reached(lab, POOL, total, total), 240, what=f"all {total} nodes in Slurm")
+        lab.slurm("scontrol", "create", "reservation", f"ReservationName={admins}", "StartTime=now", "Duration=30",
+                  f"Nodes={','.join(lab.slurm_name(n) for n in held)}", "Users=root", "Flags=MAINT,IGNORE_JOBS")
+        wait(lambda: sorted(r["node"] for r in pool_status(lab, POOL).get("reservedNodes") or []) == held, 60,
+             what=f"status.reservedNodes: the {len(held)} nodes of {admins}")
         edge = (datetime.now(timezone.utc) + timedelta(minutes=3)).replace(second=0, microsecond=0)
         window = {"name": "serve", "cron": f"{edge.minute} {edge.hour} * * *", "duration": "10m", "slurmNodes": total - 1}
         lab.kubectl("patch", "snp", POOL, "-n", NAMESPACE, "--type=merge", "-p",
@@ -236,6 +245,10 @@ def test_over_slurmrestd_the_pool_says_once_why_there_is_no_handover_and_the_edg
         wait(lambda: split_reached(lab, POOL, total - 1, total), until_edge + 180, what="the edge moved one node as before")
         assert len(events(lab, "HandoverUnavailable", since)) == 1, events(lab, "HandoverUnavailable", since)
         assert reservation(lab) is None
+        gone = [n for n in lab.nodes if (node_json(lab, n)["metadata"].get("annotations") or {}).get("slurmpool.io/placement", "")
+                .startswith("inference")]
+        assert gone == [free], (gone, free)
     finally:
         op.stop()
+        lab.slurm("scontrol", "delete", f"ReservationName={admins}", check=False)
         reset_lab(lab)

@@ -83,15 +83,16 @@ def test_only_the_pools_own_reservation_is_not_held_another_pools_or_installs_sl
     assert sorted(holds(POOL, make_spec(), nodes, view_of(nodes, [persons]), NOW)) == ["gpu03"]
 
 
-def test_a_failed_read_holds_what_the_last_status_held_until_it_ends_and_an_access_that_cannot_list_holds_nothing():
+def test_a_failed_read_holds_what_the_last_status_held_until_it_ends_and_one_that_cannot_make_them_still_holds():
     nodes = pool_nodes()
     before = [ReservedNode(node="gpu01", reservation="alice_7", end="2026-11-29T13:00:00Z", leaving=True),
               ReservedNode(node="gpu02", reservation="gone", end="2026-11-29T11:00:00Z")]  # ended meanwhile
     failed = view_of(nodes, error="cannot list reservations: timed out")
     assert holds(POOL, make_spec(), nodes, failed, NOW, before) == {"gpu01": before[0].model_copy(update={"leaving": False})}
     assert holds(POOL, make_spec(), nodes, SlurmView(False, error="down"), NOW, before).keys() == {"gpu01"}
-    cannot = replace(view_of(nodes), reservations=None, reservations_api=False)  # slurmrestd before v0.0.43
-    assert holds(POOL, make_spec(), nodes, cannot, NOW, before) == {}
+    # slurmrestd before v0.0.43 lists reservations but cannot make them: others' hold all the same
+    cannot = replace(view_of(nodes, [theirs("alice_7", ["gpu03"])]), reservations_api=False)
+    assert holds(POOL, make_spec(), nodes, cannot, NOW, before).keys() == {"gpu03"}
 
 
 # ---------------------------------------------------------------- the planner

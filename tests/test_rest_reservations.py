@@ -165,18 +165,20 @@ async def test_an_old_slurmrestd_refuses_writes_without_sending_them(rest):
     assert not any("/reservation" in path for _, path, _, _ in fake.requests)
 
 
-async def test_the_poll_reads_reservations_where_slurmrestd_can_make_them_whatever_the_pools_ask(rest):
+async def test_the_poll_reads_reservations_on_every_version_and_says_where_it_can_make_them(rest):
+    """24.11's slurmrestd (v0.0.42) cannot make a reservation but lists them: others' (an admin's
+    maintenance) are kept in Slurm there as on 26.05 (issue 37)."""
     for versions, api in ((("v0.0.41", "v0.0.42"), False), (("v0.0.42", "v0.0.45"), True)):
         fake, backend = await rest(versions)
         instrumented = access.Instrumented(backend)
         view = await access.observe_slurm(instrumented, None)
         assert view.available and view.reservations_api is api
-        assert await access.lists_reservations(instrumented) is api
-        if api:
-            assert sorted(r.name for r in view.reservations) == ["maint-by-hand", OURS] and view.max_times == {"gpu": None}
-        else:
-            assert view.reservations is None and view.reservations_error is None
-            assert not any("/reservations/" in path for _, path, _, _ in fake.requests)
+        assert await access.makes_reservations(instrumented) is api
+        assert sorted(r.name for r in view.reservations) == ["maint-by-hand", OURS] and view.max_times == {"gpu": None}
+        assert view.reservations_error is None
+        version = versions[-1]
+        assert ("GET", f"/slurm/{version}/reservations/") in [(m, p) for m, p, _, _ in fake.requests], fake.requests
+        assert not any(m in ("POST", "DELETE") and "/reservation" in p for m, p, _, _ in fake.requests)
 
 
 async def test_the_handover_over_slurmrestd_is_planned_where_it_can_reserve_and_unavailable_where_not(rest):

@@ -65,7 +65,9 @@ def test_by_node_keeps_the_jobs_that_name_no_node_as_they_are():
     unpinned = SlurmView(True, nodes=view.nodes, jobs=(plain, replace(plain, job_id="46", state="RUNNING", nodes=("gpu01",))))
     assert unpinned.pending_in("gpu") == [plain]  # indexed once per poll ...
     shared = by_node(unpinned, {FQDN[0]: "gpu01"})
-    assert shared._pending_index is unpinned._pending_index and shared.jobs_on(FQDN[0])[0].job_id == "46"  # ... and shared
+    assert shared._of_pending is unpinned._of_pending and shared.pending_in("gpu")[0] is plain  # ... and shared
+    assert shared.jobs_on(FQDN[0])[0].job_id == "46"
+    assert mapped._of_pending is not view._of_pending  # a pending job renamed: derived again
 
 
 def test_by_node_renames_the_nodes_a_job_names_and_keeps_those_no_node_maps_to():

@@ -43,7 +43,8 @@ Calls:
   handover's, named `slurmpool-...`, are ever created, changed or deleted): GET /slurm/V/reservations/, POST /slurm/V/reservations/ {"reservations":[desc]}
   (create; slurmrestd updates one of that name instead), DELETE /slurm/V/reservation/NAME. Only
   v0.0.43+ (Slurm 25.05+) can create and delete (measured on 26.05.3: v0.0.42's POST is a 404), so
-  `can_reserve()` says from the negotiated version whether to use them at all. partition_max_times:
+  `can_reserve()` says from the negotiated version whether to make any; every version lists them
+  (GET, v0.0.40 on: others' are kept in Slurm on 24.11 too). partition_max_times:
   GET /slurm/V/partitions/ (maximums.time, minutes; infinite: UNLIMITED).
 - ping: GET /slurm/V/ping/; a controller that is not responding is SlurmUnavailable, unless its
   status says the token was refused (26.05 answers 200 then): SlurmAuthError.

@@ -113,22 +113,22 @@ Listed = tuple[tuple[SlurmReservation, ...] | None, dict[str, timedelta | None],
 async def _reservations(backend: SlurmBackend) -> Listed:
     """Every reservation (planned handovers, and others' that keep their nodes in Slurm) and the
     partitions' MaxTime (the default lead time), after the node poll answered: two more calls, made
-    side by side; and whether the access can reserve at all. None without a reservation API (slurmrestd
-    before v0.0.43). A failure fails neither the poll nor the moves: the handover waits, and the
-    planner keeps holding what the pool's last status showed held (core/reservations.py)."""
+    side by side; and whether the access can reserve at all. Every access lists them, slurmrestd of
+    every version too (its GET is in v0.0.40 on), so others' are kept in Slurm even where no handover
+    can be made (slurmrestd before v0.0.43). A failure fails neither the poll nor the moves: the
+    handover waits, and the planner keeps holding what the pool's last status showed held
+    (core/reservations.py)."""
     try:
-        api = await lists_reservations(backend)
-        if not api:
-            return None, {}, None, api
+        api = await makes_reservations(backend)
         found, max_times = await asyncio.gather(backend.reservations(), backend.partition_max_times())
         return tuple(found), max_times, None, api
     except SlurmError as err:
         return None, {}, f"cannot list reservations: {err}"[:500], True
 
 
-async def lists_reservations(backend: SlurmBackend) -> bool:
-    """Can this access list, create and delete reservations? scontrol (SSH, local) can; slurmrestd
-    says from its API version (v0.0.43+, Slurm 25.05+), known once negotiated (no call per pass)."""
+async def makes_reservations(backend: SlurmBackend) -> bool:
+    """Can this access create and delete reservations? scontrol (SSH, local) can; slurmrestd says
+    from its API version (v0.0.43+, Slurm 25.05+), known once negotiated (no call per pass)."""
     return await backend.can_reserve()
 
 

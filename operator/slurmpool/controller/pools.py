@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from slurmbridge.backoff import Backoff
 
 from slurmpool.adapters import metrics
-from slurmpool.adapters.access import lists_reservations
+from slurmpool.adapters.access import makes_reservations
 from slurmpool.adapters.kube import DraIndex, NodeWatch, PodWatch
 from slurmpool.adapters.statuswriter import StatusWriter
 from slurmpool.controller import poolmetrics, records, reports, snapshots
@@ -136,7 +136,7 @@ class PoolController:
             return
         try:
             backend = await self.access.backend(namespace, spec.slurm.access)
-            if await lists_reservations(backend):
+            if await makes_reservations(backend):
                 for left in owned(PoolRef(namespace, name, (body.get("metadata") or {}).get("uid", "")), await backend.reservations()):
                     await backend.delete_reservation(left)
         except Exception as err:  # noqa: BLE001 - it ends by itself at its edge's end

@@ -20,8 +20,8 @@ floating reservation: it only keeps long jobs off, no one's work needs the node)
 ignored, as are nodes outside the pool (the view lists only the pool's, by Node name).
 
 A read that failed holds what the pool's last status held, until each reservation's end: it
-neither frees nodes it held nor stops other moves. An access that cannot list reservations
-(slurmrestd before v0.0.43) holds nothing: the docs say so.
+neither frees nodes it held nor stops other moves. Every access lists them (slurmrestd from
+v0.0.40, though only v0.0.43+ makes them).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def holds(pool: PoolRef, spec: SlurmNodePoolSpec, nodes: Iterable[NodeView], slu
     if slurm.reservations is None:
         if not slurm.available or slurm.reservations_error is not None:
             return {r.node: r.model_copy(update={"leaving": False}) for r in previous if r.node in serving and not _ended(r.end, now)}
-        return {}  # this access cannot list them
+        return {}  # not read, and nothing said why: nothing known to hold
     horizon = now + lead_time(spec, slurm)[0]
     mine = set(owned(pool, slurm.reservations))
     out: dict[str, ReservedNode] = {}

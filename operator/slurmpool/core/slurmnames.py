@@ -75,10 +75,9 @@ def by_node(view: SlurmView, names: Mapping[str, str | None]) -> SlurmView:
     reservations = view.reservations if view.reservations is None else \
         tuple(replace(r, nodes=tuple(node_of.get(n, n) for n in r.nodes)) for r in view.reservations)
     unnamed = frozenset(node for node, s in names.items() if s is None)
-    # The poll's pending index holds the same job objects unless a pending job was renamed (-w, -x).
+    # What the poll derived from its pending jobs holds the same objects unless one was renamed (-w, -x).
     renamed_pending = any(new is not old and old.state == "PENDING" for old, new in zip(view.jobs, jobs))
     return replace(view, nodes=nodes, jobs=jobs, topology=topology, reservations=reservations, unnamed=unnamed, _blocks={},
-                   _pending_index=[] if renamed_pending else view._pending_index,
                    _of_pending={} if renamed_pending else view._of_pending)
 
 

@@ -461,11 +461,11 @@ class SlurmView:
     topology: tuple[TopologyGroup, ...] = ()  # polled only for pools with topology.fromSlurm
     polled_at: float = field(default=0.0, compare=False)  # when its poll began (monotonic): access.py
     pending_partitions: frozenset[str] | None = None  # whose pending jobs were read (None: every partition's)
-    # Every reservation, the operator's (`slurmpool-` names) and others'; None: not read (an access
-    # that cannot list them, slurmrestd before v0.0.43, or the read failed: then `reservations_error`).
+    # Every reservation, the operator's (`slurmpool-` names) and others'; None: not read (the read
+    # failed: then `reservations_error`; or Slurm did not answer).
     reservations: tuple[SlurmReservation, ...] | None = None
     reservations_error: str | None = None
-    reservations_api: bool = True  # False: this access cannot list or create reservations (slurmrestd < v0.0.43)
+    reservations_api: bool = True  # False: this access lists reservations but cannot make them (slurmrestd < v0.0.43)
     max_times: dict[str, timedelta | None] = field(default_factory=dict, compare=False)  # partition -> MaxTime (None: UNLIMITED), read with the reservations
     # Slurm's power saving as slurm.conf sets it, polled for PowerSave pools about once a minute
     # (access.py); None: not known (not asked, unreadable, or this access cannot tell).
@@ -473,7 +473,6 @@ class SlurmView:
     # Nodes with no valid Slurm NodeName (slurmnames.by_node): absent from `nodes`, yet no proof of "not in Slurm"
     unnamed: frozenset[str] = frozenset()
     _blocks: dict[int, dict[str, str]] = field(default_factory=dict, compare=False, repr=False)  # level -> {node: block}
-    _pending_index: list[dict[str, list[SlurmJob]]] = field(default_factory=list, compare=False, repr=False)  # pending_in's, once
     _of_pending: dict[object, object] = field(default_factory=dict, compare=False, repr=False)  # of_pending's, once each
 
     def has_pending(self, partition: str | None) -> bool:
@@ -517,23 +516,25 @@ class SlurmView:
     def pending_in(self, partition: str) -> list[SlurmJob]:
         """The partition's pending jobs (a job pending in several is in each), indexed once per
         poll: every pool on this Slurm asks for its own (200 pools walking 100,000 jobs each were
-        20 s of CPU a round). The index is shared by copies that keep the jobs (`replace`)."""
-        if not self._pending_index:
-            index: dict[str, list[SlurmJob]] = {}
-            for job in self.jobs:
-                if job.state != "PENDING":
-                    continue
-                if "," not in job.partition:  # most jobs: one partition
-                    index.setdefault(job.partition, []).append(job)
-                    continue
-                for name in dict.fromkeys(job.partition.split(",")):
-                    index.setdefault(name, []).append(job)
-            self._pending_index.append(index)
-        return self._pending_index[0].get(partition, [])
+        20 s of CPU a round)."""
+        return self.of_pending("pending_in", self._index_pending).get(partition, [])
+
+    def _index_pending(self) -> dict[str, list[SlurmJob]]:
+        index: dict[str, list[SlurmJob]] = {}
+        for job in self.jobs:
+            if job.state != "PENDING":
+                continue
+            if "," not in job.partition:  # most jobs: one partition
+                index.setdefault(job.partition, []).append(job)
+                continue
+            for name in dict.fromkeys(job.partition.split(",")):
+                index.setdefault(name, []).append(job)
+        return index
 
     def of_pending(self, key: object, make: Callable[[], T]) -> T:
-        """What `make` derives from the pending jobs, made once per poll under `key` and shared as
-        pending_in's index is: every pool on this Slurm asks the same of one partition's queue."""
+        """What `make` derives from the pending jobs, made once per poll under `key`, and shared by
+        copies that keep the jobs (`replace`): every pool on this Slurm asks the same of one
+        partition's queue."""
         if key not in self._of_pending:
             self._of_pending[key] = make()
         return cast(T, self._of_pending[key])
