@@ -1,7 +1,9 @@
 """Inference demand as Kubernetes states it now (issue 40), on the lab's real kube-scheduler: pods
 that claim GPUs through DRA (a ResourceClaimTemplate of DeviceClass gpu.nvidia.com, served by the
 ResourceSlices the lab's agent publishes as NVIDIA's driver does), pods asking for another GPU
-resource name (amd.com/gpu), and a group of pods that must start together."""
+resource name (amd.com/gpu), and a group of pods that must start together: by the gang label, and
+as a Kubernetes PodGroup (scheduling.k8s.io/v1beta1, gang minCount) that the lab's scheduler starts
+whole (GenericWorkload on: e2e/lab/up.sh)."""
 
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ def slices(lab) -> dict[str, int]:
 
 
 def cleanup(lab) -> None:
-    lab.kubectl("delete", "resourceclaimtemplates,resourceclaims", "--all", "-n", NAMESPACE, "--wait=false", check=False)
+    lab.kubectl("delete", "resourceclaimtemplates,resourceclaims,podgroups", "--all", "-n", NAMESPACE, "--wait=false", check=False)
     reset_lab(lab)
 
 
@@ -148,4 +150,35 @@ def test_a_group_of_three_brings_three_nodes_of_one_block_and_a_larger_one_is_re
         assert len({blocks[n] for n in at_llm(lab)}) == 1, {n: blocks[n] for n in at_llm(lab)}
     finally:
         op.stop()
+        cleanup(lab)
+
+
+def test_a_podgroup_gang_brings_its_min_count_of_nodes_at_once_and_the_scheduler_starts_it_whole(lab):
+    """Kubernetes gang scheduling (1.37, gate GenericWorkload): a PodGroup with gang minCount 3 and
+    three pods of 8 GPUs naming it. The real scheduler holds them until three nodes fit ("minCount
+    (3) cannot be satisfied"); demand moves three nodes in one change and the gang starts."""
+    install_crd(lab)
+    ensure_namespace_and_secret(lab)
+    total = len(lab.nodes)
+    op = Operator(lab, "operator-demand-podgroup.log").start()
+    try:
+        apply(lab, pool_manifest(lab, POOL, total, demand=DEMAND))
+        wait(lambda: split_reached(lab, POOL, total, total), 120, what="every node in Slurm")
+        apply(lab, {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "metadata": {"name": "gang", "namespace": NAMESPACE},
+                    "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}}})
+        gang = serving_pod("gang", "gang", 3, schedulingGroup={"podGroupName": "gang"},
+                           container={"resources": {"limits": {"nvidia.com/gpu": "8"}}})
+        apply(lab, gang)
+        wait(lambda: len(running(lab, "gang")) == 3, 240, what="the gang's three pods Running")
+        changes = [e for e in events(lab, "DemandChanged") if "Slurm node(s)" in e]
+        assert len(changes) == 1 and f"{total} -> {total - 3} Slurm node(s)" in changes[0], changes
+        assert len(at_llm(lab)) == 3, at_llm(lab)
+        held = [p for p in pods_json(lab, selector="app=gang")
+                for c in p.get("status", {}).get("conditions") or [] if "minCount (3)" in (c.get("message") or "")]
+        assert not held, "every pod of the gang scheduled"
+        log = op.log_tail(2000)
+        assert "does not serve PodGroups" not in log and "watch of PodGroups failed" not in log, log
+    finally:
+        op.stop()
+        lab.kubectl("delete", "deployment", "gang", "-n", NAMESPACE, "--wait=false", check=False)
         cleanup(lab)

@@ -308,9 +308,9 @@ async def test_a_rotated_ssh_key_or_host_key_is_read_again_without_a_restart(mon
 
 
 class ReservingBackend(CountingBackend):
-    def __init__(self, fail=False):
+    def __init__(self, fail=False, makes=True):
         super().__init__()
-        self.fail = fail
+        self.fail, self.makes = fail, makes
 
     async def reservations(self):
         self.calls.append("reservations")
@@ -323,13 +323,13 @@ class ReservingBackend(CountingBackend):
         return {"gpu": None}
 
     async def can_reserve(self):
-        return True
+        return self.makes
 
     async def create_reservation(self, *args):
         raise AssertionError("not called by a poll")
 
 
-async def test_reservations_are_read_with_every_poll_wherever_the_access_can_list_them(monkeypatch):
+async def test_reservations_are_read_with_every_poll_also_where_the_access_cannot_make_them(monkeypatch):
     """Every pool's planner keeps the nodes of others' reservations in Slurm (issue 37), handover or
     not: one read per poll, shared by the pools on that Slurm."""
     pool = access.SlurmAccessPool(read_secret=None)
@@ -340,8 +340,11 @@ async def test_reservations_are_read_with_every_poll_wherever_the_access_can_lis
     assert fake.calls.count("reservations") == 1 and view.reservations == () and view.max_times == {"gpu": None}
     _, view = await pool.observe("ns", spec, Wanted(max_age=0.5, pool="b"))  # shared: no second read
     assert fake.calls.count("reservations") == 1 and view.reservations == ()
-    rest = await access.observe_slurm(CountingBackend(), None)  # cannot reserve (slurmrestd before v0.0.43)
-    assert rest.available and rest.reservations is None and not rest.reservations_api
+    listing = ReservingBackend(makes=False)  # lists, cannot make them (slurmrestd before v0.0.43)
+    rest = await access.observe_slurm(listing, None)
+    assert rest.available and rest.reservations == () and not rest.reservations_api and listing.calls.count("reservations") == 1
+    failed = await access.observe_slurm(ReservingBackend(fail=True, makes=False), None)
+    assert failed.reservations is None and "timed out" in failed.reservations_error and not failed.reservations_api
 
 
 async def test_a_failed_read_of_reservations_is_the_handovers_error_only():

@@ -1,9 +1,11 @@
-"""Inference demand through DRA claims (demand/claims.py, demand/dra_pods.py), read from
-resource.k8s.io/v1 objects kept as fixtures (tests/fixtures/dra/README.md says where each shape is from)."""
+"""Inference demand through DRA claims (demand/claims.py, demand/dra_pods.py) and groups that start
+together (demand/pod_groups.py, PodGroups' minCount), read from resource.k8s.io/v1 and
+scheduling.k8s.io objects kept as fixtures (tests/fixtures/dra/README.md says where each shape is from)."""
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from dataclasses import replace
 from datetime import timedelta
@@ -12,11 +14,16 @@ from pathlib import Path
 import yaml
 from kubernetes.client.rest import ApiException
 
-from slurmpool.adapters.kube import DraIndex
+from slurmpool.adapters.kube import DraIndex, PodGroupIndex
+from slurmpool.controller.freshness import Freshness
+from slurmpool.controller.snapshots import Sources, snapshot
+from slurmpool.core.decide import decide
 from slurmpool.core.demand import Seen, signals
 from slurmpool.core.demand.dra_pods import LAG_BOUND
 from slurmpool.core.demand.claims import ALL, CLAIM, TEMPLATE, claim_asks, key, slice_devices, template_asks
-from slurmpool.core.demand.pendingpod import is_pending_gpu_pod, pending_pod
+from slurmpool.core.demand.pendingpod import GroupPolicy, is_pending_gpu_pod, pending_pod, pod_group_policy
+from slurmpool.core.interfaces import PoolRef
+from slurmpool.core.membership import Membership
 from slurmpool.core.models import GPU, SlurmNodePoolSpec
 from slurmpool.core.placement import SLURM, Side
 from slurmpool.core.view import ANN_MOVE, ANN_PLACEMENT, ANN_SETTLED, MoveRecord, iso, NodeView, PodView, SlurmView
@@ -243,11 +250,12 @@ def test_an_api_server_without_dra_is_said_once_and_not_listed_again(caplog):
 
 
 def group_pods(*names: str):
-    every = {o["metadata"]["name"]: o for o in load("groups.yaml") if o["kind"] == "Pod"}
+    every = {o["metadata"]["name"]: o for f in ("groups.yaml", "podgroups.yaml") for o in load(f) if o["kind"] == "Pod"}
     return [pending_pod(every[n]) for n in names]
 
 
 LLAMA = ("llama-405b-0", "llama-405b-1", "llama-405b-2")
+EMBED = ("embed-0-0", "embed-0-1")  # the two pods of a basic PodGroup (podgroups.yaml)
 
 
 def eight(**demand) -> tuple[SlurmNodePoolSpec, list[NodeView], dict]:
@@ -298,6 +306,140 @@ def test_a_group_that_bounds_would_cut_waits_whole():
     sig = signals(Seen(s, ns, SlurmView(True, nodes=states), group_pods(*LLAMA), now=NOW))
     assert sig.nodes(Side.INFERENCE) == 0 and sig.unstartable == ()
     assert "1 group(s) wait: inference's bound leaves room for fewer nodes than they need" in sig.what(Side.INFERENCE)
+
+
+# ---------------------------------------------------------------- PodGroups' minCount (kube.PodGroupIndex)
+
+
+def podgroups() -> dict[str, dict]:
+    return {o["metadata"]["name"]: o for o in load("podgroups.yaml") if o["kind"] == "PodGroup"}
+
+
+def with_min_count(count: object) -> dict:
+    body = copy.deepcopy(podgroups()["llama-405b-0"])
+    body["spec"]["schedulingPolicy"]["gang"]["minCount"] = count
+    return body
+
+
+def test_a_podgroups_policy_reads_its_gang_min_count_or_basic():
+    assert {n: pod_group_policy(o) for n, o in podgroups().items()} == {"llama-405b-0": GroupPolicy(3), "embed-0": GroupPolicy(None)}
+    # the v1alpha3 object of groups.yaml has the same spec
+    (alpha,) = [o for o in load("groups.yaml") if o["kind"] == "PodGroup"]
+    assert pod_group_policy(alpha) == GroupPolicy(3)
+    assert [(p.group, p.group_size) for p in group_pods(*EMBED)] == [("podgroup:embed-0", 0)] * 2
+
+
+def test_a_podgroup_whose_policy_does_not_read_is_ignored():
+    for count in (None, "3", 3.0, True, 0, -2, 2**31):
+        assert pod_group_policy(with_min_count(count)) is None, count
+    missing = with_min_count(3)
+    del missing["spec"]["schedulingPolicy"]["gang"]["minCount"]
+    both = with_min_count(3)
+    both["spec"]["schedulingPolicy"]["basic"] = {}
+    for body in (missing, both, {"spec": {}}, {"spec": {"schedulingPolicy": {"gang": 3}}}, {"spec": "x"}, {}):
+        assert pod_group_policy(body) is None, body
+
+
+def test_a_podgroups_min_count_sizes_its_group():
+    s, ns, states = eight()
+    two = group_pods(*LLAMA[:2])  # the third member is not made yet
+    before = signals(Seen(s, ns, SlurmView(True, nodes=states), two, now=NOW))
+    assert before.nodes(Side.INFERENCE) == 2  # unknown PodGroup: its pending pods are the group
+    sig = signals(Seen(s, ns, SlurmView(True, nodes=states), two, pod_groups={(NS, "llama-405b-0"): 3}, now=NOW))
+    assert (sig.nodes(Side.INFERENCE), sig.waiting(Side.INFERENCE), sig.pool_nodes) == (3, 2, {"llm": 3})
+    # another namespace's PodGroup of that name is not theirs
+    other = signals(Seen(s, ns, SlurmView(True, nodes=states), two, pod_groups={("elsewhere", "llama-405b-0"): 3}, now=NOW))
+    assert other.nodes(Side.INFERENCE) == 2
+
+
+def test_a_basic_or_unread_podgroup_is_sized_by_its_pending_pods():
+    s, ns, states = eight()
+    basic = signals(Seen(s, ns, SlurmView(True, nodes=states), group_pods(*EMBED), pod_groups={(NS, "embed-0"): None}, now=NOW))
+    assert (basic.nodes(Side.INFERENCE), basic.waiting(Side.INFERENCE)) == (2, 2)
+    assert [w.what for w in basic.wants] == ["2 pod(s) in groups that start together want 2 node(s)"]
+
+
+def test_a_podgroup_larger_than_the_pool_is_reported_not_chased():
+    s, ns, states = eight()
+    sig = signals(Seen(s, ns, SlurmView(True, nodes=states), group_pods(*LLAMA), pod_groups={(NS, "llama-405b-0"): 12}, now=NOW))
+    assert sig.nodes(Side.INFERENCE) == 0
+    assert sig.unstartable == (f"group {NS}/podgroup:llama-405b-0 needs 12 node(s) at once; the pool has 8",)
+
+
+def test_the_pass_reads_the_podgroup_index():
+    """Sources -> PoolSnapshot.pod_groups -> decide's Seen: two of a gang of 3 want 3 nodes."""
+    s, ns, states = eight()
+    index = PodGroupIndex(None, lambda: None)
+    index.min_counts[(NS, "llama-405b-0")] = 3
+
+    class Pods:
+        pending = {p.name: p for p in group_pods(*LLAMA[:2])}
+        by_node: dict = {}
+
+        def on(self, name):
+            return ()
+
+    class Access:
+        async def observe(self, namespace, access, wanted):
+            return None, SlurmView(True, nodes=states)
+
+    class Status:
+        def wanted(self, pool):
+            return None
+
+    membership = Membership()
+    membership.set_selectors({("ns", "gpu"): s.node_selector})
+    for node in ns:
+        membership.update(node.name, node.labels)
+    src = Sources({n.name: (n,) for n in ns}, Pods(), {}, membership, Access(), Status(), groups=index)
+    raw = {"uid": "u", "generation": 1, "spec": {}}
+    snap, _, _ = asyncio.run(snapshot(src, PoolRef("ns", "gpu", "u"), s, raw, Freshness(1.0)))
+    assert snap.pod_groups == {(NS, "llama-405b-0"): 3}
+    assert decide(snap).target.status.demand.pool_wants == {"llm": 3}
+    assert decide(replace(snap, pod_groups={})).target.status.demand.pool_wants == {"llm": 2}
+
+
+def test_the_podgroup_index_keeps_min_counts_and_wakes_the_pools():
+    async def scenario():
+        woken: list[int] = []
+        groups = PodGroupIndex(None, lambda: woken.append(1))
+        unread = {**with_min_count(-1), "metadata": {"namespace": NS, "name": "bad"}}
+        listed = [*podgroups().values(), unread]
+        groups.watch.call = lambda limit, _continue=None, **_: _Listed(listed)
+        await asyncio.to_thread(groups.watch._list, asyncio.get_running_loop())
+        await asyncio.sleep(0)
+        assert groups.min_counts == {(NS, "llama-405b-0"): 3, (NS, "embed-0"): None} and len(woken) == 2
+        # the scheduler's status writes change no size: no pool is woken for them
+        woken.clear()
+        scheduled = copy.deepcopy(podgroups()["llama-405b-0"])
+        scheduled["status"]["conditions"][0]["status"] = "True"
+        groups.watch._set(f"{NS}/llama-405b-0", pod_group_policy(scheduled))
+        assert woken == []
+        # scaled: minCount is the one mutable field of a gang
+        groups.watch._set(f"{NS}/llama-405b-0", pod_group_policy(with_min_count(4)))
+        assert groups.min_counts[(NS, "llama-405b-0")] == 4 and woken == [1]
+        groups.watch._set(f"{NS}/llama-405b-0", None)
+        assert (NS, "llama-405b-0") not in groups.min_counts and woken == [1, 1]
+
+    asyncio.run(scenario())
+
+
+def test_an_api_server_without_podgroups_is_said_once_and_not_listed_again(caplog):
+    async def scenario():
+        groups = PodGroupIndex(None, lambda: None)
+        calls: list[int] = []
+
+        def not_served(**_):
+            calls.append(1)
+            raise ApiException(status=404, reason="Not Found")
+
+        groups.watch.call = not_served
+        await asyncio.to_thread(groups.watch._run, asyncio.get_running_loop())  # returns: no relist loop
+        await asyncio.sleep(0)
+        assert calls == [1] and groups.watch.listed.is_set() and groups.min_counts == {}
+
+    asyncio.run(scenario())
+    assert "does not serve PodGroups" in caplog.text
 
 
 # ---------------------------------------------------------------- objects the lab's API server returned (fixtures/dra/captured)

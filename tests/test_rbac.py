@@ -56,6 +56,9 @@ CLIENT_CALLS = {
                                                Rule("resource.k8s.io", "resourceclaims", "watch", "kube.DraIndex")),
     "list_resource_slice": (Rule("resource.k8s.io", "resourceslices", "list", "kube.DraIndex"),
                             Rule("resource.k8s.io", "resourceslices", "watch", "kube.DraIndex")),
+    # Group demand: each PodGroup's gang minCount (kube.PodGroupIndex).
+    "list_pod_group_for_all_namespaces": (Rule("scheduling.k8s.io", "podgroups", "list", "kube.PodGroupIndex"),
+                                          Rule("scheduling.k8s.io", "podgroups", "watch", "kube.PodGroupIndex")),
     "patch_node": Rule("", "nodes", "patch", "kube.KubeAdapter.patch_node"),
     "read_node": Rule("", "nodes", "get", "kube.KubeAdapter.read_node"),
     "create_namespaced_pod": Rule("", "pods", "create", "kube.KubeAdapter.create_slurmd_pod", "pools"),

@@ -212,6 +212,24 @@ def test_the_real_2205_scontrol_reservations_hold_the_admins_node_and_not_ours()
     assert holds(PoolRef("ns", "gpu", "uid"), make_spec(), nodes, view_of(nodes, listed), now + timedelta(minutes=5)) == {}  # ended
 
 
+def test_the_real_2411_rest_reservations_hold_the_admins_and_a_persons_nodes():
+    """rest-24.11-get-200.json (slurmrestd 24.11.5, v0.0.42, which cannot make reservations but
+    lists them): an admin's `maint-by-hand` on gpu01, active, and `alice_7` on gpu[02-03] an hour
+    ahead (Users=root, no flags but the SPEC_NODES Slurm adds): all three held within the 4 h lead."""
+    body = json.loads((FIXTURES / "rest-24.11-get-200.json").read_text())
+    assert body["meta"]["plugin"]["data_parser"] == "data_parser/v0.0.42"
+    listed = tuple(r for r in map(parse_rest_reservation, body["reservations"]) if r is not None)
+    assert [(r.name, r.nodes, sorted(r.flags)) for r in listed] == [
+        ("maint-by-hand", ("gpu01",), ["IGNORE_JOBS", "MAINT", "SPEC_NODES"]), ("alice_7", ("gpu02", "gpu03"), ["SPEC_NODES"])]
+    admins = listed[0]
+    nodes = pool_nodes(slurm=4, inference=0)
+    view = replace(view_of(nodes, listed), reservations_api=False)
+    found = holds(POOL, make_spec(), nodes, view, admins.start + timedelta(minutes=1))
+    assert {n: r.reservation for n, r in found.items()} == {"gpu01": "maint-by-hand", "gpu02": "alice_7", "gpu03": "alice_7"}
+    result = plan(make_spec(slurm_nodes=3, max_moves=3), nodes, view, admins.start, Goal(held=frozenset(found)))
+    assert [s.node for s in result.starts] == ["gpu04"]
+
+
 def test_the_real_2605_rest_reservations_hold_the_admins_node_and_not_ours():
     """rest-26.05-get-200.json (slurmrestd 26.05.3, v0.0.45): an admin's `maint-by-hand` on gpu01 and
     the handover's on gpu[02-03], named as the pool `slurmpool/handover` of that day's version."""

@@ -92,8 +92,8 @@ class SlurmBackend(SlurmCommands, Protocol):
         (slurmrestd), so a caller wanting several filters asks once and filters itself."""
 
     async def can_reserve(self) -> bool:
-        """Can it list, create and delete reservations (the planned handover)? Asked every pass:
-        it must not cost a call to Slurm."""
+        """Can it create and delete reservations (the planned handover)? Every backend lists them.
+        Asked every pass: it must not cost a call to Slurm."""
 
     async def topology(self) -> list[TopologyGroup]:
         """Slurm's switches or blocks; read at most once a minute, and not timed (its series

@@ -674,6 +674,7 @@ start_daemon kube-apiserver "$BIN/kube-apiserver" \
   --tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" \
   --client-ca-file="$P/ca.crt" \
   --authorization-mode=RBAC \
+  --feature-gates=GenericWorkload=true --runtime-config=scheduling.k8s.io/v1beta1=true \
   --service-cluster-ip-range=10.0.0.0/24 \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$P/sa.pub" --service-account-signing-key-file="$P/sa.key" \
@@ -753,8 +754,10 @@ fi
 wait_for 10 sshd bash -c "exec 3<>/dev/tcp/127.0.0.1/$SSH_PORT"
 wait_for 60 kube-apiserver "${KUBECTL[@]}" get --raw /readyz
 # The controller-manager gives up if the apiserver is not healthy within seconds: start it now.
+# GenericWorkload (beta, off by default in 1.37): PodGroups (scheduling.k8s.io/v1beta1) and the
+# scheduler's gang scheduling, for group demand (issue 40).
 start_daemon kube-scheduler "$BIN/kube-scheduler" \
-  --kubeconfig="$LAB_DIR/etc/scheduler.kubeconfig" --leader-elect=false --secure-port=0
+  --kubeconfig="$LAB_DIR/etc/scheduler.kubeconfig" --leader-elect=false --secure-port=0 --feature-gates=GenericWorkload=true
 # use-service-account-credentials: each controller acts as its own ServiceAccount, as in
 # kubeadm clusters (the controller-manager's own role does not cover every controller).
 # node-monitor-period=1s: new nodes lose their not-ready taint within a second, not five.
@@ -762,7 +765,7 @@ start_daemon kube-scheduler "$BIN/kube-scheduler" \
 cm_qps=""; [ "$LAB_SIM_NODES" -eq 0 ] || cm_qps="--kube-api-qps=200 --kube-api-burst=400"
 start_daemon kube-controller-manager "$BIN/kube-controller-manager" \
   --kubeconfig="$LAB_DIR/etc/controller-manager.kubeconfig" --leader-elect=false --secure-port=0 \
-  --use-service-account-credentials=true \
+  --use-service-account-credentials=true --feature-gates=GenericWorkload=true \
   --node-monitor-period=1s $cm_qps \
   --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" \
   --cluster-signing-cert-file="$P/ca.crt" --cluster-signing-key-file="$P/ca.key"

@@ -118,12 +118,13 @@ async def _reservations(backend: SlurmBackend) -> Listed:
     can be made (slurmrestd before v0.0.43). A failure fails neither the poll nor the moves: the
     handover waits, and the planner keeps holding what the pool's last status showed held
     (core/reservations.py)."""
+    api = True
     try:
         api = await makes_reservations(backend)
         found, max_times = await asyncio.gather(backend.reservations(), backend.partition_max_times())
         return tuple(found), max_times, None, api
     except SlurmError as err:
-        return None, {}, f"cannot list reservations: {err}"[:500], True
+        return None, {}, f"cannot list reservations: {err}"[:500], api
 
 
 async def makes_reservations(backend: SlurmBackend) -> bool:

@@ -26,7 +26,7 @@ from slurmpool.adapters import metrics
 from slurmpool.adapters.eventseries import EventSeries
 from slurmpool.core.demand.claims import CLAIM, TEMPLATE, Asks, claim_asks, slice_devices, template_asks
 from slurmpool.core.demand.claims import key as claim_key
-from slurmpool.core.demand.pendingpod import is_pending_gpu_pod, pending_pod
+from slurmpool.core.demand.pendingpod import GroupPolicy, is_pending_gpu_pod, pending_pod, pod_group_policy
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.interfaces import Conflict, PoolRef, Refused
 from slurmpool.core.bodies import node_view, pod_view
@@ -269,10 +269,13 @@ class PodWatch(ListWatch):
 
 
 class KeyedWatch(ListWatch):
-    """One resource.k8s.io/v1 kind as compact values (`reduce` of each body), keyed as `key_of`
-    keys them. `on_change(key, old, new)` is called on the loop for each value that changes."""
+    """One kind demand reads (resource.k8s.io/v1's, scheduling.k8s.io/v1beta1's PodGroups) as compact
+    values (`reduce` of each body; None: not kept), keyed as `key_of` keys them. `on_change(key,
+    old, new)` is called on the loop for each value that changes."""
 
-    OPTIONAL = True  # resource.k8s.io/v1 is served from Kubernetes 1.34; before, DRA demand sees nothing
+    # resource.k8s.io/v1 is served from Kubernetes 1.34, scheduling.k8s.io/v1beta1 only where it is
+    # turned on (1.37+, gate GenericWorkload): elsewhere the demand that reads them sees nothing.
+    OPTIONAL = True
 
     def __init__(self, api: client.ApiClient, kind: str, call: Callable, reduce: Callable[[dict], Any],
                  key_of: Callable[[dict], str], on_change: Callable[[str, Any, Any], None]):
@@ -355,6 +358,38 @@ class DraIndex:
             if node in self._by_node and not self._by_node[node]:
                 del self._by_node[node]
             self.on_node(node)
+
+
+# ---------------------------------------------------------------- PodGroups: the size of a gang
+
+
+def _namespaced(body: dict) -> str:
+    return f"{body['metadata'].get('namespace', '')}/{body['metadata']['name']}"
+
+
+class PodGroupIndex:
+    """What group demand reads of Kubernetes gang scheduling: each PodGroup's (scheduling.k8s.io/v1beta1)
+    gang minCount by (namespace, name), None for a basic policy (`min_counts`; a PodGroup whose policy
+    does not read is left out, as pendingpod.pod_group_policy says). `on_change()` is called on the
+    loop when one changes: a PodGroup names no node, so any pool's demand may count it."""
+
+    def __init__(self, api: client.ApiClient, on_change: Callable[[], None]):
+        scheduling = client.SchedulingV1beta1Api(api)
+        self.on_change = on_change
+        self.min_counts: dict[tuple[str, str], int | None] = {}
+        self.watch = KeyedWatch(api, "PodGroups", scheduling.list_pod_group_for_all_namespaces, pod_group_policy, _namespaced,
+                                self._changed)
+
+    def start(self) -> None:
+        self.watch.start()
+
+    def _changed(self, key: str, _old: GroupPolicy | None, policy: GroupPolicy | None) -> None:
+        namespace, name = key.split("/", 1)  # neither has a slash
+        if policy is None:
+            self.min_counts.pop((namespace, name), None)
+        else:
+            self.min_counts[(namespace, name)] = policy.min_count
+        self.on_change()
 
 
 # ---------------------------------------------------------------- writes

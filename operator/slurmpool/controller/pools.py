@@ -24,7 +24,7 @@ from slurmbridge.backoff import Backoff
 
 from slurmpool.adapters import metrics
 from slurmpool.adapters.access import makes_reservations
-from slurmpool.adapters.kube import DraIndex, NodeWatch, PodWatch
+from slurmpool.adapters.kube import DraIndex, NodeWatch, PodGroupIndex, PodWatch
 from slurmpool.adapters.statuswriter import StatusWriter
 from slurmpool.controller import poolmetrics, records, reports, snapshots
 from slurmpool.controller.apply import ApplyContext, apply
@@ -75,7 +75,7 @@ class PoolController:
         self.membership = Membership(exclude_control_plane=not settings.pool_policy.allow_control_plane)
         self.status = StatusWriter(self.kube.patch_pool_status, self.status_failed)
         self.nodes, self.pods = NodeWatch(self.kube.api, self.node_changed), PodWatch(self.kube.api, self.kick_node)
-        self.dra = DraIndex(self.kube.api, self.kick_node)  # DRA demand: what claims ask for, the devices of each node
+        self.dra, self.groups = DraIndex(self.kube.api, self.kick_node), PodGroupIndex(self.kube.api, self.kick_node)  # demand: DRA's, gangs' sizes
         self.pools: dict[Key, PoolState] = {}
         self.published: dict[str, tuple[str, float]] = {}  # node -> Slurm state last published on it, and when (apply.py)
         self.written = records.Written()  # node records not yet back through the Node watch
@@ -86,7 +86,7 @@ class PoolController:
         return self.pools.setdefault(key, PoolState())
 
     def start(self) -> None:
-        for each in (self.nodes, self.pods, self.dra):
+        for each in (self.nodes, self.pods, self.dra, self.groups):
             each.start()
         self.tasks = [asyncio.create_task(self.run())]
 
@@ -156,10 +156,10 @@ class PoolController:
         for key in list(self.pools if stale else set(before) | set(self.membership.owners(name) or ())):
             self.queue.add(key)
 
-    def kick_node(self, node: str) -> None:
-        """PodWatch's and DraIndex's callback: a pod of the node, or its devices, changed."""
+    def kick_node(self, node: str = "") -> None:
+        """PodWatch's and DraIndex's callback: a pod of the node, or its devices, changed; PodGroupIndex's: a gang's size (no node)."""
         owners = self.membership.owners(node)
-        for key in list(self.pools if owners is None else owners):  # None: a node not sorted yet, maybe new
+        for key in list(self.pools if owners is None else owners):  # None: a node not sorted yet (maybe new), or no node: every pool
             self.queue.add(key)
 
     async def status_failed(self, pool: PoolRef, message: str) -> None:
@@ -275,7 +275,7 @@ class PoolController:
             self.membership.set_selectors(snapshots.selectors(self.pools_index, parse, self.settings.pool_policy))
         nodes = self.nodes
         src = snapshots.Sources(nodes.nodes, self.pods, self.pools_index, self.membership, self.access, self.status,
-                                listed=lambda: nodes.list_began, dra=self.dra)
+                                listed=lambda: nodes.list_began, dra=self.dra, groups=self.groups)
         fresh = state.slurm.want(spec, self.settings.interval, newer_than)
         snap, backend, listed = await snapshots.snapshot(src, pool, spec, raw, fresh)
         state.slurm.used(snap.slurm)

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from slurmbridge import SlurmUnavailable
 
 from slurmpool.adapters.access import SlurmAccessPool, Wanted
-from slurmpool.adapters.kube import DraIndex, PodWatch
+from slurmpool.adapters.kube import DraIndex, PodGroupIndex, PodWatch
 from slurmpool.adapters.statuswriter import StatusWriter
 from slurmpool.controller.freshness import Freshness
 from slurmpool.core.interfaces import PoolRef
@@ -101,6 +101,7 @@ class Sources:
     status: StatusWriter
     listed: Callable[[], float] = lambda: 0.0  # the Node watch's list_began now (records.lags)
     dra: DraIndex | None = None  # claims' asks and nodes' devices (DRA demand, GPU metrics)
+    groups: PodGroupIndex | None = None  # each PodGroup's gang minCount (group demand)
 
 
 def previous_status(status: StatusWriter, pool: PoolRef, raw) -> SlurmNodePoolStatus | None:
@@ -162,5 +163,6 @@ async def snapshot(src: Sources, pool: PoolRef, spec: SlurmNodePoolSpec, raw, fr
         previous=previous_status(src.status, pool, raw), overlaps=tuple(overlaps), orphans=orphans,
         pending=tuple(src.pods.pending.values()) if demand else (), author=raw.get("author"),
         claims=dict(src.dra.asks) if demand and src.dra else {},
+        pod_groups=dict(src.groups.min_counts) if demand and src.groups else {},
     )
     return snap, backend, listed

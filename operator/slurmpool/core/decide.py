@@ -288,7 +288,7 @@ def _target(snap: PoolSnapshot, nodes: list[NodeView], unhealthy: frozenset[str]
     spec = snap.spec
     sig = None
     if spec.demand is not None and spec.demand.enabled and snap.slurm.available and snap.slurm.has_pending(spec.slurm.partition):
-        sig = signals(Seen(spec, nodes, snap.slurm, snap.pending, unhealthy, snap.claims, now=snap.now))
+        sig = signals(Seen(spec, nodes, snap.slurm, snap.pending, unhealthy, snap.claims, snap.pod_groups, now=snap.now))
     previous = snap.previous.target if snap.previous else None
     return decide_target(spec, len(nodes), snap.now, previous, snap.author, sig)
 

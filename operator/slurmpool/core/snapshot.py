@@ -11,6 +11,7 @@ from typing import Any
 
 from slurmpool.core.demand import PendingPod
 from slurmpool.core.demand.claims import Asks
+from slurmpool.core.demand.pendingpod import PodGroupSizes
 from slurmpool.core.events import Event
 from slurmpool.core.health import NodeHealth
 from slurmpool.core.interfaces import PoolRef
@@ -39,6 +40,7 @@ class PoolSnapshot:
     strays: tuple[NodeView, ...] = ()
     pending: tuple[PendingPod, ...] = ()  # unschedulable GPU pods (demand's inference signal)
     claims: Mapping[str, Asks] = field(default_factory=dict)  # what DRA claims and templates ask for (demand/claims.py)
+    pod_groups: PodGroupSizes = field(default_factory=dict)  # each PodGroup's gang minCount (demand/pod_groups.py)
     author: str | None = None  # who last wrote spec.slurmNodes (managedFields)
 
 

@@ -8,7 +8,7 @@ ResourceClaims, with what it asks; the sources pick what their pool counts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +82,10 @@ def pod_claims(spec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 LWS_NAME, LWS_GROUP, LWS_SIZE = ("leaderworkerset.sigs.k8s.io/name", "leaderworkerset.sigs.k8s.io/group-index",
                                  "leaderworkerset.sigs.k8s.io/size")
 GANG, GANG_SIZE = "slurmpool.io/gang", "slurmpool.io/gang-size"
+PODGROUP = "podgroup:"  # how group_of names the group of a PodGroup's pods
+INT32_MAX = 2**31 - 1  # minCount is an int32
+# The PodGroup index's view, by (namespace, PodGroup name): its gang minCount, None for a basic policy.
+PodGroupSizes = Mapping[tuple[str, str], int | None]
 
 
 def _size(value: object) -> int:
@@ -93,18 +97,43 @@ def _size(value: object) -> int:
 
 def group_of(meta: dict[str, Any], spec: dict[str, Any]) -> tuple[str, int]:
     """(group, size): a PodGroup the pod names (spec.schedulingGroup.podGroupName, gang scheduling
-    of Kubernetes 1.36+: its pods wait together, so the group's pending pods are its size); a
-    LeaderWorkerSet group (its name and group-index labels, its size annotation); or the gang
-    label slurmpool.io/gang with the annotation slurmpool.io/gang-size."""
+    of Kubernetes 1.36+: its size is the PodGroup's gang minCount, which the PodGroup index reads,
+    so 0 here); a LeaderWorkerSet group (its name and group-index labels, its size annotation); or
+    the gang label slurmpool.io/gang with the annotation slurmpool.io/gang-size."""
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
     scheduling = spec.get("schedulingGroup")
     if isinstance(scheduling, dict) and scheduling.get("podGroupName"):
-        return f"podgroup:{scheduling['podGroupName']}", 0
+        return f"{PODGROUP}{scheduling['podGroupName']}", 0
     if labels.get(LWS_NAME) and labels.get(LWS_GROUP) is not None:
         return f"lws:{labels[LWS_NAME]}/{labels[LWS_GROUP]}", _size(annotations.get(LWS_SIZE))
     if labels.get(GANG):
         return f"gang:{labels[GANG]}", _size(annotations.get(GANG_SIZE))
     return "", 0
+
+
+@dataclass(frozen=True)
+class GroupPolicy:
+    """A PodGroup's scheduling policy (scheduling.k8s.io/v1beta1, spec.schedulingPolicy) as the
+    operator's PodGroup index keeps it."""
+
+    min_count: int | None  # gang.minCount: the pods that must start together; None: basic (no gang)
+
+
+def pod_group_policy(body: dict[str, Any]) -> GroupPolicy | None:
+    """A PodGroup's policy: gang with its minCount, or basic. None when it does not read (people
+    write PodGroups: no policy or both, a minCount missing, not an integer or not positive): that
+    object alone is ignored, and its pods' group is sized by its pending pods, as for one unknown."""
+    spec = body.get("spec")
+    policy = spec.get("schedulingPolicy") if isinstance(spec, dict) else None
+    if not isinstance(policy, dict):
+        return None
+    gang, basic = policy.get("gang"), policy.get("basic")
+    if isinstance(basic, dict) and gang is None:
+        return GroupPolicy(None)
+    count = gang.get("minCount") if isinstance(gang, dict) and basic is None else None
+    if isinstance(count, int) and not isinstance(count, bool) and 0 < count <= INT32_MAX:
+        return GroupPolicy(count)
+    return None
 
 
 def is_pending_gpu_pod(spec: dict[str, Any], status: dict[str, Any]) -> bool:

@@ -5,8 +5,10 @@ label slurmpool.io/gang) is one demand unit: its pods wait until all of them can
 moving fewer nodes than the whole group needs serves nothing and takes work from Slurm. Each
 member needs the nodes its own GPUs take (gpu_pods' extended resources or dra_pods' claimed
 devices, at least one node: multi-host inference puts one member on each node); members the
-group's size names but that are not pending yet count as its largest member. Every member must
-fit the same inference pool (the highest-priority one the first member fits).
+group's size names but that are not pending yet count as its largest member. A PodGroup's size is
+its gang minCount where the PodGroup index knows it (Seen.pod_groups), else (unknown, a basic
+policy, scheduling.k8s.io/v1beta1 not served) its pending pods. Every member must fit the same
+inference pool (the highest-priority one the first member fits).
 
 A group is counted whole or not at all: one that needs more nodes than the pool has, than
 inference may hold (demand.inference.maxNodes, the inference pools' maxNodes), or, with
@@ -18,11 +20,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from slurmpool.core.demand import dra_pods, gpu_pods
 from slurmpool.core.demand.decision import bounds
-from slurmpool.core.demand.pendingpod import PendingPod
+from slurmpool.core.demand.pendingpod import PODGROUP, PendingPod
 from slurmpool.core.demand.want import Seen, Want
 from slurmpool.core.models import DemandSpec
 from slurmpool.core.placement import Side, side_of
@@ -39,6 +41,16 @@ def member_nodes(pod: PendingPod, seen: Seen, first: Mapping[str, str]) -> tuple
     gpus = sum(asked.values()) + devices
     nodes = max(gpu_pods.nodes_for(asked, {r: gpu_pods.per_node(seen, r) for r in asked}), math.ceil(devices / held))
     return gpus, max(nodes, 1) if gpus else 0
+
+
+def group_size(namespace: str, group: str, members: Sequence[PendingPod], seen: Seen) -> int:
+    """The pods of a group: a PodGroup's gang minCount when the index knows it, else what its members
+    say (an LWS or gang size; 0: its pending pods are the group)."""
+    if group.startswith(PODGROUP):
+        min_count = seen.pod_groups.get((namespace, group.removeprefix(PODGROUP)))
+        if min_count is not None:
+            return min_count
+    return max(m.group_size for m in members)
 
 
 def room(seen: Seen) -> tuple[int, str]:
@@ -89,7 +101,7 @@ def wants(seen: Seen) -> list[Want]:
         pool = next((q for q in pools if gpu_pods.fits(members[0], q, labels, cache)), None)
         if pool is None or not all(gpu_pods.fits(p, pool, labels, cache) for p in members[1:]):
             continue
-        missing = max(0, max(m.group_size for m in members) - len(members))
+        missing = max(0, group_size(namespace, name, members, seen) - len(members))
         need = sum(n for _, n in sized) + missing * max(n for _, n in sized)
         if need > most:
             unstartable.append(f"group {namespace}/{name} needs {need} node(s) at once; {why} {most}")

@@ -11,7 +11,7 @@ from datetime import datetime
 from slurmbridge.models import gpu_count
 
 from slurmpool.core.demand.claims import Asks
-from slurmpool.core.demand.pendingpod import PendingPod
+from slurmpool.core.demand.pendingpod import PendingPod, PodGroupSizes
 from slurmpool.core.models import SlurmNodePoolSpec
 from slurmpool.core.placement import Side
 from slurmpool.core.view import NodeView, SlurmView
@@ -42,7 +42,8 @@ class Want:
 class Seen:
     """What a source may read: the pool, its nodes, the Slurm view, the pending-pod index, the
     pass's clock, the nodes health.py finds unhealthy (never moved: work that names one cannot
-    start), and what the DRA claims and templates ask for (claims.key -> asks)."""
+    start), what the DRA claims and templates ask for (claims.key -> asks), and each PodGroup's
+    gang minCount ((namespace, name) -> minCount, None: a basic policy; pod_groups.py)."""
 
     spec: SlurmNodePoolSpec
     nodes: Sequence[NodeView]
@@ -50,6 +51,7 @@ class Seen:
     pods: Sequence[PendingPod]
     unhealthy: frozenset[str] = frozenset()
     claims: Mapping[str, Asks] = field(default_factory=dict)
+    pod_groups: PodGroupSizes = field(default_factory=dict)
     now: datetime = field(kw_only=True)  # the snapshot's clock
 
     @cached_property
