@@ -409,17 +409,22 @@ def test_the_podgroup_index_keeps_min_counts_and_wakes_the_pools():
         await asyncio.to_thread(groups.watch._list, asyncio.get_running_loop())
         await asyncio.sleep(0)
         assert groups.min_counts == {(NS, "llama-405b-0"): 3, (NS, "embed-0"): None} and len(woken) == 2
-        # the scheduler's status writes change no size: no pool is woken for them
+        # the scheduler's status writes that change no size wake no pool
         woken.clear()
-        scheduled = copy.deepcopy(podgroups()["llama-405b-0"])
-        scheduled["status"]["conditions"][0]["status"] = "True"
-        groups.watch._set(f"{NS}/llama-405b-0", pod_group_policy(scheduled))
+        retried = copy.deepcopy(podgroups()["llama-405b-0"])
+        retried["status"]["conditions"][0]["message"] = "0/9 nodes are available"
+        groups.watch._set(f"{NS}/llama-405b-0", pod_group_policy(retried))
         assert woken == []
         # scaled: minCount is the one mutable field of a gang
         groups.watch._set(f"{NS}/llama-405b-0", pod_group_policy(with_min_count(4)))
         assert groups.min_counts[(NS, "llama-405b-0")] == 4 and woken == [1]
+        # placed once: its pods that wait later are replacements, each alone
+        scheduled = copy.deepcopy(with_min_count(4))
+        scheduled["status"]["conditions"][0]["status"] = "True"
+        groups.watch._set(f"{NS}/llama-405b-0", pod_group_policy(scheduled))
+        assert groups.min_counts[(NS, "llama-405b-0")] is None and woken == [1, 1]
         groups.watch._set(f"{NS}/llama-405b-0", None)
-        assert (NS, "llama-405b-0") not in groups.min_counts and woken == [1, 1]
+        assert (NS, "llama-405b-0") not in groups.min_counts and woken == [1, 1, 1]
 
     asyncio.run(scenario())
 
@@ -480,3 +485,18 @@ def test_the_lab_apiservers_shared_claim_counts_once_while_it_waits():
     ns, states = nodes()
     sig = signals(Seen(spec(), ns, SlurmView(True, nodes=states), waiting, claims=asks, now=NOW))
     assert (sig.waiting(Side.INFERENCE), sig.gpus(Side.INFERENCE), sig.nodes(Side.INFERENCE)) == (2, 4, 1)
+
+
+def test_the_lab_apiservers_podgroups_read_as_the_scheduler_treats_them():
+    """captured/podgroups.yaml (v1.37.2, GenericWorkload on): gang `trio` (minCount 3) with its 3
+    pods scheduled together; gang `quad` (minCount 4) with 3 pods, which the scheduler holds
+    without any condition until the 4th exists; `loose` (basic) with 1 pod Unschedulable."""
+    objects = captured("podgroups.yaml")
+    groups = {o["metadata"]["name"]: pod_group_policy(o) for o in objects if o["kind"] == "PodGroup"}
+    # a gang placed once sizes no group again (a replacement pod counts alone); one not yet placed, its minCount
+    assert groups == {"trio": GroupPolicy(None), "quad": GroupPolicy(4), "loose": GroupPolicy(None)}
+    pods = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Pod"}
+    waiting = [n for n, p in pods.items() if is_pending_gpu_pod(p["spec"], p["status"])]
+    assert waiting == ["loose-0"]  # quad's pods wait for their 4th member: no demand until it exists
+    assert (pending_pod(pods["quad-0"]).group, pending_pod(pods["loose-0"]).group) == ("podgroup:quad", "podgroup:loose")
+    assert all(p["status"]["phase"] == "Running" for n, p in pods.items() if n.startswith("trio"))

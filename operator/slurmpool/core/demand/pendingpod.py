@@ -122,18 +122,27 @@ class GroupPolicy:
 def pod_group_policy(body: dict[str, Any]) -> GroupPolicy | None:
     """A PodGroup's policy: gang with its minCount, or basic. None when it does not read (people
     write PodGroups: no policy or both, a minCount missing, not an integer or not positive): that
-    object alone is ignored, and its pods' group is sized by its pending pods, as for one unknown."""
+    object alone is ignored, and its pods' group is sized by its pending pods, as for one unknown.
+    A gang the scheduler has placed once (PodGroupInitiallyScheduled) reads as basic: its pods
+    that wait now are replacements, each counted alone, not a whole gang again."""
     spec = body.get("spec")
     policy = spec.get("schedulingPolicy") if isinstance(spec, dict) else None
     if not isinstance(policy, dict):
         return None
     gang, basic = policy.get("gang"), policy.get("basic")
-    if isinstance(basic, dict) and gang is None:
+    if isinstance(basic, dict) and gang is None or isinstance(gang, dict) and basic is None and _placed_once(body):
         return GroupPolicy(None)
     count = gang.get("minCount") if isinstance(gang, dict) and basic is None else None
     if isinstance(count, int) and not isinstance(count, bool) and 0 < count <= INT32_MAX:
         return GroupPolicy(count)
     return None
+
+
+def _placed_once(body: dict[str, Any]) -> bool:
+    status = body.get("status")
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    return isinstance(conditions, list) and any(
+        isinstance(c, dict) and c.get("type") == "PodGroupInitiallyScheduled" and c.get("status") == "True" for c in conditions)
 
 
 def is_pending_gpu_pod(spec: dict[str, Any], status: dict[str, Any]) -> bool:
