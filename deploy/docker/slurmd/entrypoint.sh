@@ -16,7 +16,9 @@
 #                       /run/munge/munge.socket.2)
 #   SLURMD_ARGS         more slurmd arguments (word-split); the container's args are appended too
 #   SLURMD_PORT         the node's slurmd port, when neither its node line's Port= nor slurm.conf's
-#                       SlurmdPort (nor 6818) is it: slurmd starts only once nothing answers there
+#                       SlurmdPort (nor 6818) is it: slurmd starts only once nothing answers there.
+#                       Needed where Port= is on a hostlist line (NodeName=gpu[01-64] Port=...) or
+#                       slurmd runs configless (no slurm.conf here): only NodeName=$NODE_NAME is read
 #
 # SIGTERM (pod deletion, eviction, drain): slurmd is stopped only once no job step runs on this node.
 # The node's state in Slurm is never changed here: no `scontrol update state=down` (which kills
