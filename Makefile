@@ -171,7 +171,7 @@ demo: lab-up
 
 # Speed and memory figures beside their targets (writes bench-results.json); uses the lab.
 # BENCH_ONLY=planner,memory runs only those parts (of planner, calls, fragmentation, health,
-# moves, gang, parking, drill, dra, handover, memory, plugin, load, restjobs, demand: the last two on fakes, no lab).
+# moves, gang, parking, drill, dra, handover, oncall, memory, plugin, load, restjobs, demand: the last two on fakes, no lab).
 # BENCH_MATRIX=1 adds the idle moves on each Slurm version and access path (the lab restarted per row);
 # `make bench-matrix` runs only those (BENCH_ROWS to choose rows) and merges them into bench-results.json.
 bench: deps venv
