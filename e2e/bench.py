@@ -699,20 +699,14 @@ def bench_oncall() -> None:
       handover faster than that is the release's);
     - `deleted_pool_series_gone`: a Degraded pool (Slurm unreachable) deleted, until none of its
       series is left on /metrics; target one pass (0.5 s here: the deletion's watch event removes them)."""
-    from harness import NAMESPACE, Operator, apply, ensure_namespace_and_secret, install_crd, pool_manifest, reset_lab, split_reached, wait
+    from harness import NAMESPACE, apply, ensure_namespace_and_secret, install_crd, pool_manifest, reset_lab, split_reached, wait
     from load import counter, free_port, scrape
-    from test_faults import delete_lease
+    from test_faults import delete_lease, two_replicas
 
     lab = lab_env()
     install_crd(lab)
     ensure_namespace_and_secret(lab)
-    identity = Operator(lab).identity
-    lease_ns = "slurmpool-system" if identity == "serviceaccount" else "default"
-    delete_lease(lab, lease_ns)
-    ports = {"replica-a": free_port(), "replica-b": free_port()}
-    ops = {name: Operator(lab, f"operator-bench-oncall-{name}.log", {"SLURMPOOL_IDENTITY": name},
-                          args=["run", "--metrics-port", str(port), "--metrics-address", "127.0.0.1"]).start()
-           for name, port in ports.items()}
+    ops, ports, lease_ns = two_replicas(lab, "operator-bench-oncall")
     try:
         total = len(lab.nodes)
         apply(lab, pool_manifest(lab, "oncall", total))

@@ -115,6 +115,21 @@ def delete_lease(lab, namespace: str) -> None:
             raise
 
 
+def two_replicas(lab, log_prefix: str) -> tuple[dict, dict[str, int], str]:
+    """Two operators of distinct identities, each with its /metrics on a port of its own, no Lease
+    left from before: (operators by name, their ports, the Lease's namespace)."""
+    from load import free_port
+
+    identity = Operator(lab).identity
+    lease_ns = "slurmpool-system" if identity == "serviceaccount" else "default"
+    delete_lease(lab, lease_ns)
+    ports = {"replica-a": free_port(), "replica-b": free_port()}
+    ops = {name: Operator(lab, f"{log_prefix}-{name}.log", {"SLURMPOOL_IDENTITY": name},
+                          args=["run", "--metrics-port", str(port), "--metrics-address", "127.0.0.1"]).start()
+           for name, port in ports.items()}
+    return ops, ports, lease_ns
+
+
 def test_two_replicas_only_one_acts_and_the_other_takes_over(lab, pool):
     for name in ("operator-replica-a.log", "operator-replica-b.log"):
         (Path(lab.dir) / "log" / name).unlink(missing_ok=True)
@@ -157,15 +172,9 @@ def test_two_replicas_the_leader_stopped_with_sigterm_hands_over_before_its_leas
     here: a handover faster than that is the release's). "Acts" is its first reconcile pass:
     slurmpool_reconcile_total counts only the passes of the Lease holder. The wait (10 s) is under the
     Lease's 15 s, so only a release passes; the time itself is a figure of `make bench` (oncall)."""
-    from load import counter, free_port, scrape
+    from load import counter, scrape
 
-    identity = Operator(lab).identity
-    lease_ns = "slurmpool-system" if identity == "serviceaccount" else "default"
-    delete_lease(lab, lease_ns)
-    ports = {"replica-a": free_port(), "replica-b": free_port()}
-    ops = {name: Operator(lab, f"operator-handover-{name}.log", {"SLURMPOOL_IDENTITY": name},
-                          args=["run", "--metrics-port", str(port), "--metrics-address", "127.0.0.1"]).start()
-           for name, port in ports.items()}
+    ops, ports, lease_ns = two_replicas(lab, "operator-handover")
     try:
         wait(lambda: settled(lab, 8), 60, what="8/0 with two replicas")
         def lease_holder() -> str | None:  # None until a replica has made the Lease
