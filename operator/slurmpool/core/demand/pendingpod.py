@@ -130,9 +130,10 @@ def pod_group_policy(body: dict[str, Any]) -> GroupPolicy | None:
     if not isinstance(policy, dict):
         return None
     gang, basic = policy.get("gang"), policy.get("basic")
-    if isinstance(basic, dict) and gang is None or isinstance(gang, dict) and basic is None and _placed_once(body):
+    is_gang, is_basic = isinstance(gang, dict) and basic is None, isinstance(basic, dict) and gang is None
+    if is_basic or (is_gang and _placed_once(body)):
         return GroupPolicy(None)
-    count = gang.get("minCount") if isinstance(gang, dict) and basic is None else None
+    count = gang.get("minCount") if is_gang and isinstance(gang, dict) else None
     if isinstance(count, int) and not isinstance(count, bool) and 0 < count <= INT32_MAX:
         return GroupPolicy(count)
     return None
