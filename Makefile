@@ -102,6 +102,7 @@ slurm: deps
 # the 24.11 slurmd image (munge, configless) on that lab's dynamic nodes. 22.05-names: Slurm NodeNames
 # that differ from the Node names (LAB_SLURM_NAME_PREFIX=s), moved through spec.slurm.nodeName.
 # 22.05-pyxis-real: srun --container-image in the 22.05-pyxis slurmd image's pod on a real kubelet node.
+# *-cgroups: GPUs isolated by Slurm's device cgroups (LAB_CGROUPS=1) on each version.
 MATRIX_CI ?= $(MATRIX_A) $(MATRIX_B)
 e2e-matrix: deps venv slurm
 	e2e/matrix.sh $(MATRIX_CI)
@@ -137,7 +138,7 @@ load: deps venv
 E2E_BESIDE ?= e2e/test_operator.py e2e/test_faults.py e2e/test_oncall.py e2e/test_isolation.py \
   e2e/test_health.py e2e/test_faults_nodes.py e2e/test_topology.py e2e/test_parking_jobs.py e2e/test_adopting.py
 MATRIX_A ?= 24.11-rest 24.11-dynamic-requeue 22.05-names 22.05-pyxis-real 26.05-rest-parking
-MATRIX_B ?= 26.05 26.05-dynamic-rest
+MATRIX_B ?= 26.05 26.05-dynamic-rest 22.05-cgroups 24.11-cgroups 26.05-cgroups
 lane_offset = $$(( $${LAB_PORT_OFFSET:-0} + $(1) ))
 test: chart image-check images-all
 	$(MAKE) --no-print-directory --output-sync=target -j5 unit e2e-main e2e-beside matrix-a matrix-b

@@ -94,13 +94,14 @@ ADMISSION_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBindin
 
 def lab_pool_policy() -> dict:
     """The chart's poolPolicy for the lab's pools: its slurmd images (slurmd:22.05 run by the node
-    agent, slurmpool.local/slurmd on real nodes), the lab's slurm.conf, fake GPUs and (LAB_PYXIS=1)
-    the squashfs image of e2e/test_pyxis.py by hostPath, and its slurmrestd over http on loopback. The same for the operator (SLURMPOOL_POOL_POLICY) and the
+    agent, slurmpool.local/slurmd on real nodes), the lab's slurm.conf, fake GPUs, (LAB_PYXIS=1)
+    the squashfs image of e2e/test_pyxis.py and the PMIx client of e2e/test_pmix.py by hostPath, and
+    its slurmrestd over http on loopback. The same for the operator (SLURMPOOL_POOL_POLICY) and the
     admission policy."""
     given = os.environ.get("LAB_DIR") or str(REPO / ".lab")
     dirs = dict.fromkeys([given, str(Path(given).resolve())])  # as the lab's env spells it, and resolved
     return {"imagePrefixes": ["slurmd:", "slurmpool.local/"],
-            "hostPaths": [f"{d}/{sub}" for d in dirs for sub in ("etc", "fakedev", "pyxis")], "allowHttpRest": True}
+            "hostPaths": [f"{d}/{sub}" for d in dirs for sub in ("etc", "fakedev", "pyxis", "pmix")], "allowHttpRest": True}
 
 
 def admission_values() -> dict:

@@ -116,7 +116,7 @@ slurmd_suite() {
 # build_slurmd VERSION [pyxis]: sets slurmd_tar, the image's archive (built once per key); with
 # pyxis, the -pyxis variant: the same image plus pyxis and enroot (add_pyxis)
 build_slurmd() {
-  local want=$1 variant=${2:-} suite prefix="" key r t v name
+  local want=$1 variant=${2:-} suite prefix="" key r t v name pmix
   suite=$(slurmd_suite "$want")
   ensure_base "$suite"
   # 26.05: the lab's build, whose directory name carries the key of its inputs (script, tarball)
@@ -129,7 +129,10 @@ build_slurmd() {
   r=$work/slurmd-$want
   new_rootfs "$r"
   if [ -z "$prefix" ]; then
-    in_root "$r" sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends slurmd munge >/dev/null'
+    # 22.05: Debian 12's mpi_pmix.so dlopens the unversioned pmix2/lib/libpmix.so, which only
+    # libpmix-dev installs (srun --mpi=pmix; issue 41). 24.11's opens libpmix.so.2 (libpmix2t64, a dependency).
+    pmix=""; [ "$want" != 22.05 ] || pmix=libpmix-dev
+    in_root "$r" sh -c "apt-get update -qq && apt-get install -y -qq --no-install-recommends slurmd munge $pmix >/dev/null"
     v=$(chroot "$r" dpkg-query -W -f='${Version}' slurmd)
   else
     install_built_slurm "$r" "$prefix"

@@ -8,8 +8,10 @@ set -euo pipefail
 # containerd, runc, containernetworking-plugins: the real kubelet nodes (real-nodes.sh, LAB_REAL_NODES);
 # debootstrap: the images' Debian base (deploy/docker/build-images.sh); curl: health checks
 # libslurm-dev: spank.h of the host's 22.05, which e2e/lab/build-pyxis.sh builds pyxis against (LAB_PYXIS=1)
+# libpmix-dev: srun --mpi=pmix (e2e/test_pmix.py): srun loads mpi/pmix too, and Debian 12's mpi_pmix.so
+# dlopens the unversioned pmix2/lib/libpmix.so that only libpmix-dev installs
 pkgs=(slurmctld slurmd slurm-client munge openssh-server openssh-client openssl iproute2 procps util-linux
-      python3-venv containerd runc containernetworking-plugins debootstrap curl libslurm-dev)
+      python3-venv containerd runc containernetworking-plugins debootstrap curl libslurm-dev libpmix-dev)
 
 # LAB_SLURMDBD=1: accounting on (slurmdbd with MariaDB from Debian)
 [ "${LAB_SLURMDBD:-0}" = 0 ] || pkgs+=(slurmdbd mariadb-server mariadb-client)

@@ -7,8 +7,9 @@
 
 deploy/docker/build-images.sh runs it on each slurmd image's tree before packing it, so a label never
 says more than the files do: a plugin counts only with what it needs to load. Debian 12's mpi_pmix.so,
-for instance, dlopens the unversioned libpmix.so that only libpmix-dev installs, so on the 22.05 image
-it is there but not listed. docs/slurmd-pod.md#what-each-image-holds tabulates the result.
+for instance, dlopens the unversioned libpmix.so that only libpmix-dev installs (the 22.05 image
+installs it: without it the plugin is there but not listed). docs/slurmd-pod.md#what-each-image-holds
+tabulates the result.
 """
 
 from __future__ import annotations

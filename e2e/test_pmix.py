@@ -1,0 +1,203 @@
+"""PMIx across slurmd pods (issue 41, item 3): `srun --mpi=pmix` over two real kubelet nodes the
+operator moved into Slurm, each served by a slurmd pod of the 22.05 slurmd image.
+
+Debian 12's mpi_pmix.so (22.05) dlopens the unversioned pmix2/lib/libpmix.so, which only libpmix-dev
+installs: the image installs it (build-images.sh; its io.slurmpool.slurm.plugins label then lists
+mpi/pmix), and so does the lab host (e2e/lab/install-deps.sh), whose srun loads the plugin too. Two
+slurmds on one host share `/tmp`, where the plugin puts each step's directory
+(`/tmp/spmix_appdir_<uid>_<job>.<step>`: "File exists" on the second node); in a pod each slurmd has
+the container's own `/tmp`, as on separate hosts.
+
+The job runs e2e/pmix_exchange.c (built here against libpmix-dev, the image's libpmix2, and mounted
+into the pods by a hostPath volume): PMIx_Init with the slurmstepd's PMIx server, the job size, a value
+put by each rank, a fence collecting them across both pods, and each rank reading the other's: what an
+MPI library does at MPI_Init. No MPI program runs: job steps run in the slurmd container, so an MPI
+library would have to be in the slurmd image (Debian's OpenMPI with its PMIx component and
+dependencies); docs/slurmd-pod.md says how a site adds it.
+
+Needs a 22.05 lab with two real nodes and without pyxis (`make e2e`'s, the e2e-main lane's:
+LAB_REAL_NODES=2); skipped elsewhere, saying why.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import (
+    NAMESPACE,
+    Operator,
+    apply,
+    ensure_namespace_and_secret,
+    install_crd,
+    node_json,
+    pool_manifest,
+    pool_status,
+    reset_lab,
+    reset_nodes,
+    resume_our_drains,
+    slurmd_pods,
+    wait,
+)
+from identity import TOLERATE_REAL
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[1]
+POOL = "real-pmix"
+
+
+@pytest.fixture(scope="module")
+def pair(lab) -> list[str]:
+    """The lab's first two real nodes, Ready."""
+    if lab.slurm_version != "22.05" or len(lab.real_nodes) < 2:
+        pytest.skip("needs a 22.05 lab with two real kubelet nodes (LAB_REAL_NODES=2, as make e2e's)")
+    if lab.env.get("LAB_PYXIS") == "1":
+        pytest.skip("the lab's plugstack.conf names the host's pyxis, which the slurmd image has not (e2e/test_pyxis.py)")
+    nodes = lab.real_nodes[:2]
+
+    def ready(name):
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in node_json(lab, name)["status"]["conditions"])
+    wait(lambda: all(ready(n) for n in nodes), 60, what="two real nodes Ready")
+    return nodes
+
+
+@pytest.fixture(scope="module")
+def image(lab, pair) -> str:
+    """The 22.05 slurmd image (cached when unchanged), imported into the real nodes; its plugins label
+    lists mpi/pmix, as docs/slurmd-pod.md's table says."""
+    p = subprocess.run([str(REPO / "deploy" / "docker" / "build-images.sh"), "--slurmd-only"],
+                       env={**lab.env, "SLURMD_VERSIONS": "22.05", "SLURMD_PYXIS": "0"},
+                       capture_output=True, text=True, timeout=1800)
+    assert p.returncode == 0, p.stderr[-3000:]
+    name, archive = next(line.split("=", 1) for line in p.stdout.split() if line.split("=", 1)[0].endswith(":22.05"))
+    p = subprocess.run([str(REPO / "e2e" / "lab" / "real-nodes.sh"), "import", archive], env=lab.env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_slurmd_contents import docs_table
+    from test_slurmd_image import image_labels
+
+    plugins = image_labels(archive).get("io.slurmpool.slurm.plugins", "").split(",")
+    assert "mpi/pmix" in plugins and plugins == docs_table()["22.05"][1], plugins
+    return name
+
+
+@pytest.fixture(scope="module")
+def program(lab) -> Path:
+    """e2e/pmix_exchange.c built against the host's libpmix-dev, in a directory of the lab the pods mount."""
+    cc, pkg = shutil.which("cc"), shutil.which("pkg-config")
+    assert cc and pkg, "needs a C compiler and pkg-config (make deps)"
+    flags = subprocess.run([pkg, "--cflags", "--libs", "pmix"], capture_output=True, text=True)
+    assert flags.returncode == 0, f"no pmix.pc: libpmix-dev is missing (make deps): {flags.stderr}"
+    out = Path(lab.env["LAB_DIR"]) / "pmix" / "pmix_exchange"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([cc, "-O2", "-Wall", "-Werror", "-o", str(out), str(REPO / "e2e" / "pmix_exchange.c"),
+                    *flags.stdout.split()], check=True, capture_output=True, text=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def op(lab, pair):
+    install_crd(lab)
+    ensure_namespace_and_secret(lab)
+    operator = Operator(lab).start()
+    yield operator
+    operator.stop()
+    print(operator.log_tail(20))
+    reset_lab(lab)
+
+
+@pytest.fixture(scope="module")
+def moved(lab, op, pair, image, program) -> list[str]:
+    """A pool of the two real nodes, both moved into Slurm by the operator, each served by a slurmd
+    pod of the image (munge.key from a Secret; the lab's slurm.conf, fake GPUs and the program from
+    hostPath volumes). Yields the nodes' Slurm names; at the end the pool is deleted, the nodes clean."""
+    lab_dir = lab.env["LAB_DIR"]
+    key = Path(lab_dir) / "munge" / "munge.key"
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pmix-auth", "namespace": NAMESPACE},
+              "data": {"munge.key": base64.b64encode(key.read_bytes()).decode()}}
+    pool = pool_manifest(lab, POOL, 2)
+    pool["spec"]["nodeSelector"] = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": pair}],
+                                    "matchLabels": {"slurmpool.io/real": "true"}}
+    mounts = {"etc": f"{lab_dir}/etc", "fakedev": f"{lab_dir}/fakedev", "pmix": str(program.parent)}
+    pool["spec"]["slurm"]["slurmdPod"] = {
+        "image": image, "command": ["/usr/local/bin/slurmd-entrypoint"],
+        "env": [{"name": "SLURM_CONF", "value": f"{lab_dir}/etc/slurm.conf"}],
+        "resources": {"limits": {"nvidia.com/gpu": "8"}},
+        "tolerations": [TOLERATE_REAL], "terminationGracePeriodSeconds": 60,
+        "volumes": [*({"name": n, "hostPath": {"path": p, "type": "Directory"}} for n, p in mounts.items()),
+                    {"name": "auth", "secret": {"secretName": "pmix-auth", "defaultMode": 0o400}}],
+        "volumeMounts": [*({"name": n, "mountPath": p, "readOnly": True} for n, p in mounts.items()),
+                         {"name": "auth", "mountPath": "/etc/slurm-auth", "readOnly": True}],
+    }
+
+    def at(slurm: int, inference: int) -> bool:
+        s = pool_status(lab, POOL)
+        return s.get("slurm", {}).get("ready") == slurm and s.get("inference", {}).get("ready") == inference and s.get("moving") == 0
+    try:
+        apply(lab, [secret, pool])
+        wait(lambda: at(2, 0), 240, what=f"{pair} in Slurm, served by {image}")
+        pods = [p for p in slurmd_pods(lab) if p["spec"].get("nodeName") in pair]
+        assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(pair), json.dumps([p["metadata"]["name"] for p in pods])
+        assert all(p["spec"]["containers"][0]["image"] == image for p in pods)
+        for node in pair:
+            assert lab.node_state(lab.slurm_name(node)).startswith("IDLE"), lab.node_state(lab.slurm_name(node))
+        yield [lab.slurm_name(n) for n in pair]
+        # back to inference: the kubelets stop the slurmd pods
+        lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=0")
+        wait(lambda: at(0, 2), 240, what=f"{pair} back to inference")
+        wait(lambda: not [p for p in slurmd_pods(lab) if p["spec"].get("nodeName") in pair], 120,
+             what="the real kubelets stopping the slurmd pods")
+    finally:
+        lab.kubectl("delete", "snp", POOL, "-n", NAMESPACE, "--ignore-not-found", "--wait=true", check=False)
+        lab.kubectl("delete", "secret", "pmix-auth", "-n", NAMESPACE, "--ignore-not-found", check=False)
+        for node in pair:
+            lab.kubectl("delete", "pod", "-n", NAMESPACE, "-l", "slurmpool.io/component=slurmd", "--field-selector",
+                        f"spec.nodeName={node}", "--wait=true", check=False)
+        reset_nodes(lab, pair)
+        resume_our_drains(lab, pair)
+
+
+def srun(lab, nodes: list[str], *command: str) -> list[str]:
+    """`srun -N2 --mpi=pmix` on the nodes from the lab host; its output lines, sorted."""
+    p = lab.slurm("srun", "-p", "gpu", "--time=5", f"-N{len(nodes)}", "--ntasks-per-node=1", "-w", ",".join(nodes),
+                  "--mpi=pmix", *command, check=False, timeout=120)
+    assert p.returncode == 0, f"srun exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    return sorted(p.stdout.splitlines())
+
+
+def test_srun_mpi_pmix_gives_each_pod_a_rank_of_one_namespace(lab, moved):
+    """The PMIx server of each node's slurmstepd hands its rank the job's PMIx identity; both ranks run
+    in the slurmd pods (the image's entrypoint is there, not on the host)."""
+    assert not Path("/usr/local/bin/slurmd-entrypoint").exists()  # so the check below sees the pod's tree
+    lines = srun(lab, moved, "bash", "-c",
+                 'echo "$PMIX_RANK $PMIX_NAMESPACE $SLURMD_NODENAME $(test -x /usr/local/bin/slurmd-entrypoint && echo pod)"')
+    rows = [line.split() for line in lines]
+    assert len(rows) == 2 and all(len(r) == 4 for r in rows), lines
+    assert {r[0] for r in rows} == {"0", "1"}, lines
+    assert len({r[1] for r in rows}) == 1 and rows[0][1].startswith("slurm."), lines  # one job namespace
+    assert {r[2] for r in rows} == set(moved), lines
+    assert {r[3] for r in rows} == {"pod"}, lines
+    print(f"srun -N2 --mpi=pmix on {moved}: {lines}")
+
+
+def test_pmix_fence_exchanges_values_between_the_two_pods(lab, moved, program):
+    """A PMIx client per rank: init, put, a fence collecting the data across both nodes, and a get of
+    the other rank's value (the wire-up an MPI library does at MPI_Init)."""
+    lines = srun(lab, moved, str(program))
+    fields = [dict(kv.split("=", 1) for kv in line.split()) for line in lines]
+    assert sorted(f.get("rank") for f in fields) == ["0", "1"], lines
+    assert {f["size"] for f in fields} == {"2"}, lines
+    assert len({f["nspace"] for f in fields}) == 1, lines
+    assert {f["node"] for f in fields} == set(moved), lines
+    by_rank = {f["rank"]: f["node"] for f in fields}
+    expected = f"{by_rank['0']}:0,{by_rank['1']}:1"  # each rank saw both values, its peer's from the other pod
+    assert all(f["peers"] == expected for f in fields), lines
+    print(f"PMIx fence across {moved}: {lines}")
+
