@@ -208,10 +208,11 @@ def _healthy(d: Path) -> bool:
         return False
     running = _read_env(d / "env")
     # e.g. `make load`: a lab with other counts is restarted by up.sh; so is one of another Slurm
-    # version, node model, real-node count, pyxis or Slurm name prefix (LAB_SLURM, LAB_SLURM_NODES, LAB_REAL_NODES,
-    # LAB_PYXIS, LAB_SLURM_NAME_PREFIX).
+    # version, node model, real-node count, pyxis, Slurm name prefix or cgroups (LAB_SLURM, LAB_SLURM_NODES, LAB_REAL_NODES,
+    # LAB_PYXIS, LAB_SLURM_NAME_PREFIX, LAB_CGROUPS).
     for key, default in (("LAB_SIM_NODES", "0"), ("LAB_SLURM", "22.05"), ("LAB_SLURM_NODES", "static"), ("LAB_SLURMDBD", "0"),
-                         ("LAB_GRES_CORES", "0"), ("LAB_REAL_NODES", "0"), ("LAB_PYXIS", "0"), ("LAB_SLURM_NAME_PREFIX", "")):
+                         ("LAB_GRES_CORES", "0"), ("LAB_REAL_NODES", "0"), ("LAB_PYXIS", "0"), ("LAB_SLURM_NAME_PREFIX", ""),
+                         ("LAB_CGROUPS", "0")):
         wanted = os.environ.get(key)
         if wanted is not None and running.get(key, default) != wanted:
             return False

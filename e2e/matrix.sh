@@ -61,6 +61,11 @@ rows=(
   # Slurm's NodeNames differ from the Node names (sgpu01 for gpu01): moves through spec.slurm.nodeName,
   # and without it nothing drained or moved (SlurmUnlisted).
   "22.05-names|LAB_SLURM=22.05 LAB_SLURM_NAME_PREFIX=s|e2e/test_node_names.py"
+  # GPUs isolated by cgroups (LAB_CGROUPS=1: proctrack/cgroup, task/cgroup, ConstrainDevices; each
+  # slurmd in a cgroup namespace of its own): the device test on each version, and the move core on 22.05.
+  "22.05-cgroups|LAB_SLURM=22.05 LAB_CGROUPS=1|e2e/test_gpu_isolation.py $core"
+  "24.11-cgroups|LAB_SLURM=24.11 LAB_CGROUPS=1|e2e/test_gpu_isolation.py"
+  "26.05-cgroups|LAB_SLURM=26.05 LAB_CGROUPS=1|e2e/test_gpu_isolation.py"
 )
 failed=0
 for row in "${rows[@]}"; do
@@ -72,7 +77,7 @@ for row in "${rows[@]}"; do
   "$here/lab/down.sh" > /dev/null 2>&1
   t0=$(date +%s)
   # shellcheck disable=SC2086
-  env -u LAB_SLURM -u LAB_SLURM_NODES -u LAB_SLURMDBD -u LAB_ACCESS -u LAB_REAL_NODES -u LAB_GRES_CORES -u LAB_PYXIS -u LAB_SLURM_NAME_PREFIX $settings \
+  env -u LAB_SLURM -u LAB_SLURM_NODES -u LAB_SLURMDBD -u LAB_ACCESS -u LAB_REAL_NODES -u LAB_GRES_CORES -u LAB_PYXIS -u LAB_SLURM_NAME_PREFIX -u LAB_CGROUPS $settings \
     "$repo/.venv/bin/pytest" -q -p no:cacheprovider $modules > "$logs/$name.log" 2>&1
   rc=$?
   # A failed row's log ends in pytest's failures and summary: shown here too (CI keeps no files).

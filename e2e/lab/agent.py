@@ -642,6 +642,9 @@ class Agent:
         # in its node's network namespace (a path pattern, %s: the node; e2e/lab/netns.sh).
         self.dynamic_args: list[str] = list(args.dynamic_arg)
         self.slurmd_netns = args.slurmd_netns
+        # LAB_CGROUPS=1: each slurmd in a cgroup of its own (<prefix><node>) and a cgroup namespace
+        # rooted there, as a pod's (cgexec.sh), so Slurm's job cgroups of two nodes never meet.
+        self.slurmd_cgroup_prefix = args.slurmd_cgroup_prefix
         self.dynamic: dict[str, str] = {}
         self.ports: dict[str, str] = {}
         if args.node_conf:
@@ -694,6 +697,8 @@ class Agent:
             os.makedirs("/run/slurm", exist_ok=True)
             argv = ["unshare", "-m", "--propagation", "private", "--", "sh", "-c",
                     'mount --bind "$0" /run/slurm && exec "$@"', d] + argv
+        if is_slurmd and self.slurmd_cgroup_prefix:
+            argv = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "cgexec.sh"), self.slurmd_cgroup_prefix + node] + argv
         return argv
 
     # --- nodes
@@ -1032,6 +1037,7 @@ def main() -> None:
     ap.add_argument("--slurm-path", default="", help="directories of the lab's Slurm binaries, first in PATH")
     ap.add_argument("--slurm-env", action="append", default=[], help="KEY=VALUE for slurmd processes (repeatable)")
     ap.add_argument("--slurmd-run-dir", default="", help="run slurmd in a mount namespace with DIR/<node> on /run/slurm")
+    ap.add_argument("--slurmd-cgroup-prefix", default="", help="run slurmd in cgroup PREFIX<node> and a cgroup namespace (cgexec.sh)")
     ap.add_argument("--conf-server", default="", help="HOST:PORT of slurmctld for configless slurmd")
     ap.add_argument("--dynamic-arg", action="append", default=[], help="one more argument of dynamic slurmd (repeatable)")
     ap.add_argument("--slurmd-netns", default="", help="network namespace of a dynamic slurmd: a path, %%s the node")

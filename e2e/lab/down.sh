@@ -122,6 +122,16 @@ fi
 mapfile -t kids < <(agent_children | sort -un)
 [ ${#kids[@]} -gt 0 ] && stop_pids "agent-started processes" "${kids[@]}"
 rm -f "$RUN"/slurmd-*.pid "$RUN"/pods/*.pid
+# LAB_CGROUPS=1: the slurmd cgroups (cgexec.sh) and what Slurm made in them, deepest first; their
+# processes are gone above.
+if [ -s "$RUN/cgroup-prefix" ]; then
+  prefix=$(cat "$RUN/cgroup-prefix")
+  for c in devices freezer; do
+    for d in /sys/fs/cgroup/$c/"$prefix"*; do [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null; done
+  done
+  rm -f "$RUN/cgroup-prefix"
+  log "removed the slurmd cgroups $prefix*"
+fi
 stop_group sshd:sshd slurmctld:slurmctld kube-scheduler:kube-scheduler kube-controller-manager:kube-controller-manager
 stop_group kube-apiserver:kube-apiserver
 stop_group etcd:etcd

@@ -1,0 +1,72 @@
+"""GPUs isolated by cgroups (issue 41, item 1), on a lab with LAB_CGROUPS=1: Slurm runs
+proctrack/cgroup and task/cgroup with ConstrainDevices=yes, each node's GPUs are stand-ins with
+NVIDIA's device numbers (195, 0-7: e2e/lab/up.sh), and each slurmd runs in a cgroup namespace of
+its own, as in a pod (e2e/lab/cgexec.sh). On nodes the operator moved into Slurm, a job step
+given 2 GPUs can open its 2 devices ("No such device or address": no driver here, so access was
+allowed) and gets "Operation not permitted" on the other 6; across two nodes of one job, each
+node's step sees its own. Skipped on a lab without LAB_CGROUPS=1."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from harness import (
+    Operator,
+    ensure_namespace_and_secret,
+    install_crd,
+    pool_manifest,
+    apply,
+    reset_lab,
+    split_reached,
+    wait,
+)
+
+pytestmark = pytest.mark.e2e
+POOL = "isolation"
+# sh, not Python: 24.11's slurmd runs in a Debian 13 root without it. The open's error, by its text.
+PROBE = """for i in 0 1 2 3 4 5 6 7; do
+  if err=$( (exec 3<>"$1/nvidia$i") 2>&1 ); then got=OPENED
+  else case $err in *"No such device or address"*) got=ENXIO ;; *"not permitted"*) got=EPERM ;; *) got=OTHER ;; esac; fi
+  echo "$SLURMD_NODENAME $i $got"
+done
+"""
+
+
+def probe(lab, *srun: str) -> dict[str, dict[int, str]]:
+    """node -> device index -> ENXIO (allowed: no driver), EPERM (refused) or OPENED, per srun task."""
+    script = os.path.join(lab.dir, "probe-gpus.sh")
+    with open(script, "w") as f:
+        f.write(PROBE)
+    out = lab.slurm("srun", "-p", "gpu", *srun, "sh", script, os.path.join(lab.dir, "fakedev"), timeout=60).stdout
+    seen: dict[str, dict[int, str]] = {}
+    for line in out.splitlines():
+        node, index, got = line.split()
+        seen.setdefault(node, {})[int(index)] = got
+    return seen
+
+
+def test_a_job_opens_only_the_gpus_it_was_given_on_nodes_the_operator_moved_in(lab):
+    if lab.env.get("LAB_CGROUPS") != "1":
+        pytest.skip("needs a lab with LAB_CGROUPS=1 (device cgroups)")
+    install_crd(lab)
+    ensure_namespace_and_secret(lab)
+    total = len(lab.nodes)
+    op = Operator(lab, "operator-gpu-isolation.log").start()
+    try:
+        apply(lab, pool_manifest(lab, POOL, 0))
+        wait(lambda: split_reached(lab, POOL, 0, total), 120, what="every node in inference")
+        apply(lab, pool_manifest(lab, POOL, total))
+        wait(lambda: split_reached(lab, POOL, total, total), 180, what="every node moved into Slurm")
+        pair = [lab.slurm_name(n) for n in lab.nodes[:2]]
+        two = probe(lab, "-N2", "-w", ",".join(pair), "--gres=gpu:2")
+        assert sorted(two) == sorted(pair), two
+        for node, devices in two.items():
+            assert devices == {0: "ENXIO", 1: "ENXIO", **{i: "EPERM" for i in range(2, 8)}}, (node, devices)
+        whole = probe(lab, "-N1", "-w", pair[0], "--gres=gpu:8", "--exclusive")
+        assert whole == {pair[0]: {i: "ENXIO" for i in range(8)}}, whole
+        none = probe(lab, "-N1", "-w", pair[1])
+        assert none == {pair[1]: {i: "EPERM" for i in range(8)}}, none
+    finally:
+        op.stop()
+        reset_lab(lab)
