@@ -195,6 +195,8 @@ install_built_slurm() {
       dpkg -S "$l" 2>/dev/null || dpkg -S "/usr$l" 2>/dev/null || dpkg -S "$(readlink -f "$l")" 2>/dev/null ||
         echo "install_built_slurm: no package has $l" >&2
     done | cut -d: -f1 | sort -u | tr '\n' ' ')
+  # mpi_pmix.so opens libpmix.so.2 at run time (no ldd line): Debian 12's libpmix2 (build-slurm.sh)
+  [ ! -e "$prefix/lib/slurm/mpi_pmix.so" ] || pkgs="$pkgs libpmix2"
   in_root "$r" sh -c "apt-get update -qq && apt-get install -y -qq --no-install-recommends munge $pkgs >/dev/null"
   mkdir -p "$r$prefix" "$r/etc/slurm"
   # what slurmd and the clients need: no headers, libtool files, man pages or other daemons

@@ -31,7 +31,7 @@ fi
 
 # Build dependencies (Debian 12), installed like install-deps.sh: dpkg first, apt-get only for what is missing.
 deps=(build-essential pkg-config libmunge-dev libjson-c-dev libyaml-dev libjwt-dev libhttp-parser-dev
-      libhwloc-dev libdbus-1-dev liblz4-dev xz-utils)
+      libhwloc-dev libdbus-1-dev liblz4-dev libpmix-dev xz-utils)
 missing=()
 for p in "${deps[@]}"; do
   [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" = "install ok installed" ] || missing+=("$p")
@@ -57,9 +57,12 @@ trap 'rm -rf "$src"' EXIT
 t0=$(date +%s)
 tar -xJf "$tarball" -C "$src" --strip-components=1
 without=()
-for w in hdf5 ofed rdkafka lua freeipmi ucx nvml rsmi oneapi pmix s2n; do without+=("--without-$w"); done
+for w in hdf5 ofed rdkafka lua freeipmi ucx nvml rsmi oneapi s2n; do without+=("--without-$w"); done
+# mpi/pmix against Debian 12's PMIx 4 (libpmix-dev; srun --mpi=pmix, issue 41): the plugin opens
+# libpmix.so.2 under that directory at run time, so an image of this build needs libpmix2.
 (cd "$src" && ./configure --prefix="$out" --sysconfdir="$out/etc" --enable-multiple-slurmd --disable-static \
-   --disable-debug --disable-dependency-tracking --disable-x11 --disable-sview "${without[@]}" >configure.out 2>&1) \
+   --disable-debug --disable-dependency-tracking --disable-x11 --disable-sview "${without[@]}" \
+   --with-pmix=/usr/lib/x86_64-linux-gnu/pmix2 >configure.out 2>&1) \
   || { tail -40 "$src/configure.out" >&2; echo "build-slurm.sh: configure failed" >&2; exit 1; }
 t1=$(date +%s)
 (cd "$src" && make -j"${SLURM_BUILD_JOBS:-2}" >make.out 2>&1) \
