@@ -451,6 +451,19 @@ def resume_our_drains(lab, names=None) -> list[str]:
     return ours
 
 
+def module_operator(lab, log_name: str = "operator.log"):
+    """A module fixture's operator (`yield from module_operator(lab)`): the CRD and the test
+    namespace in place, the operator started; afterwards it is stopped, the end of its log printed,
+    and the lab left as found (reset_lab: no jobs, pools, slurmd pods, nothing of ours on the nodes)."""
+    install_crd(lab)
+    ensure_namespace_and_secret(lab)
+    operator = Operator(lab, log_name).start()
+    yield operator
+    operator.stop()
+    print(operator.log_tail(20))
+    reset_lab(lab)
+
+
 def reset_lab(lab, namespace: str = NAMESPACE) -> None:
     """Leave the lab as a test found it: no jobs, nothing in the test namespace (no pools, no
     slurmd pods, no Events; clear_namespace), nodes uncordoned and without anything slurmpool put

@@ -7,6 +7,7 @@ whole (GenericWorkload on: e2e/lab/up.sh)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -60,19 +61,31 @@ def slices(lab) -> dict[str, int]:
     return {s["spec"].get("nodeName", ""): len(s["spec"].get("devices") or []) for s in items if s["spec"].get("driver") == "gpu.nvidia.com"}
 
 
+@contextlib.contextmanager
+def demand_pool(lab, log_name: str, **overrides):
+    """The operator and pool POOL with demand on (DEMAND, and `overrides` of the spec), every node in
+    Slurm to start from; afterwards the operator stopped and the lab cleaned (claims, PodGroups)."""
+    install_crd(lab)
+    ensure_namespace_and_secret(lab)
+    total = len(lab.nodes)
+    op = Operator(lab, log_name).start()
+    try:
+        apply(lab, pool_manifest(lab, POOL, total, **{"demand": DEMAND, **overrides}))
+        wait(lambda: split_reached(lab, POOL, total, total), 120, what="every node in Slurm")
+        yield op
+    finally:
+        op.stop()
+        cleanup(lab)
+
+
 def cleanup(lab) -> None:
     lab.kubectl("delete", "resourceclaimtemplates,resourceclaims,podgroups", "--all", "-n", NAMESPACE, "--wait=false", check=False)
     reset_lab(lab)
 
 
 def test_pods_claiming_8_gpus_through_dra_bring_their_nodes_and_run(lab):
-    install_crd(lab)
-    ensure_namespace_and_secret(lab)
     total = len(lab.nodes)
-    op = Operator(lab, "operator-demand-dra.log").start()
-    try:
-        apply(lab, pool_manifest(lab, POOL, total, demand=DEMAND))
-        wait(lambda: split_reached(lab, POOL, total, total), 120, what="every node in Slurm")
+    with demand_pool(lab, "operator-demand-dra.log"):
         wait(lambda: not slices(lab), 30, what="no node serves inference: the driver's slices withdrawn")
         apply(lab, [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                      "metadata": {"name": "gpu8", "namespace": NAMESPACE},
@@ -97,36 +110,19 @@ def test_pods_claiming_8_gpus_through_dra_bring_their_nodes_and_run(lab):
         assert len(at_llm(lab)) == 2, at_llm(lab)
         print(f"BENCH | dra pod pending -> Running | {took:.1f} s (cooldown 2 s + one move + the driver's "
               f"slice publication, LAB_DRA_PUBLISH_DELAY)")
-    finally:
-        op.stop()
-        cleanup(lab)
 
 
 def test_pods_asking_for_amd_gpus_bring_their_node_when_that_name_counts(lab):
-    install_crd(lab)
-    ensure_namespace_and_secret(lab)
-    total = len(lab.nodes)
-    op = Operator(lab, "operator-demand-amd.log").start()
-    try:
-        apply(lab, pool_manifest(lab, POOL, total, demand={**DEMAND, "inference": {"resources": ["amd.com/gpu"]}}))
-        wait(lambda: split_reached(lab, POOL, total, total), 120, what="every node in Slurm")
+    with demand_pool(lab, "operator-demand-amd.log", demand={**DEMAND, "inference": {"resources": ["amd.com/gpu"]}}):
         apply(lab, serving_pod("amd-serve", "amd-serve", 1, container={"resources": {"limits": {"amd.com/gpu": "8"}}}))
         wait(lambda: len(running(lab, "amd-serve")) == 1, 180, what="the amd.com/gpu pod Running")
         assert len(at_llm(lab)) == 1, at_llm(lab)
         assert any("want 8 GPU(s)" in e for e in events(lab, "DemandChanged")), events(lab, "DemandChanged")
-    finally:
-        op.stop()
-        cleanup(lab)
 
 
 def test_a_group_of_three_brings_three_nodes_of_one_block_and_a_larger_one_is_reported(lab):
-    install_crd(lab)
-    ensure_namespace_and_secret(lab)
     total = len(lab.nodes)
-    op = Operator(lab, "operator-demand-group.log").start()
-    try:
-        apply(lab, pool_manifest(lab, POOL, total, demand=DEMAND, topology={"blockLabel": "topology.slurmpool.io/block"}))
-        wait(lambda: split_reached(lab, POOL, total, total), 120, what="every node in Slurm")
+    with demand_pool(lab, "operator-demand-group.log", topology={"blockLabel": "topology.slurmpool.io/block"}):
         # Larger than the pool: reported, nothing moves.
         huge = serving_pod("huge", "huge", 1, container={"resources": {"limits": {"nvidia.com/gpu": "8"}}})
         huge["spec"]["template"]["metadata"].update(labels={"app": "huge", "slurmpool.io/gang": "huge"},
@@ -148,22 +144,14 @@ def test_a_group_of_three_brings_three_nodes_of_one_block_and_a_larger_one_is_re
         assert len(at_llm(lab)) == 3, at_llm(lab)
         blocks = {n["metadata"]["name"]: n["metadata"]["labels"].get("topology.slurmpool.io/block") for n in nodes_json(lab)}
         assert len({blocks[n] for n in at_llm(lab)}) == 1, {n: blocks[n] for n in at_llm(lab)}
-    finally:
-        op.stop()
-        cleanup(lab)
 
 
 def test_a_podgroup_gang_brings_its_min_count_of_nodes_at_once_and_the_scheduler_starts_it_whole(lab):
     """Kubernetes gang scheduling (1.37, gate GenericWorkload): a PodGroup with gang minCount 3 and
     three pods of 8 GPUs naming it. The real scheduler holds them until three nodes fit ("minCount
     (3) cannot be satisfied"); demand moves three nodes in one change and the gang starts."""
-    install_crd(lab)
-    ensure_namespace_and_secret(lab)
     total = len(lab.nodes)
-    op = Operator(lab, "operator-demand-podgroup.log").start()
-    try:
-        apply(lab, pool_manifest(lab, POOL, total, demand=DEMAND))
-        wait(lambda: split_reached(lab, POOL, total, total), 120, what="every node in Slurm")
+    with demand_pool(lab, "operator-demand-podgroup.log") as op:
         apply(lab, {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "metadata": {"name": "gang", "namespace": NAMESPACE},
                     "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}}})
         gang = serving_pod("gang", "gang", 3, schedulingGroup={"podGroupName": "gang"},
@@ -176,7 +164,3 @@ def test_a_podgroup_gang_brings_its_min_count_of_nodes_at_once_and_the_scheduler
         assert len({p["spec"]["nodeName"] for p in running(lab, "gang")}) == 3, "one node each"
         log = op.log_tail(2000)
         assert "does not serve PodGroups" not in log and "watch of PodGroups failed" not in log, log
-    finally:
-        op.stop()
-        lab.kubectl("delete", "deployment", "gang", "-n", NAMESPACE, "--wait=false", check=False)
-        cleanup(lab)

@@ -11,14 +11,12 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from harness import (
+    module_operator,
     REPO,
-    install_crd,
     lab_access,
-    reset_lab,
     NAMESPACE,
     Operator,
     apply,
-    ensure_namespace_and_secret,
     events_json,
     get_json,
     node_placements,
@@ -38,14 +36,7 @@ TIMINGS: dict[str, float] = {}
 
 @pytest.fixture(scope="module")
 def op(lab):
-    install_crd(lab)
-    ensure_namespace_and_secret(lab)
-    operator = Operator(lab).start()
-    yield operator
-    operator.stop()
-    print(operator.log_tail(20))
-    # Leave the lab as found: no jobs, no pool, no slurmd pods, nodes uncordoned and unannotated.
-    reset_lab(lab)
+    yield from module_operator(lab)
     print("timings:", TIMINGS)
 
 

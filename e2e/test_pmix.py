@@ -31,15 +31,12 @@ from pathlib import Path
 import pytest
 
 from harness import (
+    module_operator,
     NAMESPACE,
-    Operator,
     apply,
-    ensure_namespace_and_secret,
-    install_crd,
     node_json,
     pool_manifest,
     pool_status,
-    reset_lab,
     reset_nodes,
     resume_our_drains,
     slurmd_pods,
@@ -104,13 +101,7 @@ def program(lab) -> Path:
 
 @pytest.fixture(scope="module")
 def op(lab, pair):
-    install_crd(lab)
-    ensure_namespace_and_secret(lab)
-    operator = Operator(lab).start()
-    yield operator
-    operator.stop()
-    print(operator.log_tail(20))
-    reset_lab(lab)
+    yield from module_operator(lab)
 
 
 @pytest.fixture(scope="module")

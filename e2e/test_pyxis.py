@@ -22,16 +22,13 @@ from pathlib import Path
 import pytest
 
 from harness import (
+    module_operator,
     NAMESPACE,
-    Operator,
     apply,
-    ensure_namespace_and_secret,
-    install_crd,
     job_state,
     node_placements,
     pool_manifest,
     pool_status,
-    reset_lab,
     reset_nodes,
     resume_our_drains,
     slurmd_pods,
@@ -56,13 +53,7 @@ def image(lab) -> str:
 
 @pytest.fixture(scope="module")
 def op(lab, image):
-    install_crd(lab)
-    ensure_namespace_and_secret(lab)
-    operator = Operator(lab).start()
-    yield operator
-    operator.stop()
-    print(operator.log_tail(20))
-    reset_lab(lab)
+    yield from module_operator(lab)
     print("figures:", FIGURES)
 
 
