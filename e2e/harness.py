@@ -4,6 +4,7 @@ real sshd."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import math
@@ -153,6 +154,99 @@ def pool_manifest(lab, name: str, slurm_nodes: int, namespace: str = NAMESPACE, 
     }
     _merge(spec, overrides)
     return {"apiVersion": "slurmpool.io/v1alpha1", "kind": "SlurmNodePool", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+# What a slurmd pod needs for Slurm's cgroups (LAB_CGROUPS=1; docs/slurmd-pod.md): the entrypoint
+# makes the pod's cgroup view writable and roots a cgroup namespace there, and slurmd writes its job
+# cgroups' device rules, each of which needs CAP_SYS_ADMIN. Not privileged.
+CGROUPS_SECURITY_CONTEXT = {"capabilities": {"add": ["SYS_ADMIN"]}}
+
+
+def munge_secret(lab, name: str, namespace: str = NAMESPACE) -> dict:
+    """A Secret with the lab's munge.key, for a slurmd pod's auth volume."""
+    key = Path(lab.env["LAB_DIR"]) / "munge" / "munge.key"
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace},
+            "data": {"munge.key": base64.b64encode(key.read_bytes()).decode()}}
+
+
+def real_slurmd_pod(lab, image: str, secret: str, *, conf: str | None = None, dirs: dict[str, str] | None = None,
+                    volumes: tuple[dict, ...] = (), volume_mounts: tuple[dict, ...] = (), grace: int = 60) -> dict:
+    """The slurmd pod of a real kubelet node: the shipped IMAGE's entrypoint, munge.key from the
+    Secret SECRET, the lab's slurm.conf (or CONF) and fake GPUs (and DIRS: name -> lab directory) from
+    read-only hostPath volumes at the same paths, the node's 8 GPUs requested. With LAB_CGROUPS=1,
+    what Slurm's cgroups need (CGROUPS_SECURITY_CONTEXT)."""
+    from identity import TOLERATE_REAL
+
+    lab_dir = lab.env["LAB_DIR"]
+    cgroups = lab.env.get("LAB_CGROUPS") == "1"
+    # LAB_CGROUPS=1: the GPU stand-ins come from the lab's device plugin (as NVIDIA's plugin gives
+    # GPUs), into the pod's device cgroup; a hostPath volume of them could not be opened.
+    paths = {"etc": f"{lab_dir}/etc", **({} if cgroups else {"fakedev": f"{lab_dir}/fakedev"}), **(dirs or {})}
+    pod = {
+        "image": image, "command": ["/usr/local/bin/slurmd-entrypoint"],
+        "env": [{"name": "SLURM_CONF", "value": conf or f"{lab_dir}/etc/slurm.conf"}],
+        "resources": {"limits": {"nvidia.com/gpu": "8"}},
+        "tolerations": [TOLERATE_REAL], "terminationGracePeriodSeconds": grace,
+        "volumes": [*({"name": n, "hostPath": {"path": p, "type": "Directory"}} for n, p in paths.items()),
+                    {"name": "auth", "secret": {"secretName": secret, "defaultMode": 0o400}}, *volumes],
+        "volumeMounts": [*({"name": n, "mountPath": p, "readOnly": True} for n, p in paths.items()),
+                         {"name": "auth", "mountPath": "/etc/slurm-auth", "readOnly": True}, *volume_mounts],
+    }
+    if cgroups:
+        pod["securityContext"] = CGROUPS_SECURITY_CONTEXT
+    return pod
+
+
+@contextlib.contextmanager
+def real_nodes_in_slurm(lab, pool_name: str, nodes: list[str], image: str, dirs: dict[str, str] | None = None):
+    """A pool of the real NODES, all moved into Slurm by the operator, each served by a slurmd pod of
+    IMAGE (real_slurmd_pod, with DIRS). Yields their Slurm names. At the end they go back to inference
+    (the kubelets stop the slurmd pods), the pool is deleted and the nodes are clean."""
+    secret = f"{pool_name}-auth"
+    pool = pool_manifest(lab, pool_name, len(nodes))
+    pool["spec"]["nodeSelector"] = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}],
+                                    "matchLabels": {"slurmpool.io/real": "true"}}
+    pool["spec"]["slurm"]["slurmdPod"] = real_slurmd_pod(lab, image, secret, dirs=dirs)
+
+    def at(slurm: int, inference: int) -> bool:
+        s = pool_status(lab, pool_name)
+        return s.get("slurm", {}).get("ready") == slurm and s.get("inference", {}).get("ready") == inference and s.get("moving") == 0
+
+    def pods() -> list[dict]:
+        return [p for p in slurmd_pods(lab) if p["spec"].get("nodeName") in nodes]
+    try:
+        apply(lab, [munge_secret(lab, secret), pool])
+        wait(lambda: at(len(nodes), 0), 240, what=f"{nodes} in Slurm, served by {image}")
+        assert sorted(p["spec"]["nodeName"] for p in pods()) == sorted(nodes), [p["metadata"]["name"] for p in pods()]
+        assert all(p["spec"]["containers"][0]["image"] == image for p in pods())
+        for node in nodes:
+            assert lab.node_state(lab.slurm_name(node)).startswith("IDLE"), lab.node_state(lab.slurm_name(node))
+        yield [lab.slurm_name(n) for n in nodes]
+        lab.kubectl("scale", "snp", pool_name, "-n", NAMESPACE, "--replicas=0")
+        wait(lambda: at(0, len(nodes)), 240, what=f"{nodes} back to inference")
+        wait(lambda: not pods(), 120, what="the real kubelets stopping the slurmd pods")
+    finally:
+        lab.kubectl("delete", "snp", pool_name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true", check=False)
+        lab.kubectl("delete", "secret", secret, "-n", NAMESPACE, "--ignore-not-found", check=False)
+        for node in nodes:
+            lab.kubectl("delete", "pod", "-n", NAMESPACE, "-l", "slurmpool.io/component=slurmd", "--field-selector",
+                        f"spec.nodeName={node}", "--wait=true", check=False)
+        reset_nodes(lab, nodes)
+        resume_our_drains(lab, nodes)
+
+
+def imported_slurmd_image(lab, tag: str = "22.05") -> tuple[str, str]:
+    """The slurmd image TAG (e.g. 22.05, 22.05-pyxis) built by deploy/docker/build-images.sh (cached
+    when unchanged) and imported into the real nodes' containerd: its name and its OCI archive."""
+    env = {**lab.env, "SLURMD_VERSIONS": tag.split("-")[0], "SLURMD_PYXIS": "1" if tag.endswith("-pyxis") else "0"}
+    p = subprocess.run([str(REPO / "deploy" / "docker" / "build-images.sh"), "--slurmd-only"], env=env,
+                       capture_output=True, text=True, timeout=3600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    name, archive = next(line.split("=", 1) for line in p.stdout.split() if line.split("=", 1)[0].endswith(f":{tag}"))
+    p = subprocess.run([str(REPO / "e2e" / "lab" / "real-nodes.sh"), "import", archive], env=lab.env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return name, archive
 
 
 def _merge(base: dict, extra: dict) -> None:

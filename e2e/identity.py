@@ -95,13 +95,24 @@ ADMISSION_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBindin
 def lab_pool_policy() -> dict:
     """The chart's poolPolicy for the lab's pools: its slurmd images (slurmd:22.05 run by the node
     agent, slurmpool.local/slurmd on real nodes), the lab's slurm.conf, fake GPUs, (LAB_PYXIS=1)
-    the squashfs image of e2e/test_pyxis.py and the PMIx client of e2e/test_pmix.py by hostPath, and
-    its slurmrestd over http on loopback. The same for the operator (SLURMPOOL_POOL_POLICY) and the
+    the squashfs image of e2e/test_pyxis.py and the PMIx client of e2e/test_pmix.py by hostPath, its
+    slurmrestd over http on loopback, and (LAB_CGROUPS=1) CAP_SYS_ADMIN for the slurmd container. The same for the operator (SLURMPOOL_POOL_POLICY) and the
     admission policy."""
     given = os.environ.get("LAB_DIR") or str(REPO / ".lab")
     dirs = dict.fromkeys([given, str(Path(given).resolve())])  # as the lab's env spells it, and resolved
-    return {"imagePrefixes": ["slurmd:", "slurmpool.local/"],
-            "hostPaths": [f"{d}/{sub}" for d in dirs for sub in ("etc", "fakedev", "pyxis", "pmix")], "allowHttpRest": True}
+    policy = {"imagePrefixes": ["slurmd:", "slurmpool.local/"],
+              "hostPaths": [f"{d}/{sub}" for d in dirs for sub in ("etc", "fakedev", "pyxis", "pmix")], "allowHttpRest": True}
+    if lab_has_cgroups(Path(given)):
+        policy["capabilities"] = ["SYS_ADMIN"]  # what a slurmd pod on Slurm's cgroups needs (docs/slurmd-pod.md)
+    return policy
+
+
+def lab_has_cgroups(lab_dir: Path) -> bool:
+    """LAB_CGROUPS=1 in the lab's env file (the lab runs Slurm's cgroups)."""
+    try:
+        return "export LAB_CGROUPS=1" in (lab_dir / "env").read_text().splitlines()
+    except OSError:
+        return False
 
 
 def admission_values() -> dict:

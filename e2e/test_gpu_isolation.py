@@ -4,7 +4,8 @@ NVIDIA's device numbers (195, 0-7: e2e/lab/up.sh), and each slurmd runs in a cgr
 its own, as in a pod (e2e/lab/cgexec.sh). On nodes the operator moved into Slurm, a job step
 given 2 GPUs can open its 2 devices ("No such device or address": no driver here, so access was
 allowed) and gets "Operation not permitted" on the other 6; across two nodes of one job, each
-node's step sees its own. Skipped on a lab without LAB_CGROUPS=1."""
+node's step sees its own. The same in slurmd pods on real kubelet nodes (the e2e-main lane).
+Skipped on a lab without LAB_CGROUPS=1."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ import os
 import pytest
 from harness import (
     Operator,
+    apply,
     ensure_namespace_and_secret,
+    imported_slurmd_image,
     install_crd,
     pool_manifest,
-    apply,
+    real_nodes_in_slurm,
     reset_lab,
     split_reached,
     wait,
@@ -35,15 +38,25 @@ done
 
 def probe(lab, *srun: str) -> dict[str, dict[int, str]]:
     """node -> device index -> ENXIO (allowed: no driver), EPERM (refused) or OPENED, per srun task."""
-    script = os.path.join(lab.dir, "probe-gpus.sh")
-    with open(script, "w") as f:
-        f.write(PROBE)
-    out = lab.slurm("srun", "-p", "gpu", *srun, "sh", script, os.path.join(lab.dir, "fakedev"), timeout=60).stdout
+    out = lab.slurm("srun", "-p", "gpu", *srun, "sh", "-c", PROBE, "sh", os.path.join(lab.dir, "fakedev"), timeout=60).stdout
     seen: dict[str, dict[int, str]] = {}
     for line in out.splitlines():
         node, index, got = line.split()
         seen.setdefault(node, {})[int(index)] = got
     return seen
+
+
+def check_isolation(lab, pair: list[str]) -> None:
+    """On each node of a two-node job given 2 GPUs a node, its step opens devices 0 and 1 and is
+    refused the other 6; a step given all 8 opens all; a step given none opens none."""
+    two = probe(lab, "-N2", "-w", ",".join(pair), "--gres=gpu:2")
+    assert sorted(two) == sorted(pair), two
+    for node, devices in two.items():
+        assert devices == {0: "ENXIO", 1: "ENXIO", **{i: "EPERM" for i in range(2, 8)}}, (node, devices)
+    whole = probe(lab, "-N1", "-w", pair[0], "--gres=gpu:8", "--exclusive")
+    assert whole == {pair[0]: {i: "ENXIO" for i in range(8)}}, whole
+    none = probe(lab, "-N1", "-w", pair[1])
+    assert none == {pair[1]: {i: "EPERM" for i in range(8)}}, none
 
 
 def test_a_job_opens_only_the_gpus_it_was_given_on_nodes_the_operator_moved_in(lab):
@@ -58,15 +71,27 @@ def test_a_job_opens_only_the_gpus_it_was_given_on_nodes_the_operator_moved_in(l
         wait(lambda: split_reached(lab, POOL, 0, total), 120, what="every node in inference")
         apply(lab, pool_manifest(lab, POOL, total))
         wait(lambda: split_reached(lab, POOL, total, total), 180, what="every node moved into Slurm")
-        pair = [lab.slurm_name(n) for n in lab.nodes[:2]]
-        two = probe(lab, "-N2", "-w", ",".join(pair), "--gres=gpu:2")
-        assert sorted(two) == sorted(pair), two
-        for node, devices in two.items():
-            assert devices == {0: "ENXIO", 1: "ENXIO", **{i: "EPERM" for i in range(2, 8)}}, (node, devices)
-        whole = probe(lab, "-N1", "-w", pair[0], "--gres=gpu:8", "--exclusive")
-        assert whole == {pair[0]: {i: "ENXIO" for i in range(8)}}, whole
-        none = probe(lab, "-N1", "-w", pair[1])
-        assert none == {pair[1]: {i: "EPERM" for i in range(8)}}, none
+        check_isolation(lab, [lab.slurm_name(n) for n in lab.nodes[:2]])
     finally:
         op.stop()
         reset_lab(lab)
+
+
+def test_in_slurmd_pods_of_real_kubelet_nodes_a_job_opens_only_its_gpus(lab):
+    """The same in the slurmd pods of two real kubelet nodes (22.05 image): the lab's device plugin
+    gives each pod the node's 8 stand-ins, as NVIDIA's plugin gives GPUs; the pod adds CAP_SYS_ADMIN
+    and nothing else (harness.CGROUPS_SECURITY_CONTEXT), and its entrypoint makes the container's
+    cgroup view writable and starts slurmd in a cgroup namespace of its own (docs/slurmd-pod.md)."""
+    if lab.env.get("LAB_CGROUPS") != "1" or len(lab.real_nodes) < 2 or lab.slurm_version != "22.05":
+        pytest.skip("needs a 22.05 lab with LAB_CGROUPS=1 and two real kubelet nodes")
+    if lab.env.get("LAB_PYXIS") == "1":
+        pytest.skip("the lab's plugstack.conf names the host's pyxis, which the slurmd image has not (e2e/test_pyxis.py)")
+    image, _ = imported_slurmd_image(lab, "22.05")
+    install_crd(lab)
+    ensure_namespace_and_secret(lab)
+    op = Operator(lab, "operator-gpu-isolation-real.log").start()
+    try:
+        with real_nodes_in_slurm(lab, "isolation-real", lab.real_nodes[:2], image) as pair:
+            check_isolation(lab, pair)
+    finally:
+        op.stop()

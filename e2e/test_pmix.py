@@ -21,8 +21,6 @@ LAB_REAL_NODES=2); skipped elsewhere, saying why.
 
 from __future__ import annotations
 
-import base64
-import json
 import shutil
 import subprocess
 import sys
@@ -30,19 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import (
-    module_operator,
-    NAMESPACE,
-    apply,
-    node_json,
-    pool_manifest,
-    pool_status,
-    reset_nodes,
-    resume_our_drains,
-    slurmd_pods,
-    wait,
-)
-from identity import TOLERATE_REAL
+from harness import imported_slurmd_image, module_operator, node_json, real_nodes_in_slurm, wait
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -68,14 +54,7 @@ def pair(lab) -> list[str]:
 def image(lab, pair) -> str:
     """The 22.05 slurmd image (cached when unchanged), imported into the real nodes; its plugins label
     lists mpi/pmix, as docs/slurmd-pod.md's table says."""
-    p = subprocess.run([str(REPO / "deploy" / "docker" / "build-images.sh"), "--slurmd-only"],
-                       env={**lab.env, "SLURMD_VERSIONS": "22.05", "SLURMD_PYXIS": "0"},
-                       capture_output=True, text=True, timeout=1800)
-    assert p.returncode == 0, p.stderr[-3000:]
-    name, archive = next(line.split("=", 1) for line in p.stdout.split() if line.split("=", 1)[0].endswith(":22.05"))
-    p = subprocess.run([str(REPO / "e2e" / "lab" / "real-nodes.sh"), "import", archive], env=lab.env,
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stdout + p.stderr
+    name, archive = imported_slurmd_image(lab, "22.05")
     sys.path.insert(0, str(REPO / "tests"))
     from test_slurmd_contents import docs_table
     from test_slurmd_image import image_labels
@@ -106,53 +85,10 @@ def op(lab, pair):
 
 @pytest.fixture(scope="module")
 def moved(lab, op, pair, image, program) -> list[str]:
-    """A pool of the two real nodes, both moved into Slurm by the operator, each served by a slurmd
-    pod of the image (munge.key from a Secret; the lab's slurm.conf, fake GPUs and the program from
-    hostPath volumes). Yields the nodes' Slurm names; at the end the pool is deleted, the nodes clean."""
-    lab_dir = lab.env["LAB_DIR"]
-    key = Path(lab_dir) / "munge" / "munge.key"
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pmix-auth", "namespace": NAMESPACE},
-              "data": {"munge.key": base64.b64encode(key.read_bytes()).decode()}}
-    pool = pool_manifest(lab, POOL, 2)
-    pool["spec"]["nodeSelector"] = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": pair}],
-                                    "matchLabels": {"slurmpool.io/real": "true"}}
-    mounts = {"etc": f"{lab_dir}/etc", "fakedev": f"{lab_dir}/fakedev", "pmix": str(program.parent)}
-    pool["spec"]["slurm"]["slurmdPod"] = {
-        "image": image, "command": ["/usr/local/bin/slurmd-entrypoint"],
-        "env": [{"name": "SLURM_CONF", "value": f"{lab_dir}/etc/slurm.conf"}],
-        "resources": {"limits": {"nvidia.com/gpu": "8"}},
-        "tolerations": [TOLERATE_REAL], "terminationGracePeriodSeconds": 60,
-        "volumes": [*({"name": n, "hostPath": {"path": p, "type": "Directory"}} for n, p in mounts.items()),
-                    {"name": "auth", "secret": {"secretName": "pmix-auth", "defaultMode": 0o400}}],
-        "volumeMounts": [*({"name": n, "mountPath": p, "readOnly": True} for n, p in mounts.items()),
-                         {"name": "auth", "mountPath": "/etc/slurm-auth", "readOnly": True}],
-    }
-
-    def at(slurm: int, inference: int) -> bool:
-        s = pool_status(lab, POOL)
-        return s.get("slurm", {}).get("ready") == slurm and s.get("inference", {}).get("ready") == inference and s.get("moving") == 0
-    try:
-        apply(lab, [secret, pool])
-        wait(lambda: at(2, 0), 240, what=f"{pair} in Slurm, served by {image}")
-        pods = [p for p in slurmd_pods(lab) if p["spec"].get("nodeName") in pair]
-        assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(pair), json.dumps([p["metadata"]["name"] for p in pods])
-        assert all(p["spec"]["containers"][0]["image"] == image for p in pods)
-        for node in pair:
-            assert lab.node_state(lab.slurm_name(node)).startswith("IDLE"), lab.node_state(lab.slurm_name(node))
-        yield [lab.slurm_name(n) for n in pair]
-        # back to inference: the kubelets stop the slurmd pods
-        lab.kubectl("scale", "snp", POOL, "-n", NAMESPACE, "--replicas=0")
-        wait(lambda: at(0, 2), 240, what=f"{pair} back to inference")
-        wait(lambda: not [p for p in slurmd_pods(lab) if p["spec"].get("nodeName") in pair], 120,
-             what="the real kubelets stopping the slurmd pods")
-    finally:
-        lab.kubectl("delete", "snp", POOL, "-n", NAMESPACE, "--ignore-not-found", "--wait=true", check=False)
-        lab.kubectl("delete", "secret", "pmix-auth", "-n", NAMESPACE, "--ignore-not-found", check=False)
-        for node in pair:
-            lab.kubectl("delete", "pod", "-n", NAMESPACE, "-l", "slurmpool.io/component=slurmd", "--field-selector",
-                        f"spec.nodeName={node}", "--wait=true", check=False)
-        reset_nodes(lab, pair)
-        resume_our_drains(lab, pair)
+    """The two real nodes moved into Slurm by the operator, each served by a slurmd pod of the image,
+    the program's directory mounted (harness.real_nodes_in_slurm). Yields the nodes' Slurm names."""
+    with real_nodes_in_slurm(lab, POOL, pair, image, dirs={"pmix": str(program.parent)}) as names:
+        yield names
 
 
 def srun(lab, nodes: list[str], *command: str) -> list[str]:

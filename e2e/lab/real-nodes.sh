@@ -22,7 +22,8 @@
 #              (the lab's apiserver is RBAC-only), registration taint slurmpool.io/real-node=true:NoSchedule,
 #              labels like the simulated GPU nodes (topology block "real", racks of 2) plus
 #              slurmpool.io/real=true (not slurmpool.io/lab: the tests of gpuXX never see them),
-#              and capacity nvidia.com/gpu: 8 by a status patch (see README: no device plugin)
+#              and capacity nvidia.com/gpu: 8 by a status patch (see README), or with LAB_CGROUPS=1
+#              from the lab's device plugin (gpu-plugin/), which gives a pod the GPU stand-ins
 # Images: containerd's sandbox image is a static Go pause (pause/), packed by oci.py and imported at
 # start; `import FILE...` imports OCI archives (deploy/docker/build-images.sh) into every node.
 set -euo pipefail
@@ -119,6 +120,20 @@ pause_archive() {
       --entrypoint '["/pause"]' --user 65535:65535 >/dev/null
     mv "$tmp/pause.tar" "$out"   # whole or not at all: another lab's real nodes may read it at once
     rm -rf "$tmp"
+  fi
+  echo "$out"
+}
+
+# The lab's GPU device plugin (gpu-plugin/, LAB_CGROUPS=1), cached like the pause image.
+gpu_plugin_bin() {
+  local key out tmp
+  key=$(cat "$here/gpu-plugin/main.go" "$here/gpu-plugin/go.mod" "$here/gpu-plugin/go.sum" | sha256sum | cut -c1-16)
+  out=$cache/bin-gpu-plugin-$key
+  if [ ! -x "$out" ]; then
+    mkdir -p "$cache"
+    tmp=$(mktemp "$cache/gpu-plugin.XXXXXX")
+    (cd "$here/gpu-plugin" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp" .) >&2
+    chmod 755 "$tmp" && mv "$tmp" "$out"
   fi
   echo "$out"
 }
@@ -306,14 +321,20 @@ EOF
   wait_until 30 "$name: kubelet healthz" curl -sf "http://$ip:10248/healthz"
   wait_until 30 "$name: Node registered" kubectl_ get node "$name"
   # nvidia.com/gpu: a status patch (as the simulated nodes have); the kubelet derives allocatable
-  # from it. No device plugin: there are no GPUs, and a fake plugin would be one more daemon.
-  kubectl_ patch node "$name" --subresource=status --type=merge \
-    -p '{"status":{"capacity":{"nvidia.com/gpu":"8"}}}' >/dev/null
+  # from it. LAB_CGROUPS=1: the lab's device plugin instead, so a pod given GPUs gets the stand-ins
+  # in its device cgroup, as NVIDIA's plugin gives real ones (else the pod could open none).
+  if [ "$GPU_PLUGIN" ]; then
+    start_in "$name-gpu-plugin" "${CG_PREFIX}$name/runtime" "$RUN/$name-gpu-plugin.pid" \
+      nsenter --mount="/proc/$holder/ns/mnt" -- "$GPU_PLUGIN" "$LAB_DIR/fakedev" 8
+  else
+    kubectl_ patch node "$name" --subresource=status --type=merge \
+      -p '{"status":{"capacity":{"nvidia.com/gpu":"8"}}}' >/dev/null
+  fi
   node_ready() {
     local out
     out=$(kubectl_ get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status} {.status.allocatable.nvidia\.com/gpu} {.spec.taints[*].key}')
     # the kubelet's first status updates can drop a capacity patched in between: patch again
-    [[ "$out" == *" 8 "* ]] || kubectl_ patch node "$1" --subresource=status --type=merge \
+    [[ "$out" == *" 8 "* ]] || [ "$GPU_PLUGIN" ] || kubectl_ patch node "$1" --subresource=status --type=merge \
       -p '{"status":{"capacity":{"nvidia.com/gpu":"8"}}}' >/dev/null 2>&1
     [[ "$out" == "True 8 "* ]] && [[ "$out" != *node.kubernetes.io/not-ready* ]]
   }
@@ -336,6 +357,8 @@ start() {
   BIN=$("$here/build.sh") || die "build.sh failed"
   [ -x "$BIN/kubelet" ] || die "$BIN/kubelet missing"
   PAUSE=$(pause_archive)
+  GPU_PLUGIN=""
+  ! grep -qx 'export LAB_CGROUPS=1' "$LAB_DIR/env" || GPU_PLUGIN=$(gpu_plugin_bin)
   mkdir -p "$REAL" "$RUN" "$LAB_DIR/log"
   echo "$OFF" > "$REAL/port-offset"
   local i
@@ -390,6 +413,7 @@ stop_node() {  # stop_node NAME
     done
   fi
   # 2. the kubelet, then its Node (a running kubelet registers it again) and binding
+  stop_pidfile "$RUN/$name-gpu-plugin.pid" gpu-plugin
   stop_pidfile "$RUN/$name-kubelet.pid" kubelet
   if [ $api = 1 ]; then
     kubectl_ delete node "$name" --ignore-not-found --wait=false >/dev/null 2>&1 || true

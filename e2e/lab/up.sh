@@ -81,8 +81,7 @@ esac
 [[ "$LAB_SLURM_NAME_PREFIX" =~ ^[a-z]{0,8}$ ]] || die "LAB_SLURM_NAME_PREFIX must be 0-8 lowercase letters"
 case $LAB_CGROUPS in
   0) ;;
-  1) [ "$LAB_SLURM_NODES" = static ] && [ "$LAB_PYXIS" = 0 ] && [ "${LAB_REAL_NODES:-0}" = 0 ] ||
-       die "LAB_CGROUPS=1 is built for static simulated nodes without pyxis so far"
+  1) [ "$LAB_SLURM_NODES" = static ] || die "LAB_CGROUPS=1 is built for static nodes so far"
      [ -e /sys/fs/cgroup/devices/cgroup.procs ] && [ -e /sys/fs/cgroup/freezer/cgroup.procs ] ||
        die "LAB_CGROUPS=1 needs cgroup v1's devices and freezer hierarchies at /sys/fs/cgroup (this host: $(stat -fc %T /sys/fs/cgroup)); cgroup v2 is not built yet" ;;
   *) die "LAB_CGROUPS must be 0 or 1" ;;

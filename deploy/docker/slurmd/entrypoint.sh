@@ -15,6 +15,7 @@
 #   MUNGE_SOCKET        munged's socket (default: slurm.conf's AuthInfo socket=, else
 #                       /run/munge/munge.socket.2)
 #   SLURMD_ARGS         more slurmd arguments (word-split); the container's args are appended too
+#   SLURMD_CGROUPS      auto (default), yes or no: prepare the container for Slurm's cgroups (below)
 #   SLURMD_PORT         the node's slurmd port, when neither its node line's Port= nor slurm.conf's
 #                       SlurmdPort (nor 6818) is it: slurmd starts only once nothing answers there.
 #                       Needed where Port= is on a hostlist line (NodeName=gpu[01-64] Port=...) or
@@ -87,6 +88,46 @@ fi
 # auth/slurm's socket for slurmstepd, and configless slurmd's copy of the configuration (/run/slurm/conf)
 mkdir -p /run/slurm
 
+# --- Slurm's cgroups (proctrack/cgroup, task/cgroup; docs/slurmd-pod.md). A container sees its own
+# cgroup at /sys/fs/cgroup, read-only, and on cgroup v1 through the host's cgroup namespace. slurmd
+# makes its jobs' cgroups below the container's: the view is made writable, and slurmd runs in a
+# cgroup namespace rooted at the container's cgroup, so the paths it reads from /proc/*/cgroup are the
+# ones it sees under /sys/fs/cgroup. Both need CAP_SYS_ADMIN (so does writing a job's device rules).
+# SLURMD_CGROUPS: auto (default: when slurm.conf's ProctrackType or TaskPlugin names cgroup), yes
+# (e.g. configless, where slurm.conf comes later), no.
+wants_cgroups() {
+  case ${SLURMD_CGROUPS:-auto} in
+    yes) return 0 ;;
+    no) return 1 ;;
+    auto) [[ "$(conf_value ProctrackType) $(conf_value TaskPlugin)" == *cgroup* ]] ;;
+    *) log "SLURMD_CGROUPS must be auto, yes or no, not ${SLURMD_CGROUPS}"; exit 1 ;;
+  esac
+}
+in_cgroup_ns=()
+if wants_cgroups; then
+  if (( (0x$(awk '/^CapEff:/ {print $2}' /proc/self/status) >> 21) & 1 )); then
+    # every read-only cgroup mount under /sys/fs/cgroup (the field after "-" is the fs type)
+    awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { fs = $(i + 1); break } }
+         fs ~ /^cgroup2?$/ && $5 ~ /^\/sys\/fs\/cgroup/ && $6 ~ /(^|,)ro(,|$)/ { print $5 }' /proc/self/mountinfo |
+      while read -r m; do mount -o remount,bind,rw "$m" || { log "cannot make $m writable"; exit 1; }; done
+    # cgroup v1: Slurm allows a job its GPUs as "rwm", and a cgroup may allow only what its parent
+    # does; device plugins give a container its devices as "rw" (NVIDIA's, the lab's). Add "m"
+    # (mknod) for those devices only: without it every step given a GPU fails ("could not execve").
+    if [ -w /sys/fs/cgroup/devices/devices.allow ]; then
+      for rule in $(awk '$1 == "c" && $3 !~ /m/ && $2 !~ /\*/ { print $2 }' /sys/fs/cgroup/devices/devices.list); do
+        echo "c $rule m" > /sys/fs/cgroup/devices/devices.allow || { log "cannot allow mknod of device $rule"; exit 1; }
+      done
+    fi
+    # cgroup v1 under containerd: the host's namespace (v2 gives a container its own)
+    if grep -qv ':/$' /proc/self/cgroup; then in_cgroup_ns=(unshare --cgroup --); fi
+    log "cgroups: /sys/fs/cgroup writable${in_cgroup_ns:+, slurmd in a cgroup namespace of its own}"
+  elif grep -q '[[:space:]]/sys/fs/cgroup[^[:space:]]*[[:space:]]ro,' /proc/self/mountinfo; then
+    log "slurm.conf uses cgroups (or SLURMD_CGROUPS=yes), but /sys/fs/cgroup is read-only here and the container lacks" \
+        "CAP_SYS_ADMIN: add it to the slurmd pod's securityContext.capabilities (docs/slurmd-pod.md)"
+    exit 1
+  fi
+fi
+
 # --- slurmd's command line
 args=(-D -N "$NODE_NAME")
 if [ -n "${SLURM_CONF_SERVER:-}" ]; then
@@ -137,7 +178,7 @@ while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
 done
 
 log "slurmd ${args[*]}"
-slurmd "${args[@]}" &
+"${in_cgroup_ns[@]}" slurmd "${args[@]}" &
 slurmd_pid=$!
 # wait returns when slurmd exits or a trapped signal arrives
 rc=0
