@@ -87,8 +87,10 @@ unit: venv tools
 # LAB_PROMETHEUS=1: the lab's Prometheus runs (e2e/test_alerts_lab.py, e2e/test_dashboard_lab.py).
 # LAB_REAL_NODES (default 2 here): real kubelet nodes beside the simulated ones, for
 # e2e/test_real_nodes*.py (the images are built by deploy/docker/build-images.sh; e2e/lab/README.md).
+# LAB_CGROUPS (default 1 here): Slurm isolates GPUs by cgroups, as GPU sites run it, on the simulated
+# nodes and in the real nodes' slurmd pods (docs/slurmd-pod.md).
 e2e: deps venv tools slurm
-	LAB_PROMETHEUS=1 LAB_REAL_NODES=$${LAB_REAL_NODES:-2} $(BIN)/pytest -q --durations=25 e2e
+	LAB_PROMETHEUS=1 LAB_REAL_NODES=$${LAB_REAL_NODES:-2} LAB_CGROUPS=$${LAB_CGROUPS:-1} $(BIN)/pytest -q --durations=25 e2e
 
 # The Slurm versions the lab offers besides Debian 12's 22.05, cached outside the checkout:
 # 26.05 built from ../shared/vendor (about 4 min cold), 24.11 in a Debian 13 root filesystem.
@@ -102,7 +104,7 @@ slurm: deps
 # the 24.11 slurmd image (munge, configless) on that lab's dynamic nodes. 22.05-names: Slurm NodeNames
 # that differ from the Node names (LAB_SLURM_NAME_PREFIX=s), moved through spec.slurm.nodeName.
 # 22.05-pyxis-real: srun --container-image in the 22.05-pyxis slurmd image's pod on a real kubelet node.
-# *-cgroups: GPUs isolated by Slurm's device cgroups (LAB_CGROUPS=1) on each version.
+# *-cgroups: GPUs isolated by Slurm's device cgroups (LAB_CGROUPS=1) on 24.11 and 26.05 (22.05: e2e-main).
 MATRIX_CI ?= $(MATRIX_A) $(MATRIX_B)
 e2e-matrix: deps venv slurm
 	e2e/matrix.sh $(MATRIX_CI)
@@ -128,9 +130,10 @@ load: deps venv
 # ports, lo addresses, bridges and cgroups), with the unit tests beside them. A lab mostly waits (on
 # Slurm, kubelets, timeouts): the 22.05 suite beside a matrix row kept 0.8 of the 2 cores busy, and
 # the wall time is the longest lane's. Each lane's output is printed whole when it ends.
-#   e2e-main     the 22.05 e2e modules but E2E_BESIDE, with Prometheus and 2 real nodes (the lab-down
-#                test last); E2E_BESIDE: modules that need neither (each module runs on its own)
-#   e2e-beside   E2E_BESIDE on a second 22.05 lab (+300)
+#   e2e-main     the 22.05 e2e modules but E2E_BESIDE, with Prometheus, 2 real nodes and Slurm's
+#                cgroups (the lab-down test last); E2E_BESIDE: modules that need none of them (each
+#                module runs on its own)
+#   e2e-beside   E2E_BESIDE on a second 22.05 lab (+300), without cgroups
 #   matrix-a     MATRIX_A's rows, then make load's 500 simulated nodes in that lab (+100)
 #   matrix-b     MATRIX_B's rows (+200)
 # `exec env`: no shell of a lane keeps the main lab's LAB_DIR in its environment
@@ -138,13 +141,13 @@ load: deps venv
 E2E_BESIDE ?= e2e/test_operator.py e2e/test_faults.py e2e/test_oncall.py e2e/test_isolation.py \
   e2e/test_health.py e2e/test_faults_nodes.py e2e/test_topology.py e2e/test_parking_jobs.py e2e/test_adopting.py
 MATRIX_A ?= 24.11-rest 24.11-dynamic-requeue 22.05-names 22.05-pyxis-real 26.05-rest-parking
-MATRIX_B ?= 26.05 26.05-dynamic-rest 22.05-cgroups 24.11-cgroups 26.05-cgroups
+MATRIX_B ?= 26.05 26.05-dynamic-rest 24.11-cgroups 26.05-cgroups
 lane_offset = $$(( $${LAB_PORT_OFFSET:-0} + $(1) ))
 test: chart image-check images-all
 	$(MAKE) --no-print-directory --output-sync=target -j5 unit e2e-main e2e-beside matrix-a matrix-b
 
 e2e-main: deps venv tools slurm
-	LAB_PROMETHEUS=1 LAB_REAL_NODES=$${LAB_REAL_NODES:-2} $(BIN)/pytest -q --durations=10 \
+	LAB_PROMETHEUS=1 LAB_REAL_NODES=$${LAB_REAL_NODES:-2} LAB_CGROUPS=$${LAB_CGROUPS:-1} $(BIN)/pytest -q --durations=10 \
 	  $(filter-out $(E2E_BESIDE),$(sort $(wildcard e2e/test_*.py)))
 e2e-beside: deps venv tools slurm
 	exec env LAB_DIR=$(CURDIR)/.lab-beside LAB_PORT_OFFSET=$(call lane_offset,300) LAB_REAL_NODES=0 \

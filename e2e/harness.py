@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from slurmpool.core.poolpolicy import SLURMD_CAPABILITIES
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "slurmpool-e2e"
@@ -156,10 +157,10 @@ def pool_manifest(lab, name: str, slurm_nodes: int, namespace: str = NAMESPACE, 
     return {"apiVersion": "slurmpool.io/v1alpha1", "kind": "SlurmNodePool", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
 
 
-# What a slurmd pod needs for Slurm's cgroups (LAB_CGROUPS=1; docs/slurmd-pod.md): the entrypoint
-# makes the pod's cgroup view writable and roots a cgroup namespace there, and slurmd writes its job
-# cgroups' device rules, each of which needs CAP_SYS_ADMIN. Not privileged.
-CGROUPS_SECURITY_CONTEXT = {"capabilities": {"add": ["SYS_ADMIN"]}}
+# What a slurmd pod needs for Slurm's cgroups (LAB_CGROUPS=1; docs/slurmd-pod.md): the capabilities
+# the operator gives slurmd, and CAP_SYS_ADMIN (the entrypoint makes the container's cgroup view
+# writable and starts slurmd in a cgroup namespace; slurmd writes its jobs' device rules). Not privileged.
+CGROUPS_SECURITY_CONTEXT = {"capabilities": {"drop": ["ALL"], "add": [*SLURMD_CAPABILITIES, "SYS_ADMIN"]}}
 
 
 def munge_secret(lab, name: str, namespace: str = NAMESPACE) -> dict:

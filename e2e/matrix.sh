@@ -56,13 +56,15 @@ rows=(
   "26.05-dynamic|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic|$core $power $image"
   "26.05-dynamic-rest|LAB_SLURM=26.05 LAB_SLURM_NODES=dynamic LAB_ACCESS=rest LAB_REAL_NODES=1|$core $power e2e/test_rest_operator.py e2e/test_handover.py $image"
   # pyxis on a real kubelet node: the 22.05-pyxis slurmd image as the slurmd pod of a node the
-  # operator moved in, a container job with mounts and GPUs in it (and on the lab's nodes as above).
-  "22.05-pyxis-real|LAB_SLURM=22.05 LAB_PYXIS=1 LAB_REAL_NODES=1|$pyxis"
+  # operator moved in, a container job with mounts and GPUs in it (and on the lab's nodes as above),
+  # with Slurm's cgroups on (as in e2e-main).
+  "22.05-pyxis-real|LAB_SLURM=22.05 LAB_PYXIS=1 LAB_REAL_NODES=1 LAB_CGROUPS=1|$pyxis"
   # Slurm's NodeNames differ from the Node names (sgpu01 for gpu01): moves through spec.slurm.nodeName,
   # and without it nothing drained or moved (SlurmUnlisted).
   "22.05-names|LAB_SLURM=22.05 LAB_SLURM_NAME_PREFIX=s|e2e/test_node_names.py"
   # GPUs isolated by cgroups (LAB_CGROUPS=1: proctrack/cgroup, task/cgroup, ConstrainDevices; each
-  # slurmd in a cgroup namespace of its own): the device test on each version, and the move core on 22.05.
+  # slurmd in a cgroup namespace of its own): the device test on each version, and the move core on
+  # 22.05 (CI runs the 24.11 and 26.05 rows; e2e-main runs all of 22.05's modules with cgroups on).
   "22.05-cgroups|LAB_SLURM=22.05 LAB_CGROUPS=1|e2e/test_gpu_isolation.py $core"
   "24.11-cgroups|LAB_SLURM=24.11 LAB_CGROUPS=1|e2e/test_gpu_isolation.py"
   "26.05-cgroups|LAB_SLURM=26.05 LAB_CGROUPS=1|e2e/test_gpu_isolation.py"

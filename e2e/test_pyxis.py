@@ -11,18 +11,19 @@ local image checks the path a pulled image takes after the pull (docs/install.md
 
 from __future__ import annotations
 
-import base64
 import re
 import secrets
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from harness import (
+    imported_slurmd_image,
     module_operator,
+    munge_secret,
+    real_slurmd_pod,
     NAMESPACE,
     apply,
     job_state,
@@ -167,15 +168,7 @@ def pyxis_image(lab, image) -> str:
     """The 22.05 -pyxis slurmd image, built (cached) and imported into the real nodes' containerd."""
     if not lab.real_nodes or lab.slurm_version != "22.05":
         pytest.skip("needs real kubelet nodes on a 22.05 lab with pyxis (LAB_REAL_NODES=1 LAB_PYXIS=1)")
-    repo = Path(__file__).resolve().parent.parent
-    p = subprocess.run([str(repo / "deploy" / "docker" / "build-images.sh"), "--slurmd-only"],
-                       env={**lab.env, "SLURMD_VERSIONS": "22.05"}, capture_output=True, text=True, timeout=3600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    name, archive = next(line.split("=", 1) for line in p.stdout.split() if line.split("=", 1)[0].endswith(":22.05-pyxis"))
-    p = subprocess.run([str(repo / "e2e" / "lab" / "real-nodes.sh"), "import", archive], env=lab.env,
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stdout + p.stderr
-    return name
+    return imported_slurmd_image(lab, "22.05-pyxis")[0]
 
 
 def real_pod_conf(lab) -> Path:
@@ -186,7 +179,7 @@ def real_pod_conf(lab) -> Path:
     etc.mkdir(parents=True, exist_ok=True)
     conf = [line for line in (lab_dir / "etc" / "slurm.conf").read_text().splitlines() if not line.startswith("PlugStackConfig=")]
     (etc / "slurm.conf").write_text("\n".join(conf) + "\n")
-    for f in ("topology.conf", "gres.conf"):
+    for f in ("topology.conf", "gres.conf", "cgroup.conf"):
         if (lab_dir / "etc" / f).exists():
             shutil.copy(lab_dir / "etc" / f, etc / f)
     (etc / "plugstack.conf").write_text("required /usr/local/lib/slurm/spank_pyxis.so\n")
@@ -195,35 +188,19 @@ def real_pod_conf(lab) -> Path:
 
 def test_container_job_in_a_slurmd_pod_on_a_real_kubelet_node(lab, op, image, pyxis_image):
     """The -pyxis image as the slurmd pod of a real kubelet node the operator moves into Slurm, with the
-    pod's security context as docs/install.md says (none set: the runtime's defaults, not privileged),
-    enroot's paths on emptyDir volumes: the container job runs, with its mount and GPUs, and the node
+    pod's security context as docs/install.md says (none set: the runtime's defaults, not privileged;
+    with LAB_CGROUPS=1, CAP_SYS_ADMIN added for Slurm's cgroups, docs/slurmd-pod.md), enroot's paths on emptyDir volumes: the container job runs, with its mount and GPUs, and the node
     moves back to inference (the kubelet stops the pod). Not checked here: what enroot leaves on a real
     node (a container's processes were not found from the host's /proc, so such a check could not fail)."""
     node = lab.real_nodes[0]
     lab_dir = lab.env["LAB_DIR"]
-    key = Path(lab_dir) / "munge" / "munge.key"
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pyxis-auth", "namespace": NAMESPACE},
-              "data": {"munge.key": base64.b64encode(key.read_bytes()).decode()}}
     pool = pool_manifest(lab, "real-pyxis", 1)
     pool["spec"]["nodeSelector"] = {"matchLabels": {"slurmpool.io/real": "true", "kubernetes.io/hostname": node}}
-    pool["spec"]["slurm"]["slurmdPod"] = {
-        "image": pyxis_image, "command": ["/usr/local/bin/slurmd-entrypoint"],
-        "env": [{"name": "SLURM_CONF", "value": str(real_pod_conf(lab))}],
-        "resources": {"limits": {"nvidia.com/gpu": "8"}},
-        "tolerations": [{"key": "slurmpool.io/real-node", "operator": "Exists", "effect": "NoSchedule"}],
-        "volumes": [{"name": "etc", "hostPath": {"path": f"{lab_dir}/etc", "type": "Directory"}},
-                    {"name": "fakedev", "hostPath": {"path": f"{lab_dir}/fakedev", "type": "Directory"}},
-                    {"name": "pyxis", "hostPath": {"path": f"{lab_dir}/pyxis", "type": "Directory"}},
-                    {"name": "auth", "secret": {"secretName": "pyxis-auth", "defaultMode": 0o400}},
-                    {"name": "enroot-data", "emptyDir": {}},
-                    {"name": "enroot-run", "emptyDir": {"medium": "Memory"}}],
-        "volumeMounts": [{"name": "etc", "mountPath": f"{lab_dir}/etc", "readOnly": True},
-                         {"name": "fakedev", "mountPath": f"{lab_dir}/fakedev", "readOnly": True},
-                         {"name": "pyxis", "mountPath": f"{lab_dir}/pyxis", "readOnly": True},
-                         {"name": "auth", "mountPath": "/etc/slurm-auth", "readOnly": True},
-                         {"name": "enroot-data", "mountPath": "/var/lib/enroot"},
-                         {"name": "enroot-run", "mountPath": "/run/enroot"}],
-    }
+    pool["spec"]["slurm"]["slurmdPod"] = real_slurmd_pod(
+        lab, pyxis_image, "pyxis-auth", conf=str(real_pod_conf(lab)), dirs={"pyxis": f"{lab_dir}/pyxis"}, grace=30,
+        volumes=({"name": "enroot-data", "emptyDir": {}}, {"name": "enroot-run", "emptyDir": {"medium": "Memory"}}),
+        volume_mounts=({"name": "enroot-data", "mountPath": "/var/lib/enroot"}, {"name": "enroot-run", "mountPath": "/run/enroot"}))
+    secret = munge_secret(lab, "pyxis-auth")
 
     def at(slurm: int, inference: int) -> bool:
         s = pool_status(lab, "real-pyxis")

@@ -16,7 +16,6 @@ Skipped, with the reason, on a lab without real nodes (LAB_REAL_NODES=0, make la
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -41,11 +40,13 @@ from harness import (
     events,
     install_crd,
     job_state,
+    munge_secret,
     node_json,
     pod_json,
     pods_json,
     pool_manifest,
     pool_status,
+    real_slurmd_pod,
     reset_lab,
     sbatch,
     wait,
@@ -322,30 +323,24 @@ def test_slurmd_image_serves_a_node_and_sigterm_leaves_running_jobs_alone(lab, r
     reset_lab(lab)  # no pool of an earlier test serves gpu08 through the node agent
     ensure_namespace_and_secret(lab)
     slurm_node, host = "gpu08", real[-1]
-    key = Path(lab.env["LAB_DIR"]) / "munge" / "munge.key"
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "slurm-auth", "namespace": NAMESPACE},
-              "data": {"munge.key": base64.b64encode(key.read_bytes()).decode()}}
-    lab_dir = lab.env["LAB_DIR"]
+    t = real_slurmd_pod(lab, images["slurmd"], "slurm-auth", grace=300)
     pod = {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "slurmd-image", "namespace": NAMESPACE, "labels": {"app": "slurmd-image"}},
         "spec": {
-            "nodeName": host, "hostNetwork": True, "tolerations": [TOLERATE_REAL], "terminationGracePeriodSeconds": 300,
+            "nodeName": host, "hostNetwork": True, "tolerations": t["tolerations"],
+            "terminationGracePeriodSeconds": t["terminationGracePeriodSeconds"],
             "containers": [{
-                "name": "slurmd", "image": images["slurmd"], "imagePullPolicy": "Never",
-                "env": [{"name": "NODE_NAME", "value": slurm_node},
-                        {"name": "SLURM_CONF", "value": f"{lab_dir}/etc/slurm.conf"}],
+                "name": "slurmd", "image": t["image"], "imagePullPolicy": "Never",
+                "env": [{"name": "NODE_NAME", "value": slurm_node}, *t["env"]],
                 # GPUs through the ordinary request: the kubelet admits it against the node's capacity
-                "resources": {"limits": {"nvidia.com/gpu": "8"}},
-                "volumeMounts": [{"name": "etc", "mountPath": f"{lab_dir}/etc", "readOnly": True},
-                                 {"name": "fakedev", "mountPath": f"{lab_dir}/fakedev", "readOnly": True},
-                                 {"name": "auth", "mountPath": "/etc/slurm-auth", "readOnly": True}],
+                "resources": t["resources"], "volumeMounts": t["volumeMounts"],
+                **({"securityContext": t["securityContext"]} if "securityContext" in t else {}),
             }],
-            "volumes": [{"name": "etc", "hostPath": {"path": f"{lab_dir}/etc", "type": "Directory"}},
-                        {"name": "fakedev", "hostPath": {"path": f"{lab_dir}/fakedev", "type": "Directory"}},
-                        {"name": "auth", "secret": {"secretName": "slurm-auth", "defaultMode": 0o400}}],
+            "volumes": t["volumes"],
         },
     }
+    secret = munge_secret(lab, "slurm-auth")
     apply(lab, [secret, pod])
     try:
         wait(lambda: (s := lab.node_state(slurm_node)).startswith("IDLE") and "NOT_RESPONDING" not in s, 90,
@@ -445,24 +440,10 @@ def move_both_ways(lab, images, chart, node: str) -> None:
     the PDB allows it, then the kubelet terminates the pod and slurmd registers again."""
     assert operator_pod(chart)["spec"]["nodeName"] != node
     clean_real_node(lab, node)
-    lab_dir = lab.env["LAB_DIR"]
-    key = Path(lab_dir) / "munge" / "munge.key"
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "slurm-auth", "namespace": NAMESPACE},
-              "data": {"munge.key": base64.b64encode(key.read_bytes()).decode()}}
+    secret = munge_secret(lab, "slurm-auth")
     pool = pool_manifest(lab, "real-move", 1)
     pool["spec"]["nodeSelector"] = {"matchLabels": {"slurmpool.io/real": "true", "kubernetes.io/hostname": node}}
-    pool["spec"]["slurm"]["slurmdPod"] = {
-        "image": images["slurmd"], "command": ["/usr/local/bin/slurmd-entrypoint"],
-        "env": [{"name": "SLURM_CONF", "value": f"{lab_dir}/etc/slurm.conf"}],
-        "resources": {"limits": {"nvidia.com/gpu": "8"}},
-        "tolerations": [TOLERATE_REAL], "terminationGracePeriodSeconds": 120,
-        "volumes": [{"name": "etc", "hostPath": {"path": f"{lab_dir}/etc", "type": "Directory"}},
-                    {"name": "fakedev", "hostPath": {"path": f"{lab_dir}/fakedev", "type": "Directory"}},
-                    {"name": "auth", "secret": {"secretName": "slurm-auth", "defaultMode": 0o400}}],
-        "volumeMounts": [{"name": "etc", "mountPath": f"{lab_dir}/etc", "readOnly": True},
-                         {"name": "fakedev", "mountPath": f"{lab_dir}/fakedev", "readOnly": True},
-                         {"name": "auth", "mountPath": "/etc/slurm-auth", "readOnly": True}],
-    }
+    pool["spec"]["slurm"]["slurmdPod"] = real_slurmd_pod(lab, images["slurmd"], "slurm-auth", grace=120)
     name = "real-move"
 
     def at(slurm: int, inference: int):

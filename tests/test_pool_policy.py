@@ -13,7 +13,7 @@ import pytest
 
 from slurmpool.core.membership import Membership
 from slurmpool.core.models import LabelSelector, SlurmNodePoolSpec
-from slurmpool.core.poolpolicy import PoolPolicy, violations
+from slurmpool.core.poolpolicy import SLURMD_CAPABILITIES, PoolPolicy, violations
 from slurmpool.controller.settings import Settings
 
 from .factories import make_spec
@@ -65,6 +65,10 @@ CASES = [
     ("the platform team names the allowed ServiceAccount", PLATFORM, {"slurm.slurmdPod.serviceAccountName": "slurmd"}, set()),
     ("the platform team names the operator's ServiceAccount", PLATFORM, {"slurm.slurmdPod.serviceAccountName": "slurmpool"}, {POOL_POLICY}),
     ("the platform team adds SYS_ADMIN", PLATFORM, {"slurm.slurmdPod.securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}, set()),
+    ("the platform team keeps slurmd's capabilities and adds SYS_ADMIN (cgroups)", PLATFORM,
+     {"slurm.slurmdPod.securityContext": {"capabilities": {"drop": ["ALL"], "add": [*SLURMD_CAPABILITIES, "SYS_ADMIN"]}}}, set()),
+    ("the platform team keeps slurmd's capabilities and adds SYS_PTRACE", PLATFORM,
+     {"slurm.slurmdPod.securityContext": {"capabilities": {"drop": ["ALL"], "add": [*SLURMD_CAPABILITIES, "SYS_PTRACE"]}}}, {POOL_POLICY}),
     ("the platform team adds SYS_PTRACE", PLATFORM, {"slurm.slurmdPod.securityContext": {"capabilities": {"add": ["SYS_PTRACE"]}}}, {POOL_POLICY}),
     ("the platform team makes slurmd privileged", PLATFORM, {"slurm.slurmdPod.securityContext": {"privileged": True}}, {POOL_POLICY}),
     ("the platform team uses slurmrestd over https", PLATFORM,
@@ -143,6 +147,13 @@ def test_the_on_call_list_covers_every_spec_field(helm):
     from slurmpool.core.models import DemandSpec
     demand_fields = {f.alias or name for name, f in DemandSpec.model_fields.items()} - {"enabled"}
     assert [f for f in demand_fields if f"object.spec.?demand.?{f} != oldObject.spec.?demand.?{f}" not in text] == []
+
+
+def test_the_chart_allows_slurmds_own_capabilities_as_the_operator_does(helm):
+    """The admission policy's list of slurmd's own capabilities is poolpolicy.SLURMD_CAPABILITIES."""
+    (policy,) = [p for p in pool_policies(admission(helm, VALUES)) if p["metadata"]["name"] == POOL_POLICY]
+    (expression,) = [v["expression"] for v in policy["spec"]["variables"] if v["name"] == "badCapabilities"]
+    assert json.dumps(list(SLURMD_CAPABILITIES), separators=(",", ":")) in expression
 
 
 def test_violations_name_the_field_and_what_is_allowed():

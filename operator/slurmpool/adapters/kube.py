@@ -28,6 +28,7 @@ from slurmpool.core.demand.claims import CLAIM, TEMPLATE, Asks, claim_asks, slic
 from slurmpool.core.demand.claims import key as claim_key
 from slurmpool.core.demand.pendingpod import GroupPolicy, is_pending_gpu_pod, pending_pod, pod_group_policy
 from slurmpool.core.models import SlurmNodePoolSpec
+from slurmpool.core.poolpolicy import SLURMD_CAPABILITIES
 from slurmpool.core.interfaces import Conflict, PoolRef, Refused
 from slurmpool.core.bodies import node_view, pod_view
 from slurmpool.core.view import LABEL_COMPONENT, LABEL_POOL, SLURM_TAINT_KEY, NodeView, PodView
@@ -393,17 +394,6 @@ class PodGroupIndex:
 
 
 # ---------------------------------------------------------------- writes
-
-
-# What slurmd and slurmstepd use of root, explicit instead of the runtime's default set: start each
-# step as the job's user (SETUID, SETGID), own its spool and the job's files (CHOWN, FOWNER,
-# DAC_OVERRIDE, FSETID), signal the job's processes (KILL), drop what it holds itself (SETPCAP); a
-# container job's enroot maps root in its user namespace (SETFCAP) and pivots into the image
-# (SYS_CHROOT): without them `srun --container-image` failed "failed to create user namespace".
-# Not kept from the default set: MKNOD, NET_RAW, NET_BIND_SERVICE (slurmd's port is above 1024),
-# AUDIT_WRITE. A pool's own slurmdPod.securityContext replaces this whole.
-SLURMD_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP", "SETFCAP",
-                       "SYS_CHROOT")
 
 
 def slurmd_pod(pool: PoolRef, spec: SlurmNodePoolSpec, node: str, slurm_name: str | None = None, boot: bool = False) -> dict[str, Any]:

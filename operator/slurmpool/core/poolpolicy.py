@@ -20,6 +20,19 @@ CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kube
                         "node-role.kubernetes.io/controlplane", "node-role.kubernetes.io/etcd")
 
 
+# What slurmd and slurmstepd use of root, explicit instead of the runtime's default set: start each
+# step as the job's user (SETUID, SETGID), own its spool and the job's files (CHOWN, FOWNER,
+# DAC_OVERRIDE, FSETID), signal the job's processes (KILL), drop what it holds itself (SETPCAP); a
+# container job's enroot maps root in its user namespace (SETFCAP) and pivots into the image
+# (SYS_CHROOT): without them `srun --container-image` failed "failed to create user namespace".
+# Not kept from the default set: MKNOD, NET_RAW, NET_BIND_SERVICE (slurmd's port is above 1024),
+# AUDIT_WRITE. The slurmd pod gets these unless its pool sets a securityContext, which replaces
+# them whole: a pool may add these again without the policy (the chart's admission policy lists
+# the same), and beyond them only what poolPolicy.capabilities allows.
+SLURMD_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP", "SETFCAP",
+                       "SYS_CHROOT")
+
+
 @dataclass(frozen=True)
 class PoolPolicy:
     # slurmd images must start with one of these (a registry or a repository prefix). None by
@@ -90,7 +103,8 @@ def violations(spec: SlurmNodePoolSpec, policy: PoolPolicy) -> list[str]:
     if sc is not None:
         if sc.privileged and not policy.allow_privileged:
             out.append("slurm.slurmdPod.securityContext.privileged is not allowed")
-        extra = [c for c in (sc.capabilities.add if sc.capabilities else []) if c not in policy.capabilities]
+        added = sc.capabilities.add if sc.capabilities else []
+        extra = [c for c in added if c not in policy.capabilities and c not in SLURMD_CAPABILITIES]
         if extra:
             out.append(f"slurm.slurmdPod.securityContext.capabilities.add {', '.join(extra)} not allowed "
                        f"({', '.join(policy.capabilities) or 'none allowed'})")
