@@ -236,6 +236,31 @@ def real_nodes_in_slurm(lab, pool_name: str, nodes: list[str], image: str, dirs:
         resume_our_drains(lab, nodes)
 
 
+def two_real_nodes(lab) -> list[str]:
+    """The lab's first two real nodes, Ready, for a job across two slurmd pods of the 22.05 image;
+    skips the test elsewhere, saying why."""
+    import pytest
+
+    if lab.slurm_version != "22.05" or len(lab.real_nodes) < 2:
+        pytest.skip("needs a 22.05 lab with two real kubelet nodes (LAB_REAL_NODES=2, as make e2e's)")
+    if lab.env.get("LAB_PYXIS") == "1":
+        pytest.skip("the lab's plugstack.conf names the host's pyxis, which the slurmd image has not (e2e/test_pyxis.py)")
+    nodes = lab.real_nodes[:2]
+
+    def ready(name):
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in node_json(lab, name)["status"]["conditions"])
+    wait(lambda: all(ready(n) for n in nodes), 60, what="two real nodes Ready")
+    return nodes
+
+
+def srun_pmix(lab, nodes: list[str], *command: str) -> list[str]:
+    """`srun --mpi=pmix`, one task on each of NODES, from the lab host; its output lines, sorted."""
+    p = lab.slurm("srun", "-p", "gpu", "--time=5", f"-N{len(nodes)}", "--ntasks-per-node=1", "-w", ",".join(nodes),
+                  "--mpi=pmix", *command, check=False, timeout=120)
+    assert p.returncode == 0, f"srun exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    return sorted(p.stdout.splitlines())
+
+
 def imported_slurmd_image(lab, tag: str = "22.05") -> tuple[str, str]:
     """The slurmd image TAG (e.g. 22.05, 22.05-pyxis) built by deploy/docker/build-images.sh (cached
     when unchanged) and imported into the real nodes' containerd: its name and its OCI archive."""

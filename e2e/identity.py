@@ -94,10 +94,10 @@ ADMISSION_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBindin
 
 def lab_pool_policy() -> dict:
     """The chart's poolPolicy for the lab's pools: its slurmd images (slurmd:22.05 run by the node
-    agent, slurmpool.local/slurmd on real nodes), the lab's slurm.conf, fake GPUs, (LAB_PYXIS=1)
-    the squashfs image of e2e/test_pyxis.py and the PMIx client of e2e/test_pmix.py by hostPath, its
-    slurmrestd over http on loopback, and (LAB_CGROUPS=1) CAP_SYS_ADMIN for the slurmd container. The same for the operator (SLURMPOOL_POOL_POLICY) and the
-    admission policy."""
+    agent, slurmpool.local/slurmd on real nodes); by hostPath the lab's slurm.conf, fake GPUs,
+    (LAB_PYXIS=1) the squashfs image of e2e/test_pyxis.py and the PMIx client of e2e/test_pmix.py; its
+    slurmrestd over http on loopback; and (LAB_CGROUPS=1) CAP_SYS_ADMIN for the slurmd container. The
+    same for the operator (SLURMPOOL_POOL_POLICY) and the admission policy."""
     given = os.environ.get("LAB_DIR") or str(REPO / ".lab")
     dirs = dict.fromkeys([given, str(Path(given).resolve())])  # as the lab's env spells it, and resolved
     policy = {"imagePrefixes": ["slurmd:", "slurmpool.local/"],

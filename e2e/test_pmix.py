@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import imported_slurmd_image, module_operator, node_json, real_nodes_in_slurm, wait
+from harness import imported_slurmd_image, module_operator, real_nodes_in_slurm, srun_pmix, two_real_nodes
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -37,17 +37,7 @@ POOL = "real-pmix"
 
 @pytest.fixture(scope="module")
 def pair(lab) -> list[str]:
-    """The lab's first two real nodes, Ready."""
-    if lab.slurm_version != "22.05" or len(lab.real_nodes) < 2:
-        pytest.skip("needs a 22.05 lab with two real kubelet nodes (LAB_REAL_NODES=2, as make e2e's)")
-    if lab.env.get("LAB_PYXIS") == "1":
-        pytest.skip("the lab's plugstack.conf names the host's pyxis, which the slurmd image has not (e2e/test_pyxis.py)")
-    nodes = lab.real_nodes[:2]
-
-    def ready(name):
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in node_json(lab, name)["status"]["conditions"])
-    wait(lambda: all(ready(n) for n in nodes), 60, what="two real nodes Ready")
-    return nodes
+    return two_real_nodes(lab)
 
 
 @pytest.fixture(scope="module")
@@ -91,19 +81,11 @@ def moved(lab, op, pair, image, program) -> list[str]:
         yield names
 
 
-def srun(lab, nodes: list[str], *command: str) -> list[str]:
-    """`srun -N2 --mpi=pmix` on the nodes from the lab host; its output lines, sorted."""
-    p = lab.slurm("srun", "-p", "gpu", "--time=5", f"-N{len(nodes)}", "--ntasks-per-node=1", "-w", ",".join(nodes),
-                  "--mpi=pmix", *command, check=False, timeout=120)
-    assert p.returncode == 0, f"srun exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
-    return sorted(p.stdout.splitlines())
-
-
 def test_srun_mpi_pmix_gives_each_pod_a_rank_of_one_namespace(lab, moved):
     """The PMIx server of each node's slurmstepd hands its rank the job's PMIx identity; both ranks run
     in the slurmd pods (the image's entrypoint is there, not on the host)."""
     assert not Path("/usr/local/bin/slurmd-entrypoint").exists()  # so the check below sees the pod's tree
-    lines = srun(lab, moved, "bash", "-c",
+    lines = srun_pmix(lab, moved, "bash", "-c",
                  'echo "$PMIX_RANK $PMIX_NAMESPACE $SLURMD_NODENAME $(test -x /usr/local/bin/slurmd-entrypoint && echo pod)"')
     rows = [line.split() for line in lines]
     assert len(rows) == 2 and all(len(r) == 4 for r in rows), lines
@@ -117,7 +99,7 @@ def test_srun_mpi_pmix_gives_each_pod_a_rank_of_one_namespace(lab, moved):
 def test_pmix_fence_exchanges_values_between_the_two_pods(lab, moved, program):
     """A PMIx client per rank: init, put, a fence collecting the data across both nodes, and a get of
     the other rank's value (the wire-up an MPI library does at MPI_Init)."""
-    lines = srun(lab, moved, str(program))
+    lines = srun_pmix(lab, moved, str(program))
     fields = [dict(kv.split("=", 1) for kv in line.split()) for line in lines]
     assert sorted(f.get("rank") for f in fields) == ["0", "1"], lines
     assert {f["size"] for f in fields} == {"2"}, lines
