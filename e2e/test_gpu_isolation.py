@@ -22,6 +22,7 @@ from harness import (
     real_nodes_in_slurm,
     reset_lab,
     split_reached,
+    two_real_nodes,
     wait,
 )
 
@@ -79,19 +80,19 @@ def test_a_job_opens_only_the_gpus_it_was_given_on_nodes_the_operator_moved_in(l
 
 def test_in_slurmd_pods_of_real_kubelet_nodes_a_job_opens_only_its_gpus(lab):
     """The same in the slurmd pods of two real kubelet nodes (22.05 image): the lab's device plugin
-    gives each pod the node's 8 stand-ins, as NVIDIA's plugin gives GPUs; the pod adds CAP_SYS_ADMIN
-    and nothing else (harness.CGROUPS_SECURITY_CONTEXT), and its entrypoint makes the container's
-    cgroup view writable and starts slurmd in a cgroup namespace of its own (docs/slurmd-pod.md)."""
-    if lab.env.get("LAB_CGROUPS") != "1" or len(lab.real_nodes) < 2 or lab.slurm_version != "22.05":
-        pytest.skip("needs a 22.05 lab with LAB_CGROUPS=1 and two real kubelet nodes")
-    if lab.env.get("LAB_PYXIS") == "1":
-        pytest.skip("the lab's plugstack.conf names the host's pyxis, which the slurmd image has not (e2e/test_pyxis.py)")
+    gives each pod the node's 8 stand-ins (`rw`), as NVIDIA's plugin gives GPUs; the pod has slurmd's
+    own capabilities and CAP_SYS_ADMIN, not privileged (harness.CGROUPS_SECURITY_CONTEXT), and its
+    entrypoint makes the container's cgroup view writable, allows mknod of its GPUs and starts slurmd
+    in a cgroup namespace of its own (docs/slurmd-pod.md)."""
+    if lab.env.get("LAB_CGROUPS") != "1":
+        pytest.skip("needs a lab with LAB_CGROUPS=1 (device cgroups)")
+    nodes = two_real_nodes(lab)
     image, _ = imported_slurmd_image(lab, "22.05")
     install_crd(lab)
     ensure_namespace_and_secret(lab)
     op = Operator(lab, "operator-gpu-isolation-real.log").start()
     try:
-        with real_nodes_in_slurm(lab, "isolation-real", lab.real_nodes[:2], image) as pair:
+        with real_nodes_in_slurm(lab, "isolation-real", nodes, image) as pair:
             check_isolation(lab, pair)
     finally:
         op.stop()
