@@ -26,11 +26,13 @@ from test_real_nodes import LAB, REPO, port_offset, real  # noqa: F401 - real is
 
 SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops", "net/ipv4/ip_forward")
 
-def machine_state(k: int, lab_dir: str) -> dict:
+def machine_state(k: int, lab_dir: str, cgroups_of: str = "real") -> dict:
     """What this lab's real nodes could leave on the machine, as text: processes of their cgroups, the
     cgroups, lo addresses, bridges (by the offset's K), mounts (under LAB_DIR) and the sysctls the
-    kubelet writes. Another lab's (make test runs the matrix beside this one) are not looked at."""
-    cgroups = sorted(str(p) for p in Path("/sys/fs/cgroup").glob(f"*/slurmpool-lab{k}-*"))
+    kubelet writes. Another lab's (make test runs the matrix beside this one) are not looked at.
+    cgroups_of: the cgroups looked at, `slurmpool-labK-<cgroups_of>*`: the real nodes' by default, ""
+    for all of the lab's (with LAB_CGROUPS=1 each simulated slurmd has one too: slurmpool-labK-slurmd-NODE)."""
+    cgroups = sorted(str(p) for p in Path("/sys/fs/cgroup").glob(f"*/slurmpool-lab{k}-{cgroups_of}*"))
     procs = sorted({pid for c in cgroups for f in Path(c).rglob("cgroup.procs") for pid in f.read_text().split()})
     addrs = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True).stdout
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
@@ -111,8 +113,9 @@ def lab_processes(lab_dir: str) -> dict[int, str]:
 
 def lab_footprint(lab_dir: str, k: int) -> dict:
     """Everything of this lab on the machine: its processes and mounts (by LAB_DIR), and what real
-    nodes add (cgroups, processes in them, lo addresses, bridges; by the offset's K), and the sysctls."""
-    real_nodes = machine_state(k, lab_dir)
+    nodes add (lo addresses, bridges; by the offset's K), every cgroup of the lab (real nodes' and,
+    LAB_CGROUPS=1, the simulated slurmds') with the processes in them, and the sysctls."""
+    real_nodes = machine_state(k, lab_dir, cgroups_of="")
     return {
         "processes": lab_processes(lab_dir),
         "mounts": [m for m in Path("/proc/self/mountinfo").read_text().splitlines() if lab_dir.rstrip("/") + "/" in m],
