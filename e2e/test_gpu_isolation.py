@@ -29,35 +29,42 @@ from harness import (
 pytestmark = pytest.mark.e2e
 POOL = "isolation"
 # sh, not Python: 24.11's slurmd runs in a Debian 13 root without it. The open's error, by its text.
-PROBE = """for i in 0 1 2 3 4 5 6 7; do
-  if err=$( (exec 3<>"$1/nvidia$i") 2>&1 ); then got=OPENED
+PROBE = """for d in 0 1 2 3 4 5 6 7 ctl; do
+  if err=$( (exec 3<>"$1/nvidia$d") 2>&1 ); then got=OPENED
   else case $err in *"No such device or address"*) got=ENXIO ;; *"not permitted"*) got=EPERM ;; *) got=OTHER ;; esac; fi
-  echo "$SLURMD_NODENAME $i $got"
+  echo "$SLURMD_NODENAME $d $got"
 done
 """
 
 
-def probe(lab, *srun: str) -> dict[str, dict[int, str]]:
-    """node -> device index -> ENXIO (allowed: no driver), EPERM (refused) or OPENED, per srun task."""
+def probe(lab, *srun: str) -> dict[str, dict[str, str]]:
+    """node -> device (0-7, ctl) -> ENXIO (allowed: no driver), EPERM (refused) or OPENED, per srun task."""
     out = lab.slurm("srun", "-p", "gpu", *srun, "sh", "-c", PROBE, "sh", os.path.join(lab.dir, "fakedev"), timeout=60).stdout
-    seen: dict[str, dict[int, str]] = {}
+    seen: dict[str, dict[str, str]] = {}
     for line in out.splitlines():
-        node, index, got = line.split()
-        seen.setdefault(node, {})[int(index)] = got
+        node, device, got = line.split()
+        seen.setdefault(node, {})[device] = got
     return seen
+
+
+def devices(allowed: range) -> dict[str, str]:
+    """What a step given the GPUs ALLOWED sees: those open, the other GPUs refused, and NVIDIA's
+    control device open (every CUDA process opens it, and no job's GPUs name it)."""
+    return {**{str(i): "ENXIO" if i in allowed else "EPERM" for i in range(8)}, "ctl": "ENXIO"}
 
 
 def check_isolation(lab, pair: list[str]) -> None:
     """On each node of a two-node job given 2 GPUs a node, its step opens devices 0 and 1 and is
-    refused the other 6; a step given all 8 opens all; a step given none opens none."""
+    refused the other 6; a step given all 8 opens all; a step given none opens none. Every step
+    opens the control device."""
     two = probe(lab, "-N2", "-w", ",".join(pair), "--gres=gpu:2")
     assert sorted(two) == sorted(pair), two
-    for node, devices in two.items():
-        assert devices == {0: "ENXIO", 1: "ENXIO", **{i: "EPERM" for i in range(2, 8)}}, (node, devices)
+    for node, seen in two.items():
+        assert seen == devices(range(2)), (node, seen)
     whole = probe(lab, "-N1", "-w", pair[0], "--gres=gpu:8", "--exclusive")
-    assert whole == {pair[0]: {i: "ENXIO" for i in range(8)}}, whole
+    assert whole == {pair[0]: devices(range(8))}, whole
     none = probe(lab, "-N1", "-w", pair[1])
-    assert none == {pair[1]: {i: "EPERM" for i in range(8)}}, none
+    assert none == {pair[1]: devices(range(0))}, none
 
 
 def test_a_job_opens_only_the_gpus_it_was_given_on_nodes_the_operator_moved_in(lab):

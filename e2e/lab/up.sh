@@ -324,6 +324,13 @@ for i in 0 1 2 3 4 5 6 7; do
   if [ "$LAB_CGROUPS" = 1 ]; then want="c3 $(printf %x "$i")" numbers="195 $i"; else want="1 3" numbers="1 3"; fi
   [ -c "$f" ] && [ "$(stat -c '%t %T' "$f")" = "$want" ] || { rm -f "$f"; mknod -m 666 "$f" c $numbers; }
 done
+# LAB_CGROUPS=1: NVIDIA's control device too (195:255), which every CUDA process opens and no job's
+# GPUs name (gres.conf's nvidia[0-7] leave it out): Slurm's device cgroup leaves it open to every step.
+f=$LAB_DIR/fakedev/nvidiactl
+if [ "$LAB_CGROUPS" = 1 ]; then
+  [ -c "$f" ] && [ "$(stat -c '%t %T' "$f")" = "c3 ff" ] || { rm -f "$f"; mknod -m 666 "$f" c 195 255; }
+else rm -f "$f"
+fi
 export SLURM_CONF=$LAB_DIR/etc/slurm.conf
 # What differs between the versions: authentication, the plugins 26.05 dropped (task/none,
 # switch/none, jobacct_gather/none: no line is "none" there; an empty AccountingStorageType= is a

@@ -6,6 +6,9 @@
 // devices with NVIDIA's numbers and no driver behind them (e2e/lab/up.sh). Without it a pod's device
 // cgroup refuses every GPU, and Slurm's ConstrainDevices in the slurmd pod could not be tested.
 //
+// A container given GPUs also gets DIR/nvidiactl, NVIDIA's control device, when it exists (as
+// NVIDIA's plugin gives /dev/nvidiactl with every allocation).
+//
 // Usage: gpu-plugin DIR COUNT (the stand-ins DIR/nvidia0..COUNT-1). Run in the node's mount
 // namespace; it registers again whenever the kubelet's socket is made anew (a restarted kubelet).
 package main
@@ -61,9 +64,17 @@ func (p *plugin) Allocate(_ context.Context, req *api.AllocateRequest) (*api.All
 			path := filepath.Join(p.dir, id)
 			r.Devices = append(r.Devices, &api.DeviceSpec{HostPath: path, ContainerPath: path, Permissions: "rw"})
 		}
+		if ctl := filepath.Join(p.dir, "nvidiactl"); len(c.DevicesIds) > 0 && exists(ctl) {
+			r.Devices = append(r.Devices, &api.DeviceSpec{HostPath: ctl, ContainerPath: ctl, Permissions: "rw"})
+		}
 		out.ContainerResponses = append(out.ContainerResponses, r)
 	}
 	return out, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 func register() error {
